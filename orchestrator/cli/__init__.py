@@ -1,0 +1,108 @@
+"""The ``orchestrator`` command line: a thin shell over the core.
+
+Subcommands load lazily so ``orchestrator --help`` never imports the Docker SDK.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from orchestrator import __version__
+from orchestrator.config import Home
+from orchestrator.errors import EXIT_FAILED, OrchestratorError
+
+# command name -> (module, attribute, one-line help shown by --help)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "group": ("orchestrator.cli.group", "group", "Add, list, show and remove agent groups."),
+    "memory": ("orchestrator.cli.memory", "memory", "Scaffold and lint a group's memory tree."),
+    "image": ("orchestrator.cli.image", "image", "Build the agent image (offline when needed)."),
+    "doctor": ("orchestrator.cli.doctor", "doctor", "Check the engine, image and home."),
+}
+
+
+@dataclass
+class CliContext:
+    home: Home
+    debug: bool
+
+
+class LazyGroup(click.Group):
+    """Loads a subcommand's module only when that subcommand runs."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module, attr, _ = COMMANDS[cmd_name]
+        command: click.Command = getattr(importlib.import_module(module), attr)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except OrchestratorError as exc:
+            obj = ctx.find_object(CliContext)
+            if obj is not None and obj.debug:
+                traceback.print_exc()
+            click.echo(f"error: {exc.message}", err=True)
+            if exc.hint:
+                click.echo(f"hint: {exc.hint}", err=True)
+            ctx.exit(exc.exit_code)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="orchestrator")
+@click.option(
+    "--home",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="ORCHESTRATOR_HOME",
+    default=None,
+    help="Folder holding orchestrator.yaml, groups/ and state/. "
+    "Env ORCHESTRATOR_HOME; default: the current directory.",
+)
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@click.pass_context
+def cli(ctx: click.Context, home: Path | None, debug: bool) -> None:
+    """Run chat agents in isolated groups, one container per group, each with a durable
+    memory of plain Markdown files.
+
+    \b
+    Start here:
+      orchestrator image build          build the agent image (works offline)
+      orchestrator group add "Family"   create a group and its memory tree
+      orchestrator doctor               check that everything is in place
+    """
+    ctx.obj = CliContext(home=Home((home or Path.cwd()).absolute()), debug=debug)
+
+
+def main() -> None:
+    """Console entry point; unexpected errors print one line unless --debug is given."""
+    debug = "--debug" in sys.argv[1:]
+    try:
+        cli.main(prog_name="orchestrator", standalone_mode=True)
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except Exception as exc:  # the one place that turns a crash into one line
+        if debug or os.environ.get("ORCHESTRATOR_DEBUG"):
+            raise
+        click.echo(f"error: unexpected {type(exc).__name__}: {exc}", err=True)
+        click.echo("hint: run again with --debug for the traceback", err=True)
+        sys.exit(EXIT_FAILED)

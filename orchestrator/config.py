@@ -1,0 +1,117 @@
+"""The orchestrator home and its optional ``orchestrator.yaml``.
+
+The home (``--home``, env ``ORCHESTRATOR_HOME``, default: the current directory) holds
+``orchestrator.yaml``, ``groups/`` and ``state/``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator.errors import HomeNotWritable, InvalidConfig
+from orchestrator.limits import DEFAULT_UNPRIVILEGED_GID, DEFAULT_UNPRIVILEGED_UID
+from orchestrator.validate import MappingReader
+from orchestrator.yamldoc import load_yaml_file
+
+CONFIG_FILE = "orchestrator.yaml"
+PROJECT_ENV = "ORCHESTRATOR_PROJECT"
+DEFAULT_PROJECT = "orchestrator"
+PROJECT_PATTERN = r"[a-z0-9][a-z0-9_.-]{0,39}"
+DEFAULT_IMAGE_REPOSITORY = "orchestrator-agent"
+DEFAULT_ALLOWLIST = Path("~/.config/orchestrator/mount-allowlist.yaml")
+
+
+@dataclass(frozen=True)
+class OrchestratorConfig:
+    """Settings from orchestrator.yaml; every key is optional (see README, Configuration)."""
+
+    project: str = DEFAULT_PROJECT
+    image: str = DEFAULT_IMAGE_REPOSITORY
+    unprivileged_uid: int = DEFAULT_UNPRIVILEGED_UID
+    unprivileged_gid: int = DEFAULT_UNPRIVILEGED_GID
+    mount_allowlist: Path = field(default_factory=lambda: DEFAULT_ALLOWLIST.expanduser())
+    debian_mirror: str | None = None
+
+
+@dataclass(frozen=True)
+class Home:
+    """Paths of one orchestrator home."""
+
+    root: Path
+
+    @property
+    def config_file(self) -> Path:
+        return self.root / CONFIG_FILE
+
+    @property
+    def groups_dir(self) -> Path:
+        return self.root / "groups"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "state"
+
+    def runtime_dir(self, folder: str) -> Path:
+        """Per-group folder for the host-container channel (mounted at /run/orchestrator)."""
+        return self.state_dir / "run" / folder
+
+    def ensure_writable(self) -> None:
+        """Create groups/ and state/ when missing; fail with one clear line when we cannot."""
+        for path in (self.root, self.groups_dir, self.state_dir):
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise HomeNotWritable(
+                    f"cannot create {path}: {exc.strerror}",
+                    hint="pass --home DIR (or set ORCHESTRATOR_HOME) to a writable folder",
+                ) from None
+            if not os.access(path, os.W_OK | os.X_OK):
+                raise HomeNotWritable(
+                    f"{path} is not writable by uid {os.getuid()}",
+                    hint="pass --home DIR (or set ORCHESTRATOR_HOME) to a writable folder",
+                )
+
+    def load_config(self) -> OrchestratorConfig:
+        """Read orchestrator.yaml (defaults when absent); env ORCHESTRATOR_PROJECT wins."""
+        values: dict[str, object] = {}
+        if self.config_file.exists():
+            doc = load_yaml_file(self.config_file)
+            reader = MappingReader(doc, doc.data)
+            reader.reject_unknown(
+                ["project", "image", "unprivileged_user", "mount_allowlist", "debian_mirror"]
+            )
+            if "project" in reader.data:
+                values["project"] = reader.text("project", pattern=PROJECT_PATTERN)
+            if "image" in reader.data:
+                values["image"] = reader.text(
+                    "image", pattern=r"[a-z0-9][a-z0-9._/-]{0,127}", max_chars=128
+                )
+            if "unprivileged_user" in reader.data:
+                raw = str(reader.raw("unprivileged_user"))
+                match = re.fullmatch(r"(\d{1,10}):(\d{1,10})", raw)
+                if not match or int(match[1]) == 0 or int(match[2]) == 0:
+                    raise reader.fail(
+                        "unprivileged_user", f"got {raw!r}; expected UID:GID, both non-zero"
+                    )
+                values["unprivileged_uid"] = int(match[1])
+                values["unprivileged_gid"] = int(match[2])
+            if "mount_allowlist" in reader.data:
+                values["mount_allowlist"] = Path(
+                    reader.text("mount_allowlist", max_chars=4096)
+                ).expanduser()
+            if "debian_mirror" in reader.data:
+                values["debian_mirror"] = reader.text(
+                    "debian_mirror", pattern=r"https?://\S+", max_chars=512
+                )
+        env_project = os.environ.get(PROJECT_ENV)
+        if env_project:
+            if not re.fullmatch(PROJECT_PATTERN, env_project):
+                raise InvalidConfig(
+                    f"{PROJECT_ENV}={env_project!r}: not a valid project name; "
+                    f"expected lowercase letters, digits, '.', '_' or '-' (at most 40)"
+                )
+            values["project"] = env_project
+        return OrchestratorConfig(**values)  # type: ignore[arg-type]

@@ -1,0 +1,111 @@
+"""Typed reading of a YAML mapping; errors name file, line, key, value and what is valid."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from orchestrator.errors import InvalidConfig
+from orchestrator.yamldoc import YamlDocument
+
+_MISSING = object()
+
+
+class MappingReader:
+    """Reads keys of one mapping inside a YamlDocument, at path ``prefix``."""
+
+    def __init__(self, doc: YamlDocument, data: Any, prefix: tuple[str | int, ...] = ()) -> None:
+        self.doc = doc
+        self.prefix = prefix
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            where = self.doc.where(*prefix)
+            what = self._dotted(prefix) or "the document"
+            raise InvalidConfig(
+                f"{where}: {what} must be a mapping of keys to values, got {_kind(data)}"
+            )
+        self.data: dict[Any, Any] = data
+
+    def _dotted(self, keys: Iterable[str | int]) -> str:
+        out = ""
+        for key in keys:
+            out += f"[{key}]" if isinstance(key, int) else (f".{key}" if out else str(key))
+        return out
+
+    def fail(self, key: str, message: str) -> InvalidConfig:
+        path = (*self.prefix, key)
+        return InvalidConfig(f"{self.doc.where(*path)}: {self._dotted(path)}: {message}")
+
+    def reject_unknown(self, allowed: Iterable[str]) -> None:
+        allowed = sorted(allowed)
+        for key in self.data:
+            if key not in allowed:
+                name = key if isinstance(key, str) else repr(key)
+                raise self.fail(str(name), f"unknown key; valid keys here: {', '.join(allowed)}")
+
+    def raw(self, key: str, default: Any = _MISSING) -> Any:
+        if key not in self.data or self.data[key] is None:
+            if default is _MISSING:
+                raise self.fail(key, "is required")
+            return default
+        return self.data[key]
+
+    def text(
+        self, key: str, default: Any = _MISSING, *, max_chars: int = 200, pattern: str = ""
+    ) -> str:
+        value = self.raw(key, default)
+        if not isinstance(value, str) or not value.strip():
+            raise self.fail(key, f"must be a non-empty string, got {_show(value)}")
+        if len(value) > max_chars:
+            raise self.fail(key, f"is {len(value)} characters; at most {max_chars} allowed")
+        if pattern and not re.fullmatch(pattern, value):
+            raise self.fail(key, f"{value!r} does not match {pattern}")
+        return value
+
+    def choice(self, key: str, options: tuple[str, ...], default: str) -> str:
+        value = self.raw(key, default)
+        if value not in options:
+            raise self.fail(key, f"got {_show(value)}; valid values: {', '.join(options)}")
+        return str(value)
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self.raw(key, default)
+        if not isinstance(value, bool):
+            raise self.fail(key, f"must be true or false, got {_show(value)}")
+        return value
+
+    def id_list(self, key: str, *, max_chars: int) -> tuple[str, ...]:
+        value = self.raw(key, [])
+        if not isinstance(value, list):
+            raise self.fail(key, f"must be a list of ids, got {_show(value)}")
+        out: list[str] = []
+        for index, item in enumerate(value):
+            if isinstance(item, bool) or not isinstance(item, str | int):
+                raise self.child_fail(key, index, f"must be a string id, got {_show(item)}")
+            text = str(item).strip()
+            if not text or len(text) > max_chars:
+                raise self.child_fail(
+                    key, index, f"must be 1..{max_chars} characters, got {_show(item)}"
+                )
+            out.append(text)
+        return tuple(out)
+
+    def child_fail(self, key: str, index: int, message: str) -> InvalidConfig:
+        path = (*self.prefix, key, index)
+        return InvalidConfig(f"{self.doc.where(*path)}: {self._dotted(path)}: {message}")
+
+    def child(self, key: str) -> MappingReader:
+        return MappingReader(self.doc, self.data.get(key), (*self.prefix, key))
+
+
+def _kind(value: Any) -> str:
+    return {list: "a list", str: "a string", int: "a number", float: "a number"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

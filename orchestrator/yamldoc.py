@@ -1,0 +1,96 @@
+"""YAML documents that remember where each key is, so errors can name file:line."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from orchestrator.errors import InvalidConfig
+from orchestrator.limits import CONFIG_FILE_MAX_BYTES
+
+_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@dataclass(frozen=True)
+class YamlDocument:
+    """A parsed YAML file: its data and the node tree used to locate keys."""
+
+    path: Path
+    data: Any
+    root: yaml.Node | None
+
+    def line_of(self, *keys: str | int) -> int | None:
+        """1-based line of the value at ``keys`` (or of the nearest parent found)."""
+        node = self.root
+        line = node.start_mark.line + 1 if node is not None else None
+        for key in keys:
+            if isinstance(node, yaml.MappingNode):
+                for key_node, value_node in node.value:
+                    if key_node.value == key:
+                        line = key_node.start_mark.line + 1
+                        node = value_node
+                        break
+                else:
+                    return line
+            elif isinstance(node, yaml.SequenceNode) and isinstance(key, int):
+                if key >= len(node.value):
+                    return line
+                node = node.value[key]
+                line = node.start_mark.line + 1
+            else:
+                return line
+        return line
+
+    def where(self, *keys: str | int) -> str:
+        line = self.line_of(*keys)
+        return f"{self.path}:{line}" if line else str(self.path)
+
+
+def parse_yaml_text(text: str, path: Path) -> YamlDocument:
+    """Parse one YAML document; a syntax error becomes InvalidConfig with file:line:column."""
+    loader = _Loader(text)
+    try:
+        root = loader.get_single_node()
+        data = loader.construct_document(root) if root is not None else None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        place = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        reason = exc.problem or exc.context or "invalid YAML"
+        raise InvalidConfig(
+            f"{place}: malformed YAML: {reason}", hint="fix the YAML syntax at that place"
+        ) from None
+    except yaml.YAMLError as exc:
+        raise InvalidConfig(f"{path}: malformed YAML: {exc}") from None
+    finally:
+        loader.dispose()
+    return YamlDocument(path=path, data=data, root=root)
+
+
+def load_yaml_file(path: Path) -> YamlDocument:
+    """Read and parse a YAML config file, refusing huge, binary or non-UTF-8 files."""
+    try:
+        size = os.stat(path).st_size
+        if size > CONFIG_FILE_MAX_BYTES:
+            raise InvalidConfig(
+                f"{path}: file is {size} bytes; config files are limited to "
+                f"{CONFIG_FILE_MAX_BYTES} bytes"
+            )
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise InvalidConfig(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise InvalidConfig(f"{path}: is a directory, expected a YAML file") from None
+    except PermissionError:
+        raise InvalidConfig(f"{path}: permission denied while reading") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidConfig(
+            f"{path}: not UTF-8 text (invalid byte at offset {exc.start})",
+            hint="save the file as UTF-8",
+        ) from None
+    return parse_yaml_text(text, path)

@@ -1,0 +1,75 @@
+"""Shared fixtures. Tests marked ``docker`` need the engine: they are skipped with a reason
+when it is absent, except under CI=true, where an absent engine fails the run."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from orchestrator.cli import cli
+
+TEST_LABEL = "org.orchestrator.test"
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    path = tmp_path / "home"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def run(home: Path):  # type: ignore[no-untyped-def]
+    """Invoke the CLI against the test home; returns click's Result."""
+    runner = CliRunner()
+
+    def invoke(*args: str, input: str | None = None) -> Result:
+        return runner.invoke(cli, ["--home", str(home), *args], input=input, catch_exceptions=False)
+
+    return invoke
+
+
+@pytest.fixture(scope="session")
+def docker_client():  # type: ignore[no-untyped-def]
+    from orchestrator.errors import EngineUnreachable
+    from orchestrator.runtime.engine import connect
+
+    try:
+        client = connect(timeout=30)
+    except EngineUnreachable as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true and the Docker engine is required: {exc.message}")
+        pytest.skip(f"Docker engine not reachable: {exc.message}")
+    yield client
+    # Every container a test creates carries TEST_LABEL: remove any a test left behind.
+    for container in client.containers.list(all=True, filters={"label": TEST_LABEL}):
+        container.remove(force=True)
+    client.close()
+
+
+@pytest.fixture(autouse=True)
+def _engine_gate(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker("docker"):
+        request.getfixturevalue("docker_client")
+
+
+@pytest.fixture(scope="session")
+def test_project() -> str:
+    """A project name of its own, so test containers never collide with real ones."""
+    return f"orchtest-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def agent_image(docker_client) -> str:  # type: ignore[no-untyped-def]
+    """The agent image, built offline (or found current)."""
+    from orchestrator.config import DEFAULT_IMAGE_REPOSITORY
+    from orchestrator.image.agent import build_agent_image
+
+    result = build_agent_image(
+        docker_client, DEFAULT_IMAGE_REPOSITORY, offline=True, progress=print
+    )
+    return result.tag

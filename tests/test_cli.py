@@ -1,0 +1,148 @@
+"""The CLI skeleton: help, version, exit codes, errors without tracebacks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from orchestrator import __version__
+from orchestrator.cli import COMMANDS, cli
+
+
+def test_version() -> None:
+    result = CliRunner().invoke(cli, ["--version"])
+    assert result.exit_code == 0
+    assert result.output.strip() == f"orchestrator, version {__version__}"
+
+
+def test_help_lists_every_command_group_with_one_line() -> None:
+    result = CliRunner().invoke(cli, ["--help"])
+    assert result.exit_code == 0
+    for name, (_, _, line) in COMMANDS.items():
+        assert f"{name}  " in result.output
+        assert line in result.output
+    assert "--home" in result.output
+
+
+def test_every_command_has_help() -> None:
+    for name in COMMANDS:
+        result = CliRunner().invoke(cli, [name, "--help"])
+        assert result.exit_code == 0, (name, result.output)
+        assert "Usage:" in result.output
+
+
+def test_unknown_command_is_bad_usage() -> None:
+    result = CliRunner().invoke(cli, ["frobnicate"])
+    assert result.exit_code == 2
+    assert "No such command" in result.output
+
+
+def test_help_does_not_import_the_docker_sdk() -> None:
+    code = (
+        "import sys\n"
+        "from orchestrator.cli import main\n"
+        "sys.argv = ['orchestrator', '--help']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "assert 'docker' not in sys.modules, 'docker imported'\n"
+        "assert 'requests' not in sys.modules, 'requests imported'\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_error_is_one_line_and_a_hint_without_traceback(run) -> None:  # type: ignore[no-untyped-def]
+    result = run("group", "show", "nobody")
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines[0].startswith("error: no group named 'nobody'")
+    assert lines[1].startswith("hint: ")
+    assert "Traceback" not in result.output
+
+
+def test_unexpected_error_is_one_line_via_main(tmp_path: Path) -> None:
+    # A --home that is a file makes every path under it fail with an OS error.
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    result = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "--home", str(blocker / "sub"), "group", "add", "A"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("error: ")
+
+
+def test_debug_shows_the_traceback(run, home: Path) -> None:  # type: ignore[no-untyped-def]
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator",
+            "--home",
+            str(home),
+            "--debug",
+            "group",
+            "show",
+            "nobody",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert "Traceback" in result.stderr
+    assert "error: no group named 'nobody'" in result.stderr
+
+
+def test_doctor_reports_an_unreachable_engine_in_one_line(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    missing = home / "no-such-docker.sock"
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{missing}")
+    result = CliRunner().invoke(cli, ["--home", str(home), "doctor"])
+    assert result.exit_code == 1
+    errors = result.stderr.strip().splitlines()
+    engine_lines = [line for line in errors if line.startswith("error: engine:")]
+    assert len(engine_lines) == 1
+    assert f"DOCKER_HOST=unix://{missing}" in engine_lines[0]
+    assert "no such socket" in engine_lines[0]
+    # one line per failed check, nothing else on stderr
+    assert all(line.startswith("error: ") for line in errors)
+
+
+def test_doctor_json_when_engine_unreachable(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{home}/none.sock")
+    result = CliRunner().invoke(cli, ["--home", str(home), "doctor", "--json"])
+    assert result.exit_code == 1
+    data = json.loads(result.stdout)
+    status = {c["name"]: c["status"] for c in data["checks"]}
+    assert status == {"home": "ok", "config": "ok", "engine": "fail", "agent image": "fail"}
+
+
+def test_image_build_with_unreachable_engine_names_the_socket(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{home}/none.sock")
+    result = CliRunner().invoke(cli, ["--home", str(home), "image", "build"])
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[0] == (
+        f"error: Docker engine unreachable at DOCKER_HOST=unix://{home}/none.sock: no such socket"
+    )
+
+
+def test_home_not_writable_is_one_clear_line(tmp_path: Path) -> None:
+    import os
+
+    if os.geteuid() == 0:
+        # root writes anywhere; use a path under a regular file instead
+        target = tmp_path / "file"
+        target.write_text("")
+        home = target / "home"
+    else:
+        home = tmp_path / "ro"
+        home.mkdir(mode=0o500)
+    result = CliRunner().invoke(cli, ["--home", str(home), "group", "add", "Family"])
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: cannot create ")
+    assert "hint: pass --home DIR" in result.stderr
