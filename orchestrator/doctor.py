@@ -1,0 +1,106 @@
+"""``orchestrator doctor``: checks of what the orchestrator needs, one finding each."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+from orchestrator.config import Home
+from orchestrator.errors import OrchestratorError
+
+if TYPE_CHECKING:
+    import docker
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str
+    detail: str
+    hint: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def check_home(home: Home) -> Check:
+    try:
+        home.ensure_writable()
+        with tempfile.NamedTemporaryFile(dir=home.state_dir, prefix=".doctor-"):
+            pass
+    except OrchestratorError as exc:
+        return Check("home", FAIL, exc.message, exc.hint or "")
+    except OSError as exc:
+        return Check(
+            "home",
+            FAIL,
+            f"cannot write in {home.state_dir}: {exc.strerror}",
+            "pass --home DIR to a writable folder",
+        )
+    return Check("home", OK, f"{home.root} is writable")
+
+
+def check_engine() -> tuple[Check, docker.DockerClient | None]:
+    from orchestrator.runtime.engine import connect
+
+    try:
+        client = connect(timeout=10)
+    except OrchestratorError as exc:
+        return Check("engine", FAIL, exc.message, exc.hint or ""), None
+    version = client.version()
+    detail = (
+        f"Docker {version.get('Version', '?')}, API {version.get('ApiVersion', '?')} "
+        f"({os.environ.get('DOCKER_HOST', 'default socket')})"
+    )
+    return Check("engine", OK, detail), client
+
+
+def check_image(client: docker.DockerClient | None, repository: str) -> Check:
+    if client is None:
+        return Check(
+            "agent image", FAIL, "cannot check: the engine is unreachable", "fix the engine first"
+        )
+    from orchestrator.image.agent import current_agent_image
+
+    try:
+        tag, base = current_agent_image(client, repository)
+    except OrchestratorError as exc:
+        return Check("agent image", FAIL, exc.message, exc.hint or "")
+    if tag:
+        return Check("agent image", OK, f"{tag} is current (base {base})")
+    if base is None:
+        return Check(
+            "agent image", FAIL, "no base image and no agent image", "run: orchestrator image build"
+        )
+    return Check(
+        "agent image",
+        FAIL,
+        f"no image matches the current sources (base {base})",
+        "run: orchestrator image build",
+    )
+
+
+def run_checks(home: Home) -> list[Check]:
+    checks = [check_home(home)]
+    try:
+        config = home.load_config()
+    except OrchestratorError as exc:
+        checks.append(Check("config", FAIL, exc.message, exc.hint or ""))
+        return checks
+    checks.append(
+        Check(
+            "config",
+            OK,
+            str(home.config_file)
+            if home.config_file.exists()
+            else "no orchestrator.yaml; using defaults",
+        )
+    )
+    engine, client = check_engine()
+    checks.append(engine)
+    checks.append(check_image(client, config.image))
+    return checks

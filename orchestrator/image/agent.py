@@ -1,0 +1,303 @@
+"""The agent image: this distribution installed from wheels into a base image.
+
+Inputs (the Dockerfile, the package sources, pyproject.toml and the base image id) are
+hashed; the image is tagged ``<repository>:<hash12>`` and ``<repository>:latest`` and
+labelled with the full hash, so a build with unchanged inputs is a no-op. ``docker build``
+never reaches the network: wheels are downloaded on the host and installed with
+``--no-index``, and the build runs with ``network_mode=none``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import orchestrator
+from orchestrator.errors import ImageBuildFailed, OrchestratorError
+from orchestrator.image.base import INPUTS_LABEL, ROLE_LABEL, ensure_offline_base
+from orchestrator.limits import BASE_PULL_TIMEOUT_SECONDS
+from orchestrator.runtime.engine import call_engine
+
+if TYPE_CHECKING:
+    import docker
+
+Progress = Callable[[str], None]
+
+REGISTRY_BASE = "python:3.11-slim-bookworm"
+PYTHON_VERSION = "3.11"
+_PLATFORMS = {
+    "x86_64": ("manylinux_2_28_x86_64", "manylinux2014_x86_64", "manylinux_2_17_x86_64"),
+    "aarch64": ("manylinux_2_28_aarch64", "manylinux2014_aarch64", "manylinux_2_17_aarch64"),
+}
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    tag: str
+    image_id: str
+    inputs_hash: str
+    base: str
+    built: bool  # False when the image was already current
+
+
+def source_root() -> Path:
+    """The checkout this package runs from; the image is built from its sources."""
+    root = Path(orchestrator.__file__).resolve().parent.parent
+    if not (root / "pyproject.toml").is_file() or not (root / "images/agent/Dockerfile").is_file():
+        raise ImageBuildFailed(
+            f"no source checkout at {root} (pyproject.toml and images/agent/Dockerfile)",
+            hint="build the image from a clone of the project (pip install -e .)",
+        )
+    return root
+
+
+def input_files(root: Path) -> list[Path]:
+    files = [root / "pyproject.toml"]
+    for folder in (root / "images/agent", root / "orchestrator"):
+        files.extend(
+            p
+            for p in folder.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")
+        )
+    return sorted(files)
+
+
+def inputs_hash(root: Path, base_id: str) -> str:
+    digest = hashlib.sha256()
+    digest.update(f"base={base_id}\npython={PYTHON_VERSION}\n".encode())
+    for path in input_files(root):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def _image_id(client: docker.DockerClient, ref: str) -> str | None:
+    from docker.errors import ImageNotFound
+
+    try:
+        return str(call_engine(f"inspect {ref}", lambda: client.images.get(ref)).id)
+    except ImageNotFound:
+        return None
+
+
+def _try_pull(client: docker.DockerClient, ref: str) -> str | None:
+    """One pull attempt with a short timeout; None when the registry cannot be had."""
+    from docker.errors import DockerException
+    from requests import RequestException
+
+    repository, _, tag = ref.partition(":")
+    saved = client.api.timeout
+    client.api.timeout = BASE_PULL_TIMEOUT_SECONDS
+    try:
+        client.api.pull(repository, tag=tag or "latest")
+    except (DockerException, RequestException, OSError) as exc:
+        reason = str(getattr(exc, "explanation", None) or exc).splitlines()[0][:160]
+        return reason or type(exc).__name__
+    finally:
+        client.api.timeout = saved
+    return None
+
+
+def resolve_base(
+    client: docker.DockerClient,
+    *,
+    base: str | None,
+    offline: bool,
+    progress: Progress,
+    mirror: str | None = None,
+) -> str:
+    """Pick the base image: the requested or registry one, else the offline Debian base."""
+    if offline:
+        return ensure_offline_base(client, progress, mirror)
+    wanted = base or REGISTRY_BASE
+    if _image_id(client, wanted):
+        return wanted
+    failure = _try_pull(client, wanted)
+    if failure is None:
+        progress(f"pulled {wanted}")
+        return wanted
+    if base:
+        raise ImageBuildFailed(
+            f"base image {base} is not present and cannot be pulled: {failure}",
+            hint="use --offline to build the base from Debian packages",
+        )
+    progress(f"registry base {wanted} unavailable ({failure}); using the offline base")
+    return ensure_offline_base(client, progress, mirror)
+
+
+def _download_wheels(root: Path, wheels: Path, arch: str, progress: Progress) -> str:
+    """Put this project's wheel, its dependencies and pip's wheel into ``wheels``."""
+    platforms = _PLATFORMS.get(arch)
+    if platforms is None:
+        raise ImageBuildFailed(
+            f"unsupported engine architecture {arch!r}", hint=f"supported: {', '.join(_PLATFORMS)}"
+        )
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+    # Without hatchling here, pip fetches it into an isolated build environment.
+    isolation = ["--no-build-isolation"] if importlib.util.find_spec("hatchling") else []
+    progress("building the orchestrator wheel")
+    _run(
+        [*pip, "wheel", "-q", "--no-deps", *isolation, "-w", str(wheels), str(root)],
+        "building the orchestrator wheel",
+    )
+    project_wheel = next(wheels.glob("orchestrator-*.whl"))
+    progress(f"downloading dependency wheels for Python {PYTHON_VERSION} ({arch})")
+    platform_args = [arg for p in platforms for arg in ("--platform", p)]
+    _run(
+        [
+            *pip,
+            "download",
+            "-q",
+            "--only-binary=:all:",
+            "--python-version",
+            PYTHON_VERSION,
+            "--implementation",
+            "cp",
+            *platform_args,
+            "-d",
+            str(wheels),
+            str(project_wheel),
+            "pip",
+        ],
+        "downloading wheels",
+    )
+    pip_wheel = next(wheels.glob("pip-*.whl"), None)
+    if pip_wheel is None:
+        raise ImageBuildFailed("pip's wheel was not downloaded")
+    progress(f"{len(list(wheels.glob('*.whl')))} wheels ready")
+    return pip_wheel.name
+
+
+def _run(cmd: list[str], what: str) -> None:
+    result = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if result.returncode != 0:
+        tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
+        raise ImageBuildFailed(
+            f"{what} failed: {' | '.join(tail)}", hint="check that PyPI is reachable from this host"
+        )
+
+
+def agent_tag(repository: str, digest: str) -> str:
+    return f"{repository}:{digest[:12]}"
+
+
+def current_agent_image(
+    client: docker.DockerClient, repository: str
+) -> tuple[str | None, str | None]:
+    """(tag of the image matching today's inputs or None, the base it would use or None).
+
+    Looks only at images already present: never pulls, builds or reaches the network.
+    """
+    root = source_root()
+    from orchestrator.image.base import base_tag
+
+    for base in (REGISTRY_BASE, base_tag()):
+        base_id = _image_id(client, base)
+        if base_id:
+            tag = agent_tag(repository, inputs_hash(root, base_id))
+            return (tag if _image_id(client, tag) else None), base
+    return None, None
+
+
+def build_agent_image(
+    client: docker.DockerClient,
+    repository: str,
+    *,
+    base: str | None = None,
+    offline: bool = False,
+    force: bool = False,
+    progress: Progress = lambda _: None,
+    mirror: str | None = None,
+) -> BuildResult:
+    """Build (or find current) the agent image; see the module docstring."""
+    root = source_root()
+    base_ref = resolve_base(client, base=base, offline=offline, progress=progress, mirror=mirror)
+    base_id = _image_id(client, base_ref)
+    if base_id is None:
+        raise ImageBuildFailed(f"base image {base_ref} vanished during the build")
+    digest = inputs_hash(root, base_id)
+    tag = agent_tag(repository, digest)
+    existing = _image_id(client, tag)
+    if existing and not force:
+        call_engine("tag image", lambda: client.api.tag(existing, repository, "latest"))
+        return BuildResult(tag, existing, digest, base_ref, built=False)
+
+    progress(f"building {tag} on {base_ref}")
+    with tempfile.TemporaryDirectory(prefix="orchestrator-image-") as tmp:
+        context = Path(tmp)
+        shutil.copytree(root / "images/agent", context, dirs_exist_ok=True)
+        wheels = context / "wheels"
+        wheels.mkdir()
+        arch = str(call_engine("engine info", client.info).get("Architecture", "x86_64"))
+        pip_wheel = _download_wheels(root, wheels, arch, progress)
+        image_id = _docker_build(client, context, tag, base_ref, pip_wheel, digest, progress)
+    call_engine("tag image", lambda: client.api.tag(image_id, repository, "latest"))
+    _prune_old(client, repository, keep=tag, progress=progress)
+    return BuildResult(tag, image_id, digest, base_ref, built=True)
+
+
+def _docker_build(
+    client: docker.DockerClient,
+    context: Path,
+    tag: str,
+    base_ref: str,
+    pip_wheel: str,
+    digest: str,
+    progress: Progress,
+) -> str:
+    from docker.errors import APIError
+
+    _repository, _, _version = tag.partition(":")
+    try:
+        stream = client.api.build(
+            path=str(context),
+            tag=tag,
+            rm=True,
+            forcerm=True,
+            pull=False,
+            decode=True,
+            network_mode="none",
+            buildargs={"BASE_IMAGE": base_ref, "PIP_WHEEL": pip_wheel},
+            labels={ROLE_LABEL: "agent", INPUTS_LABEL: digest},
+        )
+        image_id = None
+        for chunk in stream:
+            if "error" in chunk:
+                detail = chunk.get("errorDetail", {}).get("message") or chunk["error"]
+                raise ImageBuildFailed(f"docker build of {tag} failed: {detail.strip()}")
+            line = str(chunk.get("stream", "")).rstrip()
+            if line.startswith("Step "):
+                progress(f"  {line}")
+            aux = chunk.get("aux")
+            if isinstance(aux, dict) and "ID" in aux:
+                image_id = aux["ID"]
+    except APIError as exc:
+        raise ImageBuildFailed(f"docker build of {tag} failed: {exc.explanation}") from None
+    if image_id is None:
+        found = _image_id(client, tag)
+        if found is None:
+            raise ImageBuildFailed(f"docker build of {tag} produced no image")
+        image_id = found
+    return str(image_id)
+
+
+def _prune_old(client: docker.DockerClient, repository: str, keep: str, progress: Progress) -> None:
+    """Drop older agent-image tags of this repository; images in use are left alone."""
+    from docker.errors import APIError
+
+    for image in client.images.list(name=repository, filters={"label": f"{ROLE_LABEL}=agent"}):
+        for old in image.tags:
+            if old.startswith(f"{repository}:") and old not in (keep, f"{repository}:latest"):
+                try:
+                    client.images.remove(old)
+                    progress(f"removed old image {old}")
+                except (APIError, OrchestratorError):
+                    pass

@@ -1,0 +1,1 @@
+"""Container runtime: the backend interface, the Docker backend, specs, lifecycle, reconcile."""
