@@ -1,0 +1,184 @@
+"""``orchestrator group``: add, list, show and remove agent groups."""
+
+from __future__ import annotations
+
+import click
+
+from orchestrator.cli import CliContext
+from orchestrator.cli.output import human_bytes, print_json, print_table
+from orchestrator.group_config import DEFAULT_MODEL, DEFAULT_PROVIDER, GroupConfig
+from orchestrator.groups import GroupStore, memory_size
+
+pass_cli = click.make_pass_decorator(CliContext)
+
+
+@click.group()
+def group() -> None:
+    """Add, list, show and remove agent groups.
+
+    A group is a folder groups/<folder>/ with a group.yaml and a memory tree; each group
+    runs in its own container and shares nothing with other groups.
+    """
+
+
+@group.command("add")
+@click.argument("name")
+@click.option("--folder", help="Folder under groups/ (default: derived from NAME).")
+@click.option(
+    "--creator",
+    "creators",
+    multiple=True,
+    metavar="ID",
+    help="Sender id trusted to change learned behaviors (repeatable).",
+)
+@click.option(
+    "--member",
+    "members",
+    multiple=True,
+    metavar="ID",
+    help="Sender id allowed to talk to the group (repeatable).",
+)
+@click.option("--provider", default=DEFAULT_PROVIDER, show_default=True, help="Model provider.")
+@click.option("--model", default=DEFAULT_MODEL, show_default=True, help="Model name.")
+@click.option("--json", "as_json", is_flag=True, help="Print the new group as JSON.")
+@pass_cli
+def add(
+    obj: CliContext,
+    name: str,
+    folder: str | None,
+    creators: tuple[str, ...],
+    members: tuple[str, ...],
+    provider: str,
+    model: str,
+    as_json: bool,
+) -> None:
+    """Create a group named NAME: groups/<folder>/group.yaml plus its memory scaffold.
+
+    \b
+    Example:
+      orchestrator group add "Family chat" --creator alice
+    """
+    config = GroupConfig(
+        name=name, provider=provider, model=model, creators=creators, members=members
+    )
+    created = GroupStore(obj.home).add(config, folder)
+    if as_json:
+        print_json(
+            {
+                "folder": created.folder,
+                "path": str(created.path),
+                "config": created.config.to_dict(),
+            }
+        )
+        return
+    click.echo(f"created group {created.config.name!r} in {created.path}")
+    click.echo(f"  edit {created.config_file} to change its settings")
+
+
+@group.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@pass_cli
+def list_(obj: CliContext, as_json: bool) -> None:
+    """List groups, including folders under groups/ whose group.yaml is missing or invalid."""
+    listing = GroupStore(obj.home).listing()
+    if as_json:
+        print_json(
+            [
+                {
+                    "folder": item.folder,
+                    "path": str(item.path),
+                    "valid": item.group is not None,
+                    "name": item.group.config.name if item.group else None,
+                    "provider": item.group.config.provider if item.group else None,
+                    "problem": item.problem,
+                }
+                for item in listing
+            ]
+        )
+        return
+    if not listing:
+        click.echo(f"no groups in {obj.home.groups_dir}; add one with: orchestrator group add NAME")
+        return
+    rows = []
+    for item in listing:
+        if item.group:
+            rows.append((item.folder, item.group.config.name, item.group.config.provider, "ok"))
+        else:
+            rows.append((item.folder, "-", "-", f"INVALID: {item.problem}"))
+    print_table(("FOLDER", "NAME", "PROVIDER", "STATUS"), rows)
+
+
+@group.command("show")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_cli
+def show(obj: CliContext, name: str, as_json: bool) -> None:
+    """Show a group's configuration, paths and memory size. NAME is a folder or display name."""
+    found = GroupStore(obj.home).find(name)
+    size = memory_size(found.memory_dir)
+    paths = {
+        "group": str(found.path),
+        "config": str(found.config_file),
+        "memory": str(found.memory_dir),
+        "sessions": str(found.sessions_dir),
+        "files": str(found.files_dir),
+        "instructions": str(found.instructions_file),
+        "learned_behaviors": str(found.learned_file),
+    }
+    if as_json:
+        print_json(
+            {
+                "folder": found.folder,
+                "config": found.config.to_dict(),
+                "paths": paths,
+                "memory": {"files": size.files, "bytes": size.bytes},
+            }
+        )
+        return
+    config = found.config
+    click.echo(f"{config.name} ({found.folder})")
+    click.echo(f"  provider:        {config.provider} / {config.model}")
+    click.echo(f"  creators:        {', '.join(config.creators) or '-'}")
+    click.echo(f"  members:         {', '.join(config.members) or '-'}")
+    click.echo(f"  unknown senders: {config.unknown_senders}")
+    click.echo(f"  session mode:    {config.session_mode}")
+    c = config.container
+    click.echo(
+        f"  container:       memory {human_bytes(c.memory_bytes)}, cpus {c.cpus:g}, "
+        f"pids {c.pids}, network {c.network}, idle timeout {c.idle_timeout_seconds}s"
+    )
+    click.echo(f"  mounts:          {', '.join(m.name for m in config.mounts) or '-'}")
+    skills = config.skills if isinstance(config.skills, str) else ", ".join(config.skills)
+    click.echo(f"  skills:          {skills}")
+    click.echo(f"  memory:          {size.files} files, {human_bytes(size.bytes)}")
+    for key, value in paths.items():
+        click.echo(f"  {key.replace('_', ' ') + ':':<18}{value}")
+
+
+@group.command("remove")
+@click.argument("name")
+@click.option(
+    "--purge", is_flag=True, help="Delete the group folder and everything in it (memory included)."
+)
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation with --purge.")
+@pass_cli
+def remove(obj: CliContext, name: str, purge: bool, yes: bool) -> None:
+    """Remove a group.
+
+    Without --purge nothing is deleted: groups/<folder>/ (group.yaml, memory, sessions,
+    files) moves to groups/.removed/<folder>-<UTC time>/, where it stays until you delete
+    it; move it back to restore the group. With --purge the folder is deleted for good,
+    after a confirmation unless --yes is given.
+    """
+    store = GroupStore(obj.home)
+    found = store.find(name)
+    if purge and not yes:
+        click.confirm(
+            f"Delete {found.path} with all its memory, sessions and files? This cannot be undone",
+            abort=True,
+        )
+    archived = store.remove(found, purge=purge)
+    if archived is None:
+        click.echo(f"deleted {found.path}")
+    else:
+        click.echo(f"removed group {found.config.name!r}; its data is kept in {archived}")

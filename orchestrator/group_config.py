@@ -1,0 +1,226 @@
+"""``group.yaml``: the schema of one agent group, its defaults, and its validation.
+
+The defaults below are the only place group defaults live; the README documents them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.limits import (
+    DEFAULT_CONTAINER_CPUS,
+    DEFAULT_CONTAINER_MEMORY_BYTES,
+    DEFAULT_CONTAINER_PIDS,
+    DEFAULT_IDLE_TIMEOUT_SECONDS,
+    DEFAULT_NETWORK,
+    GROUP_NAME_MAX_CHARS,
+    MAX_CONTAINER_CPUS,
+    MAX_CONTAINER_PIDS,
+    MIN_CONTAINER_MEMORY_BYTES,
+    MIN_CONTAINER_PIDS,
+    MIN_IDLE_TIMEOUT_SECONDS,
+    SENDER_ID_MAX_CHARS,
+)
+from orchestrator.validate import MappingReader
+from orchestrator.yamldoc import YamlDocument, load_yaml_file, parse_yaml_text
+
+GROUP_FILE = "group.yaml"
+DEFAULT_PROVIDER = "offline"
+DEFAULT_MODEL = "offline-rules"
+UNKNOWN_SENDER_POLICIES = ("drop", "allow")
+SESSION_MODES = ("per-chat", "per-thread", "shared")
+NETWORK_MODES = ("none", "bridge")
+PROVIDER_PATTERN = r"[a-z0-9][a-z0-9_-]{0,39}"
+MOUNT_NAME_PATTERN = r"[a-z0-9][a-z0-9_-]{0,62}"
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+@dataclass(frozen=True)
+class ContainerSettings:
+    memory_bytes: int = DEFAULT_CONTAINER_MEMORY_BYTES
+    cpus: float = DEFAULT_CONTAINER_CPUS
+    pids: int = DEFAULT_CONTAINER_PIDS
+    network: str = DEFAULT_NETWORK
+    idle_timeout_seconds: int = DEFAULT_IDLE_TIMEOUT_SECONDS
+
+
+@dataclass(frozen=True)
+class MountRequest:
+    """An extra host folder the group asks for; honored only through the mount allowlist."""
+
+    host_path: str
+    name: str
+    writable: bool = False
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    name: str
+    provider: str = DEFAULT_PROVIDER
+    model: str = DEFAULT_MODEL
+    creators: tuple[str, ...] = ()
+    members: tuple[str, ...] = ()
+    unknown_senders: str = "drop"
+    session_mode: str = "per-chat"
+    container: ContainerSettings = field(default_factory=ContainerSettings)
+    mounts: tuple[MountRequest, ...] = ()
+    skills: str | tuple[str, ...] = "all"
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["creators"] = list(self.creators)
+        data["members"] = list(self.members)
+        data["mounts"] = [asdict(m) for m in self.mounts]
+        data["skills"] = self.skills if isinstance(self.skills, str) else list(self.skills)
+        return data
+
+
+def parse_size(value: Any) -> int | None:
+    """'512m', '1g', '1048576' or an int -> bytes; None when not a size."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if not isinstance(value, str):
+        return None
+    match = re.fullmatch(r"\s*(\d+)\s*([bkmg]?)i?b?\s*", value.lower())
+    if not match:
+        return None
+    return int(match[1]) * _SIZE_UNITS[match[2]]
+
+
+def parse_duration(value: Any) -> int | None:
+    """'30m', '2h', '90s', '90' or an int -> seconds; None when not a duration."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if not isinstance(value, str):
+        return None
+    match = re.fullmatch(r"\s*(\d+)\s*([smhd]?)\s*", value.lower())
+    if not match:
+        return None
+    return int(match[1]) * _DURATION_UNITS[match[2]]
+
+
+def _container(reader: MappingReader) -> ContainerSettings:
+    reader.reject_unknown(["memory", "cpus", "pids", "network", "idle_timeout"])
+    memory = parse_size(reader.raw("memory", DEFAULT_CONTAINER_MEMORY_BYTES))
+    if memory is None or memory < MIN_CONTAINER_MEMORY_BYTES:
+        raise reader.fail(
+            "memory",
+            f"got {reader.data.get('memory')!r}; expected a size of at least "
+            f"{MIN_CONTAINER_MEMORY_BYTES // 1024**2}m, such as 512m or 1g",
+        )
+    cpus = reader.raw("cpus", DEFAULT_CONTAINER_CPUS)
+    if (
+        isinstance(cpus, bool)
+        or not isinstance(cpus, int | float)
+        or not (0.01 <= cpus <= MAX_CONTAINER_CPUS)
+    ):
+        raise reader.fail(
+            "cpus", f"got {cpus!r}; expected a number from 0.01 to {MAX_CONTAINER_CPUS:g}"
+        )
+    pids = reader.raw("pids", DEFAULT_CONTAINER_PIDS)
+    if (
+        isinstance(pids, bool)
+        or not isinstance(pids, int)
+        or not (MIN_CONTAINER_PIDS <= pids <= MAX_CONTAINER_PIDS)
+    ):
+        raise reader.fail(
+            "pids",
+            f"got {pids!r}; expected a whole number from {MIN_CONTAINER_PIDS} "
+            f"to {MAX_CONTAINER_PIDS}",
+        )
+    idle = parse_duration(reader.raw("idle_timeout", DEFAULT_IDLE_TIMEOUT_SECONDS))
+    if idle is None or idle < MIN_IDLE_TIMEOUT_SECONDS:
+        raise reader.fail(
+            "idle_timeout",
+            f"got {reader.data.get('idle_timeout')!r}; expected a duration of at least "
+            f"{MIN_IDLE_TIMEOUT_SECONDS}s, such as 30m, 2h or 600",
+        )
+    return ContainerSettings(
+        memory_bytes=memory,
+        cpus=float(cpus),
+        pids=pids,
+        network=reader.choice("network", NETWORK_MODES, DEFAULT_NETWORK),
+        idle_timeout_seconds=idle,
+    )
+
+
+def _mounts(reader: MappingReader) -> tuple[MountRequest, ...]:
+    value = reader.raw("mounts", [])
+    if not isinstance(value, list):
+        raise reader.fail("mounts", "must be a list of {host, name, writable} mappings")
+    out: list[MountRequest] = []
+    names: set[str] = set()
+    for index in range(len(value)):
+        item = MappingReader(reader.doc, value[index], (*reader.prefix, "mounts", index))
+        item.reject_unknown(["host", "name", "writable"])
+        host = item.text("host", max_chars=4096)
+        if not host.startswith(("/", "~")):
+            raise item.fail("host", f"got {host!r}; expected an absolute path (or ~/...)")
+        default_name = re.sub(r"[^a-z0-9_-]+", "-", Path(host).name.lower()).strip("-_")
+        name = item.text("name", default_name or None, pattern=MOUNT_NAME_PATTERN)
+        if name in names:
+            raise item.fail("name", f"{name!r} is used by another mount; names must differ")
+        names.add(name)
+        out.append(MountRequest(host, name, item.boolean("writable", False)))
+    return tuple(out)
+
+
+def _skills(reader: MappingReader) -> str | tuple[str, ...]:
+    value = reader.raw("skills", "all")
+    if value == "all":
+        return "all"
+    if not isinstance(value, list) or not all(
+        isinstance(s, str) and re.fullmatch(MOUNT_NAME_PATTERN, s) for s in value
+    ):
+        raise reader.fail(
+            "skills", f"got {value!r}; expected 'all' or a list of skill names such as [search]"
+        )
+    return tuple(value)
+
+
+def group_config_from_doc(doc: YamlDocument) -> GroupConfig:
+    """Validate a parsed group.yaml; raises InvalidConfig naming file:line, key and value."""
+    reader = MappingReader(doc, doc.data)
+    reader.reject_unknown(
+        [
+            "name",
+            "provider",
+            "model",
+            "creators",
+            "members",
+            "unknown_senders",
+            "session_mode",
+            "container",
+            "mounts",
+            "skills",
+        ]
+    )
+    return GroupConfig(
+        name=reader.text("name", max_chars=GROUP_NAME_MAX_CHARS),
+        provider=reader.text("provider", DEFAULT_PROVIDER, pattern=PROVIDER_PATTERN),
+        model=reader.text("model", DEFAULT_MODEL, max_chars=200),
+        creators=reader.id_list("creators", max_chars=SENDER_ID_MAX_CHARS),
+        members=reader.id_list("members", max_chars=SENDER_ID_MAX_CHARS),
+        unknown_senders=reader.choice("unknown_senders", UNKNOWN_SENDER_POLICIES, "drop"),
+        session_mode=reader.choice("session_mode", SESSION_MODES, "per-chat"),
+        container=_container(reader.child("container")),
+        mounts=_mounts(reader),
+        skills=_skills(reader),
+    )
+
+
+def load_group_config(path: Path) -> GroupConfig:
+    return group_config_from_doc(load_yaml_file(path))
+
+
+def parse_group_config(text: str, path: Path) -> GroupConfig:
+    return group_config_from_doc(parse_yaml_text(text, path))

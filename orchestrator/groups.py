@@ -1,0 +1,264 @@
+"""Agent groups on disk: folder names, the group store under ``groups/``, add/list/remove.
+
+A group is ``groups/<folder>/`` holding ``group.yaml``, ``memory/`` (the OKF tree),
+``sessions/``, ``files/``, ``instructions.prepend.md`` and ``learned-behaviors.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import time
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.config import Home
+from orchestrator.errors import GroupExists, GroupNotFound, InvalidConfig, InvalidFolderName
+from orchestrator.fsatomic import fsync_dir
+from orchestrator.group_config import GROUP_FILE, GroupConfig, load_group_config
+from orchestrator.limits import FOLDER_NAME_MAX, FOLDER_NAME_PATTERN, RESERVED_FOLDER_NAMES
+
+REMOVED_DIR = ".removed"
+_FOLDER_RE = re.compile(FOLDER_NAME_PATTERN)
+
+
+def validate_folder_name(folder: str) -> str:
+    """Return ``folder`` when it is a valid group folder name; raise InvalidFolderName."""
+    rule = "use 1-63 of a-z, 0-9, '-' and '_', starting with a letter or digit"
+    if not isinstance(folder, str) or not _FOLDER_RE.fullmatch(folder):
+        shown = repr(folder)
+        if isinstance(folder, str):
+            if folder in ("", ".", "..") or "/" in folder or "\\" in folder:
+                reason = "is a path, not a folder name"
+            elif folder.startswith((".", "-", "_")):
+                reason = "must start with a letter or digit"
+            elif any(c.isupper() for c in folder):
+                reason = "has uppercase letters"
+            elif not folder.isascii():
+                reason = "has non-ASCII characters"
+            elif len(folder) > FOLDER_NAME_MAX:
+                reason = f"is {len(folder)} characters long (at most {FOLDER_NAME_MAX})"
+            else:
+                reason = "has characters outside a-z, 0-9, '-' and '_'"
+        else:
+            reason = "is not text"
+        raise InvalidFolderName(f"group folder {shown} {reason}", hint=rule)
+    if folder in RESERVED_FOLDER_NAMES:
+        raise InvalidFolderName(
+            f"group folder {folder!r} is reserved",
+            hint=f"reserved names: {', '.join(sorted(RESERVED_FOLDER_NAMES))}; pick another",
+        )
+    return folder
+
+
+def folder_from_name(name: str) -> str:
+    """Derive a folder name from a display name ('Família Silva' -> 'familia-silva')."""
+    ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
+    slug = re.sub(r"[^a-z0-9_]+", "-", ascii_name.lower()).strip("-_")
+    slug = slug[:FOLDER_NAME_MAX].rstrip("-_")
+    if not slug:
+        raise InvalidFolderName(
+            f"cannot derive a folder name from {name!r}",
+            hint="pass --folder with 1-63 of a-z, 0-9, '-' and '_'",
+        )
+    return validate_folder_name(slug)
+
+
+@dataclass(frozen=True)
+class Group:
+    """A group with a valid group.yaml."""
+
+    folder: str
+    path: Path
+    config: GroupConfig
+
+    @property
+    def memory_dir(self) -> Path:
+        return self.path / "memory"
+
+    @property
+    def sessions_dir(self) -> Path:
+        return self.path / "sessions"
+
+    @property
+    def files_dir(self) -> Path:
+        return self.path / "files"
+
+    @property
+    def instructions_file(self) -> Path:
+        return self.path / "instructions.prepend.md"
+
+    @property
+    def learned_file(self) -> Path:
+        return self.path / "learned-behaviors.md"
+
+    @property
+    def config_file(self) -> Path:
+        return self.path / GROUP_FILE
+
+
+@dataclass(frozen=True)
+class GroupListing:
+    """One folder under groups/: a valid group, or the reason it is not one."""
+
+    folder: str
+    path: Path
+    group: Group | None
+    problem: str | None
+
+
+@dataclass(frozen=True)
+class MemorySize:
+    files: int
+    bytes: int
+
+
+def memory_size(memory_dir: Path) -> MemorySize:
+    """Count regular files and their bytes under memory/, never following symlinks."""
+    files = size = 0
+    stack = [memory_dir]
+    while stack:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(Path(entry.path))
+            elif entry.is_file(follow_symlinks=False):
+                files += 1
+                size += entry.stat(follow_symlinks=False).st_size
+    return MemorySize(files, size)
+
+
+class GroupStore:
+    """The groups of one home."""
+
+    def __init__(self, home: Home) -> None:
+        self.home = home
+        self.root = home.groups_dir
+
+    def path_of(self, folder: str) -> Path:
+        return self.root / validate_folder_name(folder)
+
+    def load(self, folder: str) -> Group:
+        """Load the group in ``folder``; GroupNotFound or InvalidConfig when it cannot."""
+        path = self.path_of(folder)
+        if path.is_symlink():
+            raise InvalidConfig(
+                f"{path} is a symlink; group folders must be real folders under {self.root}"
+            )
+        config_file = path / GROUP_FILE
+        if not config_file.is_file():
+            if path.is_dir():
+                raise InvalidConfig(
+                    f"{path} has no {GROUP_FILE}",
+                    hint=f"create one with: orchestrator group add NAME --folder {folder}",
+                )
+            raise GroupNotFound(
+                f"no group with folder {folder!r} in {self.root}",
+                hint="list groups with: orchestrator group list",
+            )
+        return Group(folder, path, load_group_config(config_file))
+
+    def listing(self) -> list[GroupListing]:
+        """Every folder under groups/, valid or not, sorted; hidden folders are skipped."""
+        out: list[GroupListing] = []
+        try:
+            entries = sorted(os.scandir(self.root), key=lambda e: e.name)
+        except FileNotFoundError:
+            return out
+        for entry in entries:
+            if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
+                continue
+            path = Path(entry.path)
+            try:
+                group = self.load(entry.name)
+            except (InvalidConfig, InvalidFolderName, GroupNotFound) as exc:
+                out.append(GroupListing(entry.name, path, None, exc.message))
+            else:
+                out.append(GroupListing(entry.name, path, group, None))
+        return out
+
+    def groups(self) -> list[Group]:
+        return [item.group for item in self.listing() if item.group is not None]
+
+    def find(self, name: str) -> Group:
+        """Resolve NAME as a folder first, then as a display name (case-insensitive)."""
+        if _FOLDER_RE.fullmatch(name) and (self.root / name).is_dir():
+            return self.load(name)
+        matches = [g for g in self.groups() if g.config.name.casefold() == name.casefold()]
+        if len(matches) == 1:
+            return matches[0]
+        if len(matches) > 1:
+            folders = ", ".join(g.folder for g in matches)
+            raise GroupNotFound(
+                f"{len(matches)} groups are named {name!r} (folders: {folders})",
+                hint="name the group by its folder",
+            )
+        raise GroupNotFound(
+            f"no group named {name!r} in {self.root}",
+            hint="list groups with: orchestrator group list",
+        )
+
+    def add(self, config: GroupConfig, folder: str | None = None) -> Group:
+        """Create groups/<folder>/ with group.yaml and the memory scaffold."""
+        from orchestrator.memory.scaffold import scaffold_memory
+        from orchestrator.templates import render
+
+        folder = validate_folder_name(folder) if folder else folder_from_name(config.name)
+        self.home.ensure_writable()
+        path = self.root / folder
+        try:
+            os.mkdir(path, 0o755)
+        except FileExistsError:
+            raise GroupExists(
+                f"{path} already exists",
+                hint="pick another --folder, or remove it with: orchestrator group remove",
+            ) from None
+        text = render(
+            "group.yaml.j2", config=config, dumps=lambda v: json.dumps(v, ensure_ascii=False)
+        )
+        # Validate what we are about to write, so a bad flag never leaves a bad file.
+        from orchestrator.group_config import parse_group_config
+
+        try:
+            parse_group_config(text, path / GROUP_FILE)
+        except InvalidConfig:
+            os.rmdir(path)
+            raise
+        fd = os.open(path / GROUP_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        fsync_dir(path)
+        scaffold_memory(path)
+        return self.load(folder)
+
+    def remove(self, group: Group, *, purge: bool) -> Path | None:
+        """Archive groups/<folder>/ under groups/.removed/ (or delete it when ``purge``).
+
+        Returns the archive path, or None when purged.
+        """
+        mode = os.lstat(group.path).st_mode
+        if not stat.S_ISDIR(mode):
+            raise InvalidConfig(f"{group.path} is not a real folder; refusing to remove it")
+        if purge:
+            shutil.rmtree(group.path)
+            return None
+        archive_root = self.root / REMOVED_DIR
+        archive_root.mkdir(exist_ok=True)
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        target = archive_root / f"{group.folder}-{stamp}"
+        suffix = 1
+        while target.exists():
+            suffix += 1
+            target = archive_root / f"{group.folder}-{stamp}-{suffix}"
+        os.rename(group.path, target)
+        fsync_dir(self.root)
+        return target

@@ -1,0 +1,157 @@
+"""Groups on disk and the group CLI."""
+
+from __future__ import annotations
+
+import json
+import string
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from orchestrator.errors import InvalidFolderName
+from orchestrator.groups import folder_from_name, validate_folder_name
+from orchestrator.limits import RESERVED_FOLDER_NAMES
+
+VALID_FIRST = string.ascii_lowercase + string.digits
+VALID_REST = VALID_FIRST + "-_"
+
+
+@given(
+    st.text(alphabet=VALID_FIRST, min_size=1, max_size=1), st.text(alphabet=VALID_REST, max_size=62)
+)
+def test_valid_folder_names_are_accepted(first: str, rest: str) -> None:
+    name = first + rest
+    if name in RESERVED_FOLDER_NAMES:
+        return
+    assert validate_folder_name(name) == name
+
+
+@given(st.text(max_size=80))
+def test_any_accepted_name_is_a_safe_single_path_component(name: str) -> None:
+    try:
+        validate_folder_name(name)
+    except InvalidFolderName as exc:
+        assert exc.hint
+        return
+    assert name.isascii() and name == name.lower()
+    assert "/" not in name and not name.startswith(".") and 1 <= len(name) <= 63
+    assert name not in RESERVED_FOLDER_NAMES
+
+
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        ("..", "is a path"),
+        ("a/b", "is a path"),
+        (".hidden", "must start with"),
+        ("Family", "uppercase"),
+        ("famí", "non-ASCII"),
+        ("a" * 64, "64 characters"),
+        ("a b", "characters outside"),
+        ("", "is a path"),
+        ("state", "is reserved"),
+        ("-x", "must start with"),
+    ],
+)
+def test_bad_folder_names(bad: str, reason: str) -> None:
+    with pytest.raises(InvalidFolderName) as info:
+        validate_folder_name(bad)
+    assert reason in info.value.message
+
+
+@given(st.text(min_size=1, max_size=200))
+def test_derived_folder_is_valid_or_refused(name: str) -> None:
+    try:
+        folder = folder_from_name(name)
+    except InvalidFolderName:
+        return
+    assert validate_folder_name(folder) == folder
+
+
+def test_folder_from_display_name() -> None:
+    assert folder_from_name("Família Silva") == "familia-silva"
+    assert folder_from_name("  ACME Support Bot! ") == "acme-support-bot"
+    with pytest.raises(InvalidFolderName):
+        folder_from_name("日本")
+
+
+def test_add_list_show_remove(run, home: Path) -> None:  # type: ignore[no-untyped-def]
+    result = run("group", "add", "Family Chat", "--creator", "alice", "--creator", "bob")
+    assert result.exit_code == 0, result.output
+    group_dir = home / "groups" / "family-chat"
+    assert (group_dir / "group.yaml").is_file()
+    assert (group_dir / "memory" / "index.md").is_file()
+    assert (group_dir / "memory" / "system" / "definition.md").is_file()
+
+    listed = json.loads(run("group", "list", "--json").stdout)
+    assert listed == [
+        {
+            "folder": "family-chat",
+            "path": str(group_dir),
+            "valid": True,
+            "name": "Family Chat",
+            "provider": "offline",
+            "problem": None,
+        }
+    ]
+
+    shown = json.loads(run("group", "show", "family chat", "--json").stdout)
+    assert shown["config"]["creators"] == ["alice", "bob"]
+    assert shown["memory"]["files"] == 3
+    assert shown["memory"]["bytes"] == sum(
+        p.stat().st_size for p in (group_dir / "memory").rglob("*") if p.is_file()
+    )
+
+    again = run("group", "add", "Family Chat")
+    assert again.exit_code == 2 and "already exists" in again.stderr
+
+    removed = run("group", "remove", "family-chat")
+    assert removed.exit_code == 0
+    assert not group_dir.exists()
+    archived = list((home / "groups" / ".removed").iterdir())
+    assert len(archived) == 1 and archived[0].name.startswith("family-chat-")
+    assert (archived[0] / "memory" / "index.md").is_file()
+    assert json.loads(run("group", "list", "--json").stdout) == []
+
+
+def test_purge_asks_unless_yes(run, home: Path) -> None:  # type: ignore[no-untyped-def]
+    run("group", "add", "Work", "--folder", "work")
+    declined = run("group", "remove", "work", "--purge", input="n\n")
+    assert declined.exit_code == 1
+    assert (home / "groups/work").is_dir()
+    purged = run("group", "remove", "work", "--purge", "--yes")
+    assert purged.exit_code == 0
+    assert not (home / "groups/work").exists()
+    assert not (home / "groups/.removed").exists()
+
+
+def test_list_marks_folders_without_a_valid_group_yaml(run, home: Path) -> None:  # type: ignore[no-untyped-def]
+    run("group", "add", "Good")
+    (home / "groups/no-config").mkdir()
+    (home / "groups/broken").mkdir()
+    (home / "groups/broken/group.yaml").write_text("name: [unclosed\n")
+    (home / "groups/BadName").mkdir()
+    result = run("group", "list")
+    assert result.exit_code == 0
+    lines = {line.split()[0]: line for line in result.stdout.splitlines()[1:]}
+    assert "INVALID" in lines["no-config"] and "has no group.yaml" in lines["no-config"]
+    assert "malformed YAML" in lines["broken"]
+    assert "uppercase" in lines["BadName"]
+    assert lines["good"].endswith("ok")
+
+
+def test_add_rejects_bad_input_and_changes_nothing(run, home: Path) -> None:  # type: ignore[no-untyped-def]
+    for args in (
+        ["X", "--folder", "../evil"],
+        ["X", "--folder", "state"],
+        ["X", "--provider", "Bad Provider"],
+        ["!!!"],
+    ):
+        result = run("group", "add", *args)
+        assert result.exit_code == 2, (args, result.output)
+        assert result.stderr.startswith("error: ")
+    groups = home / "groups"
+    assert not groups.exists() or list(groups.iterdir()) == []
+    assert not (home.parent / "evil").exists()

@@ -1,0 +1,160 @@
+"""The idempotent memory scaffold: never overwrites, exclusive creation, no symlinks."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from pathlib import Path
+
+import pytest
+
+from orchestrator.memory.okf import split_frontmatter
+from orchestrator.memory.scaffold import scaffold_memory
+
+FILES = ("memory/index.md", "memory/system/index.md", "memory/system/definition.md")
+
+
+@pytest.fixture
+def group_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "groups" / "family"
+    path.mkdir(parents=True)
+    return path
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def test_fresh_scaffold_creates_the_tree(group_dir: Path) -> None:
+    report = scaffold_memory(group_dir)
+    assert report.created == ["memory/", "memory/system/", *FILES]
+    assert report.problems == []
+    assert sorted(snapshot(group_dir)) == sorted(FILES)
+    assert not [p for p in group_dir.rglob(".*")], "no temporary files left behind"
+
+
+def test_templates_follow_the_format(group_dir: Path) -> None:
+    scaffold_memory(group_dir)
+    index = (group_dir / "memory/index.md").read_text()
+    front = split_frontmatter(index)
+    assert front.status == "ok" and front.data == {
+        "okf_version": "0.1",
+        "title": "Memory",
+        "description": "Top-level map of this group's memory.",
+    }
+    assert "## Core Memory" in index
+    assert "(system/definition.md)" in index
+    assert "(definition.md)" in (group_dir / "memory/system/index.md").read_text()
+    definition = (group_dir / "memory/system/definition.md").read_text()
+    front = split_frontmatter(definition)
+    assert next(iter(front.data or {})) == "type" and front.data["type"] == "system"
+    for phrase in (
+        "16,000 characters",
+        "instructions.prepend.md",
+        "log.md",
+        "authoritative",
+        "first key is `type`",
+        "Never drop frontmatter fields",
+    ):
+        assert phrase in definition
+
+
+def test_rescaffold_changes_nothing(group_dir: Path) -> None:
+    scaffold_memory(group_dir)
+    (group_dir / "memory/index.md").write_text("my own index")
+    (group_dir / "memory/system/definition.md").write_bytes(b"")
+    (group_dir / "memory/system/index.md").write_text("edited\n")
+    before = snapshot(group_dir)
+    for _ in range(5):
+        report = scaffold_memory(group_dir)
+        assert report.created == [] and report.problems == []
+    assert snapshot(group_dir) == before
+
+
+def test_deleted_file_alone_comes_back(group_dir: Path) -> None:
+    scaffold_memory(group_dir)
+    (group_dir / "memory/index.md").write_text("kept")
+    (group_dir / "memory/system/definition.md").unlink()
+    report = scaffold_memory(group_dir)
+    assert report.created == ["memory/system/definition.md"]
+    assert (group_dir / "memory/index.md").read_text() == "kept"
+
+
+def _scaffold_in_child(args: tuple[str, multiprocessing.synchronize.Barrier]) -> list[str]:
+    path, barrier = args
+    barrier.wait()
+    report = scaffold_memory(Path(path))
+    assert report.problems == []
+    return report.created
+
+
+def test_concurrent_scaffolds_create_each_file_once(tmp_path: Path) -> None:
+    ctx = multiprocessing.get_context("fork")
+    for round_ in range(5):
+        group_dir = tmp_path / f"g{round_}"
+        group_dir.mkdir()
+        workers = 6
+        with ctx.Manager() as manager:
+            barrier = manager.Barrier(workers)
+            with ctx.Pool(workers) as pool:
+                results = pool.map(_scaffold_in_child, [(str(group_dir), barrier)] * workers)
+        created = [path for result in results for path in result]
+        for name in ("memory/", "memory/system/", *FILES):
+            assert created.count(name) == 1, (name, results)
+        assert sorted(snapshot(group_dir)) == sorted(FILES)
+
+
+def test_symlinked_memory_folder_is_never_followed(group_dir: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (group_dir / "memory").symlink_to(outside)
+    report = scaffold_memory(group_dir)
+    assert report.created == []
+    assert report.problems == ["memory is a symlink, not a folder; left untouched"]
+    assert list(outside.iterdir()) == []
+
+
+def test_symlinked_system_folder_and_file(group_dir: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (group_dir / "memory").mkdir()
+    (group_dir / "memory/system").symlink_to(outside)
+    (group_dir / "memory/index.md").symlink_to(outside / "stolen.md")  # dangling
+    report = scaffold_memory(group_dir)
+    assert report.created == []
+    assert sorted(report.problems) == [
+        "memory/index.md is a symlink, not a regular file; left untouched",
+        "memory/system is a symlink, not a folder; left untouched",
+    ]
+    assert list(outside.iterdir()) == []
+    assert os.path.islink(group_dir / "memory/index.md")
+
+
+def test_non_regular_entries_are_reported_and_the_rest_is_created(group_dir: Path) -> None:
+    (group_dir / "memory/system").mkdir(parents=True)
+    (group_dir / "memory/index.md").mkdir()
+    report = scaffold_memory(group_dir)
+    assert report.problems == ["memory/index.md is a folder, not a regular file; left untouched"]
+    assert report.created == ["memory/system/index.md", "memory/system/definition.md"]
+
+
+def test_memory_as_a_file(group_dir: Path) -> None:
+    (group_dir / "memory").write_text("not a folder")
+    report = scaffold_memory(group_dir)
+    assert report.problems == ["memory is a regular file, not a folder; left untouched"]
+    assert (group_dir / "memory").read_text() == "not a folder"
+
+
+def test_cli_scaffold_reports_created_and_nothing(run, home: Path) -> None:  # type: ignore[no-untyped-def]
+    run("group", "add", "Fam")
+    assert run("memory", "scaffold", "fam").stdout.strip() == (
+        "nothing to create: the memory tree is complete"
+    )
+    (home / "groups/fam/memory/system/index.md").unlink()
+    result = run("memory", "scaffold", "fam")
+    assert result.stdout.strip() == "created memory/system/index.md"
+    (home / "groups/fam/memory/index.md").unlink()
+    (home / "groups/fam/memory/index.md").symlink_to("/etc/passwd")
+    result = run("memory", "scaffold", "fam")
+    assert result.exit_code == 1
+    assert "memory/index.md is a symlink" in result.stderr
