@@ -1,0 +1,53 @@
+"""python -m bench [--quick] [NAME ...]: run benchmarks, print and save their results."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+
+from bench import image, memory
+from bench.harness import Result, fmt, markdown, save
+
+BENCHMARKS: dict[str, Callable[[bool], Result]] = {
+    image.NAME: image.run,
+    memory.SCAFFOLD: memory.scaffold_complete,
+    memory.LINT: memory.lint_large,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer rounds (under 2 minutes)")
+    parser.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help=f"benchmarks to run (default: all): {', '.join(BENCHMARKS)}",
+    )
+    args = parser.parse_args(argv)
+    unknown = [n for n in args.names if n not in BENCHMARKS]
+    if unknown:
+        parser.error(f"unknown benchmark {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")
+    results = []
+    for name in args.names or list(BENCHMARKS):
+        started = time.monotonic()
+        print(f"running {name} ...", file=sys.stderr, flush=True)
+        result = BENCHMARKS[name](args.quick)
+        print(
+            f"  {name}: target {fmt(result.target.median)}, floor "
+            f"{fmt(result.floor.median)}, ratio {result.ratio:.2f}x "
+            f"({time.monotonic() - started:.0f}s)",
+            file=sys.stderr,
+            flush=True,
+        )
+        results.append(result)
+    path = save(results)
+    print(markdown(results))
+    print(f"saved {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

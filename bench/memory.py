@@ -1,0 +1,93 @@
+"""Memory benchmarks: scaffold of complete trees, and lint of a large tree."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from bench.harness import Result, interleaved
+
+SCAFFOLD = "scaffold-complete"
+LINT = "memory-lint"
+
+
+def scaffold_complete(quick: bool) -> Result:
+    """Scaffold of 1,000 already-complete groups against os.stat of the same paths."""
+    from orchestrator.memory.scaffold import SCAFFOLD_FILES, scaffold_memory
+
+    with tempfile.TemporaryDirectory(prefix="bench-scaffold-") as tmp:
+        groups = [Path(tmp) / f"g{i:04d}" for i in range(1000)]
+        for group in groups:
+            group.mkdir()
+            scaffold_memory(group)
+        paths = [
+            group / "memory" / sub / name if sub else group / "memory" / name
+            for group in groups
+            for sub, name, _ in SCAFFOLD_FILES
+        ]
+
+        def target() -> None:
+            for group in groups:
+                scaffold_memory(group)
+
+        def floor() -> None:
+            for path in paths:
+                os.stat(path)
+
+        t, f = interleaved(
+            target,
+            floor,
+            5 if quick else 30,
+            target_label="scaffold 1,000 complete groups",
+            floor_label="os.stat of their 3,000 files",
+        )
+    return Result(SCAFFOLD, t, f)
+
+
+def _make_tree(root: Path, files: int) -> None:
+    from orchestrator.memory.scaffold import scaffold_memory
+
+    scaffold_memory(root)
+    memory = root / "memory"
+    per_folder = 100
+    links = []
+    for i in range(files):
+        folder = memory / f"topic-{i // per_folder:03d}"
+        if i % per_folder == 0:
+            folder.mkdir()
+            links.append(f"- [topic {i // per_folder}]({folder.name}/index.md)")
+        body = f"---\ntype: note\ntitle: Note {i}\n---\n\n# Note {i}\n\n" + "Some text. " * 40
+        (folder / f"note-{i:05d}.md").write_text(body)
+    for folder in sorted(memory.glob("topic-*")):
+        entries = "\n".join(f"- [{p.stem}]({p.name})" for p in sorted(folder.glob("note-*")))
+        (folder / "index.md").write_text(f"# {folder.name}\n\n{entries}\n")
+    with open(memory / "index.md", "a") as handle:
+        handle.write("\n".join(links) + "\n")
+
+
+def lint_large(quick: bool) -> Result:
+    """memory lint on a 10,000-file tree against reading every file of it."""
+    from orchestrator.memory.lint import lint_memory
+
+    with tempfile.TemporaryDirectory(prefix="bench-lint-") as tmp:
+        _make_tree(Path(tmp), 10_000)
+        memory = Path(tmp) / "memory"
+        report = lint_memory(memory)
+        assert not report.findings, report.findings[:3]
+
+        def target() -> None:
+            lint_memory(memory)
+
+        def floor() -> None:
+            for path in memory.rglob("*.md"):
+                path.read_bytes()
+
+        t, f = interleaved(
+            target,
+            floor,
+            3 if quick else 10,
+            target_label="memory lint, 10,000 files",
+            floor_label="read every file",
+        )
+    return Result(LINT, t, f, extra={"files": report.files_checked})
