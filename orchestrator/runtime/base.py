@@ -1,0 +1,120 @@
+"""The container backend interface: what the lifecycle and reconcile logic need of an engine.
+
+Docker (``runtime/docker.py``) is the first backend; a fake (``runtime/fake.py``) serves
+unit tests of the logic above it. A Kubernetes backend would implement the same methods.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+LABEL_PROJECT = "org.orchestrator.project"
+LABEL_GROUP = "org.orchestrator.group"
+LABEL_CONFIG_HASH = "org.orchestrator.config-hash"
+
+
+@dataclass(frozen=True)
+class BindMount:
+    source: str  # absolute host path; it exists before the container is created
+    target: str  # path inside the container
+    read_only: bool
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """Everything the engine needs to create one group container. A pure value."""
+
+    name: str
+    image: str
+    command: tuple[str, ...]
+    user: str
+    labels: Mapping[str, str]
+    mounts: tuple[BindMount, ...]
+    environment: Mapping[str, str]
+    tmpfs: Mapping[str, str]
+    working_dir: str
+    hostname: str
+    network_mode: str
+    memory_bytes: int
+    nano_cpus: int
+    pids_limit: int
+    read_only_rootfs: bool = True
+    init: bool = True
+    cap_drop: tuple[str, ...] = ("ALL",)
+    security_opt: tuple[str, ...] = ("no-new-privileges",)
+
+
+@dataclass(frozen=True)
+class ContainerInfo:
+    """What the engine reports about one container."""
+
+    name: str
+    id: str
+    state: str  # created | running | paused | restarting | removing | exited | dead
+    labels: Mapping[str, str] = field(default_factory=dict)
+    started_at: float | None = None  # unix time
+    image: str = ""
+
+    @property
+    def running(self) -> bool:
+        return self.state == "running"
+
+    @property
+    def group(self) -> str | None:
+        return self.labels.get(LABEL_GROUP)
+
+    @property
+    def config_hash(self) -> str | None:
+        return self.labels.get(LABEL_CONFIG_HASH)
+
+
+@dataclass(frozen=True)
+class ContainerEvent:
+    """A container state change, or ``resync`` after a stream was re-established."""
+
+    action: str  # start | die | stop | destroy | create | kill | oom | resync | ...
+    name: str | None
+    labels: Mapping[str, str]
+    time: float
+
+
+class ContainerBackend(abc.ABC):
+    """Create, start, stop, remove, list by labels, inspect, logs, events, memory use."""
+
+    @abc.abstractmethod
+    def create(self, spec: ContainerSpec) -> ContainerInfo: ...
+
+    @abc.abstractmethod
+    def start(self, name: str) -> None: ...
+
+    @abc.abstractmethod
+    def stop(self, name: str, timeout: int = 10) -> None: ...
+
+    @abc.abstractmethod
+    def remove(self, name: str) -> None:
+        """Remove the container (forcing a running one); a missing one is not an error."""
+
+    @abc.abstractmethod
+    def inspect(self, name: str) -> ContainerInfo | None: ...
+
+    @abc.abstractmethod
+    def list(self, labels: Mapping[str, str]) -> list[ContainerInfo]:
+        """All containers (any state) carrying every one of ``labels``."""
+
+    @abc.abstractmethod
+    def logs(self, name: str, *, follow: bool = False, tail: int | None = None) -> Iterator[str]:
+        """Log lines; with ``follow`` the stream is re-established if it ends early."""
+
+    @abc.abstractmethod
+    def events(self, labels: Mapping[str, str]) -> Iterator[ContainerEvent]:
+        """Container events; after a stream ends a ``resync`` event asks to re-list."""
+
+    @abc.abstractmethod
+    def memory_usage(self, name: str) -> int | None:
+        """Bytes of memory the running container uses, or None."""
+
+    def engine_facts(self) -> dict[str, object]:
+        """Facts that change how containers must run (rootless, podman)."""
+        return {}
