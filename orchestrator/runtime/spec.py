@@ -1,0 +1,129 @@
+"""The container of one group, as a pure function of its inputs.
+
+What is mounted, as whom it runs, which limits and which network: decided here from
+data alone, and unit-tested without an engine. Nothing of the host is visible but the
+mounts listed in ``group_mounts``: no Docker socket, no other group, no project tree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from orchestrator.groups import Group
+from orchestrator.limits import CONTAINER_TMPFS_BYTES
+from orchestrator.runtime.base import (
+    LABEL_CONFIG_HASH,
+    LABEL_GROUP,
+    LABEL_PROJECT,
+    BindMount,
+    ContainerSpec,
+)
+
+AGENT_DIR = "/workspace/agent"
+SKILLS_DIR = "/workspace/skills"
+EXTRA_DIR = "/workspace/extra"
+RUNTIME_DIR = "/run/orchestrator"
+CONTAINER_HOME = "/home/agent"
+# Until the in-container runner exists, the container's main process only keeps it up.
+IDLE_COMMAND = ("sleep", "infinity")
+
+
+def container_name(project: str, folder: str) -> str:
+    return f"{project}-{folder}"
+
+
+def run_as(
+    owner_uid: int, owner_gid: int, fallback: tuple[int, int], rootless: bool
+) -> tuple[int, int]:
+    """The uid:gid a group's container runs as.
+
+    The owner of the group folder, so files the agent writes belong to that owner; never
+    root: a root-owned folder gets the unprivileged fallback. A rootless engine maps its
+    container root to the unprivileged user who runs it, so there 0:0 is that user.
+    """
+    if rootless:
+        return 0, 0
+    if owner_uid == 0:
+        return fallback
+    return owner_uid, owner_gid
+
+
+def group_mounts(
+    group: Group,
+    runtime_dir: Path,
+    skills_root: Path | None,
+    extra: tuple[BindMount, ...] = (),
+) -> tuple[BindMount, ...]:
+    """Exactly the mounts of the ARCHITECTURE table, in a fixed order."""
+    mounts = [
+        BindMount(str(group.memory_dir), f"{AGENT_DIR}/memory", read_only=False),
+        BindMount(str(group.sessions_dir), f"{AGENT_DIR}/sessions", read_only=False),
+        BindMount(str(group.files_dir), f"{AGENT_DIR}/files", read_only=False),
+        BindMount(str(group.instructions_file), f"{AGENT_DIR}/instructions.prepend.md", True),
+        BindMount(str(group.learned_file), f"{AGENT_DIR}/learned-behaviors.md", True),
+        BindMount(str(runtime_dir), RUNTIME_DIR, read_only=False),
+    ]
+    if skills_root is not None:
+        if group.config.skills == "all":
+            mounts.append(BindMount(str(skills_root), SKILLS_DIR, read_only=True))
+        else:
+            mounts.extend(
+                BindMount(str(skills_root / name), f"{SKILLS_DIR}/{name}", read_only=True)
+                for name in group.config.skills
+            )
+    mounts.extend(extra)
+    return tuple(mounts)
+
+
+def container_spec(
+    *,
+    project: str,
+    group: Group,
+    image: str,
+    user: tuple[int, int],
+    runtime_dir: Path,
+    skills_root: Path | None,
+    extra_mounts: tuple[BindMount, ...] = (),
+) -> ContainerSpec:
+    """The full, hardened spec of ``group``'s container, labelled with its config hash."""
+    uid, gid = user
+    settings = group.config.container
+    tmpfs_size = CONTAINER_TMPFS_BYTES
+    spec = ContainerSpec(
+        name=container_name(project, group.folder),
+        image=image,
+        command=IDLE_COMMAND,
+        user=f"{uid}:{gid}",
+        labels={LABEL_PROJECT: project, LABEL_GROUP: group.folder},
+        mounts=group_mounts(group, runtime_dir, skills_root, extra_mounts),
+        environment={
+            "HOME": CONTAINER_HOME,
+            "ORCHESTRATOR_GROUP": group.folder,
+            "ORCHESTRATOR_AGENT_DIR": AGENT_DIR,
+        },
+        tmpfs={
+            "/tmp": f"rw,nosuid,nodev,size={tmpfs_size},mode=1777",
+            CONTAINER_HOME: f"rw,nosuid,nodev,size={tmpfs_size},mode=0700,uid={uid},gid={gid}",
+        },
+        working_dir=AGENT_DIR,
+        hostname=group.folder,
+        network_mode="bridge" if settings.network == "bridge" else "none",
+        memory_bytes=settings.memory_bytes,
+        nano_cpus=round(settings.cpus * 1e9),
+        pids_limit=settings.pids,
+    )
+    labels = {**spec.labels, LABEL_CONFIG_HASH: config_hash(spec)}
+    return replace(spec, labels=labels)
+
+
+def config_hash(spec: ContainerSpec) -> str:
+    """sha256 of the spec as sorted JSON, leaving out the hash label itself."""
+    data = asdict(spec)
+    data["labels"] = {k: v for k, v in spec.labels.items() if k != LABEL_CONFIG_HASH}
+    data["environment"] = dict(spec.environment)
+    data["tmpfs"] = dict(spec.tmpfs)
+    encoded = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(encoded).hexdigest()

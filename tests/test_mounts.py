@@ -1,0 +1,144 @@
+"""The mount allowlist: every refusal says why; nothing outside an allowed root."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import InvalidConfig, MountRefused
+from orchestrator.group_config import MountRequest
+from orchestrator.runtime.mounts import resolve_mounts
+
+
+@pytest.fixture
+def setup(tmp_path: Path):  # type: ignore[no-untyped-def]
+    home = tmp_path / "home"
+    home.mkdir()
+    shared = tmp_path / "shared"
+    (shared / "docs").mkdir(parents=True)
+    (shared / "rw").mkdir()
+    allowlist = tmp_path / "config" / "mount-allowlist.yaml"
+    allowlist.parent.mkdir()
+    allowlist.write_text(
+        f"roots:\n  - path: {shared}\n  - path: {shared / 'rw'}\n    writable: true\n"
+    )
+    return home, shared, allowlist
+
+
+def resolve(setup, *requests: MountRequest):  # type: ignore[no-untyped-def]
+    home, _, allowlist = setup
+    return resolve_mounts(requests, allowlist_path=allowlist, home_root=home)
+
+
+def refusal(setup, request: MountRequest) -> str:  # type: ignore[no-untyped-def]
+    with pytest.raises(MountRefused) as info:
+        resolve(setup, request)
+    return info.value.message
+
+
+def test_allowed_mounts(setup) -> None:  # type: ignore[no-untyped-def]
+    _, shared, _ = setup
+    (mount,) = resolve(setup, MountRequest(str(shared / "docs"), "docs"))
+    assert (mount.source, mount.target, mount.read_only) == (
+        str(shared / "docs"),
+        "/workspace/extra/docs",
+        True,
+    )
+    (rw,) = resolve(setup, MountRequest(str(shared / "rw"), "rw", writable=True))
+    assert rw.read_only is False
+
+
+def test_no_requests_need_no_allowlist(tmp_path: Path) -> None:
+    assert resolve_mounts((), allowlist_path=tmp_path / "none.yaml", home_root=tmp_path) == ()
+
+
+def test_missing_allowlist(setup, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    home, shared, _ = setup
+    with pytest.raises(MountRefused, match="no mount allowlist at"):
+        resolve_mounts(
+            (MountRequest(str(shared), "s"),),
+            allowlist_path=tmp_path / "missing.yaml",
+            home_root=home,
+        )
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        ".ssh",
+        ".aws",
+        ".env",
+        "id_rsa",
+        "id_ed25519.pub",
+        "credentials",
+        "server.pem",
+        "tls.key",
+        ".kube",
+        ".docker",
+    ],
+)
+def test_blocked_names(setup, name: str) -> None:  # type: ignore[no-untyped-def]
+    _, shared, _ = setup
+    target = shared / name
+    target.mkdir()
+    assert "never mounted" in refusal(setup, MountRequest(str(target), "x"))
+
+
+def test_folder_holding_a_secret_is_refused(setup) -> None:  # type: ignore[no-untyped-def]
+    _, shared, _ = setup
+    (shared / "docs" / ".env").write_text("TOKEN=1")
+    message = refusal(setup, MountRequest(str(shared / "docs"), "docs"))
+    assert "holds '.env'" in message
+
+
+def test_symlink_escaping_the_root(setup, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _, shared, _ = setup
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (shared / "link").symlink_to(outside)
+    message = refusal(setup, MountRequest(str(shared / "link"), "link"))
+    assert f"{outside} is not under an allowlisted root" in message
+
+
+def test_dotdot_is_refused(setup) -> None:  # type: ignore[no-untyped-def]
+    _, shared, _ = setup
+    assert "'..' is not allowed" in refusal(
+        setup, MountRequest(str(shared / "docs" / ".." / "docs"), "d")
+    )
+
+
+def test_write_requested_but_not_allowed(setup) -> None:  # type: ignore[no-untyped-def]
+    _, shared, _ = setup
+    message = refusal(setup, MountRequest(str(shared / "docs"), "d", writable=True))
+    assert "allows read-only mounts only" in message
+
+
+def test_orchestrator_home_is_never_mounted(setup, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    home, _, allowlist = setup
+    allowlist.write_text(f"roots:\n  - path: {tmp_path}\n")
+    message = refusal(setup, MountRequest(str(home), "home"))
+    assert "the orchestrator's own files" in message
+    # an ancestor of the home would expose it too
+    assert "the orchestrator's own files" in refusal(setup, MountRequest(str(tmp_path), "all"))
+
+
+def test_not_existing_path(setup) -> None:  # type: ignore[no-untyped-def]
+    _, shared, _ = setup
+    assert "does not exist" in refusal(setup, MountRequest(str(shared / "nope"), "n"))
+
+
+def test_allowlist_inside_home_is_an_error(setup) -> None:  # type: ignore[no-untyped-def]
+    home, shared, _ = setup
+    inside = home / "allow.yaml"
+    inside.write_text(f"roots: [{{path: {shared}}}]\n")
+    with pytest.raises(InvalidConfig, match="must live outside the orchestrator home"):
+        resolve_mounts((MountRequest(str(shared), "s"),), allowlist_path=inside, home_root=home)
+
+
+def test_bad_allowlist_names_the_line(setup) -> None:  # type: ignore[no-untyped-def]
+    _, shared, allowlist = setup
+    allowlist.write_text("roots:\n  - path: relative\n")
+    with pytest.raises(InvalidConfig) as info:
+        resolve(setup, MountRequest(str(shared), "s"))
+    assert info.value.message.startswith(f"{allowlist}:2: roots[0].path: got 'relative'")

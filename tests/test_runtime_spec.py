@@ -1,0 +1,136 @@
+"""The container spec and the reconcile plan: pure functions, no engine."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from orchestrator.group_config import ContainerSettings, GroupConfig
+from orchestrator.groups import Group
+from orchestrator.runtime.base import LABEL_CONFIG_HASH, BindMount, ContainerInfo
+from orchestrator.runtime.reconcile import plan_reconcile
+from orchestrator.runtime.spec import config_hash, container_spec, run_as
+
+GROUP = Group("fam", Path("/home/h/groups/fam"), GroupConfig(name="Fam"))
+
+
+def spec(group: Group = GROUP, **kw):  # type: ignore[no-untyped-def]
+    args = {
+        "project": "orchestrator",
+        "group": group,
+        "image": "orchestrator-agent:abc",
+        "user": (1000, 1000),
+        "runtime_dir": Path("/home/h/state/run/fam"),
+        "skills_root": Path("/src/skills"),
+    }
+    args.update(kw)
+    return container_spec(**args)
+
+
+def test_mounts_are_exactly_the_table() -> None:
+    mounts = {(m.source, m.target, m.read_only) for m in spec().mounts}
+    assert mounts == {
+        ("/home/h/groups/fam/memory", "/workspace/agent/memory", False),
+        ("/home/h/groups/fam/sessions", "/workspace/agent/sessions", False),
+        ("/home/h/groups/fam/files", "/workspace/agent/files", False),
+        (
+            "/home/h/groups/fam/instructions.prepend.md",
+            "/workspace/agent/instructions.prepend.md",
+            True,
+        ),
+        ("/home/h/groups/fam/learned-behaviors.md", "/workspace/agent/learned-behaviors.md", True),
+        ("/home/h/state/run/fam", "/run/orchestrator", False),
+        ("/src/skills", "/workspace/skills", True),
+    }
+    assert not any("docker.sock" in m.source for m in spec().mounts)
+
+
+def test_listed_skills_are_mounted_one_by_one() -> None:
+    group = replace(GROUP, config=replace(GROUP.config, skills=("search", "notes")))
+    targets = {m.target: m.read_only for m in spec(group).mounts if "skills" in m.target}
+    assert targets == {"/workspace/skills/search": True, "/workspace/skills/notes": True}
+
+
+def test_hardening_and_limits() -> None:
+    s = spec()
+    assert s.name == "orchestrator-fam"
+    assert s.user == "1000:1000"
+    assert s.cap_drop == ("ALL",)
+    assert s.security_opt == ("no-new-privileges",)
+    assert s.read_only_rootfs and s.init
+    assert s.network_mode == "none"
+    assert s.memory_bytes == 512 * 1024**2 and s.pids_limit == 256 and s.nano_cpus == 10**9
+    assert set(s.tmpfs) == {"/tmp", "/home/agent"}
+    assert "uid=1000,gid=1000" in s.tmpfs["/home/agent"]
+    bridge = replace(
+        GROUP, config=replace(GROUP.config, container=ContainerSettings(network="bridge"))
+    )
+    assert spec(bridge).network_mode == "bridge"
+
+
+def test_labels_and_config_hash() -> None:
+    s = spec()
+    assert s.labels["org.orchestrator.project"] == "orchestrator"
+    assert s.labels["org.orchestrator.group"] == "fam"
+    assert s.labels[LABEL_CONFIG_HASH] == config_hash(s)
+    assert spec().labels == s.labels  # deterministic
+    assert spec(image="orchestrator-agent:def").labels[LABEL_CONFIG_HASH] != config_hash(s)
+    more_memory = replace(
+        GROUP, config=replace(GROUP.config, container=ContainerSettings(memory_bytes=1024**3))
+    )
+    assert spec(more_memory).labels[LABEL_CONFIG_HASH] != config_hash(s)
+    extra = (BindMount("/srv/docs", "/workspace/extra/docs", True),)
+    assert spec(extra_mounts=extra).labels[LABEL_CONFIG_HASH] != config_hash(s)
+
+
+def test_two_projects_never_collide() -> None:
+    assert spec(project="a").name != spec(project="b").name
+
+
+def test_run_as_never_root() -> None:
+    assert run_as(1000, 1001, (10001, 10001), rootless=False) == (1000, 1001)
+    assert run_as(0, 0, (10001, 10001), rootless=False) == (10001, 10001)
+    assert run_as(0, 0, (10001, 10001), rootless=True) == (0, 0)
+
+
+def info(
+    name: str,
+    folder: str | None,
+    state: str = "running",
+    digest: str = "h1",
+    started: float = 1000.0,
+) -> ContainerInfo:
+    labels = {"org.orchestrator.project": "p", LABEL_CONFIG_HASH: digest}
+    if folder:
+        labels["org.orchestrator.group"] = folder
+    return ContainerInfo(name, name, state, labels, started if state == "running" else None)
+
+
+def test_reconcile_plan() -> None:
+    containers = [
+        info("p-a", "a"),  # current -> adopt
+        info("p-b", "b", digest="old"),  # drifted -> recreate
+        info("p-c", "c", state="exited"),  # exited -> remove
+        info("p-gone", "gone"),  # group removed -> orphan
+        info("p-nolabel", None),  # no group label -> orphan
+        info("p-d", "d", digest="x"),  # desired unknown -> keep
+        info("p-e", "e", started=0.0),  # idle past timeout -> stop
+    ]
+    desired = {"a": "h1", "b": "h1", "c": "h1", "d": None, "e": "h1", "f": "h1"}
+    plan = plan_reconcile(
+        containers,
+        desired,
+        last_activity={"a": 1990.0, "e": 100.0},
+        idle_timeouts={"a": 60, "b": 60, "e": 600},
+        now=2000.0,
+    )
+    assert [(a.kind, a.container) for a in plan] == [
+        ("adopt", "p-a"),
+        ("recreate", "p-b"),
+        ("remove", "p-c"),
+        ("adopt", "p-d"),
+        ("stop-idle", "p-e"),
+        ("remove-orphan", "p-gone"),
+        ("remove-orphan", "p-nolabel"),
+    ]
+    assert plan_reconcile([], desired, last_activity={}, idle_timeouts={}, now=0) == []
