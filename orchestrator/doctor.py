@@ -84,6 +84,75 @@ def check_image(client: docker.DockerClient | None, repository: str) -> Check:
     )
 
 
+def check_containers(home: Home, client: docker.DockerClient | None) -> list[Check]:
+    """Config drift and orphans among this project's containers; rootless or Podman."""
+    if client is None:
+        return [
+            Check(
+                "containers",
+                FAIL,
+                "cannot check: the engine is unreachable",
+                "fix the engine first",
+            )
+        ]
+    from orchestrator.image.agent import agent_image_ref
+    from orchestrator.runtime.docker import DockerBackend
+    from orchestrator.runtime.lifecycle import GroupRuntime, default_skills_root
+    from orchestrator.runtime.reconcile import RECREATE, REMOVE, REMOVE_ORPHAN
+
+    config = home.load_config()
+    backend = DockerBackend(client)
+    facts = backend.engine_facts()
+    checks: list[Check] = []
+    if facts.get("rootless"):
+        checks.append(
+            Check(
+                "engine mode",
+                WARN,
+                "rootless engine: containers run as 0:0 "
+                "inside, which the engine maps to the unprivileged user running it",
+            )
+        )
+    elif facts.get("podman"):
+        checks.append(
+            Check("engine mode", WARN, "Podman's Docker API: supported on a best-effort basis")
+        )
+    else:
+        checks.append(
+            Check(
+                "engine mode",
+                OK,
+                "rootful Docker: containers run as the group "
+                f"folder's owner, or {config.unprivileged_uid}:"
+                f"{config.unprivileged_gid} for root-owned folders",
+            )
+        )
+    runtime = GroupRuntime(
+        home,
+        config,
+        backend,
+        lambda: agent_image_ref(client, config.image),
+        skills_root=default_skills_root(),
+        rootless=bool(facts.get("rootless")),
+    )
+    plan = runtime.plan()
+    drifted = [a.container for a in plan if a.kind == RECREATE]
+    orphans = [a.container for a in plan if a.kind == REMOVE_ORPHAN]
+    exited = [a.container for a in plan if a.kind == REMOVE]
+    if drifted or orphans:
+        parts = []
+        if drifted:
+            parts.append(f"config drift: {', '.join(drifted)}")
+        if orphans:
+            parts.append(f"orphans: {', '.join(orphans)}")
+        checks.append(Check("containers", WARN, "; ".join(parts), "run: orchestrator reconcile"))
+    else:
+        running = sum(1 for a in plan if a.kind not in (REMOVE, REMOVE_ORPHAN))
+        extra = f", {len(exited)} exited (removed at reconcile)" if exited else ""
+        checks.append(Check("containers", OK, f"{running} running, none drifted{extra}"))
+    return checks
+
+
 def run_checks(home: Home) -> list[Check]:
     checks = [check_home(home)]
     try:
@@ -102,5 +171,8 @@ def run_checks(home: Home) -> list[Check]:
     )
     engine, client = check_engine()
     checks.append(engine)
-    checks.append(check_image(client, config.image))
+    image_check = check_image(client, config.image)
+    checks.append(image_check)
+    if image_check.status == OK:
+        checks.extend(check_containers(home, client))
     return checks

@@ -23,9 +23,9 @@ def home(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def run(home: Path):  # type: ignore[no-untyped-def]
-    """Invoke the CLI against the test home; returns click's Result."""
-    runner = CliRunner()
+def run(home: Path, test_project: str):  # type: ignore[no-untyped-def]
+    """Invoke the CLI against the test home and test project; returns click's Result."""
+    runner = CliRunner(env={"ORCHESTRATOR_PROJECT": test_project})
 
     def invoke(*args: str, input: str | None = None) -> Result:
         return runner.invoke(cli, ["--home", str(home), *args], input=input, catch_exceptions=False)

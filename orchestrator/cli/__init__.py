@@ -24,7 +24,17 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "group": ("orchestrator.cli.group", "group", "Add, list, show and remove agent groups."),
     "memory": ("orchestrator.cli.memory", "memory", "Scaffold and lint a group's memory tree."),
     "image": ("orchestrator.cli.image", "image", "Build the agent image (offline when needed)."),
-    "doctor": ("orchestrator.cli.doctor", "doctor", "Check the engine, image and home."),
+    "doctor": (
+        "orchestrator.cli.doctor",
+        "doctor",
+        "Check the engine, image, home and containers.",
+    ),
+    "start": ("orchestrator.cli.runtime", "start", "Start a group's container."),
+    "stop": ("orchestrator.cli.runtime", "stop", "Stop a group's container."),
+    "restart": ("orchestrator.cli.runtime", "restart", "Recreate a group's container."),
+    "status": ("orchestrator.cli.runtime", "status", "Show every group's container state."),
+    "logs": ("orchestrator.cli.runtime", "logs", "Print a group container's logs."),
+    "reconcile": ("orchestrator.cli.runtime", "reconcile", "Match containers to groups."),
 }
 
 

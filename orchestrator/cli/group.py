@@ -165,9 +165,10 @@ def show(obj: CliContext, name: str, as_json: bool) -> None:
 def remove(obj: CliContext, name: str, purge: bool, yes: bool) -> None:
     """Remove a group.
 
-    Without --purge nothing is deleted: groups/<folder>/ (group.yaml, memory, sessions,
-    files) moves to groups/.removed/<folder>-<UTC time>/, where it stays until you delete
-    it; move it back to restore the group. With --purge the folder is deleted for good,
+    The group's container is removed first. Without --purge nothing else is deleted:
+    groups/<folder>/ (group.yaml, memory, sessions, files) moves to
+    groups/.removed/<folder>-<UTC time>/, where it stays until you delete it; move it
+    back to restore the group. With --purge the folder is deleted for good,
     after a confirmation unless --yes is given.
     """
     store = GroupStore(obj.home)
@@ -177,8 +178,31 @@ def remove(obj: CliContext, name: str, purge: bool, yes: bool) -> None:
             f"Delete {found.path} with all its memory, sessions and files? This cannot be undone",
             abort=True,
         )
+    _remove_container(obj, found.folder)
     archived = store.remove(found, purge=purge)
     if archived is None:
         click.echo(f"deleted {found.path}")
     else:
         click.echo(f"removed group {found.config.name!r}; its data is kept in {archived}")
+
+
+def _remove_container(obj: CliContext, folder: str) -> None:
+    """Remove the group's container, if the engine can be reached; else say what happens."""
+    from orchestrator.errors import EngineUnreachable
+    from orchestrator.runtime.docker import DockerBackend
+    from orchestrator.runtime.engine import connect
+    from orchestrator.runtime.spec import container_name
+
+    name = container_name(obj.home.load_config().project, folder)
+    try:
+        backend = DockerBackend(connect(timeout=10))
+    except EngineUnreachable as exc:
+        click.echo(
+            f"note: {exc.message}; a container {name}, if any, is removed by the next "
+            "`orchestrator reconcile`",
+            err=True,
+        )
+        return
+    if backend.inspect(name) is not None:
+        backend.remove(name)
+        click.echo(f"removed container {name}")

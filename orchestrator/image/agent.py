@@ -207,6 +207,28 @@ def current_agent_image(
     return None, None
 
 
+def agent_image_ref(client: docker.DockerClient, repository: str) -> str:
+    """The tag containers should run: the image built from the current sources.
+
+    Outside a source checkout (an installed distribution), ``<repository>:latest``.
+    """
+    from orchestrator.errors import ImageMissing
+
+    try:
+        tag, _ = current_agent_image(client, repository)
+    except ImageBuildFailed:
+        latest = f"{repository}:latest"
+        if _image_id(client, latest):
+            return latest
+        tag = None
+    if tag is None:
+        raise ImageMissing(
+            "no agent image matches the current sources",
+            hint="run: orchestrator image build",
+        )
+    return tag
+
+
 def build_agent_image(
     client: docker.DockerClient,
     repository: str,

@@ -1,0 +1,143 @@
+"""Container commands: start, stop, restart, status, logs, reconcile."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import click
+
+from orchestrator.cli import CliContext
+from orchestrator.cli.output import human_bytes, human_seconds, print_json, print_table
+
+if TYPE_CHECKING:
+    from orchestrator.runtime.lifecycle import GroupRuntime
+
+pass_cli = click.make_pass_decorator(CliContext)
+
+
+def open_runtime(obj: CliContext) -> GroupRuntime:
+    """The group runtime on the Docker engine for this home."""
+    from orchestrator.image.agent import agent_image_ref
+    from orchestrator.runtime.docker import DockerBackend
+    from orchestrator.runtime.engine import connect
+    from orchestrator.runtime.lifecycle import GroupRuntime, default_skills_root
+
+    config = obj.home.load_config()
+    client = connect()
+    return GroupRuntime(
+        obj.home,
+        config,
+        DockerBackend(client),
+        lambda: agent_image_ref(client, config.image),
+        skills_root=default_skills_root(),
+    )
+
+
+@click.command()
+@click.argument("name")
+@pass_cli
+def start(obj: CliContext, name: str) -> None:
+    """Start NAME's container (scaffolding its memory first); a no-op when it runs.
+
+    A container whose configuration changed since it was created is recreated.
+    """
+    runtime = open_runtime(obj)
+    group = runtime.store.find(name)
+    info = runtime.ensure_running(group)
+    click.echo(f"{info.name} is running")
+
+
+@click.command()
+@click.argument("name")
+@pass_cli
+def stop(obj: CliContext, name: str) -> None:
+    """Stop NAME's container. Its files stay; the next start or message brings it back."""
+    runtime = open_runtime(obj)
+    group = runtime.store.find(name)
+    if runtime.stop(group):
+        click.echo(f"stopped {runtime.container_name(group)}")
+    else:
+        click.echo(f"{runtime.container_name(group)} was not running")
+
+
+@click.command()
+@click.argument("name")
+@pass_cli
+def restart(obj: CliContext, name: str) -> None:
+    """Remove and recreate NAME's container with the current configuration."""
+    runtime = open_runtime(obj)
+    info = runtime.restart(runtime.store.find(name))
+    click.echo(f"{info.name} is running")
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@pass_cli
+def status(obj: CliContext, as_json: bool) -> None:
+    """Per group: container state, uptime, memory use, config drift, last activity."""
+    runtime = open_runtime(obj)
+    rows = runtime.status()
+    if as_json:
+        print_json([row.to_dict() for row in rows])
+        return
+    if not rows:
+        click.echo("no groups; add one with: orchestrator group add NAME")
+        return
+    now = time.time()
+    print_table(
+        ("GROUP", "CONTAINER", "STATE", "UPTIME", "MEMORY", "DRIFT", "LAST ACTIVITY"),
+        [
+            (
+                r.folder,
+                r.container,
+                r.state,
+                human_seconds(r.uptime_seconds) if r.uptime_seconds is not None else "-",
+                human_bytes(r.memory_bytes) if r.memory_bytes is not None else "-",
+                {True: "yes", False: "no", None: "-"}[r.drift],
+                f"{human_seconds(now - r.last_activity)} ago" if r.last_activity else "never",
+            )
+            for r in rows
+        ],
+    )
+
+
+@click.command()
+@click.argument("name")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new lines.")
+@click.option(
+    "--tail", type=click.IntRange(min=0), default=None, help="Only the last N lines (default: all)."
+)
+@pass_cli
+def logs(obj: CliContext, name: str, follow: bool, tail: int | None) -> None:
+    """Print NAME's container logs (with --follow, re-attaching if the stream breaks)."""
+    runtime = open_runtime(obj)
+    group = runtime.store.find(name)
+    container = runtime.container_name(group)
+    if runtime.backend.inspect(container) is None:
+        click.echo(
+            f"{container} does not exist; start it with: orchestrator start {name}", err=True
+        )
+        raise SystemExit(1)
+    for line in runtime.backend.logs(container, follow=follow, tail=tail):
+        click.echo(line)
+
+
+@click.command()
+@click.option("--dry-run", is_flag=True, help="Print the plan without acting.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@pass_cli
+def reconcile(obj: CliContext, dry_run: bool, as_json: bool) -> None:
+    """Match containers to groups: adopt current ones, recreate changed ones, remove
+    exited ones and orphans, stop idle ones."""
+    runtime = open_runtime(obj)
+    actions = runtime.plan() if dry_run else runtime.reconcile()
+    if as_json:
+        print_json([a.__dict__ for a in actions])
+        return
+    if not actions:
+        click.echo("no containers to reconcile")
+        return
+    print_table(
+        ("ACTION", "CONTAINER", "REASON"), [(a.kind, a.container, a.reason) for a in actions]
+    )

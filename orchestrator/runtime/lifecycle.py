@@ -1,0 +1,310 @@
+"""The lifecycle of group containers: ensure-running, stop, restart, remove, status.
+
+Ensure-running scaffolds the memory tree, prepares the host folders, then creates or
+starts the container and waits until it is up. All runtime state lives in the engine,
+found again by labels; the only host state is the last-activity time of each group.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import orchestrator
+from orchestrator.config import Home, OrchestratorConfig
+from orchestrator.errors import BadInput, EngineError, InvalidConfig, OrchestratorError
+from orchestrator.groups import Group, GroupStore
+from orchestrator.limits import CONTAINER_READY_TIMEOUT_SECONDS
+from orchestrator.memory.scaffold import scaffold_memory
+from orchestrator.runtime.base import (
+    LABEL_CONFIG_HASH,
+    LABEL_PROJECT,
+    ContainerBackend,
+    ContainerInfo,
+    ContainerSpec,
+)
+from orchestrator.runtime.mounts import resolve_mounts
+from orchestrator.runtime.reconcile import Action, apply_plan, plan_reconcile
+from orchestrator.runtime.spec import container_name, container_spec, run_as
+
+ImageResolver = Callable[[], str]
+STATS_CONCURRENCY = 10  # matches the SDK's connection pool size
+
+
+def default_skills_root() -> Path | None:
+    root = Path(orchestrator.__file__).resolve().parent.parent / "skills"
+    return root if root.is_dir() else None
+
+
+def _require_real(path: Path, kind: str) -> None:
+    """Refuse a mount source that is a symlink or of the wrong kind: the engine would
+    follow a symlink and expose whatever it points to."""
+    mode = os.lstat(path).st_mode
+    if stat.S_ISLNK(mode):
+        raise InvalidConfig(
+            f"{path} is a symlink; refusing to mount it into a container",
+            hint="replace it with a real " + kind,
+        )
+    ok = stat.S_ISDIR(mode) if kind == "folder" else stat.S_ISREG(mode)
+    if not ok:
+        raise InvalidConfig(f"{path} is not a {kind}; refusing to mount it")
+
+
+def _give_to(path: Path, uid: int, gid: int) -> None:
+    """Hand ``path`` and everything under it to uid:gid, never following a symlink."""
+    stack = [path]
+    while stack:
+        current = stack.pop()
+        st = os.lstat(current)
+        if (st.st_uid, st.st_gid) != (uid, gid):
+            os.chown(current, uid, gid, follow_symlinks=False)
+        if stat.S_ISDIR(st.st_mode):
+            stack.extend(Path(e.path) for e in os.scandir(current))
+
+
+@dataclass(frozen=True)
+class GroupStatus:
+    folder: str
+    name: str
+    container: str
+    state: str  # running | exited | ... | absent
+    uptime_seconds: float | None
+    memory_bytes: int | None
+    drift: bool | None  # None when unknown (no container, or image not built)
+    last_activity: float | None
+
+    def to_dict(self) -> dict[str, object]:
+        return self.__dict__.copy()
+
+
+class ActivityLog:
+    """Last activity per group: the mtime of state/activity/<folder>."""
+
+    def __init__(self, home: Home) -> None:
+        self.root = home.state_dir / "activity"
+
+    def touch(self, folder: str) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        path = self.root / folder
+        path.touch()
+        os.utime(path)
+
+    def last(self, folder: str) -> float | None:
+        try:
+            return os.stat(self.root / folder).st_mtime
+        except FileNotFoundError:
+            return None
+
+
+class GroupRuntime:
+    def __init__(
+        self,
+        home: Home,
+        config: OrchestratorConfig,
+        backend: ContainerBackend,
+        image: ImageResolver,
+        *,
+        skills_root: Path | None = None,
+        rootless: bool | None = None,
+    ) -> None:
+        self.home = home
+        self.config = config
+        self.backend = backend
+        self.image = image
+        self.store = GroupStore(home)
+        self.activity = ActivityLog(home)
+        self.skills_root = skills_root
+        if rootless is None:
+            rootless = bool(backend.engine_facts().get("rootless"))
+        self.rootless = rootless
+
+    @property
+    def project_labels(self) -> dict[str, str]:
+        return {LABEL_PROJECT: self.config.project}
+
+    def container_name(self, group: Group) -> str:
+        return container_name(self.config.project, group.folder)
+
+    def user_for(self, group: Group) -> tuple[int, int]:
+        st = os.stat(group.path)
+        fallback = (self.config.unprivileged_uid, self.config.unprivileged_gid)
+        return run_as(st.st_uid, st.st_gid, fallback, self.rootless)
+
+    def desired_spec(self, group: Group, image: str | None = None) -> ContainerSpec:
+        """The spec ``group``'s container should have now (reads owner, allowlist)."""
+        extra = resolve_mounts(
+            group.config.mounts,
+            allowlist_path=self.config.mount_allowlist,
+            home_root=self.home.root,
+        )
+        return container_spec(
+            project=self.config.project,
+            group=group,
+            image=image or self.image(),
+            user=self.user_for(group),
+            runtime_dir=self.home.runtime_dir(group.folder),
+            skills_root=self.skills_root,
+            extra_mounts=extra,
+        )
+
+    def prepare_host(self, group: Group, spec: ContainerSpec) -> None:
+        """Scaffold memory, create every mount source, hand writable ones to the user."""
+        _require_real(group.path, "folder")
+        report = scaffold_memory(group.path)
+        if report.problems:
+            raise InvalidConfig(
+                f"memory of group {group.folder!r}: " + "; ".join(report.problems),
+                hint="fix or remove the entries named, then start again",
+            )
+        for folder in (group.sessions_dir, group.files_dir):
+            folder.mkdir(mode=0o755, exist_ok=True)
+        runtime_dir = self.home.runtime_dir(group.folder)
+        runtime_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for path in (group.instructions_file, group.learned_file):
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+                os.close(fd)
+            except FileExistsError:
+                pass
+        for folder in (group.memory_dir, group.sessions_dir, group.files_dir, runtime_dir):
+            _require_real(folder, "folder")
+        for path in (group.instructions_file, group.learned_file):
+            _require_real(path, "file")
+        if self.skills_root is not None and group.config.skills != "all":
+            for name in group.config.skills:
+                if not (self.skills_root / name).is_dir():
+                    raise BadInput(
+                        f"group {group.folder!r} asks for skill {name!r}, which is "
+                        f"not in {self.skills_root}"
+                    )
+        uid, gid = (int(x) for x in spec.user.split(":"))
+        if os.geteuid() == 0 and (uid, gid) != (0, 0):
+            for path in (group.memory_dir, group.sessions_dir, group.files_dir, runtime_dir):
+                _give_to(path, uid, gid)
+
+    def ensure_running(self, group: Group) -> ContainerInfo:
+        """Bring ``group``'s container up with the current spec; return it running."""
+        spec = self.desired_spec(group)
+        self.prepare_host(group, spec)
+        self.activity.touch(group.folder)
+        current = self.backend.inspect(spec.name)
+        if current is not None and current.config_hash != spec.labels.get(LABEL_CONFIG_HASH):
+            self.backend.remove(spec.name)
+            current = None
+        if current is None:
+            try:
+                self.backend.create(spec)
+            except EngineError:
+                # Lost a race with another ensure-running of the same group: use theirs.
+                if self.backend.inspect(spec.name) is None:
+                    raise
+        info = self.backend.inspect(spec.name)
+        if info is not None and not info.running:
+            self.backend.start(spec.name)
+        return self.wait_ready(spec.name)
+
+    def wait_ready(
+        self, name: str, timeout: float = CONTAINER_READY_TIMEOUT_SECONDS
+    ) -> ContainerInfo:
+        """Until the in-container runner exists, ready means the main process is up."""
+        deadline = time.monotonic() + timeout
+        delay = 0.01
+        while True:
+            info = self.backend.inspect(name)
+            if info is not None and info.running:
+                return info
+            if info is not None and info.state in ("exited", "dead"):
+                tail = "\n".join(list(self.backend.logs(name, tail=5)))
+                raise OrchestratorError(
+                    f"container {name} exited while starting" + (f": {tail}" if tail else ""),
+                    hint=f"see: orchestrator logs {name}",
+                )
+            if time.monotonic() > deadline:
+                raise OrchestratorError(f"container {name} not running after {timeout:.0f}s")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+
+    def stop(self, group: Group) -> bool:
+        """Stop the container; False when there was none running."""
+        info = self.backend.inspect(self.container_name(group))
+        if info is None or not info.running:
+            return False
+        self.backend.stop(info.name)
+        return True
+
+    def restart(self, group: Group) -> ContainerInfo:
+        self.backend.remove(self.container_name(group))
+        return self.ensure_running(group)
+
+    def recreate(self, group: Group) -> ContainerInfo:
+        return self.restart(group)
+
+    def remove(self, group_folder: str) -> bool:
+        name = container_name(self.config.project, group_folder)
+        if self.backend.inspect(name) is None:
+            return False
+        self.backend.remove(name)
+        return True
+
+    def _desired_hashes(self, groups: list[Group]) -> dict[str, str | None]:
+        try:
+            image = self.image()
+        except OrchestratorError:
+            return {g.folder: None for g in groups}
+        desired: dict[str, str | None] = {}
+        for group in groups:
+            try:
+                desired[group.folder] = self.desired_spec(group, image).labels[LABEL_CONFIG_HASH]
+            except OrchestratorError:
+                desired[group.folder] = None
+        return desired
+
+    def plan(self, now: float | None = None) -> list[Action]:
+        groups = self.store.groups()
+        known = {item.folder for item in self.store.listing()}
+        desired: dict[str, str | None] = {f: None for f in known}
+        desired.update(self._desired_hashes(groups))
+        return plan_reconcile(
+            self.backend.list(self.project_labels),
+            desired,
+            last_activity={g.folder: self.activity.last(g.folder) for g in groups},
+            idle_timeouts={g.folder: g.config.container.idle_timeout_seconds for g in groups},
+            now=time.time() if now is None else now,
+        )
+
+    def reconcile(self) -> list[Action]:
+        actions = self.plan()
+        apply_plan(actions, self)
+        return actions
+
+    def status(self) -> list[GroupStatus]:
+        containers = {c.group: c for c in self.backend.list(self.project_labels)}
+        groups = self.store.groups()
+        desired = self._desired_hashes(groups)
+        running = [c.name for c in containers.values() if c.running]
+        # A stats call takes about a second on some engines: ask for all at once.
+        with ThreadPoolExecutor(max_workers=STATS_CONCURRENCY) as pool:
+            memory = dict(zip(running, pool.map(self.backend.memory_usage, running), strict=True))
+        out: list[GroupStatus] = []
+        now = time.time()
+        for group in groups:
+            c = containers.get(group.folder)
+            want = desired.get(group.folder)
+            out.append(
+                GroupStatus(
+                    folder=group.folder,
+                    name=group.config.name,
+                    container=self.container_name(group),
+                    state=c.state if c else "absent",
+                    uptime_seconds=now - c.started_at if c and c.started_at else None,
+                    memory_bytes=memory.get(c.name) if c else None,
+                    drift=(c.config_hash != want) if c and want else None,
+                    last_activity=self.activity.last(group.folder),
+                )
+            )
+        return out

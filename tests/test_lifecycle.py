@@ -1,0 +1,123 @@
+"""Lifecycle and reconcile logic above the backend, on the fake backend."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config import Home, OrchestratorConfig
+from orchestrator.errors import InvalidConfig, MountRefused
+from orchestrator.group_config import GroupConfig
+from orchestrator.groups import GroupStore
+from orchestrator.runtime.fake import FakeBackend
+from orchestrator.runtime.lifecycle import GroupRuntime
+
+
+@pytest.fixture
+def runtime(home: Path) -> GroupRuntime:
+    h = Home(home)
+    config = OrchestratorConfig(project="t", mount_allowlist=home.parent / "allow.yaml")
+    GroupStore(h).add(GroupConfig(name="Fam"))
+    return GroupRuntime(h, config, FakeBackend(), lambda: "img:1", skills_root=None)
+
+
+def fake(runtime: GroupRuntime) -> FakeBackend:
+    assert isinstance(runtime.backend, FakeBackend)
+    return runtime.backend
+
+
+def test_ensure_running_prepares_host_then_creates_and_starts(runtime: GroupRuntime) -> None:
+    group = runtime.store.load("fam")
+    info = runtime.ensure_running(group)
+    assert info.running and info.name == "t-fam"
+    assert fake(runtime).calls == [("create", "t-fam"), ("start", "t-fam")]
+    for path in (group.sessions_dir, group.files_dir, runtime.home.runtime_dir("fam")):
+        assert path.is_dir()
+    assert group.instructions_file.read_bytes() == b""
+    assert group.learned_file.read_bytes() == b""
+    if os.geteuid() == 0:  # a root-owned group runs as the unprivileged default
+        assert os.stat(group.memory_dir / "index.md").st_uid == 10001
+        assert fake(runtime).specs["t-fam"].user == "10001:10001"
+    assert runtime.activity.last("fam") is not None
+
+
+def test_ensure_running_is_a_no_op_when_current(runtime: GroupRuntime) -> None:
+    group = runtime.store.load("fam")
+    runtime.ensure_running(group)
+    runtime.ensure_running(group)
+    assert fake(runtime).calls == [("create", "t-fam"), ("start", "t-fam")]
+
+
+def test_killed_container_is_started_again(runtime: GroupRuntime) -> None:
+    group = runtime.store.load("fam")
+    runtime.ensure_running(group)
+    fake(runtime).kill("t-fam")
+    assert runtime.ensure_running(group).running
+    assert fake(runtime).calls[-1] == ("start", "t-fam")
+
+
+def test_changed_config_recreates(runtime: GroupRuntime) -> None:
+    group = runtime.store.load("fam")
+    runtime.ensure_running(group)
+    config_file = group.config_file
+    config_file.write_text(config_file.read_text().replace("pids: 256", "pids: 128"))
+    plan = runtime.plan()
+    assert [(a.kind, a.reason) for a in plan] == [("recreate", "config changed")]
+    runtime.reconcile()
+    assert fake(runtime).specs["t-fam"].pids_limit == 128
+    assert [a.kind for a in runtime.plan()] == ["adopt"]
+
+
+def test_orphan_and_exited_are_removed(runtime: GroupRuntime) -> None:
+    store = runtime.store
+    store.add(GroupConfig(name="Other"))
+    runtime.ensure_running(store.load("fam"))
+    runtime.ensure_running(store.load("other"))
+    fake(runtime).kill("t-fam")
+    store.remove(store.load("other"), purge=True)
+    actions = runtime.reconcile()
+    assert sorted((a.kind, a.container) for a in actions) == [
+        ("remove", "t-fam"),
+        ("remove-orphan", "t-other"),
+    ]
+    assert fake(runtime).containers == {}
+
+
+def test_symlinked_mount_source_is_refused(runtime: GroupRuntime, tmp_path: Path) -> None:
+    group = runtime.store.load("fam")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("s3cret")
+    group.instructions_file.symlink_to(secret)
+    with pytest.raises(InvalidConfig, match="is a symlink; refusing to mount"):
+        runtime.ensure_running(group)
+    assert fake(runtime).calls == []
+
+
+def test_refused_extra_mount_stops_the_start(runtime: GroupRuntime, tmp_path: Path) -> None:
+    group = runtime.store.load("fam")
+    with open(group.config_file, "a") as handle:
+        handle.write(f"\nmounts: [{{host: {tmp_path}, name: t}}]\n".replace("mounts: []", ""))
+    text = group.config_file.read_text().replace("mounts: []\n", "")
+    group.config_file.write_text(text)
+    with pytest.raises(MountRefused, match="no mount allowlist"):
+        runtime.ensure_running(runtime.store.load("fam"))
+    assert fake(runtime).calls == []
+
+
+def test_status(runtime: GroupRuntime) -> None:
+    assert [(s.folder, s.state, s.drift) for s in runtime.status()] == [("fam", "absent", None)]
+    runtime.ensure_running(runtime.store.load("fam"))
+    (row,) = runtime.status()
+    assert (row.state, row.drift, row.memory_bytes) == ("running", False, 1024 * 1024)
+    assert row.uptime_seconds is not None and row.last_activity is not None
+
+
+def test_rootless_engine_runs_as_root_inside(home: Path) -> None:
+    h = Home(home)
+    GroupStore(h).add(GroupConfig(name="Fam"))
+    runtime = GroupRuntime(
+        h, OrchestratorConfig(project="t"), FakeBackend({"rootless": True}), lambda: "img:1"
+    )
+    assert runtime.desired_spec(runtime.store.load("fam")).user == "0:0"

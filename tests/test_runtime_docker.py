@@ -1,0 +1,232 @@
+"""Group containers on the real engine: mounts, ownership, isolation, reconcile."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config import Home, OrchestratorConfig
+from orchestrator.group_config import GroupConfig
+from orchestrator.groups import GroupStore
+from orchestrator.runtime.base import LABEL_PROJECT
+from orchestrator.runtime.docker import DockerBackend
+from orchestrator.runtime.lifecycle import GroupRuntime, default_skills_root
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture
+def runtime(docker_client, agent_image, test_project, tmp_path: Path) -> Iterator[GroupRuntime]:  # type: ignore[no-untyped-def]
+    home = Home(tmp_path / "home")
+    home.ensure_writable()
+    config = OrchestratorConfig(
+        project=test_project, mount_allowlist=tmp_path / "no-allowlist.yaml"
+    )
+    backend = DockerBackend(docker_client)
+    runtime = GroupRuntime(
+        home, config, backend, lambda: agent_image, skills_root=default_skills_root()
+    )
+    try:
+        yield runtime
+    finally:
+        for container in backend.list({LABEL_PROJECT: test_project}):
+            backend.remove(container.name)
+
+
+def run_in(runtime: GroupRuntime, folder: str, code: str) -> str:
+    """Run Python code in the group's container as its user; return stdout."""
+    container = runtime.backend.client.containers.get(  # type: ignore[attr-defined]
+        runtime.container_name(runtime.store.load(folder))
+    )
+    result = container.exec_run(["python3", "-c", textwrap.dedent(code)])
+    assert result.exit_code == 0, result.output.decode()
+    return str(result.output.decode())
+
+
+def expected_uid(group_dir: Path) -> int:
+    owner = os.stat(group_dir).st_uid
+    return 10001 if owner == 0 else owner
+
+
+def test_memory_written_inside_appears_on_host_owned_by_the_group_user(runtime) -> None:  # type: ignore[no-untyped-def]
+    group = runtime.store.add(GroupConfig(name="Fam"))
+    runtime.ensure_running(group)
+    out = run_in(
+        runtime,
+        "fam",
+        """
+        import os
+        with open('/workspace/agent/memory/note.md', 'w') as f:
+            f.write('---\\ntype: note\\n---\\nwritten inside\\n')
+        print(os.getuid(), os.getgid())
+    """,
+    )
+    uid = expected_uid(group.path)
+    assert out.split() == [str(uid), str(uid if uid == 10001 else os.stat(group.path).st_gid)]
+    host_file = group.memory_dir / "note.md"
+    assert host_file.read_text().endswith("written inside\n")
+    assert os.stat(host_file).st_uid == uid
+
+
+def test_container_is_hardened(runtime) -> None:  # type: ignore[no-untyped-def]
+    group = runtime.store.add(GroupConfig(name="Fam"))
+    runtime.ensure_running(group)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    try:
+        out = run_in(
+            runtime,
+            "fam",
+            f"""
+            import errno, json, os, socket
+            result = {{"uid": os.getuid()}}
+            def writable(path):
+                try:
+                    with open(path, 'a'):
+                        return True
+                except OSError as exc:
+                    return errno.errorcode[exc.errno]
+            result["rootfs"] = writable('/etc/probe')
+            result["opt"] = writable('/opt/orchestrator/probe')
+            ro = {{}}
+            for line in open('/proc/self/mountinfo'):
+                fields = line.split()
+                ro[fields[4]] = 'ro' in fields[5].split(',')
+            result["ro"] = {{p: ro.get(p) for p in (
+                '/', '/workspace/agent/instructions.prepend.md',
+                '/workspace/agent/learned-behaviors.md', '/workspace/skills',
+                '/workspace/agent/memory', '/workspace/agent/sessions',
+                '/workspace/agent/files', '/run/orchestrator')}}
+            result["sockets"] = [os.path.join(d, f) for d, _, files in os.walk('/')
+                                 if not d.startswith(('/proc', '/sys'))
+                                 for f in files if f == 'docker.sock']
+            result["interfaces"] = sorted(os.listdir('/sys/class/net'))
+            result["routes"] = open('/proc/net/route').read().splitlines()[1:]
+            s = socket.socket()
+            s.settimeout(3)
+            try:
+                s.connect(('127.0.0.1', {port}))
+                result["connect"] = "connected"
+            except OSError as exc:
+                result["connect"] = errno.errorcode.get(exc.errno, str(exc))
+            status = dict(l.split(':\\t', 1) for l in open('/proc/self/status') if ':\\t' in l)
+            result["capeff"] = status['CapEff'].strip()
+            result["nnp"] = status['NoNewPrivs'].strip()
+            print(json.dumps(result))
+        """,
+        )
+    finally:
+        listener.close()
+    result = json.loads(out)
+    assert result["uid"] != 0
+    assert result["rootfs"] == "EROFS" and result["opt"] == "EROFS"
+    assert result["ro"] == {
+        "/": True,
+        "/workspace/agent/instructions.prepend.md": True,
+        "/workspace/agent/learned-behaviors.md": True,
+        "/workspace/skills": True,
+        "/workspace/agent/memory": False,
+        "/workspace/agent/sessions": False,
+        "/workspace/agent/files": False,
+        "/run/orchestrator": False,
+    }
+    assert result["sockets"] == []
+    assert result["interfaces"] == ["lo"] and result["routes"] == []
+    assert result["connect"] == "ECONNREFUSED"  # the host's listener is not reachable
+    assert result["capeff"] == "0000000000000000" and result["nnp"] == "1"
+
+
+def test_one_group_cannot_see_another(runtime) -> None:  # type: ignore[no-untyped-def]
+    a = runtime.store.add(GroupConfig(name="Alpha"))
+    b = runtime.store.add(GroupConfig(name="Beta"))
+    runtime.ensure_running(a)
+    runtime.ensure_running(b)
+    marker = "beta-secret-7f3a.md"
+    (b.memory_dir / marker).write_text("only for beta")
+    (b.sessions_dir / marker).write_text("only for beta")
+    out = run_in(
+        runtime,
+        "alpha",
+        f"""
+        import os
+        hits = [os.path.join(d, f) for d, dirs, files in os.walk('/')
+                if not d.startswith(('/proc', '/sys'))
+                for f in files + dirs if 'beta' in f]
+        print(repr(hits), os.path.exists({str(b.path)!r}), os.path.exists({str(b.memory_dir)!r}))
+    """,
+    )
+    assert out.split() == ["[]", "False", "False"]
+    assert runtime.home.runtime_dir("beta").exists()
+    alpha_mounts = {
+        m["Source"]
+        for m in runtime.backend.client.api.inspect_container(  # type: ignore[attr-defined]
+            runtime.container_name(a)
+        )["Mounts"]
+    }
+    assert not any(src.startswith(str(b.path)) for src in alpha_mounts)
+    assert str(runtime.home.runtime_dir("beta")) not in alpha_mounts
+
+
+def test_reconcile_recreates_removes_orphans_and_kill_recovers(runtime, docker_client) -> None:  # type: ignore[no-untyped-def]
+    store: GroupStore = runtime.store
+    fam = store.add(GroupConfig(name="Fam"))
+    other = store.add(GroupConfig(name="Other"))
+    first = runtime.ensure_running(fam)
+    runtime.ensure_running(other)
+
+    # change group.yaml -> recreate on reconcile
+    fam.config_file.write_text(fam.config_file.read_text().replace("pids: 256", "pids: 200"))
+    store.remove(store.load("other"), purge=True)  # -> its container is an orphan
+    actions = {(a.kind, a.container) for a in runtime.reconcile()}
+    assert actions == {
+        ("recreate", runtime.container_name(fam)),
+        ("remove-orphan", runtime.container_name(other)),
+    }
+    recreated = runtime.backend.inspect(runtime.container_name(fam))
+    assert recreated is not None and recreated.running and recreated.id != first.id
+    assert docker_client.api.inspect_container(recreated.id)["HostConfig"]["PidsLimit"] == 200
+    assert runtime.backend.inspect(runtime.container_name(other)) is None
+
+    # docker kill -> the next ensure-running brings it back
+    docker_client.containers.get(recreated.id).kill()
+    killed = runtime.backend.inspect(recreated.name)
+    assert killed is not None and not killed.running
+    back = runtime.ensure_running(store.load("fam"))
+    assert back.running
+    assert [a.kind for a in runtime.reconcile()] == ["adopt"]
+
+
+def test_status_and_logs(runtime) -> None:  # type: ignore[no-untyped-def]
+    group = runtime.store.add(GroupConfig(name="Fam"))
+    runtime.ensure_running(group)
+    (row,) = runtime.status()
+    assert row.state == "running" and row.drift is False
+    assert row.memory_bytes is not None and row.memory_bytes > 0
+    assert list(runtime.backend.logs(runtime.container_name(group), tail=10)) == []
+
+
+def test_cli_start_status_stop_reconcile(run, home: Path, agent_image, test_project) -> None:  # type: ignore[no-untyped-def]
+    assert run("group", "add", "Fam").exit_code == 0
+    try:
+        started = run("start", "fam")
+        assert started.exit_code == 0, started.output
+        assert started.stdout.strip() == f"{test_project}-fam is running"
+        rows = json.loads(run("status", "--json").stdout)
+        assert [(r["folder"], r["state"], r["drift"]) for r in rows] == [("fam", "running", False)]
+        assert run("stop", "fam").stdout.strip() == f"stopped {test_project}-fam"
+        plan = json.loads(run("reconcile", "--json").stdout)
+        assert [(a["kind"], a["reason"]) for a in plan] == [("remove", "container is exited")]
+        assert json.loads(run("status", "--json").stdout)[0]["state"] == "absent"
+        assert run("restart", "fam").exit_code == 0
+        removed = run("group", "remove", "fam", "--purge", "--yes")
+        assert f"removed container {test_project}-fam" in removed.stdout
+    finally:
+        run("group", "remove", "fam", "--purge", "--yes")
