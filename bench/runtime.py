@@ -1,0 +1,148 @@
+"""Group container benchmarks.
+
+cold-start: ensure-running from no container until ready, against the floor
+`docker run --rm IMAGE true` of the same image done through the SDK (create, start, wait,
+remove: no CLI process in the floor), interleaved.
+
+idle-cost: host memory of an orchestrator process that reconciles and reports status on N
+running idle groups, and the memory each idle container uses, at N = 1, 10 and 50; timed
+part: `status` of all N groups against listing their containers by label.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from bench.harness import Result, interleaved
+
+COLD = "cold-start"
+IDLE = "idle-cost"
+
+
+@contextmanager
+def _runtime(project: str) -> Iterator[tuple[object, object, str]]:
+    from orchestrator.config import DEFAULT_IMAGE_REPOSITORY, Home, OrchestratorConfig
+    from orchestrator.image.agent import build_agent_image
+    from orchestrator.runtime.base import LABEL_PROJECT
+    from orchestrator.runtime.docker import DockerBackend
+    from orchestrator.runtime.engine import connect
+    from orchestrator.runtime.lifecycle import GroupRuntime, default_skills_root
+
+    client = connect()
+    image = build_agent_image(client, DEFAULT_IMAGE_REPOSITORY, offline=True).tag
+    backend = DockerBackend(client)
+    with tempfile.TemporaryDirectory(prefix="bench-runtime-") as tmp:
+        home = Home(Path(tmp))
+        home.ensure_writable()
+        config = OrchestratorConfig(project=project, mount_allowlist=Path(tmp) / "none.yaml")
+        runtime = GroupRuntime(
+            home, config, backend, lambda: image, skills_root=default_skills_root()
+        )
+        try:
+            yield runtime, client, image
+        finally:
+            for container in backend.list({LABEL_PROJECT: project}):
+                backend.remove(container.name)
+            client.close()
+
+
+def cold_start(quick: bool) -> Result:
+    from orchestrator.group_config import GroupConfig
+    from orchestrator.runtime.lifecycle import GroupRuntime
+
+    project = f"bench-{uuid.uuid4().hex[:6]}"
+    with _runtime(project) as (runtime, client, image):
+        assert isinstance(runtime, GroupRuntime)
+        group = runtime.store.add(GroupConfig(name="Cold"))
+        name = runtime.container_name(group)
+
+        def floor() -> None:
+            container = client.containers.create(  # type: ignore[attr-defined]
+                image, ["true"], labels={"org.orchestrator.project": project}, network_mode="none"
+            )
+            container.start()
+            container.wait()
+            container.remove()
+
+        def timed_target() -> None:
+            # only the start is timed; removing (the floor's --rm) is not part of it
+            start = time.perf_counter()
+            runtime.ensure_running(group)
+            samples.append(time.perf_counter() - start)
+            runtime.backend.remove(name)
+
+        samples: list[float] = []
+        t, f = interleaved(
+            timed_target,
+            floor,
+            5 if quick else 20,
+            target_label="ensure-running, no container -> ready",
+            floor_label="docker run --rm IMAGE true (SDK)",
+        )
+        t.samples = samples[-len(f.samples) :]
+    return Result(COLD, t, f, note="goal: ratio <= 1.5")
+
+
+def _process_memory(home: Path, project: str) -> int:
+    """Peak RSS (bytes) of a process that reconciles and reports status on all groups."""
+    code = (
+        "import resource, sys\n"
+        "from orchestrator.cli import cli\n"
+        "for args in (['reconcile', '--json'], ['status', '--json']):\n"
+        "    try:\n"
+        "        cli.main(['--home', sys.argv[1], *args], standalone_mode=False)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, file=sys.stderr)\n"
+    )
+    env = {**os.environ, "ORCHESTRATOR_PROJECT": project}
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(home)], capture_output=True, text=True, env=env, check=True
+    )
+    return int(result.stderr.strip().splitlines()[-1])
+
+
+def idle_cost(quick: bool) -> Result:
+    from orchestrator.group_config import GroupConfig
+    from orchestrator.runtime.lifecycle import GroupRuntime
+
+    project = f"bench-{uuid.uuid4().hex[:6]}"
+    extra: dict[str, object] = {}
+    with _runtime(project) as (runtime, _, _):
+        assert isinstance(runtime, GroupRuntime)
+        running = 0
+        t = f = None
+        for count in (1, 10, 50):
+            for i in range(running, count):
+                runtime.ensure_running(runtime.store.add(GroupConfig(name=f"idle {i:02d}")))
+            running = count
+            rows = runtime.status()
+            per_container = [r.memory_bytes for r in rows if r.memory_bytes is not None]
+            extra[f"groups_{count}"] = {
+                "orchestrator_process_rss_mib": round(
+                    _process_memory(runtime.home.root, project) / 2**20, 1
+                ),
+                "container_memory_mean_mib": round(
+                    sum(per_container) / len(per_container) / 2**20, 2
+                ),
+                "container_memory_max_mib": round(max(per_container) / 2**20, 2),
+            }
+        labels = runtime.project_labels
+        t, f = interleaved(
+            runtime.status,
+            lambda: runtime.backend.list(labels),
+            2 if quick else 10,
+            target_label="status of 50 idle groups",
+            floor_label="list their containers by label",
+        )
+    print(json.dumps(extra, indent=2), file=sys.stderr)
+    return Result(IDLE, t, f, extra=extra)
