@@ -121,3 +121,18 @@ def test_rootless_engine_runs_as_root_inside(home: Path) -> None:
         h, OrchestratorConfig(project="t"), FakeBackend({"rootless": True}), lambda: "img:1"
     )
     assert runtime.desired_spec(runtime.store.load("fam")).user == "0:0"
+
+
+def test_idle_container_is_stopped_then_removed(runtime: GroupRuntime) -> None:
+    from dataclasses import replace
+
+    group = runtime.store.load("fam")
+    runtime.ensure_running(group)
+    long_ago = 1_000_000.0
+    os.utime(runtime.activity.root / "fam", (long_ago, long_ago))
+    backend = fake(runtime)
+    backend.containers["t-fam"] = replace(backend.containers["t-fam"], started_at=long_ago)
+    assert [(a.kind, a.container) for a in runtime.reconcile()] == [("stop-idle", "t-fam")]
+    assert backend.containers["t-fam"].state == "exited"
+    assert [a.kind for a in runtime.reconcile()] == ["remove"]
+    assert backend.containers == {}

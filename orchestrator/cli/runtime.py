@@ -126,18 +126,37 @@ def logs(obj: CliContext, name: str, follow: bool, tail: int | None) -> None:
 @click.command()
 @click.option("--dry-run", is_flag=True, help="Print the plan without acting.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@click.option(
+    "--watch",
+    "interval",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="SECONDS",
+    help="Keep reconciling every SECONDS (enforces idle timeouts) until interrupted.",
+)
 @pass_cli
-def reconcile(obj: CliContext, dry_run: bool, as_json: bool) -> None:
+def reconcile(obj: CliContext, dry_run: bool, as_json: bool, interval: int | None) -> None:
     """Match containers to groups: adopt current ones, recreate changed ones, remove
-    exited ones and orphans, stop idle ones."""
+    exited ones and orphans, stop ones idle past their group's idle_timeout."""
+    from orchestrator.runtime.reconcile import ADOPT
+
     runtime = open_runtime(obj)
-    actions = runtime.plan() if dry_run else runtime.reconcile()
-    if as_json:
-        print_json([a.__dict__ for a in actions])
-        return
-    if not actions:
-        click.echo("no containers to reconcile")
-        return
-    print_table(
-        ("ACTION", "CONTAINER", "REASON"), [(a.kind, a.container, a.reason) for a in actions]
-    )
+    while True:
+        actions = runtime.plan() if dry_run else runtime.reconcile()
+        if as_json:
+            print_json([a.__dict__ for a in actions])
+        elif interval is not None:
+            stamp = time.strftime("%H:%M:%S")
+            for a in actions:
+                if a.kind != ADOPT:
+                    click.echo(f"{stamp} {a.kind} {a.container}: {a.reason}")
+        elif not actions:
+            click.echo("no containers to reconcile")
+        else:
+            print_table(
+                ("ACTION", "CONTAINER", "REASON"),
+                [(a.kind, a.container, a.reason) for a in actions],
+            )
+        if interval is None:
+            return
+        time.sleep(interval)
