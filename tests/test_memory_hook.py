@@ -1,0 +1,130 @@
+"""The SessionStart memory hook contract."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.agent.memory_hook import cap, render_memory
+from orchestrator.limits import MEMORY_FILE_BUDGET_CHARS
+from orchestrator.memory.scaffold import scaffold_memory
+
+BUDGET = MEMORY_FILE_BUDGET_CHARS
+
+
+@pytest.fixture
+def agent_dir(tmp_path: Path) -> Path:
+    scaffold_memory(tmp_path)
+    return tmp_path
+
+
+def hook(agent_dir: Path | None, stdin: str, *args: str) -> subprocess.CompletedProcess[str]:
+    extra = ["--agent-dir", str(agent_dir)] if agent_dir else []
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", "hook", "session-start", *extra, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+@pytest.mark.parametrize("source", ["startup", "clear", "compact"])
+def test_fresh_sources_print_both_files(agent_dir: Path, source: str) -> None:
+    out = hook(agent_dir, json.dumps({"source": source, "session_id": "s"}))
+    assert out.returncode == 0
+    text = out.stdout
+    assert text.startswith("## Memory\n")
+    assert "authoritative" in text and "OKF" in text and str(agent_dir / "memory") in text
+    index = text.index("### memory/index.md\n")
+    definition = text.index("### memory/system/definition.md\n")
+    assert index < definition
+    assert "## Core Memory" in text[index:definition]
+    assert "# How this memory works" in text[definition:]
+    assert "system/index.md" not in text.replace("(system/index.md)", "")  # not loaded
+
+
+@pytest.mark.parametrize(
+    "stdin", ['{"source": "resume"}', '{"source": "other"}', "", "{bad", "[]", '{"source": 3}']
+)
+def test_resume_unknown_and_malformed_print_nothing(agent_dir: Path, stdin: str) -> None:
+    out = hook(agent_dir, stdin)
+    assert (out.returncode, out.stdout) == (0, "")
+
+
+def test_agent_dir_from_the_event(agent_dir: Path) -> None:
+    out = hook(None, json.dumps({"source": "startup", "agent_dir": str(agent_dir)}))
+    assert "## Core Memory" in out.stdout
+
+
+def test_exactly_the_budget_is_kept_with_non_ascii(agent_dir: Path) -> None:
+    body = "é🙂" * (BUDGET // 2)  # exactly BUDGET characters, multi-byte in UTF-8
+    (agent_dir / "memory/index.md").write_text("\n\n  " + body + "\n\n")
+    text = render_memory(str(agent_dir))
+    section = text.split("### memory/index.md\n\n", 1)[1].split("\n\n### memory/system", 1)[0]
+    assert section == body  # stripped, not truncated: no notice
+    (agent_dir / "memory/index.md").write_text(body + "Ω")
+    text = render_memory(str(agent_dir))
+    section = text.split("### memory/index.md\n\n", 1)[1].split("\n\n### memory/system", 1)[0]
+    kept, notice = section.split("\n[truncated", 1)
+    assert kept == body and len(kept) == BUDGET
+    assert "memory/index.md" in notice and "Slim this file" in notice
+
+
+def test_files_are_capped_independently(agent_dir: Path) -> None:
+    (agent_dir / "memory/index.md").write_text("i" * (BUDGET + 10))
+    (agent_dir / "memory/system/definition.md").write_text("d" * (BUDGET - 1))
+    text = render_memory(str(agent_dir))
+    assert "i" * BUDGET + "\n[truncated: memory/index.md" in text
+    assert "d" * (BUDGET - 1) + "\n" in text
+    assert text.count("[truncated") == 1
+
+
+def test_cap_function() -> None:
+    assert cap("  x  ", "index.md") == "x"
+    assert cap("y" * (BUDGET + 1), "index.md").startswith("y" * BUDGET + "\n[truncated")
+
+
+def test_missing_files_get_a_placeholder(tmp_path: Path) -> None:
+    (tmp_path / "memory").mkdir()
+    text = render_memory(str(tmp_path))
+    assert "(memory/index.md is missing or unreadable; nothing was loaded)" in text
+    assert "(memory/system/definition.md is missing or unreadable" in text
+
+
+def test_symlinks_are_never_read(agent_dir: Path, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.md"
+    secret.write_text("TOP SECRET")
+    index = agent_dir / "memory/index.md"
+    index.unlink()
+    index.symlink_to(secret)
+    inside = agent_dir / "memory/other.md"
+    inside.write_text("inside but linked")
+    definition = agent_dir / "memory/system/definition.md"
+    definition.unlink()
+    definition.symlink_to(inside)
+    text = render_memory(str(agent_dir))
+    assert "TOP SECRET" not in text and "inside but linked" not in text
+    assert text.count("is missing or unreadable") == 2
+
+
+def test_symlinked_system_folder_resolving_outside(agent_dir: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "definition.md").write_text("FOREIGN DOCTRINE")
+    system = agent_dir / "memory/system"
+    for child in system.iterdir():
+        child.unlink()
+    system.rmdir()
+    system.symlink_to(outside)
+    assert "FOREIGN DOCTRINE" not in render_memory(str(agent_dir))
+
+
+def test_help_and_bad_argument(agent_dir: Path) -> None:
+    assert "Usage: orchestrator hook session-start" in hook(None, "", "--help").stdout
+    bad = hook(None, "", "--frobnicate")
+    assert bad.returncode == 2 and "unexpected argument" in bad.stderr
