@@ -45,3 +45,23 @@ CONTAINER_READY_TIMEOUT_SECONDS = 30.0
 
 # Largest group.yaml / orchestrator.yaml accepted.
 CONFIG_FILE_MAX_BYTES = 256 * 1024
+
+# Runner (inside the container).
+# A session's context is compacted when it passes this many characters (config:
+# group.yaml `context_budget`); about a quarter as many tokens.
+DEFAULT_CONTEXT_BUDGET_CHARS = 400_000
+MIN_CONTEXT_BUDGET_CHARS = 2_000
+# Messages kept verbatim after a compaction; older ones are summarized.
+COMPACTION_KEEP_MESSAGES = 4
+# A SessionStart hook is stopped after this long unless its config says otherwise.
+DEFAULT_HOOK_TIMEOUT_SECONDS = 10.0
+HOOK_OUTPUT_MAX_CHARS = 64_000
+# Tool calls one turn may make before the runner stops the loop.
+MAX_TOOL_STEPS_PER_TURN = 12
+# What one memory flush may append to the daily note.
+FLUSH_MAX_CHARS = 8_000
+# Tool limits.
+TOOL_READ_MAX_CHARS = 100_000
+TOOL_WRITE_MAX_CHARS = 200_000
+TOOL_GREP_MAX_MATCHES = 200
+MESSAGE_MAX_CHARS = 32_000

@@ -35,6 +35,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "status": ("orchestrator.cli.runtime", "status", "Show every group's container state."),
     "logs": ("orchestrator.cli.runtime", "logs", "Print a group container's logs."),
     "reconcile": ("orchestrator.cli.runtime", "reconcile", "Match containers to groups."),
+    "hook": ("orchestrator.cli.agent", "hook", "SessionStart hooks (the memory hook)."),
+    "agent": ("orchestrator.cli.agent", "agent", "The runner inside a group container."),
 }
 
 

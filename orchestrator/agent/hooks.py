@@ -1,0 +1,121 @@
+"""SessionStart command hooks, run exactly when a fresh context window is created.
+
+The configuration ships inside the image (``orchestrator/agent/hooks.json``, on the
+read-only root filesystem)::
+
+    {"SessionStart": [{"matcher": "startup|clear|compact",
+                       "command": ["orchestrator", "hook", "session-start"],
+                       "timeout": 10}]}
+
+Each hook gets the event as JSON on stdin; its stdout joins the fresh context. A hook
+that fails, times out or cannot start is logged and skipped: the turn goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.limits import DEFAULT_HOOK_TIMEOUT_SECONDS, HOOK_OUTPUT_MAX_CHARS
+
+log = logging.getLogger(__name__)
+SHIPPED_HOOKS = Path(__file__).with_name("hooks.json")
+
+
+class HookConfigError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class CommandHook:
+    matcher: str
+    command: tuple[str, ...]
+    timeout: float = DEFAULT_HOOK_TIMEOUT_SECONDS
+
+    def matches(self, source: str) -> bool:
+        return re.fullmatch(self.matcher, source) is not None
+
+
+def load_hooks(path: Path | None = None) -> list[CommandHook]:
+    """SessionStart hooks from ``path`` (default: the file shipped in the image)."""
+    path = path or SHIPPED_HOOKS
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise HookConfigError(f"{path}: cannot read hooks configuration: {exc}") from None
+    entries = data.get("SessionStart", []) if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        raise HookConfigError(f"{path}: SessionStart must be a list")
+    hooks = []
+    for index, entry in enumerate(entries):
+        where = f"{path}: SessionStart[{index}]"
+        if not isinstance(entry, dict):
+            raise HookConfigError(f"{where}: must be an object")
+        command = entry.get("command")
+        if not (isinstance(command, list) and command and all(isinstance(c, str) for c in command)):
+            raise HookConfigError(f"{where}.command: must be a non-empty list of strings")
+        matcher = entry.get("matcher", "startup|clear|compact")
+        try:
+            re.compile(matcher)
+        except (re.error, TypeError):
+            raise HookConfigError(f"{where}.matcher: not a regular expression") from None
+        timeout = entry.get("timeout", DEFAULT_HOOK_TIMEOUT_SECONDS)
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+            raise HookConfigError(f"{where}.timeout: must be a positive number of seconds")
+        hooks.append(CommandHook(str(matcher), tuple(command), float(timeout)))
+    return hooks
+
+
+def _resolve_command(command: tuple[str, ...]) -> list[str]:
+    """Our own console script is found beside this Python when it is not on PATH."""
+    if command[0] == "orchestrator" and shutil.which("orchestrator") is None:
+        beside = Path(sys.executable).with_name("orchestrator")
+        if beside.exists():
+            return [str(beside), *command[1:]]
+    return list(command)
+
+
+def run_session_start(
+    hooks: list[CommandHook], *, source: str, session_id: str, agent_dir: Path
+) -> list[str]:
+    """Run the hooks matching ``source``; return the stdout of each that succeeded."""
+    import subprocess  # only fresh contexts need it; keeps the runner's start light
+
+    event = json.dumps({"source": source, "session_id": session_id, "agent_dir": str(agent_dir)})
+    outputs: list[str] = []
+    for hook in hooks:
+        if not hook.matches(source):
+            continue
+        try:
+            result = subprocess.run(
+                _resolve_command(hook.command),
+                input=event,
+                capture_output=True,
+                text=True,
+                timeout=hook.timeout,
+                errors="replace",
+            )
+        except subprocess.TimeoutExpired:
+            log.warning(
+                "SessionStart hook %s timed out after %.0fs; skipped", hook.command[0], hook.timeout
+            )
+            continue
+        except OSError as exc:
+            log.warning("SessionStart hook %s could not start (%s); skipped", hook.command[0], exc)
+            continue
+        if result.returncode != 0:
+            log.warning(
+                "SessionStart hook %s exited %d; skipped: %s",
+                hook.command[0],
+                result.returncode,
+                result.stderr.strip()[:200],
+            )
+            continue
+        if result.stdout.strip():
+            outputs.append(result.stdout[:HOOK_OUTPUT_MAX_CHARS].strip())
+    return outputs

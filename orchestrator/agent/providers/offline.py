@@ -1,0 +1,282 @@
+"""The offline provider: a deterministic, rules-based stand-in for a language model.
+
+It needs no network and understands nothing. It drives the same tool path a model
+would, with a small command set:
+
+- ``remember that <fact>``: writes ``memory/facts/<subject>.md`` (OKF frontmatter) and
+  links it from ``memory/facts/index.md``, which ``memory/index.md`` links to;
+- ``what do you know about <topic>`` (or ``what is <topic>?``): greps memory and answers
+  from the files it finds;
+- anything else: says what it is and what it can do.
+
+In a memory flush it appends the conversation's user messages to the daily note; as a
+summarizer it lists them.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from orchestrator.agent.providers.base import (
+    FLUSH,
+    SUMMARY,
+    Completion,
+    CompletionRequest,
+    Provider,
+    ToolCall,
+)
+
+REMEMBER = re.compile(
+    r"^\s*(?:please\s+)?remember(?:\s+that)?\s+(?P<fact>.+?)\s*[.!]*\s*$", re.IGNORECASE | re.DOTALL
+)
+RECALL = re.compile(
+    r"^\s*(?:what\s+do\s+you\s+know\s+about|what\s+(?:is|are|was)|tell\s+me\s+about|"
+    r"do\s+you\s+remember)\s+(?P<topic>.+?)\s*[?.!]*\s*$",
+    re.IGNORECASE | re.DOTALL,
+)
+STOPWORDS = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "my",
+        "your",
+        "our",
+        "their",
+        "his",
+        "her",
+        "its",
+        "of",
+        "about",
+        "what",
+        "do",
+        "you",
+        "know",
+        "is",
+        "are",
+        "was",
+        "were",
+        "me",
+        "i",
+        "we",
+        "to",
+        "in",
+        "on",
+        "for",
+        "and",
+        "or",
+        "that",
+        "this",
+        "with",
+    ]
+)
+FACTS_DIR = "memory/facts"
+NO_REPLY = "NO_REPLY"
+
+INTRO = (
+    "I am the offline provider: a rules-based stand-in for a language model. I run "
+    "without any network and do not understand free text. I can:\n"
+    "- remember that <fact>: save a fact to this group's memory\n"
+    "- what do you know about <topic>: search memory and tell you what I find\n"
+    "- /clear: start a fresh context (memory is loaded again)\n"
+    "Configure a real model provider in group.yaml for actual conversation."
+)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60] or "fact"
+
+
+def _subject(fact: str) -> str:
+    match = re.match(
+        r"(?P<s>.+?)\s+(?:is|are|was|were|lives?|works?|likes?|prefers?)\s", fact, re.IGNORECASE
+    )
+    return match["s"] if match else " ".join(fact.split()[:6])
+
+
+def _keywords(topic: str) -> list[str]:
+    words = re.findall(r"[\w'/-]+", topic.lower())
+    keys = [w for w in words if w not in STOPWORDS and len(w) > 1]
+    return keys or words
+
+
+class OfflineProvider(Provider):
+    name = "offline"
+
+    def complete(self, request: CompletionRequest) -> Completion:
+        if request.purpose == SUMMARY:
+            return Completion(self._summary(request.messages))
+        last_user = max(
+            (i for i, m in enumerate(request.messages) if m.get("role") == "user"), default=None
+        )
+        if last_user is None:
+            return Completion(NO_REPLY)
+        tail = request.messages[last_user + 1 :]
+        step = sum(1 for m in tail if m.get("role") == "assistant" and m.get("tool_calls"))
+        if request.purpose == FLUSH:
+            return self._flush(request.messages, step)
+        text = str(request.messages[last_user].get("content", ""))
+        if match := REMEMBER.match(text):
+            last_calls = max((i for i, m in enumerate(tail) if m.get("tool_calls")), default=-1)
+            latest = [m for m in tail[last_calls + 1 :] if m.get("role") == "tool"]
+            return self._remember(match["fact"], step, latest)
+        if match := RECALL.match(text):
+            return self._recall(match["topic"], step, tail)
+        return Completion(INTRO)
+
+    # remember
+
+    def _remember(self, fact: str, step: int, results: list[dict[str, Any]]) -> Completion:
+        """``results``: the tool results of the latest step only."""
+        fact = " ".join(fact.split())
+        subject = _subject(fact)
+        slug = _slug(subject)
+        if step == 0:
+            return Completion(
+                None,
+                (
+                    ToolCall("r1", "read_file", {"path": f"{FACTS_DIR}/index.md"}),
+                    ToolCall("r2", "read_file", {"path": "memory/index.md"}),
+                ),
+            )
+        if step == 1:
+            facts_index, top_index = (str(r.get("content", "")) for r in results[-2:])
+            title = subject[:1].upper() + subject[1:]
+            sentence = fact[:1].upper() + fact[1:]
+            today = datetime.now(UTC).strftime("%Y-%m-%d")
+            concept = (
+                f"---\ntype: fact\ntitle: {_yaml_str(title)}\n"
+                f"description: {_yaml_str(sentence)}\n---\n\n"
+                f"# {title}\n\n{sentence}.\n\nRecorded {today}.\n"
+            )
+            line = f"- [{title}]({slug}.md): {sentence}"
+            calls = [
+                ToolCall("w1", "write_file", {"path": f"{FACTS_DIR}/{slug}.md", "content": concept})
+            ]
+            if facts_index.startswith("ERROR"):
+                calls.append(
+                    ToolCall(
+                        "w2",
+                        "write_file",
+                        {
+                            "path": f"{FACTS_DIR}/index.md",
+                            "content": "# Facts\n\nDurable facts, one per file.\n\n" + line + "\n",
+                        },
+                    )
+                )
+            else:
+                old = next((ln for ln in facts_index.splitlines() if f"]({slug}.md)" in ln), None)
+                new_index = (
+                    facts_index.replace(old, line)
+                    if old
+                    else facts_index.rstrip("\n") + "\n" + line + "\n"
+                )
+                calls.append(
+                    ToolCall(
+                        "w2", "write_file", {"path": f"{FACTS_DIR}/index.md", "content": new_index}
+                    )
+                )
+            if not top_index.startswith("ERROR") and "facts/index.md" not in top_index:
+                calls.append(
+                    ToolCall(
+                        "w3",
+                        "write_file",
+                        {
+                            "path": "memory/index.md",
+                            "content": top_index.rstrip("\n")
+                            + "\n- [Facts](facts/index.md): durable facts, one per file.\n",
+                        },
+                    )
+                )
+            return Completion(None, tuple(calls))
+        errors = [
+            str(r.get("content")) for r in results if str(r.get("content")).startswith("ERROR")
+        ]
+        if errors:
+            return Completion(f"I could not save that to memory: {errors[0]}")
+        return Completion(f"Noted: {fact}. Saved to {FACTS_DIR}/{slug}.md.")
+
+    # recall
+
+    def _recall(self, topic: str, step: int, tail: list[dict[str, Any]]) -> Completion:
+        keys = _keywords(topic)
+        results = [m for m in tail if m.get("role") == "tool"]
+        if step == 0:
+            pattern = "|".join(re.escape(k) for k in keys)
+            return Completion(
+                None, (ToolCall("g1", "grep", {"pattern": pattern, "path": "memory"}),)
+            )
+        if step == 1:
+            found: list[str] = []
+            for line in str(results[-1].get("content", "")).splitlines():
+                path = line.split(":", 1)[0]
+                if path.endswith(".md") and path not in found:
+                    found.append(path)
+            concepts = [p for p in found if not p.endswith(("index.md", "log.md"))] or found
+            if not concepts:
+                return Completion(f"I have nothing in memory about {topic}.")
+            return Completion(
+                None,
+                tuple(
+                    ToolCall(f"r{i}", "read_file", {"path": p}) for i, p in enumerate(concepts[:3])
+                ),
+            )
+        asked = {
+            c["id"]: c["arguments"].get("path", "")
+            for m in tail
+            if m.get("role") == "assistant"
+            for c in m.get("tool_calls") or []
+        }
+        lines = []
+        for result in results:
+            content = str(result.get("content", ""))
+            read_path = asked.get(result.get("tool_call_id"))
+            if content.startswith("ERROR") or result.get("name") != "read_file":
+                continue
+            lines.append(f"- {_gist(content, keys)} ({read_path})")
+        if not lines:
+            return Completion(f"I have nothing in memory about {topic}.")
+        return Completion("From memory:\n" + "\n".join(lines))
+
+    # flush and summary
+
+    def _flush(self, messages: list[dict[str, Any]], step: int) -> Completion:
+        if step > 0:
+            return Completion(NO_REPLY)
+        said = [
+            str(m.get("content", "")).strip()
+            for m in messages[:-1]
+            if m.get("role") == "user" and str(m.get("content", "")).strip()
+        ]
+        if not said:
+            return Completion(NO_REPLY)
+        notes = "\n".join(f"- said: {s[:300]}" for s in said)
+        return Completion(None, (ToolCall("f1", "append_daily", {"content": notes}),))
+
+    def _summary(self, messages: list[dict[str, Any]]) -> str:
+        said = [
+            str(m.get("content", "")).strip()[:200] for m in messages if m.get("role") == "user"
+        ]
+        if not said:
+            return "Nothing was said before."
+        return f"{len(said)} earlier user messages:\n" + "\n".join(f"- {s}" for s in said)
+
+
+def _yaml_str(text: str) -> str:
+    import json
+
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _gist(text: str, keys: list[str]) -> str:
+    """The description from frontmatter, else the first body line naming a keyword."""
+    match = re.search(r'^description:\s*"?(.*?)"?\s*$', text, re.MULTILINE)
+    if match and match[1]:
+        return match[1].replace('\\"', '"')
+    body = [
+        ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith(("#", "---"))
+    ]
+    hit = next((ln for ln in body if any(k in ln.lower() for k in keys)), None)
+    return (hit or (body[0] if body else text.strip()))[:300]

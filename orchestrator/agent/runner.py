@@ -1,0 +1,248 @@
+"""The runner: serves turns for one group, inside its container.
+
+For each turn it resumes the session's context or creates a fresh one. Fresh contexts
+(a new session: ``startup``; ``/clear``: ``clear``; after compaction: ``compact``; a
+provider switch: ``startup``) run the SessionStart hooks, whose output (the group's
+memory) joins the system prompt; a resumed context never runs them. When a context
+passes its budget, a memory flush turn may append to today's daily note, older turns are
+summarized, and a fresh ``compact`` context takes over.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from orchestrator.agent.hooks import CommandHook, load_hooks, run_session_start
+from orchestrator.agent.providers import Provider, get_provider
+from orchestrator.agent.providers.base import FLUSH, SUMMARY, TURN, CompletionRequest
+from orchestrator.agent.session import Context, Session, session_key
+from orchestrator.agent.settings import AgentSettings
+from orchestrator.agent.tools import FLUSH as FLUSH_MODE
+from orchestrator.agent.tools import Toolbox, ToolError
+from orchestrator.limits import COMPACTION_KEEP_MESSAGES, MAX_TOOL_STEPS_PER_TURN
+
+log = logging.getLogger(__name__)
+CLEAR_COMMAND = "/clear"
+NO_REPLY = "NO_REPLY"
+FLUSH_PROMPT = (
+    "[memory flush] This conversation is about to be compacted: older turns will be "
+    "replaced by a summary. Append anything worth keeping (decisions, facts, open tasks) "
+    "to today's daily note with append_daily, sending only text that is not there yet. "
+    "Reply NO_REPLY when there is nothing to keep."
+)
+PREPEND_MAX_CHARS = 16_000
+
+
+@dataclass(frozen=True)
+class Turn:
+    turn_id: str
+    chat: str
+    text: str
+    sender: str = ""
+    trust: str = "member"
+    thread: str | None = None
+
+
+@dataclass
+class TurnResult:
+    session: str
+    replies: list[str] = field(default_factory=list)
+    fresh_context: str | None = None  # the source, when this turn created a context
+    compacted: bool = False
+
+
+class Runner:
+    def __init__(
+        self,
+        settings: AgentSettings,
+        provider: Provider | None = None,
+        hooks: list[CommandHook] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.provider = provider or get_provider(settings.provider, settings.model)
+        self.hooks = load_hooks(settings.hooks_file) if hooks is None else hooks
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+
+    def lock_for(self, key: str) -> threading.Lock:
+        """One turn at a time per session."""
+        with self._locks_guard:
+            return self._locks.setdefault(key, threading.Lock())
+
+    def handle(self, turn: Turn) -> TurnResult:
+        key = session_key(self.settings.session_mode, turn.chat, turn.thread)
+        with self.lock_for(key):
+            return self._handle(Session(self.settings.sessions_dir, key), turn)
+
+    def _handle(self, session: Session, turn: Turn) -> TurnResult:
+        result = TurnResult(session.key)
+        context = session.current_context()
+        if turn.text.strip() == CLEAR_COMMAND:
+            self.new_context(session, "clear", context)
+            result.fresh_context = "clear"
+            result.replies.append("Started a fresh context; memory was loaded again.")
+            return result
+        if context is None or (context.provider, context.model) != (
+            self.settings.provider,
+            self.settings.model,
+        ):
+            context = self.new_context(session, "startup", context)
+            result.fresh_context = "startup"
+        elif context.size_chars() > self.settings.context_budget_chars:
+            context = self.compact(session, context)
+            result.fresh_context, result.compacted = "compact", True
+        self._record(
+            session,
+            context,
+            turn.turn_id,
+            {"role": "user", "content": turn.text, "sender": turn.sender, "trust": turn.trust},
+        )
+        result.replies = self._agent_loop(session, context, turn.turn_id)
+        return result
+
+    # contexts
+
+    def compose_system(self, source: str, hook_outputs: list[str]) -> str:
+        from orchestrator.templates import render
+
+        prepend = ""
+        path = self.settings.agent_dir / "instructions.prepend.md"
+        try:
+            if not path.is_symlink():
+                prepend = path.read_text(encoding="utf-8", errors="replace").strip()
+        except OSError:
+            pass
+        return (
+            render(
+                "agent/instructions.md.j2",
+                agent_dir=str(self.settings.agent_dir),
+                provider=self.settings.provider,
+                model=self.settings.model,
+                source=source,
+                created=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+                prepend=prepend[:PREPEND_MAX_CHARS],
+                hook_outputs=hook_outputs,
+            ).strip()
+            + "\n"
+        )
+
+    def new_context(self, session: Session, source: str, previous: Context | None) -> Context:
+        outputs = run_session_start(
+            self.hooks, source=source, session_id=session.key, agent_dir=self.settings.agent_dir
+        )
+        context = Context(
+            context_id=(previous.context_id + 1) if previous else 1,
+            source=source,
+            provider=self.settings.provider,
+            model=self.settings.model,
+            system=self.compose_system(source, outputs),
+        )
+        session.append(
+            {
+                "t": "context",
+                "context_id": context.context_id,
+                "source": source,
+                "provider": context.provider,
+                "model": context.model,
+                "system": context.system,
+            }
+        )
+        return context
+
+    def compact(self, session: Session, context: Context) -> Context:
+        appended = self._flush(context)
+        session.append({"t": "flush", "appended_chars": appended})
+        messages = context.messages
+        start = max(0, len(messages) - COMPACTION_KEEP_MESSAGES)
+        while start < len(messages) and messages[start].get("role") != "user":
+            start += 1  # never split a tool call from its result
+        older, kept = messages[:start], messages[start:]
+        summary = (
+            self.provider.complete(
+                CompletionRequest(system=context.system, messages=older, purpose=SUMMARY)
+            ).text
+            or ""
+        )
+        fresh = self.new_context(session, "compact", context)
+        note = {"role": "user", "content": f"[Summary of the earlier conversation]\n{summary}"}
+        for message in (note, *kept):
+            self._record(session, fresh, None, message)
+        return fresh
+
+    def _flush(self, context: Context) -> int:
+        """A private flush turn: its messages never join the session."""
+        toolbox = Toolbox(self.settings.agent_dir, FLUSH_MODE)
+        messages = [*context.messages, {"role": "user", "content": FLUSH_PROMPT}]
+        for _ in range(MAX_TOOL_STEPS_PER_TURN):
+            completion = self.provider.complete(
+                CompletionRequest(
+                    system=context.system, messages=messages, tools=toolbox.specs, purpose=FLUSH
+                )
+            )
+            if not completion.tool_calls:
+                break
+            messages.append(_assistant(completion.text, completion.tool_calls))
+            messages.extend(self._run_tools(toolbox, completion.tool_calls))
+        return toolbox.flushed_chars
+
+    # the loop
+
+    def _record(
+        self, session: Session, context: Context, turn_id: str | None, message: dict[str, Any]
+    ) -> None:
+        context.messages.append(message)
+        session.append({"t": "msg", "turn_id": turn_id, **message})
+
+    def _run_tools(self, toolbox: Toolbox, calls: Any) -> list[dict[str, Any]]:
+        out = []
+        for call in calls:
+            try:
+                content = toolbox.call(call.name, dict(call.arguments))
+            except ToolError as exc:
+                content = f"ERROR: {exc}"
+            except OSError as exc:
+                content = f"ERROR: {call.name} failed: {exc.strerror or exc}"
+            out.append(
+                {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content}
+            )
+        return out
+
+    def _agent_loop(self, session: Session, context: Context, turn_id: str) -> list[str]:
+        toolbox = Toolbox(self.settings.agent_dir)
+        final: str | None = None
+        for _ in range(MAX_TOOL_STEPS_PER_TURN):
+            completion = self.provider.complete(
+                CompletionRequest(
+                    system=context.system,
+                    messages=context.messages,
+                    tools=toolbox.specs,
+                    purpose=TURN,
+                )
+            )
+            self._record(
+                session, context, turn_id, _assistant(completion.text, completion.tool_calls)
+            )
+            if not completion.tool_calls:
+                final = completion.text
+                break
+            for message in self._run_tools(toolbox, completion.tool_calls):
+                self._record(session, context, turn_id, message)
+        else:
+            final = f"(stopped after {MAX_TOOL_STEPS_PER_TURN} tool steps in one turn)"
+        replies = list(toolbox.outbox)
+        if final and final.strip() and final.strip() != NO_REPLY:
+            replies.append(final.strip())
+        return replies
+
+
+def _assistant(text: str | None, calls: Any) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if calls:
+        message["tool_calls"] = [
+            {"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls
+        ]
+    return message

@@ -1,0 +1,159 @@
+"""The runner's long-lived server: a Unix socket in the group's runtime folder.
+
+Each connection carries frames (see ``orchestrator.wire``): ``{"op": "ping"}`` answers
+``{"ok": true, ...}``; ``{"op": "turn", "turn": {...}}`` runs one turn and answers with
+its replies. A bad frame closes that connection only; the server goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from typing import Any
+
+from orchestrator import __version__
+from orchestrator.agent.runner import Runner, Turn
+from orchestrator.agent.settings import AgentSettings
+from orchestrator.limits import MESSAGE_MAX_CHARS
+from orchestrator.wire import ProtocolError, recv_frame, send_frame
+
+log = logging.getLogger(__name__)
+_ID_MAX = 200
+
+
+class BadRequest(Exception):
+    pass
+
+
+def parse_turn(raw: Any) -> Turn:
+    """A Turn from an untrusted frame; BadRequest names the field."""
+    if not isinstance(raw, dict):
+        raise BadRequest("turn must be an object")
+
+    def text(key: str, limit: int, required: bool = True) -> str | None:
+        value = raw.get(key)
+        if value is None and not required:
+            return None
+        if not isinstance(value, str) or (required and not value) or len(value) > limit:
+            raise BadRequest(f"turn.{key} must be a string of 1..{limit} characters")
+        return value
+
+    return Turn(
+        turn_id=text("turn_id", _ID_MAX) or "",
+        chat=text("chat", _ID_MAX) or "",
+        text=text("text", MESSAGE_MAX_CHARS) or "",
+        sender=text("sender", _ID_MAX, required=False) or "",
+        trust=text("trust", 20, required=False) or "member",
+        thread=text("thread", _ID_MAX, required=False),
+    )
+
+
+class RunnerServer:
+    def __init__(self, settings: AgentSettings, runner: Runner | None = None) -> None:
+        self.settings = settings
+        self.runner = runner or Runner(settings)
+        self.stopping = threading.Event()
+        self.sock: socket.socket | None = None
+
+    def bind(self) -> None:
+        path = self.settings.socket_path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()  # left over from a previous container
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)  # only our uid (and root) may connect
+        try:
+            sock.bind(str(path))
+        finally:
+            os.umask(old)
+        sock.listen(16)
+        self.sock = sock
+
+    def serve_forever(self) -> None:
+        assert self.sock is not None
+        self.sock.settimeout(0.5)
+        while not self.stopping.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                if self.stopping.is_set():
+                    break
+                raise
+            threading.Thread(target=self._serve_connection, args=(conn,), daemon=True).start()
+
+    def _serve_connection(self, conn: socket.socket) -> None:
+        with conn:
+            while True:
+                try:
+                    request = recv_frame(conn)
+                except (ProtocolError, OSError) as exc:
+                    log.warning("closing a connection after a bad frame: %s", exc)
+                    return
+                if request is None:
+                    return
+                try:
+                    send_frame(conn, self.answer(request))
+                except (ProtocolError, OSError) as exc:
+                    log.warning("could not answer: %s", exc)
+                    return
+
+    def answer(self, request: dict[str, Any]) -> dict[str, Any]:
+        op = request.get("op")
+        if op == "ping":
+            return {"ok": True, "runner": __version__, "provider": self.settings.provider}
+        if op == "turn":
+            try:
+                turn = parse_turn(request.get("turn"))
+            except BadRequest as exc:
+                return {"ok": False, "error": str(exc)}
+            try:
+                result = self.runner.handle(turn)
+            except Exception as exc:  # a failed turn must not take the runner down
+                log.exception("turn %s failed", turn.turn_id)
+                return {"ok": False, "error": f"turn failed: {type(exc).__name__}: {exc}"}
+            return {
+                "ok": True,
+                "turn_id": turn.turn_id,
+                "session": result.session,
+                "replies": result.replies,
+                "fresh_context": result.fresh_context,
+                "compacted": result.compacted,
+            }
+        return {"ok": False, "error": f"unknown op {op!r}; expected ping or turn"}
+
+    def stop(self, *_: object) -> None:
+        self.stopping.set()
+
+
+def serve(settings: AgentSettings) -> None:
+    """Run until SIGTERM or SIGINT."""
+    server = RunnerServer(settings)
+    server.bind()
+    signal.signal(signal.SIGTERM, server.stop)
+    signal.signal(signal.SIGINT, server.stop)
+    log.info("runner listening on %s (provider %s)", settings.socket_path, settings.provider)
+    try:
+        server.serve_forever()
+    finally:
+        if server.sock is not None:
+            server.sock.close()
+        with contextlib.suppress(FileNotFoundError):
+            settings.socket_path.unlink()
+
+
+def main() -> int:
+    """``orchestrator agent serve`` with settings from the environment."""
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    serve(AgentSettings.from_env())
+    return 0

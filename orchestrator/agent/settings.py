@@ -1,0 +1,56 @@
+"""Settings of the runner inside a container, from its environment.
+
+The host sets these from group.yaml when it creates the container, so a change in
+group.yaml recreates the container (the config hash covers the environment).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.limits import DEFAULT_CONTEXT_BUDGET_CHARS
+
+DEFAULT_AGENT_DIR = "/workspace/agent"
+DEFAULT_RUNTIME_DIR = "/run/orchestrator"
+SOCKET_NAME = "runner.sock"
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    agent_dir: Path
+    runtime_dir: Path
+    provider: str = "offline"
+    model: str = "offline-rules"
+    session_mode: str = "per-chat"
+    context_budget_chars: int = DEFAULT_CONTEXT_BUDGET_CHARS
+    hooks_file: Path | None = None
+
+    @property
+    def memory_dir(self) -> Path:
+        return self.agent_dir / "memory"
+
+    @property
+    def sessions_dir(self) -> Path:
+        return self.agent_dir / "sessions"
+
+    @property
+    def socket_path(self) -> Path:
+        return self.runtime_dir / SOCKET_NAME
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> AgentSettings:
+        env = dict(os.environ if env is None else env)
+        hooks = env.get("ORCHESTRATOR_HOOKS_FILE")
+        return cls(
+            agent_dir=Path(env.get("ORCHESTRATOR_AGENT_DIR", DEFAULT_AGENT_DIR)),
+            runtime_dir=Path(env.get("ORCHESTRATOR_RUNTIME_DIR", DEFAULT_RUNTIME_DIR)),
+            provider=env.get("ORCHESTRATOR_PROVIDER", "offline"),
+            model=env.get("ORCHESTRATOR_MODEL", "offline-rules"),
+            session_mode=env.get("ORCHESTRATOR_SESSION_MODE", "per-chat"),
+            context_budget_chars=int(
+                env.get("ORCHESTRATOR_CONTEXT_BUDGET", DEFAULT_CONTEXT_BUDGET_CHARS)
+            ),
+            hooks_file=Path(hooks) if hooks else None,
+        )

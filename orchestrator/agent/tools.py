@@ -1,0 +1,255 @@
+"""The model's tools, confined to the agent folder.
+
+Paths are resolved (symlinks followed) and must stay inside ``/workspace/agent``; writes
+go only to ``memory/`` and ``files/``. A write reports ``PERSISTED`` only after the data
+is on disk. During a memory flush the only write allowed is ``append_daily``, which is
+pinned to ``memory/daily/<UTC date>.md``, append-only, and drops replayed text.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from orchestrator.fsatomic import write_atomic
+from orchestrator.limits import (
+    FLUSH_MAX_CHARS,
+    MESSAGE_MAX_CHARS,
+    TOOL_GREP_MAX_MATCHES,
+    TOOL_READ_MAX_CHARS,
+    TOOL_WRITE_MAX_CHARS,
+)
+
+WRITABLE_ROOTS = ("memory", "files")
+TURN, FLUSH = "turn", "flush"
+
+
+class ToolError(Exception):
+    """A tool call the runner refuses; the message goes back to the model."""
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+def _schema(required: list[str], **props: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": required,
+        "additionalProperties": False,
+        "properties": {k: {"type": t} for k, t in props.items()},
+    }
+
+
+READ = ToolSpec(
+    "read_file", "Read a text file under /workspace/agent.", _schema(["path"], path="string")
+)
+WRITE = ToolSpec(
+    "write_file",
+    "Create or replace a file under memory/ or files/.",
+    _schema(["path", "content"], path="string", content="string"),
+)
+EDIT = ToolSpec(
+    "edit_file",
+    "Replace one exact occurrence of old_text with new_text.",
+    _schema(["path", "old_text", "new_text"], path="string", old_text="string", new_text="string"),
+)
+LIST = ToolSpec("list_dir", "List a folder under /workspace/agent.", _schema([], path="string"))
+GREP = ToolSpec(
+    "grep",
+    "Search files under a folder for a regular expression (case-insensitive).",
+    _schema(["pattern"], pattern="string", path="string"),
+)
+SEND = ToolSpec(
+    "send_message",
+    "Send a message to the chat now (may be used more than once).",
+    _schema(["text"], text="string"),
+)
+APPEND_DAILY = ToolSpec(
+    "append_daily",
+    "Append new notes to today's daily note memory/daily/YYYY-MM-DD.md. "
+    "Send only text that is not in the note yet.",
+    _schema(["content"], content="string"),
+)
+
+TOOLS_BY_MODE = {
+    TURN: (READ, WRITE, EDIT, LIST, GREP, SEND),
+    FLUSH: (READ, LIST, GREP, APPEND_DAILY),
+}
+
+
+@dataclass
+class Toolbox:
+    agent_dir: Path
+    mode: str = TURN
+    now: datetime = field(default_factory=lambda: datetime.now(UTC))
+    outbox: list[str] = field(default_factory=list)
+    flushed_chars: int = 0
+
+    @property
+    def specs(self) -> tuple[ToolSpec, ...]:
+        return TOOLS_BY_MODE[self.mode]
+
+    def call(self, name: str, args: dict[str, Any]) -> str:
+        """Run one tool call; ToolError for anything refused."""
+        if name not in {s.name for s in self.specs}:
+            if self.mode == FLUSH and name in ("write_file", "edit_file", "send_message"):
+                raise ToolError(
+                    f"{name} is refused during a memory flush: the only write "
+                    "allowed is append_daily to today's daily note"
+                )
+            raise ToolError(f"unknown tool {name!r}")
+        handler = getattr(self, f"_{name}")
+        try:
+            return str(handler(**args))
+        except TypeError as exc:
+            raise ToolError(f"bad arguments for {name}: {exc}") from None
+
+    # paths
+
+    def resolve(self, path: str, *, write: bool = False) -> Path:
+        if not isinstance(path, str) or not path or "\x00" in path:
+            raise ToolError("path must be a non-empty string")
+        root = Path(os.path.realpath(self.agent_dir))
+        given = Path(path)
+        if given.is_absolute():
+            try:
+                given = given.relative_to(self.agent_dir)
+            except ValueError:
+                raise ToolError(f"{path}: outside /workspace/agent") from None
+        lexical = Path(os.path.normpath(given))
+        if lexical.parts[:1] == ("..",):
+            raise ToolError(f"{path}: outside /workspace/agent")
+        real = Path(os.path.realpath(root / lexical))
+        if real != root and root not in real.parents:
+            raise ToolError(f"{path}: resolves outside /workspace/agent (symlink refused)")
+        relative = real.relative_to(root)
+        if write and (not relative.parts or relative.parts[0] not in WRITABLE_ROOTS):
+            raise ToolError(f"{path}: writes are allowed only under memory/ and files/")
+        return real
+
+    def shown(self, path: Path) -> str:
+        return path.relative_to(os.path.realpath(self.agent_dir)).as_posix()
+
+    # tools
+
+    def _read_file(self, path: str) -> str:
+        target = self.resolve(path)
+        try:
+            text = target.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            raise ToolError(f"{path}: no such file") from None
+        except IsADirectoryError:
+            raise ToolError(f"{path}: is a folder; use list_dir") from None
+        if len(text) > TOOL_READ_MAX_CHARS:
+            return text[:TOOL_READ_MAX_CHARS] + f"\n[cut at {TOOL_READ_MAX_CHARS} characters]"
+        return text
+
+    def _write_file(self, path: str, content: str) -> str:
+        if not isinstance(content, str) or len(content) > TOOL_WRITE_MAX_CHARS:
+            raise ToolError(f"content must be text of at most {TOOL_WRITE_MAX_CHARS} characters")
+        target = self.resolve(path, write=True)
+        if target.is_dir():
+            raise ToolError(f"{path}: is a folder")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(target, content)
+        return f"PERSISTED: {self.shown(target)} ({len(content.encode())} bytes)"
+
+    def _edit_file(self, path: str, old_text: str, new_text: str) -> str:
+        target = self.resolve(path, write=True)
+        try:
+            text = target.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ToolError(f"{path}: no such file") from None
+        except (UnicodeDecodeError, IsADirectoryError):
+            raise ToolError(f"{path}: not a UTF-8 text file") from None
+        count = text.count(old_text) if old_text else 0
+        if count != 1:
+            raise ToolError(f"{path}: old_text occurs {count} times; it must occur exactly once")
+        return self._write_file(path, text.replace(old_text, new_text, 1))
+
+    def _list_dir(self, path: str = ".") -> str:
+        target = self.resolve(path)
+        if not target.is_dir():
+            raise ToolError(f"{path}: not a folder")
+        entries = sorted(os.scandir(target), key=lambda e: e.name)
+        return "\n".join(e.name + ("/" if e.is_dir() else "") for e in entries) or "(empty)"
+
+    def _grep(self, pattern: str, path: str = "memory") -> str:
+        try:
+            regex = re.compile(pattern, re.IGNORECASE)
+        except re.error as exc:
+            raise ToolError(f"bad pattern {pattern!r}: {exc}") from None
+        base = self.resolve(path)
+        root = Path(os.path.realpath(self.agent_dir))
+        matches: list[str] = []
+        for folder, dirs, files in os.walk(base):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            for name in sorted(files):
+                file = Path(folder) / name
+                if file.is_symlink():
+                    continue
+                try:
+                    lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
+                except OSError:
+                    continue
+                for number, line in enumerate(lines, 1):
+                    if regex.search(line):
+                        matches.append(f"{file.relative_to(root).as_posix()}:{number}: {line}")
+                        if len(matches) >= TOOL_GREP_MAX_MATCHES:
+                            return "\n".join(matches) + "\n[more matches not shown]"
+        return "\n".join(matches) or "(no matches)"
+
+    def _send_message(self, text: str) -> str:
+        if not isinstance(text, str) or not text.strip():
+            raise ToolError("text must be a non-empty string")
+        self.outbox.append(text[:MESSAGE_MAX_CHARS])
+        return "SENT"
+
+    def daily_note(self) -> Path:
+        return Path(self.agent_dir) / "memory" / "daily" / f"{self.now:%Y-%m-%d}.md"
+
+    def _append_daily(self, content: str) -> str:
+        if not isinstance(content, str):
+            raise ToolError("content must be text")
+        note = self.daily_note()
+        target = self.resolve(str(note), write=True)
+        if target != Path(os.path.realpath(note)) or note.is_symlink():
+            raise ToolError("the daily note is a symlink; refusing to write through it")
+        try:
+            current = target.read_text(encoding="utf-8", errors="replace").replace("\r\n", "\n")
+        except FileNotFoundError:
+            current = ""
+        new = content.replace("\r\n", "\n")
+        if current and new.startswith(current):
+            new = new[len(current) :]  # a replay of the whole note: keep only what follows
+        new = new.strip("\n")
+        if not new.strip():
+            return "NOTHING APPENDED: the content is already in the daily note"
+        if new in current:
+            return "NOTHING APPENDED: that text is already in the daily note; send only new text"
+        if self.flushed_chars + len(new) > FLUSH_MAX_CHARS:
+            raise ToolError(
+                f"a memory flush may append at most {FLUSH_MAX_CHARS} characters; "
+                "send a shorter summary"
+            )
+        day = f"{self.now:%Y-%m-%d}"
+        header = "" if current else f'---\ntype: daily-note\ndate: "{day}"\n---\n\n# {day}\n\n'
+        separator = "" if not current or current.endswith("\n") else "\n"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        data = (header + separator + new + "\n").encode("utf-8")
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.flushed_chars += len(new)
+        return f"PERSISTED: appended {len(new)} characters to {self.shown(target)}"

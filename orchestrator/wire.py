@@ -1,0 +1,58 @@
+"""Frames between host and container: a 4-byte big-endian length, then UTF-8 JSON.
+
+Used on both sides of the Unix socket in the group's runtime folder. A frame over
+``MAX_FRAME_BYTES`` or one that is not a JSON object is a protocol violation.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+from typing import Any
+
+MAX_FRAME_BYTES = 1024 * 1024
+_HEADER = struct.Struct(">I")
+
+
+class ProtocolError(Exception):
+    """The peer sent something that is not a valid frame."""
+
+
+def send_frame(sock: socket.socket, message: dict[str, Any]) -> None:
+    data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    if len(data) > MAX_FRAME_BYTES:
+        raise ProtocolError(f"frame of {len(data)} bytes exceeds {MAX_FRAME_BYTES}")
+    sock.sendall(_HEADER.pack(len(data)) + data)
+
+
+def _read_exact(sock: socket.socket, size: int) -> bytes | None:
+    chunks: list[bytes] = []
+    remaining = size
+    while remaining:
+        chunk = sock.recv(min(remaining, 65536))
+        if not chunk:
+            if not chunks and remaining == size:
+                return None
+            raise ProtocolError("connection closed in the middle of a frame")
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+def recv_frame(sock: socket.socket) -> dict[str, Any] | None:
+    """The next frame, or None when the peer closed the connection cleanly."""
+    header = _read_exact(sock, _HEADER.size)
+    if header is None:
+        return None
+    (size,) = _HEADER.unpack(header)
+    if size > MAX_FRAME_BYTES:
+        raise ProtocolError(f"frame of {size} bytes exceeds {MAX_FRAME_BYTES}")
+    body = _read_exact(sock, size) or b""
+    try:
+        message = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProtocolError(f"frame is not UTF-8 JSON: {exc}") from None
+    if not isinstance(message, dict):
+        raise ProtocolError("frame is not a JSON object")
+    return message

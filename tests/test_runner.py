@@ -1,0 +1,258 @@
+"""The runner: fresh contexts inject memory, resumes never do; compaction with a flush;
+tools confined to the agent folder; transcripts survive a restart."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from orchestrator.agent.hooks import CommandHook, load_hooks, run_session_start
+from orchestrator.agent.runner import Runner, Turn
+from orchestrator.agent.session import Session, session_key
+from orchestrator.agent.settings import AgentSettings
+from orchestrator.agent.tools import FLUSH, Toolbox, ToolError
+from orchestrator.memory.lint import lint_memory
+from orchestrator.memory.okf import split_frontmatter
+from orchestrator.memory.scaffold import scaffold_memory
+
+MEMORY_HOOK = CommandHook(
+    "startup|clear|compact", (sys.executable, "-m", "orchestrator", "hook", "session-start")
+)
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> AgentSettings:
+    agent = tmp_path / "agent"
+    agent.mkdir()
+    scaffold_memory(agent)
+    (agent / "sessions").mkdir()
+    (agent / "files").mkdir()
+    return AgentSettings(agent_dir=agent, runtime_dir=tmp_path / "run")
+
+
+def runner(settings: AgentSettings) -> Runner:
+    return Runner(settings, hooks=[MEMORY_HOOK])
+
+
+def say(r: Runner, text: str, chat: str = "c1", n: list[int] = [0]) -> object:  # noqa: B006
+    n[0] += 1
+    return r.handle(Turn(turn_id=f"t{n[0]}", chat=chat, text=text, sender="alice"))
+
+
+def contexts(settings: AgentSettings, key: str = "chat-c1") -> list[dict[str, object]]:
+    return [e for e in Session(settings.sessions_dir, key).events() if e["t"] == "context"]
+
+
+def test_memory_injected_on_new_session_not_on_the_next_message(settings: AgentSettings) -> None:
+    r = runner(settings)
+    first = say(r, "hello")
+    assert first.fresh_context == "startup"  # type: ignore[attr-defined]
+    second = say(r, "hello again")
+    assert second.fresh_context is None  # type: ignore[attr-defined]
+    (ctx,) = contexts(settings)
+    assert ctx["source"] == "startup"
+    system = str(ctx["system"])
+    assert "## Memory" in system and "### memory/index.md" in system
+    assert system.count("## Core Memory") == 1
+
+
+def test_operator_edit_visible_after_clear_not_on_resume(settings: AgentSettings) -> None:
+    r = runner(settings)
+    say(r, "hello")
+    index = settings.memory_dir / "index.md"
+    index.write_text(
+        index.read_text().replace("## Core Memory", "## Core Memory\n\n- OPERATOR-EDIT")
+    )
+    say(r, "still here")
+    assert all("OPERATOR-EDIT" not in str(c["system"]) for c in contexts(settings))
+    cleared = say(r, "/clear")
+    assert cleared.fresh_context == "clear"  # type: ignore[attr-defined]
+    last = contexts(settings)[-1]
+    assert last["source"] == "clear" and "OPERATOR-EDIT" in str(last["system"])
+
+
+def test_transcript_survives_a_restart_and_resumes(settings: AgentSettings) -> None:
+    say(runner(settings), "remember that the dog is called Rex")
+    restarted = runner(settings)  # a new process: nothing in memory but the files
+    result = say(restarted, "what do you know about the dog?")
+    assert result.fresh_context is None  # type: ignore[attr-defined]
+    assert len(contexts(settings)) == 1
+    assert "Rex" in result.replies[0]  # type: ignore[attr-defined]
+    context = Session(settings.sessions_dir, "chat-c1").current_context()
+    assert context is not None
+    assert [m["role"] for m in context.messages].count("user") == 2
+
+
+def test_torn_last_transcript_line_is_skipped(settings: AgentSettings) -> None:
+    say(runner(settings), "hello")
+    path = settings.sessions_dir / "chat-c1" / "transcript.jsonl"
+    with open(path, "ab") as handle:
+        handle.write(b'{"t": "msg", "role": "us')
+    result = say(runner(settings), "again")
+    assert result.fresh_context is None  # type: ignore[attr-defined]
+
+
+def test_sessions_follow_the_session_mode(settings: AgentSettings) -> None:
+    assert session_key("per-chat", "c1", "th") == "chat-c1"
+    assert session_key("per-thread", "c1", "th") == "chat-c1-thread-th"
+    assert session_key("shared", "c1", "th") == "shared"
+    weird = session_key("per-chat", "../../etc", None)
+    assert "/" not in weird and weird != session_key("per-chat", "__etc", None)
+    r = runner(settings)
+    say(r, "hi", chat="a")
+    say(r, "hi", chat="b")
+    assert sorted(p.name for p in settings.sessions_dir.iterdir()) == ["chat-a", "chat-b"]
+
+
+def test_provider_switch_starts_a_fresh_context(settings: AgentSettings) -> None:
+    say(runner(settings), "hello")
+    from dataclasses import replace
+
+    switched = Runner(replace(settings, model="offline-rules-2"), hooks=[MEMORY_HOOK])
+    result = say(switched, "hello")
+    assert result.fresh_context == "startup"  # type: ignore[attr-defined]
+    assert [c["model"] for c in contexts(settings)] == ["offline-rules", "offline-rules-2"]
+
+
+def test_compaction_flushes_then_reinjects(settings: AgentSettings) -> None:
+    from dataclasses import replace
+
+    r = Runner(replace(settings, context_budget_chars=2_000), hooks=[MEMORY_HOOK])
+    first = say(r, "hello")
+    assert first.fresh_context == "startup"  # type: ignore[attr-defined]
+    # the system prompt alone is over 2,000 characters: the next turn compacts
+    result = say(r, "remember that the meeting is on Friday")
+    assert result.compacted and result.fresh_context == "compact"  # type: ignore[attr-defined]
+    assert "Noted" in result.replies[0]  # type: ignore[attr-defined]
+    ctxs = contexts(settings)
+    assert [c["source"] for c in ctxs] == ["startup", "compact"]
+    assert "### memory/index.md" in str(ctxs[-1]["system"])
+    today = datetime.now(UTC).strftime("%Y-%m-%d")
+    daily = settings.memory_dir / "daily" / f"{today}.md"
+    note = daily.read_text()
+    assert split_frontmatter(note).data == {"type": "daily-note", "date": today}
+    assert "- said: hello" in note
+    events = Session(settings.sessions_dir, "chat-c1").events()
+    assert any(e["t"] == "flush" and e["appended_chars"] > 0 for e in events)
+    # the flush's own messages never joined the session
+    assert not any("[memory flush]" in str(e.get("content")) for e in events)
+    context = Session(settings.sessions_dir, "chat-c1").current_context()
+    assert context is not None
+    assert context.messages[0]["content"].startswith("[Summary of the earlier conversation]")
+
+
+def test_flush_is_pinned_append_only_and_rejects_replays(settings: AgentSettings) -> None:
+    now = datetime(2026, 11, 29, 23, 59, tzinfo=UTC)
+    tools = Toolbox(settings.agent_dir, FLUSH, now=now)
+    first = tools.call("append_daily", {"content": "- decided: ship on Monday"})
+    assert first.startswith("PERSISTED: appended") and "memory/daily/2026-11-29.md" in first
+    note = settings.memory_dir / "daily/2026-11-29.md"
+    before = note.read_text()
+    # a replay of the whole note appends only what follows it
+    replay = tools.call("append_daily", {"content": before + "- new: call Bob\n"})
+    assert replay.startswith("PERSISTED")
+    assert note.read_text() == before + "- new: call Bob\n"
+    # a pure replay, and a copied paragraph, append nothing
+    after = note.read_text()
+    assert tools.call("append_daily", {"content": after}).startswith("NOTHING APPENDED")
+    assert tools.call("append_daily", {"content": "- new: call Bob"}).startswith("NOTHING")
+    assert note.read_text() == after
+    # every other write is refused during a flush, and the path cannot be chosen
+    for name, args in (
+        ("write_file", {"path": "memory/x.md", "content": "x"}),
+        ("edit_file", {"path": "memory/index.md", "old_text": "M", "new_text": "N"}),
+        ("send_message", {"text": "hi"}),
+    ):
+        with pytest.raises(ToolError, match="refused during a memory flush"):
+            tools.call(name, args)
+    with pytest.raises(ToolError, match="bad arguments"):
+        tools.call("append_daily", {"content": "x", "path": "memory/index.md"})
+    with pytest.raises(ToolError, match="at most"):
+        tools.call("append_daily", {"content": "y" * 9_000})
+
+
+def test_tools_are_confined(settings: AgentSettings, tmp_path: Path) -> None:
+    tools = Toolbox(settings.agent_dir)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("secret")
+    (settings.memory_dir / "escape").symlink_to(tmp_path)
+    (settings.memory_dir / "inner").symlink_to(settings.memory_dir / "system")
+    for path in (
+        "../outside.txt",
+        "/etc/passwd",
+        "memory/escape/outside.txt",
+        "memory/../../outside.txt",
+    ):
+        with pytest.raises(ToolError, match="outside /workspace/agent"):
+            tools.call("read_file", {"path": path})
+    with pytest.raises(ToolError):
+        tools.call("write_file", {"path": "memory/escape/new.txt", "content": "x"})
+    assert not (tmp_path / "new.txt").exists()
+    for path in ("sessions/x.jsonl", "instructions.prepend.md", "learned-behaviors.md"):
+        with pytest.raises(ToolError, match="only under memory/ and files/"):
+            tools.call("write_file", {"path": path, "content": "x"})
+    assert "How this memory works" in tools.call(
+        "read_file", {"path": "memory/inner/definition.md"}
+    )
+    written = tools.call("write_file", {"path": "files/out/report.txt", "content": "ok"})
+    assert written == "PERSISTED: files/out/report.txt (2 bytes)"
+    assert (settings.agent_dir / "files/out/report.txt").read_text() == "ok"
+    edited = tools.call(
+        "edit_file", {"path": "files/out/report.txt", "old_text": "ok", "new_text": "fine"}
+    )
+    assert (
+        edited.startswith("PERSISTED")
+        and (settings.agent_dir / "files/out/report.txt").read_text() == "fine"
+    )
+    assert "memory/index.md:" in tools.call("grep", {"pattern": "core memory"})
+    tools.call("send_message", {"text": "one"})
+    tools.call("send_message", {"text": "two"})
+    assert tools.outbox == ["one", "two"]
+
+
+def test_offline_remember_writes_a_linked_concept(settings: AgentSettings) -> None:
+    r = runner(settings)
+    result = say(r, "remember that my timezone is Europe/Berlin")
+    assert result.replies == [  # type: ignore[attr-defined]
+        "Noted: my timezone is Europe/Berlin. Saved to memory/facts/my-timezone.md."
+    ]
+    concept = (settings.memory_dir / "facts/my-timezone.md").read_text()
+    front = split_frontmatter(concept)
+    assert front.status == "ok" and next(iter(front.data or {})) == "type"
+    assert (front.data or {})["type"] == "fact"
+    report = lint_memory(settings.memory_dir)
+    assert report.findings == [], report.findings
+    answer = say(r, "what do you know about my timezone?", chat="other")
+    assert "Europe/Berlin" in answer.replies[0]  # type: ignore[attr-defined]
+    nothing = say(r, "what do you know about volcanoes?")
+    assert nothing.replies == ["I have nothing in memory about volcanoes."]  # type: ignore[attr-defined]
+    intro = say(r, "how are you?")
+    assert "offline provider" in intro.replies[0]  # type: ignore[attr-defined]
+
+
+def test_hooks_failures_are_skipped(tmp_path: Path) -> None:
+    hooks = [
+        CommandHook("startup", (sys.executable, "-c", "import sys; sys.exit(3)")),
+        CommandHook("startup", (sys.executable, "-c", "import time; time.sleep(5)"), 0.5),
+        CommandHook("startup", ("/no/such/binary",)),
+        CommandHook("startup", (sys.executable, "-c", "import sys; print(sys.stdin.read())")),
+        CommandHook("compact", (sys.executable, "-c", "print('only on compact')")),
+    ]
+    out = run_session_start(hooks, source="startup", session_id="s", agent_dir=tmp_path)
+    assert len(out) == 1
+    assert json.loads(out[0]) == {
+        "source": "startup",
+        "session_id": "s",
+        "agent_dir": str(tmp_path),
+    }
+
+
+def test_shipped_hooks_config() -> None:
+    (hook,) = load_hooks()
+    assert hook.command == ("orchestrator", "hook", "session-start")
+    assert hook.matches("startup") and hook.matches("compact") and not hook.matches("resume")
+    assert hook.timeout == 10
