@@ -7,13 +7,14 @@ import sys
 import time
 from collections.abc import Callable
 
-from bench import image, memory, runtime
+from bench import hook, image, memory, runtime
 from bench.harness import Result, fmt, markdown, save
 
 BENCHMARKS: dict[str, Callable[[bool], Result]] = {
     image.NAME: image.run,
     memory.SCAFFOLD: memory.scaffold_complete,
     memory.LINT: memory.lint_large,
+    hook.NAME: hook.run,
     runtime.COLD: runtime.cold_start,
     runtime.IDLE: runtime.idle_cost,
 }

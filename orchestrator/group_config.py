@@ -14,6 +14,7 @@ from orchestrator.limits import (
     DEFAULT_CONTAINER_CPUS,
     DEFAULT_CONTAINER_MEMORY_BYTES,
     DEFAULT_CONTAINER_PIDS,
+    DEFAULT_CONTEXT_BUDGET_CHARS,
     DEFAULT_IDLE_TIMEOUT_SECONDS,
     DEFAULT_NETWORK,
     GROUP_NAME_MAX_CHARS,
@@ -21,6 +22,7 @@ from orchestrator.limits import (
     MAX_CONTAINER_PIDS,
     MIN_CONTAINER_MEMORY_BYTES,
     MIN_CONTAINER_PIDS,
+    MIN_CONTEXT_BUDGET_CHARS,
     MIN_IDLE_TIMEOUT_SECONDS,
     SENDER_ID_MAX_CHARS,
 )
@@ -70,6 +72,7 @@ class GroupConfig:
     container: ContainerSettings = field(default_factory=ContainerSettings)
     mounts: tuple[MountRequest, ...] = ()
     skills: str | tuple[str, ...] = "all"
+    context_budget: int = DEFAULT_CONTEXT_BUDGET_CHARS
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -202,8 +205,16 @@ def group_config_from_doc(doc: YamlDocument) -> GroupConfig:
             "container",
             "mounts",
             "skills",
+            "context_budget",
         ]
     )
+    budget = reader.raw("context_budget", DEFAULT_CONTEXT_BUDGET_CHARS)
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < MIN_CONTEXT_BUDGET_CHARS:
+        raise reader.fail(
+            "context_budget",
+            f"got {budget!r}; expected a whole number of characters, at least "
+            f"{MIN_CONTEXT_BUDGET_CHARS}",
+        )
     return GroupConfig(
         name=reader.text("name", max_chars=GROUP_NAME_MAX_CHARS),
         provider=reader.text("provider", DEFAULT_PROVIDER, pattern=PROVIDER_PATTERN),
@@ -215,6 +226,7 @@ def group_config_from_doc(doc: YamlDocument) -> GroupConfig:
         container=_container(reader.child("container")),
         mounts=_mounts(reader),
         skills=_skills(reader),
+        context_budget=budget,
     )
 
 

@@ -20,7 +20,9 @@ def runtime(home: Path) -> GroupRuntime:
     h = Home(home)
     config = OrchestratorConfig(project="t", mount_allowlist=home.parent / "allow.yaml")
     GroupStore(h).add(GroupConfig(name="Fam"))
-    return GroupRuntime(h, config, FakeBackend(), lambda: "img:1", skills_root=None)
+    return GroupRuntime(
+        h, config, FakeBackend(), lambda: "img:1", skills_root=None, ready=lambda _: True
+    )
 
 
 def fake(runtime: GroupRuntime) -> FakeBackend:

@@ -210,7 +210,8 @@ def test_status_and_logs(runtime) -> None:  # type: ignore[no-untyped-def]
     (row,) = runtime.status()
     assert row.state == "running" and row.drift is False
     assert row.memory_bytes is not None and row.memory_bytes > 0
-    assert list(runtime.backend.logs(runtime.container_name(group), tail=10)) == []
+    lines = list(runtime.backend.logs(runtime.container_name(group), tail=10))
+    assert any("runner listening on /run/orchestrator/runner.sock" in line for line in lines)
 
 
 def test_cli_start_status_stop_reconcile(run, home: Path, agent_image, test_project) -> None:  # type: ignore[no-untyped-def]
@@ -230,3 +231,71 @@ def test_cli_start_status_stop_reconcile(run, home: Path, agent_image, test_proj
         assert f"removed container {test_project}-fam" in removed.stdout
     finally:
         run("group", "remove", "fam", "--purge", "--yes")
+
+
+def test_group_remembers_across_a_new_container_and_session(runtime) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.memory.lint import lint_memory
+    from orchestrator.memory.okf import split_frontmatter
+
+    group = runtime.store.add(GroupConfig(name="Fam"))
+    runtime.ensure_running(group)
+    told = runtime.runner(group).turn(
+        {
+            "turn_id": "t1",
+            "chat": "family",
+            "sender": "alice",
+            "text": "remember that my timezone is Europe/Berlin",
+        }
+    )
+    assert told["ok"] and told["fresh_context"] == "startup", told
+    assert told["replies"] == [
+        "Noted: my timezone is Europe/Berlin. Saved to memory/facts/my-timezone.md."
+    ]
+
+    runtime.remove(group.folder)
+    assert runtime.backend.inspect(runtime.container_name(group)) is None
+    runtime.ensure_running(group)  # a new container
+    asked = runtime.runner(group).turn(
+        {"turn_id": "t2", "chat": "another-chat", "text": "What do you know about my timezone?"}
+    )
+    assert asked["ok"] and asked["fresh_context"] == "startup", asked
+    assert "Europe/Berlin" in asked["replies"][0]
+
+    concept = group.memory_dir / "facts" / "my-timezone.md"
+    front = split_frontmatter(concept.read_text())
+    assert front.status == "ok" and (front.data or {}).get("type") == "fact"
+    assert "(facts/index.md)" in (group.memory_dir / "index.md").read_text()
+    assert "(my-timezone.md)" in (group.memory_dir / "facts/index.md").read_text()
+    assert lint_memory(group.memory_dir).findings == []
+    transcripts = sorted(p.parent.name for p in group.sessions_dir.glob("*/transcript.jsonl"))
+    assert transcripts == ["chat-another-chat", "chat-family"]
+    # the memory hook ran inside the container at each fresh context
+    first = json.loads(
+        (group.sessions_dir / "chat-family/transcript.jsonl").read_text().splitlines()[0]
+    )
+    assert first["t"] == "context" and "### memory/index.md" in first["system"]
+
+
+def test_runner_refuses_bad_frames_and_keeps_serving(runtime) -> None:  # type: ignore[no-untyped-def]
+    import struct
+
+    group = runtime.store.add(GroupConfig(name="Fam"))
+    runtime.ensure_running(group)
+    client = runtime.runner(group)
+    assert client.request({"op": "nope"}) == {
+        "ok": False,
+        "error": "unknown op 'nope'; expected ping or turn",
+    }
+    assert (
+        "turn.chat must be a string"
+        in client.request({"op": "turn", "turn": {"turn_id": "x", "chat": 5, "text": "hi"}})[
+            "error"
+        ]
+    )
+    raw = socket.socket(socket.AF_UNIX)
+    raw.connect(str(client.socket_path))
+    raw.sendall(struct.pack(">I", 50 * 1024 * 1024))  # oversized frame header
+    raw.settimeout(5)
+    assert raw.recv(10) == b""  # that connection is closed
+    raw.close()
+    assert client.ping()

@@ -61,6 +61,11 @@ def test_hardening_and_limits() -> None:
     assert s.network_mode == "none"
     assert s.memory_bytes == 512 * 1024**2 and s.pids_limit == 256 and s.nano_cpus == 10**9
     assert set(s.tmpfs) == {"/tmp", "/home/agent"}
+    assert s.command == ("orchestrator", "agent", "serve")
+    assert s.environment["ORCHESTRATOR_PROVIDER"] == "offline"
+    assert s.environment["ORCHESTRATOR_SESSION_MODE"] == "per-chat"
+    assert s.environment["ORCHESTRATOR_CONTEXT_BUDGET"] == "400000"
+    assert not any("KEY" in k or "TOKEN" in k for k in s.environment)  # no secrets
     assert "uid=1000,gid=1000" in s.tmpfs["/home/agent"]
     bridge = replace(
         GROUP, config=replace(GROUP.config, container=ContainerSettings(network="bridge"))

@@ -28,6 +28,7 @@ from orchestrator.runtime.base import (
     ContainerInfo,
     ContainerSpec,
 )
+from orchestrator.runtime.channel import SOCKET_NAME, RunnerClient
 from orchestrator.runtime.mounts import resolve_mounts
 from orchestrator.runtime.reconcile import Action, apply_plan, plan_reconcile
 from orchestrator.runtime.spec import container_name, container_spec, run_as
@@ -111,6 +112,7 @@ class GroupRuntime:
         *,
         skills_root: Path | None = None,
         rootless: bool | None = None,
+        ready: Callable[[RunnerClient], bool] | None = None,
     ) -> None:
         self.home = home
         self.config = config
@@ -122,6 +124,8 @@ class GroupRuntime:
         if rootless is None:
             rootless = bool(backend.engine_facts().get("rootless"))
         self.rootless = rootless
+        # How to tell the runner answers; unit tests on the fake backend replace it.
+        self._ready = ready or (lambda client: client.ping())
 
     @property
     def project_labels(self) -> dict[str, str]:
@@ -206,28 +210,40 @@ class GroupRuntime:
         info = self.backend.inspect(spec.name)
         if info is not None and not info.running:
             self.backend.start(spec.name)
-        return self.wait_ready(spec.name)
+        return self.wait_ready(group)
+
+    def runner(self, group: Group) -> RunnerClient:
+        """A client of the runner in ``group``'s container."""
+        return RunnerClient(self.home.runtime_dir(group.folder) / SOCKET_NAME)
 
     def wait_ready(
-        self, name: str, timeout: float = CONTAINER_READY_TIMEOUT_SECONDS
+        self, group: Group, timeout: float = CONTAINER_READY_TIMEOUT_SECONDS
     ) -> ContainerInfo:
-        """Until the in-container runner exists, ready means the main process is up."""
+        """Ready means the container runs and its runner answers a ping on its socket."""
+        name = self.container_name(group)
+        client = self.runner(group)
         deadline = time.monotonic() + timeout
-        delay = 0.01
+        delay = 0.005
         while True:
             info = self.backend.inspect(name)
-            if info is not None and info.running:
+            if info is not None and info.running and self.ping(client):
                 return info
             if info is not None and info.state in ("exited", "dead"):
                 tail = "\n".join(list(self.backend.logs(name, tail=5)))
                 raise OrchestratorError(
                     f"container {name} exited while starting" + (f": {tail}" if tail else ""),
-                    hint=f"see: orchestrator logs {name}",
+                    hint=f"see: orchestrator logs {group.folder}",
                 )
             if time.monotonic() > deadline:
-                raise OrchestratorError(f"container {name} not running after {timeout:.0f}s")
+                raise OrchestratorError(
+                    f"the runner in {name} did not answer within {timeout:.0f}s",
+                    hint=f"see: orchestrator logs {group.folder}",
+                )
             time.sleep(delay)
-            delay = min(delay * 2, 0.2)
+            delay = min(delay * 2, 0.1)
+
+    def ping(self, client: RunnerClient) -> bool:
+        return bool(self._ready(client))
 
     def stop(self, group: Group) -> bool:
         """Stop the container; False when there was none running."""

@@ -27,8 +27,8 @@ SKILLS_DIR = "/workspace/skills"
 EXTRA_DIR = "/workspace/extra"
 RUNTIME_DIR = "/run/orchestrator"
 CONTAINER_HOME = "/home/agent"
-# Until the in-container runner exists, the container's main process only keeps it up.
-IDLE_COMMAND = ("sleep", "infinity")
+# The container's main process: the runner, serving turns on /run/orchestrator/runner.sock.
+RUNNER_COMMAND = ("orchestrator", "agent", "serve")
 
 
 def container_name(project: str, folder: str) -> str:
@@ -95,7 +95,7 @@ def container_spec(
     spec = ContainerSpec(
         name=container_name(project, group.folder),
         image=image,
-        command=IDLE_COMMAND,
+        command=RUNNER_COMMAND,
         user=f"{uid}:{gid}",
         labels={LABEL_PROJECT: project, LABEL_GROUP: group.folder},
         mounts=group_mounts(group, runtime_dir, skills_root, extra_mounts),
@@ -103,6 +103,11 @@ def container_spec(
             "HOME": CONTAINER_HOME,
             "ORCHESTRATOR_GROUP": group.folder,
             "ORCHESTRATOR_AGENT_DIR": AGENT_DIR,
+            "ORCHESTRATOR_RUNTIME_DIR": RUNTIME_DIR,
+            "ORCHESTRATOR_PROVIDER": group.config.provider,
+            "ORCHESTRATOR_MODEL": group.config.model,
+            "ORCHESTRATOR_SESSION_MODE": group.config.session_mode,
+            "ORCHESTRATOR_CONTEXT_BUDGET": str(group.config.context_budget),
         },
         tmpfs={
             "/tmp": f"rw,nosuid,nodev,size={tmpfs_size},mode=1777",
