@@ -66,3 +66,15 @@ class ImageMissing(OrchestratorError):
 
 class MountRefused(BadInput):
     """An extra mount asked for in group.yaml is not allowed."""
+
+
+class SenderRefused(OrchestratorError):
+    """The sender is neither a creator nor a member, and the group drops unknown senders."""
+
+
+class DaemonNotRunning(OrchestratorError):
+    """No daemon answers on the control socket."""
+
+
+class DaemonStopping(OrchestratorError):
+    """The daemon is draining and accepts no new messages."""

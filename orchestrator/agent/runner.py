@@ -53,6 +53,7 @@ class TurnResult:
     replies: list[str] = field(default_factory=list)
     fresh_context: str | None = None  # the source, when this turn created a context
     compacted: bool = False
+    duplicate: bool = False  # the turn id was already completed; replies as recorded
 
 
 class Runner:
@@ -74,13 +75,20 @@ class Runner:
             return self._locks.setdefault(key, threading.Lock())
 
     def handle(self, turn: Turn) -> TurnResult:
+        """Run one turn. A turn id already completed returns its recorded replies: the
+        host delivers at least once, and a retried turn must not run twice."""
         key = session_key(self.settings.session_mode, turn.chat, turn.thread)
         with self.lock_for(key):
-            return self._handle(Session(self.settings.sessions_dir, key), turn)
+            session = Session(self.settings.sessions_dir, key)
+            context = session.current_context()
+            if turn.turn_id in session.completed:
+                return TurnResult(key, session.completed[turn.turn_id], duplicate=True)
+            result = self._handle(session, context, turn)
+            session.append({"t": "done", "turn_id": turn.turn_id, "replies": result.replies})
+            return result
 
-    def _handle(self, session: Session, turn: Turn) -> TurnResult:
+    def _handle(self, session: Session, context: Context | None, turn: Turn) -> TurnResult:
         result = TurnResult(session.key)
-        context = session.current_context()
         if turn.text.strip() == CLEAR_COMMAND:
             self.new_context(session, "clear", context)
             result.fresh_context = "clear"

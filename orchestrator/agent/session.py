@@ -90,10 +90,17 @@ class Session:
             os.close(fd)
 
     def current_context(self) -> Context | None:
-        """Rebuild the live context from the transcript; None before the first one."""
+        """Rebuild the live context from the transcript; None before the first one.
+
+        Also fills ``completed``: the replies of each finished turn, by turn id.
+        """
         context: Context | None = None
+        self.completed: dict[str, list[str]] = {}
         for event in self.events():
             kind = event.get("t")
+            if kind == "done":
+                self.completed[str(event.get("turn_id"))] = list(event.get("replies") or [])
+                continue
             if kind == "context":
                 context = Context(
                     context_id=int(event.get("context_id", 0)),

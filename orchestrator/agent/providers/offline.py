@@ -204,16 +204,19 @@ class OfflineProvider(Provider):
         keys = _keywords(topic)
         results = [m for m in tail if m.get("role") == "tool"]
         if step == 0:
-            pattern = "|".join(re.escape(k) for k in keys)
+            pattern = r"\b(?:" + "|".join(re.escape(k) for k in keys) + r")\b"
             return Completion(
                 None, (ToolCall("g1", "grep", {"pattern": pattern, "path": "memory"}),)
             )
         if step == 1:
-            found: list[str] = []
+            # A file answers when it names every keyword (as words), not just one of them.
+            covered: dict[str, set[str]] = {}
             for line in str(results[-1].get("content", "")).splitlines():
-                path = line.split(":", 1)[0]
-                if path.endswith(".md") and path not in found:
-                    found.append(path)
+                path, _, text = line.partition(":")
+                if path.endswith(".md"):
+                    words = set(re.findall(r"[\w'/-]+", text.lower()))
+                    covered.setdefault(path, set()).update(k for k in keys if k in words)
+            found = [p for p, hit in covered.items() if hit == set(keys)]
             concepts = [p for p in found if not p.endswith(("index.md", "log.md"))] or found
             if not concepts:
                 return Completion(f"I have nothing in memory about {topic}.")
