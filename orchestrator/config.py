@@ -12,12 +12,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.errors import HomeNotWritable, InvalidConfig
-from orchestrator.limits import DEFAULT_UNPRIVILEGED_GID, DEFAULT_UNPRIVILEGED_UID
+from orchestrator.limits import (
+    DEFAULT_HTTP_LISTEN,
+    DEFAULT_UNPRIVILEGED_GID,
+    DEFAULT_UNPRIVILEGED_UID,
+)
 from orchestrator.validate import MappingReader
 from orchestrator.yamldoc import load_yaml_file
 
 CONFIG_FILE = "orchestrator.yaml"
 PROJECT_ENV = "ORCHESTRATOR_PROJECT"
+HTTP_TOKEN_ENV = "ORCHESTRATOR_HTTP_TOKEN"
 DEFAULT_PROJECT = "orchestrator"
 PROJECT_PATTERN = r"[a-z0-9][a-z0-9_.-]{0,39}"
 DEFAULT_IMAGE_REPOSITORY = "orchestrator-agent"
@@ -34,6 +39,8 @@ class OrchestratorConfig:
     unprivileged_gid: int = DEFAULT_UNPRIVILEGED_GID
     mount_allowlist: Path = field(default_factory=lambda: DEFAULT_ALLOWLIST.expanduser())
     debian_mirror: str | None = None
+    http_listen: str = DEFAULT_HTTP_LISTEN
+    http_token: str | None = None
 
 
 @dataclass(frozen=True)
@@ -81,7 +88,14 @@ class Home:
             doc = load_yaml_file(self.config_file)
             reader = MappingReader(doc, doc.data)
             reader.reject_unknown(
-                ["project", "image", "unprivileged_user", "mount_allowlist", "debian_mirror"]
+                [
+                    "project",
+                    "image",
+                    "unprivileged_user",
+                    "mount_allowlist",
+                    "debian_mirror",
+                    "http",
+                ]
             )
             if "project" in reader.data:
                 values["project"] = reader.text("project", pattern=PROJECT_PATTERN)
@@ -106,6 +120,22 @@ class Home:
                 values["debian_mirror"] = reader.text(
                     "debian_mirror", pattern=r"https?://\S+", max_chars=512
                 )
+            if "http" in reader.data:
+                http = reader.child("http")
+                http.reject_unknown(["listen", "token"])
+                if "listen" in http.data:
+                    values["http_listen"] = http.text(
+                        "listen", pattern=r"[A-Za-z0-9.:\[\]-]+:\d{1,5}", max_chars=100
+                    )
+                if "token" in http.data:
+                    token = http.text("token", max_chars=512)
+                    if len(token) < 16:
+                        raise http.fail(
+                            "token", "is shorter than 16 characters; use a long random token"
+                        )
+                    values["http_token"] = token
+        if os.environ.get(HTTP_TOKEN_ENV):
+            values["http_token"] = os.environ[HTTP_TOKEN_ENV]
         env_project = os.environ.get(PROJECT_ENV)
         if env_project:
             if not re.fullmatch(PROJECT_PATTERN, env_project):

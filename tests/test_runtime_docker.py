@@ -220,12 +220,12 @@ def test_cli_start_status_stop_reconcile(run, home: Path, agent_image, test_proj
         started = run("start", "fam")
         assert started.exit_code == 0, started.output
         assert started.stdout.strip() == f"{test_project}-fam is running"
-        rows = json.loads(run("status", "--json").stdout)
+        rows = json.loads(run("status", "--json").stdout)["groups"]
         assert [(r["folder"], r["state"], r["drift"]) for r in rows] == [("fam", "running", False)]
         assert run("stop", "fam").stdout.strip() == f"stopped {test_project}-fam"
         plan = json.loads(run("reconcile", "--json").stdout)
         assert [(a["kind"], a["reason"]) for a in plan] == [("remove", "container is exited")]
-        assert json.loads(run("status", "--json").stdout)[0]["state"] == "absent"
+        assert json.loads(run("status", "--json").stdout)["groups"][0]["state"] == "absent"
         assert run("restart", "fam").exit_code == 0
         removed = run("group", "remove", "fam", "--purge", "--yes")
         assert f"removed container {test_project}-fam" in removed.stdout

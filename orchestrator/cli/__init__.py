@@ -35,6 +35,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "status": ("orchestrator.cli.runtime", "status", "Show every group's container state."),
     "logs": ("orchestrator.cli.runtime", "logs", "Print a group container's logs."),
     "reconcile": ("orchestrator.cli.runtime", "reconcile", "Match containers to groups."),
+    "serve": ("orchestrator.cli.daemon", "serve", "Run the daemon in the foreground."),
+    "up": ("orchestrator.cli.daemon", "up", "Start the daemon in the background."),
+    "down": ("orchestrator.cli.daemon", "down", "Stop the background daemon."),
+    "send": ("orchestrator.cli.daemon", "send", "Send a message to a group; print replies."),
+    "chat": ("orchestrator.cli.daemon", "chat", "Talk with a group interactively."),
+    "retry": ("orchestrator.cli.daemon", "retry", "Queue a dead-lettered message again."),
     "hook": ("orchestrator.cli.agent", "hook", "SessionStart hooks (the memory hook)."),
     "agent": ("orchestrator.cli.agent", "agent", "The runner inside a group container."),
 }

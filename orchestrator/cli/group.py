@@ -29,7 +29,8 @@ def group() -> None:
     "creators",
     multiple=True,
     metavar="ID",
-    help="Sender id trusted to change learned behaviors (repeatable).",
+    help="Sender id trusted to change learned behaviors (repeatable; default: operator, "
+    "the sender id of `orchestrator send` and `chat`).",
 )
 @click.option(
     "--member",
@@ -59,7 +60,11 @@ def add(
       orchestrator group add "Family chat" --creator alice
     """
     config = GroupConfig(
-        name=name, provider=provider, model=model, creators=creators, members=members
+        name=name,
+        provider=provider,
+        model=model,
+        creators=creators or ("operator",),
+        members=members,
     )
     created = GroupStore(obj.home).add(config, folder)
     if as_json:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -78,8 +78,9 @@ def status(obj: CliContext, as_json: bool) -> None:
     """Per group: container state, uptime, memory use, config drift, last activity."""
     runtime = open_runtime(obj)
     rows = runtime.status()
+    queue = _queue_summary(obj)
     if as_json:
-        print_json([row.to_dict() for row in rows])
+        print_json({"groups": [row.to_dict() for row in rows], "queue": queue})
         return
     if not rows:
         click.echo("no groups; add one with: orchestrator group add NAME")
@@ -100,6 +101,31 @@ def status(obj: CliContext, as_json: bool) -> None:
             for r in rows
         ],
     )
+    if queue is not None:
+        counts = queue["counts"]
+        click.echo(
+            f"\nqueue: {counts.get('queued', 0)} queued, {counts.get('inflight', 0)} "
+            f"in flight, {counts.get('done', 0)} done, {counts.get('dead', 0)} dead"
+        )
+        for dead in queue["dead"]:
+            click.echo(
+                f"  dead {dead['id']} ({dead['group']}): {dead['error']}"
+                f"  -> orchestrator retry {dead['id']}"
+            )
+
+
+def _queue_summary(obj: CliContext) -> dict[str, Any] | None:
+    """Queue counts and dead letters, read from state/queue.db when it exists."""
+    path = obj.home.state_dir / "queue.db"
+    if not path.exists():
+        return None
+    from orchestrator.queue import MessageQueue
+
+    queue = MessageQueue(path)
+    try:
+        return {"counts": queue.counts(), "dead": [m.to_dict() for m in queue.dead_letters()]}
+    finally:
+        queue.close()
 
 
 @click.command()

@@ -1,0 +1,29 @@
+"""The channel interface."""
+
+from __future__ import annotations
+
+import abc
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from orchestrator.daemon import Daemon
+
+
+class Channel(abc.ABC):
+    name: str = ""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+
+    @classmethod
+    def enabled(cls, daemon: Daemon) -> bool:
+        """Whether the configuration asks for this channel."""
+        return True
+
+    @abc.abstractmethod
+    def start(self) -> None:
+        """Begin accepting messages (in background threads)."""
+
+    @abc.abstractmethod
+    def stop(self) -> None:
+        """Stop accepting messages."""

@@ -1,0 +1,107 @@
+"""The CLI channel: a Unix socket at ``state/orchestrator.sock`` (mode 0600), used by
+``orchestrator send``, ``chat``, ``retry`` and ``status``. Frames as in ``wire``."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+from typing import Any
+
+from orchestrator import __version__
+from orchestrator.channels.base import Channel
+from orchestrator.errors import OrchestratorError, SenderRefused
+from orchestrator.limits import TURN_TIMEOUT_SECONDS
+from orchestrator.wire import ProtocolError, recv_frame, send_frame
+
+log = logging.getLogger("orchestrator.channels.cli")
+SOCKET_NAME = "orchestrator.sock"
+
+
+class ControlChannel(Channel):
+    name = "cli"
+
+    def start(self) -> None:
+        path = self.daemon.home.state_dir / SOCKET_NAME
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            self.sock.bind(str(path))
+        finally:
+            os.umask(old)
+        self.sock.listen(64)
+        self.path = path
+        self.thread = threading.Thread(target=self._accept, name="cli-channel", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                while (request := recv_frame(conn)) is not None:
+                    send_frame(conn, self.answer(request))
+            except (ProtocolError, OSError) as exc:
+                log.warning("closing a CLI connection: %s", exc)
+
+    def answer(self, request: dict[str, Any]) -> dict[str, Any]:
+        op = request.get("op")
+        daemon = self.daemon
+        try:
+            if op == "ping":
+                return {"ok": True, "pid": os.getpid(), "version": __version__}
+            if op == "send":
+                message = daemon.submit(
+                    str(request.get("group", "")),
+                    request.get("text", ""),
+                    chat=str(request.get("chat") or "cli"),
+                    sender=str(request.get("sender") or "operator"),
+                    thread=request.get("thread"),
+                    channel=self.name,
+                )
+                if request.get("wait", True):
+                    timeout = float(request.get("timeout") or TURN_TIMEOUT_SECONDS)
+                    message = daemon.wait(message.id, timeout) or message
+                return {"ok": True, "message": message.to_dict()}
+            if op == "get":
+                found = daemon.queue.get(str(request.get("id", "")))
+                if found is None:
+                    return {"ok": False, "error": f"no message {request.get('id')!r}"}
+                return {"ok": True, "message": found.to_dict()}
+            if op == "retry":
+                ok = daemon.retry(str(request.get("id", "")))
+                return {
+                    "ok": ok,
+                    "error": None
+                    if ok
+                    else f"no dead-lettered message with id {request.get('id')!r}",
+                }
+            if op == "status":
+                return {
+                    "ok": True,
+                    "counts": daemon.queue.counts(),
+                    "dead": [m.to_dict() for m in daemon.queue.dead_letters()],
+                    "inflight": daemon.inflight,
+                    "concurrency": daemon.concurrency,
+                }
+        except SenderRefused as exc:
+            return {"ok": False, "refused": True, "error": exc.message, "hint": exc.hint}
+        except OrchestratorError as exc:
+            return {"ok": False, "error": exc.message, "hint": exc.hint}
+        return {"ok": False, "error": f"unknown op {op!r}"}

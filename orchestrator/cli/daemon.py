@@ -1,0 +1,203 @@
+"""The daemon and messages: serve, up, down, send, chat, retry."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from orchestrator.cli import CliContext
+from orchestrator.cli.output import print_json
+from orchestrator.errors import EXIT_FAILED
+
+pass_cli = click.make_pass_decorator(CliContext)
+
+
+@click.command()
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Log lines on stderr: for people or for machines.",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Turns running at once across groups (default: the CPU count).",
+)
+@pass_cli
+def serve(obj: CliContext, log_format: str, concurrency: int | None) -> None:
+    """Run the daemon in the foreground: channels, queue, delivery into containers.
+
+    Reconciles containers at start. SIGTERM drains: no new messages, turns in flight
+    finish (or are delivered again at the next start), then it exits.
+    """
+    from orchestrator.service import serve as run
+    from orchestrator.service import setup_logging
+
+    setup_logging(log_format)
+    run(obj.home, concurrency)
+
+
+@click.command()
+@pass_cli
+def up(obj: CliContext) -> None:
+    """Start the daemon in the background (log: state/orchestrator.log)."""
+    from orchestrator.service import up as start
+
+    pid = start(obj.home)
+    click.echo(f"orchestrator daemon running (pid {pid})")
+
+
+@click.command()
+@pass_cli
+def down(obj: CliContext) -> None:
+    """Stop the background daemon; it drains turns in flight first."""
+    from orchestrator.service import down as stop
+
+    pid = stop(obj.home)
+    click.echo("no daemon was running" if pid is None else f"stopped daemon {pid}")
+
+
+def _send(
+    obj: CliContext,
+    name: str,
+    text: str,
+    chat: str,
+    sender: str,
+    thread: str | None,
+    timeout: float,
+) -> dict[str, object]:
+    from orchestrator.service import control_request
+
+    answer = control_request(
+        obj.home,
+        {
+            "op": "send",
+            "group": name,
+            "text": text,
+            "chat": chat,
+            "sender": sender,
+            "thread": thread,
+            "wait": True,
+            "timeout": timeout,
+        },
+        timeout=timeout + 30,
+    )
+    if not answer.get("ok"):
+        click.echo(f"error: {answer.get('error')}", err=True)
+        if answer.get("hint"):
+            click.echo(f"hint: {answer['hint']}", err=True)
+        raise SystemExit(EXIT_FAILED)
+    message: dict[str, object] = answer["message"]
+    return message
+
+
+def _print_outcome(message: dict[str, object]) -> bool:
+    replies = message.get("replies") or []
+    for reply in replies:  # type: ignore[attr-defined]
+        click.echo(reply)
+    if message.get("state") == "dead":
+        click.echo(
+            f"error: message {message['id']} could not be delivered: {message.get('error')}",
+            err=True,
+        )
+        click.echo(f"hint: fix the cause, then: orchestrator retry {message['id']}", err=True)
+        return False
+    if message.get("state") != "done":
+        click.echo(
+            f"note: message {message['id']} is still {message.get('state')}; "
+            "its replies will be stored when it is answered",
+            err=True,
+        )
+    elif not replies:
+        click.echo("(no reply)")
+    return True
+
+
+@click.command()
+@click.argument("name")
+@click.argument("text")
+@click.option("--chat", default="cli", show_default=True, help="Chat id (selects the session).")
+@click.option("--thread", default=None, help="Thread id (for per-thread groups).")
+@click.option("--sender", default="operator", show_default=True, help="Sender id.")
+@click.option(
+    "--timeout",
+    type=float,
+    default=300.0,
+    show_default=True,
+    help="Seconds to wait for the replies.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the message and replies as JSON.")
+@pass_cli
+def send(
+    obj: CliContext,
+    name: str,
+    text: str,
+    chat: str,
+    thread: str | None,
+    sender: str,
+    timeout: float,
+    as_json: bool,
+) -> None:
+    """Send TEXT to group NAME through the daemon and print the replies.
+
+    \b
+    Example:
+      orchestrator send family "remember that my timezone is Europe/Berlin"
+    """
+    message = _send(obj, name, text, chat, sender, thread, timeout)
+    if as_json:
+        print_json(message)
+        if message.get("state") == "dead":
+            raise SystemExit(EXIT_FAILED)
+        return
+    if not _print_outcome(message):
+        raise SystemExit(EXIT_FAILED)
+
+
+@click.command()
+@click.argument("name")
+@click.option("--chat", default="cli-chat", show_default=True, help="Chat id.")
+@click.option("--sender", default="operator", show_default=True, help="Sender id.")
+@pass_cli
+def chat(obj: CliContext, name: str, chat: str, sender: str) -> None:
+    """Talk with group NAME interactively. /clear starts a fresh context, /status shows
+    the queue, /exit (or Ctrl-D) leaves."""
+    from orchestrator.service import control_request
+
+    control_request(obj.home, {"op": "ping"}, timeout=5)
+    click.echo(f"chatting with {name} as {sender!r} (chat {chat!r}); /exit to leave")
+    while True:
+        try:
+            text = input("> ") if sys.stdin.isatty() else sys.stdin.readline()
+        except EOFError:
+            break
+        if not text:
+            break
+        text = text.strip()
+        if not text:
+            continue
+        if text == "/exit":
+            break
+        if text == "/status":
+            answer = control_request(obj.home, {"op": "status"})
+            click.echo(f"queue: {answer.get('counts')}, in flight {answer.get('inflight')}")
+            continue
+        _print_outcome(_send(obj, name, text, chat, sender, None, 300.0))
+
+
+@click.command()
+@click.argument("message_id")
+@pass_cli
+def retry(obj: CliContext, message_id: str) -> None:
+    """Queue a dead-lettered message again (see `orchestrator status`)."""
+    from orchestrator.service import control_request
+
+    answer = control_request(obj.home, {"op": "retry", "id": message_id})
+    if not answer.get("ok"):
+        click.echo(f"error: {answer.get('error')}", err=True)
+        raise SystemExit(EXIT_FAILED)
+    click.echo(f"message {message_id} queued again")

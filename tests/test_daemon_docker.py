@@ -1,0 +1,353 @@
+"""The message path on the real engine: the daemon as a process, its channels, its queue."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.config import Home
+from orchestrator.group_config import GroupConfig
+from orchestrator.groups import GroupStore
+from orchestrator.queue import MessageQueue
+from orchestrator.service import control_request
+
+pytestmark = pytest.mark.docker
+TOKEN = "test-token-0123456789abcdef"
+
+
+class DaemonProcess:
+    """`orchestrator serve` for a test home, under the test's own project name."""
+
+    def __init__(self, home: Path, project: str) -> None:
+        self.home = Home(home)
+        self.project = project
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log = home / "daemon.log"
+
+    def start(self) -> None:
+        env = {**os.environ, "ORCHESTRATOR_PROJECT": self.project, "ORCHESTRATOR_HTTP_TOKEN": TOKEN}
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "orchestrator", "--home", str(self.home.root), "serve"],
+                stdout=log,
+                stderr=log,
+                env=env,
+            )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, self.log.read_text()
+            try:
+                if control_request(self.home, {"op": "ping"}, timeout=2).get("ok"):
+                    return
+            except Exception:
+                pass
+            time.sleep(0.1)
+        raise AssertionError("daemon did not start: " + self.log.read_text())
+
+    def request(self, **message: Any) -> dict[str, Any]:
+        return control_request(self.home, message, timeout=120)
+
+    def send(
+        self,
+        group: str,
+        text: str,
+        *,
+        chat: str = "c",
+        wait: bool = False,
+        sender: str = "operator",
+    ) -> dict[str, Any]:
+        answer = self.request(
+            op="send", group=group, text=text, chat=chat, sender=sender, wait=wait
+        )
+        assert answer["ok"], answer
+        message: dict[str, Any] = answer["message"]
+        return message
+
+    def get(self, message_id: str) -> dict[str, Any]:
+        message: dict[str, Any] = self.request(op="get", id=message_id)["message"]
+        return message
+
+    def signal(self, sig: int) -> None:
+        assert self.process is not None
+        self.process.send_signal(sig)
+        self.process.wait(timeout=60)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.signal(signal.SIGTERM)
+
+
+@pytest.fixture
+def daemon(tmp_path: Path, agent_image, test_project, docker_client) -> Iterator[DaemonProcess]:  # type: ignore[no-untyped-def]
+    home = tmp_path / "home"
+    home.mkdir()
+    port = _free_port()
+    (home / "orchestrator.yaml").write_text(f'http:\n  listen: "127.0.0.1:{port}"\n')
+    proc = DaemonProcess(home, test_project)
+    proc.port = port  # type: ignore[attr-defined]
+    try:
+        yield proc
+    finally:
+        proc.stop()
+        for c in docker_client.containers.list(
+            all=True, filters={"label": f"org.orchestrator.project={test_project}"}
+        ):
+            c.remove(force=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_all(
+    daemon: DaemonProcess, ids: list[str], timeout: float = 300
+) -> dict[str, dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    pending = set(ids)
+    final: dict[str, dict[str, Any]] = {}
+    while pending and time.monotonic() < deadline:
+        for message_id in list(pending):
+            message = daemon.get(message_id)
+            if message["state"] in ("done", "dead"):
+                final[message_id] = message
+                pending.discard(message_id)
+        time.sleep(0.2)
+    assert not pending, (
+        f"{len(pending)} messages never finished; log: " + daemon.log.read_text()[-3000:]
+    )
+    return final
+
+
+def user_turns(group_dir: Path, chat: str) -> list[str]:
+    """The texts of the user messages in a session's transcript, first occurrence each."""
+    seen: list[str] = []
+    path = group_dir / "sessions" / f"chat-{chat}" / "transcript.jsonl"
+    for line in path.read_text().splitlines():
+        event = json.loads(line)
+        is_user = event.get("t") == "msg" and event.get("role") == "user"
+        if is_user and event["content"] not in seen:
+            seen.append(event["content"])
+    return seen
+
+
+def test_200_messages_survive_container_kills_and_a_daemon_sigkill(daemon, docker_client) -> None:  # type: ignore[no-untyped-def]
+    store = GroupStore(daemon.home)
+    groups = [
+        store.add(GroupConfig(name=f"Chaos {i}", creators=("operator",))).folder for i in range(5)
+    ]
+    daemon.start()
+    rng = random.Random(7)
+    plan = [
+        (groups[i % 5], f"chat{i % 2}", f"what do you know about item-{i:03d}?") for i in range(200)
+    ]
+    ids: list[str] = []
+    stop_killing = threading.Event()
+    kills: list[str] = []
+
+    def killer() -> None:
+        while not stop_killing.wait(0.6):
+            running = docker_client.containers.list(
+                filters={"label": f"org.orchestrator.project={daemon.project}"}
+            )
+            if running:
+                victim = rng.choice(running)
+                victim.kill()
+                kills.append(victim.name)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    for group, chat, text in plan[:100]:
+        ids.append(daemon.send(group, text, chat=chat)["id"])
+    time.sleep(1.5)
+    daemon.signal(signal.SIGKILL)  # no drain, no cleanup
+    daemon.start()
+    for group, chat, text in plan[100:]:
+        ids.append(daemon.send(group, text, chat=chat)["id"])
+    final = wait_all(daemon, ids)
+    stop_killing.set()
+    thread.join()
+    assert len(kills) >= 3, kills
+
+    for (_, _, text), message_id in zip(plan, ids, strict=True):
+        message = final[message_id]
+        assert message["state"] == "done", message
+        item = text.split("about ")[1].rstrip("?")
+        assert message["replies"] == [f"I have nothing in memory about {item}."], message
+    db = MessageQueue(daemon.home.state_dir / "queue.db")
+    rows = db._db.execute("SELECT message_id, COUNT(*) FROM replies GROUP BY message_id")
+    assert all(count == 1 for _, count in rows)
+    db.close()
+    # order kept within each session
+    for group in groups:
+        for chat in ("chat0", "chat1"):
+            sent = [t for g, c, t in plan if g == group and c == chat]
+            assert user_turns(store.root / group, chat) == sent
+
+
+def test_a_container_sending_bad_frames_does_not_stop_the_others(daemon, docker_client) -> None:  # type: ignore[no-untyped-def]
+    store = GroupStore(daemon.home)
+    store.add(GroupConfig(name="Rogue", creators=("operator",)))
+    store.add(GroupConfig(name="Good", creators=("operator",)))
+    daemon.start()
+    assert daemon.send("rogue", "hello", wait=True)["state"] == "done"
+    rogue = docker_client.containers.get(f"{daemon.project}-rogue")
+    # Inside the rogue container: replace the runner's socket by a server that answers
+    # pings but sends an oversized frame, then a malformed one, to every turn.
+    script = r"""
+import json, os, socket, struct
+path = '/run/orchestrator/runner.sock'
+os.unlink(path)
+s = socket.socket(socket.AF_UNIX); s.bind(path); s.listen(8)
+n = 0
+while True:
+    c, _ = s.accept()
+    size = struct.unpack('>I', c.recv(4))[0]; req = json.loads(c.recv(size))
+    if req.get('op') == 'ping':
+        body = b'{"ok": true}'; c.sendall(struct.pack('>I', len(body)) + body)
+    elif n % 2 == 0:
+        c.sendall(struct.pack('>I', 64 * 1024 * 1024) + b'x' * 1000)
+    else:
+        c.sendall(struct.pack('>I', 9) + b'not json!')
+    n += 1
+    c.close()
+"""
+    rogue.exec_run(["python3", "-c", script], detach=True)
+    time.sleep(1)
+    bad = daemon.send("rogue", "hello again")
+    good = [daemon.send("good", f"what do you know about g{i}?", chat=f"c{i}") for i in range(5)]
+    final = wait_all(daemon, [bad["id"], *[g["id"] for g in good]], timeout=120)
+    assert final[bad["id"]]["state"] == "dead"
+    assert "exceeds" in final[bad["id"]]["error"] or "not UTF-8 JSON" in final[bad["id"]]["error"]
+    assert all(final[g["id"]]["state"] == "done" for g in good)
+    assert daemon.process is not None and daemon.process.poll() is None
+    assert daemon.request(op="ping")["ok"]
+    assert "delivery of" in daemon.log.read_text()  # the violation was logged
+
+
+def http(
+    daemon: DaemonProcess,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    token: str | None = TOKEN,
+) -> tuple[int, dict[str, Any]]:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{daemon.port}{path}",
+        data=body,  # type: ignore[attr-defined]
+        method=method,
+    )
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+
+
+def test_http_api_rejects_bad_input_and_queues_nothing(daemon) -> None:  # type: ignore[no-untyped-def]
+    store = GroupStore(daemon.home)
+    store.add(GroupConfig(name="Api", creators=("alice",)))
+    daemon.start()
+    good = json.dumps({"text": "hi", "sender": "alice"}).encode()
+    assert http(daemon, "GET", "/healthz", token=None) == (200, {"ok": True, "accepting": True})
+    cases = [
+        (http(daemon, "POST", "/v1/groups/api/messages", good, token=None), 401),
+        (http(daemon, "POST", "/v1/groups/api/messages", good, token="wrong"), 401),
+        (http(daemon, "POST", "/v1/groups/nope/messages", good), 404),
+        (http(daemon, "POST", "/v1/groups/api/messages", b"{not json"), 400),
+        (http(daemon, "POST", "/v1/groups/api/messages", b"[1, 2]"), 400),
+        (http(daemon, "POST", "/v1/groups/api/messages", json.dumps({"text": "x"}).encode()), 400),
+        (
+            http(
+                daemon,
+                "POST",
+                "/v1/groups/api/messages",
+                json.dumps({"text": "x" * 70_000, "sender": "alice"}).encode(),
+            ),
+            413,
+        ),
+        (
+            http(
+                daemon,
+                "POST",
+                "/v1/groups/api/messages",
+                json.dumps({"text": "hi", "sender": "stranger"}).encode(),
+            ),
+            403,
+        ),
+        (http(daemon, "GET", "/v1/messages/unknown"), 404),
+    ]
+    for (status, body), expected in cases:
+        assert status == expected, (status, body)
+        assert isinstance(body.get("error"), str) and body["error"]
+    assert daemon.request(op="status")["counts"] == {}  # nothing was queued
+    status, accepted = http(daemon, "POST", "/v1/groups/api/messages", good)
+    assert status == 202 and accepted["state"] == "queued"
+    status, message = http(daemon, "GET", f"/v1/messages/{accepted['id']}?wait=60")
+    assert status == 200 and message["state"] == "done" and message["trust"] == "creator"
+    assert "offline provider" in message["replies"][0]
+    status, groups = http(daemon, "GET", "/v1/groups")
+    assert status == 200 and groups == [{"folder": "api", "name": "Api"}]
+
+
+def test_sigterm_with_messages_in_flight_loses_nothing(daemon) -> None:  # type: ignore[no-untyped-def]
+    store = GroupStore(daemon.home)
+    for i in range(3):
+        store.add(GroupConfig(name=f"Drain {i}", creators=("operator",)))
+    daemon.start()
+    ids = [
+        daemon.send(f"drain-{i % 3}", f"remember that fact {i} is true", chat=f"c{i % 2}")["id"]
+        for i in range(30)
+    ]
+    daemon.signal(signal.SIGTERM)
+    assert daemon.process is not None and daemon.process.returncode == 0
+    assert "draining" in daemon.log.read_text()
+    daemon.start()
+    final = wait_all(daemon, ids)
+    assert all(m["state"] == "done" and m["replies"] for m in final.values())
+    saved = sorted(
+        p.name
+        for i in range(3)
+        for p in (store.root / f"drain-{i}" / "memory" / "facts").glob("fact-*.md")
+    )
+    assert len(saved) == 30
+
+
+def test_cli_send_and_refused_sender(daemon) -> None:  # type: ignore[no-untyped-def]
+    from click.testing import CliRunner
+
+    from orchestrator.cli import cli
+
+    GroupStore(daemon.home).add(GroupConfig(name="Cli", creators=("operator",)))
+    daemon.start()
+    runner = CliRunner(env={"ORCHESTRATOR_PROJECT": daemon.project})
+    base = ["--home", str(daemon.home.root)]
+    sent = runner.invoke(cli, [*base, "send", "cli", "remember that the sky is blue"])
+    assert sent.exit_code == 0, sent.output
+    assert sent.stdout.strip() == "Noted: the sky is blue. Saved to memory/facts/the-sky.md."
+    refused = runner.invoke(cli, [*base, "send", "cli", "hi", "--sender", "eve"])
+    assert refused.exit_code == 1
+    assert "sender 'eve' may not talk to group 'cli'" in refused.stderr
+    chat = runner.invoke(
+        cli, [*base, "chat", "cli"], input="what do you know about the sky?\n/status\n/exit\n"
+    )
+    assert chat.exit_code == 0, chat.output
+    assert "the sky is blue" in chat.stdout.lower() and "queue:" in chat.stdout
