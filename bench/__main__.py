@@ -7,7 +7,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from bench import hook, image, memory, runtime
+from bench import hook, image, memory, messages, runtime
 from bench.harness import Result, fmt, markdown, save
 
 BENCHMARKS: dict[str, Callable[[bool], Result]] = {
@@ -17,6 +17,8 @@ BENCHMARKS: dict[str, Callable[[bool], Result]] = {
     hook.NAME: hook.run,
     runtime.COLD: runtime.cold_start,
     runtime.IDLE: runtime.idle_cost,
+    messages.WARM: messages.warm_turn,
+    messages.THROUGHPUT: messages.throughput,
 }
 
 

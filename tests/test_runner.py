@@ -256,3 +256,17 @@ def test_shipped_hooks_config() -> None:
     assert hook.command == ("orchestrator", "hook", "session-start")
     assert hook.matches("startup") and hook.matches("compact") and not hook.matches("resume")
     assert hook.timeout == 10
+
+
+def test_a_completed_turn_id_is_not_run_twice(settings: AgentSettings) -> None:
+    r = runner(settings)
+    turn = Turn(turn_id="same", chat="c1", text="remember that the cat is grey")
+    first = r.handle(turn)
+    again = runner(settings).handle(turn)  # a retry after a crash, in a new process
+    assert again.duplicate and again.replies == first.replies
+    users = [
+        m
+        for m in Session(settings.sessions_dir, "chat-c1").current_context().messages  # type: ignore[union-attr]
+        if m["role"] == "user"
+    ]
+    assert len(users) == 1

@@ -1,0 +1,171 @@
+"""The message path.
+
+warm-turn: one message through the daemon to a running group with the offline provider
+(received by the host -> reply stored: queue commit, delivery over the runner socket,
+the turn, replies committed), against the floor of a raw round trip over the same
+transport (a frame each way on a Unix socket) to a trivial echo peer in a container of
+the same image. Interleaved. Goal: p50 <= 20 ms and a ratio <= 3.
+
+throughput: N messages spread over 10 groups at once, until all replies are stored,
+against the same number of echo round trips on as many parallel connections as the
+daemon runs turns.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+
+from bench.harness import Result, Series, interleaved
+
+WARM = "warm-turn"
+THROUGHPUT = "throughput"
+ECHO = r"""
+import os, socket, struct, threading
+path = '/peer/echo.sock'
+s = socket.socket(socket.AF_UNIX); s.bind(path); s.listen(64)
+def serve(c):
+    with c:
+        while True:
+            head = c.recv(4, socket.MSG_WAITALL)
+            if len(head) < 4:
+                return
+            body = c.recv(struct.unpack('>I', head)[0], socket.MSG_WAITALL)
+            c.sendall(head + body)
+while True:
+    conn, _ = s.accept()
+    threading.Thread(target=serve, args=(conn,), daemon=True).start()
+"""
+
+
+@contextmanager
+def _setup(groups: int) -> Iterator[tuple[object, list[str], object]]:
+    from orchestrator.config import DEFAULT_IMAGE_REPOSITORY, Home, OrchestratorConfig
+    from orchestrator.daemon import Daemon
+    from orchestrator.group_config import GroupConfig
+    from orchestrator.image.agent import build_agent_image
+    from orchestrator.queue import MessageQueue
+    from orchestrator.runtime.base import LABEL_PROJECT
+    from orchestrator.runtime.channel import RunnerClient, RunnerUnavailable
+    from orchestrator.runtime.docker import DockerBackend
+    from orchestrator.runtime.engine import connect
+    from orchestrator.runtime.lifecycle import GroupRuntime, default_skills_root
+
+    client = connect()
+    image = build_agent_image(client, DEFAULT_IMAGE_REPOSITORY, offline=True).tag
+    project = f"bench-{uuid.uuid4().hex[:6]}"
+    backend = DockerBackend(client)
+    with tempfile.TemporaryDirectory(prefix="bench-messages-") as tmp:
+        home = Home(Path(tmp) / "home")
+        home.ensure_writable()
+        config = OrchestratorConfig(project=project, mount_allowlist=Path(tmp) / "none")
+        runtime = GroupRuntime(
+            home, config, backend, lambda: image, skills_root=default_skills_root()
+        )
+        folders = []
+        for i in range(groups):
+            group = runtime.store.add(GroupConfig(name=f"bench {i}", creators=("b",)))
+            runtime.ensure_running(group)
+            folders.append(group.folder)
+        peer_dir = Path(tmp) / "peer"
+        peer_dir.mkdir(mode=0o777)
+        peer_dir.chmod(0o777)
+        peer = client.containers.create(
+            image,
+            ["python3", "-c", ECHO],
+            user="10001:10001",
+            network_mode="none",
+            labels={"org.orchestrator.bench": project},
+            read_only=True,
+            volumes={str(peer_dir): {"bind": "/peer", "mode": "rw"}},
+        )
+        peer.start()
+        echo = RunnerClient(peer_dir / "echo.sock")
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                echo.request({"op": "ping"}, timeout=2)
+                break
+            except RunnerUnavailable:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("echo peer: " + peer.logs().decode()) from None
+                time.sleep(0.05)
+        daemon = Daemon(home, config, runtime, MessageQueue(home.state_dir / "queue.db"))
+        daemon.start()
+        try:
+            yield daemon, folders, echo
+        finally:
+            daemon.drain(5)
+            peer.remove(force=True)  # not a group container: reconcile would call it an orphan
+            for container in backend.list({LABEL_PROJECT: project}):
+                backend.remove(container.name)
+            client.close()
+
+
+def warm_turn(quick: bool) -> Result:
+    from orchestrator.daemon import Daemon
+    from orchestrator.runtime.channel import RunnerClient
+
+    with _setup(1) as (daemon, folders, echo):
+        assert isinstance(daemon, Daemon) and isinstance(echo, RunnerClient)
+        folder = folders[0]
+
+        def target() -> None:
+            message = daemon.submit(folder, "hello", chat="bench", sender="b", channel="bench")
+            done = daemon.wait(message.id, 60)
+            assert done is not None and done.state == "done", done
+
+        payload = {"op": "turn", "turn": {"turn_id": "x", "chat": "bench", "text": "hello"}}
+
+        def floor() -> None:
+            echo.request(payload)
+
+        t, f = interleaved(
+            target,
+            floor,
+            100 if quick else 500,
+            target_label="message -> reply stored (offline provider)",
+            floor_label="echo round trip, same transport",
+        )
+    return Result(WARM, t, f, note="goal: p50 <= 20 ms and ratio <= 3")
+
+
+def throughput(quick: bool) -> Result:
+    from orchestrator.daemon import Daemon
+    from orchestrator.runtime.channel import RunnerClient
+
+    count = 100 if quick else 400
+    with _setup(10) as (daemon, folders, echo):
+        assert isinstance(daemon, Daemon) and isinstance(echo, RunnerClient)
+        rounds = 2 if quick else 3
+        payload = {"op": "turn", "turn": {"turn_id": "x", "chat": "c", "text": "hello"}}
+        target, floor = Series("all replies stored"), Series("echo round trips")
+        for _ in range(rounds):
+            start = time.perf_counter()
+            ids = [
+                daemon.submit(
+                    folders[i % 10], "hello", chat=f"c{i % 3}", sender="b", channel="bench"
+                ).id
+                for i in range(count)
+            ]
+            for message_id in ids:
+                done = daemon.wait(message_id, 120)
+                assert done is not None and done.state == "done"
+            target.samples.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            with ThreadPoolExecutor(daemon.concurrency) as pool:
+                list(pool.map(lambda _: echo.request(payload), range(count)))
+            floor.samples.append(time.perf_counter() - start)
+        rate = count / target.median
+    return Result(
+        THROUGHPUT,
+        target,
+        floor,
+        note=f"{count} messages over 10 groups, concurrency {daemon.concurrency}",
+        extra={"messages_per_second": round(rate, 1)},
+    )
