@@ -83,32 +83,25 @@ class GroupConfig:
         return data
 
 
-def parse_size(value: Any) -> int | None:
-    """'512m', '1g', '1048576' or an int -> bytes; None when not a size."""
+def _amount(value: Any, pattern: str, units: dict[str, int]) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
         return value
     if not isinstance(value, str):
         return None
-    match = re.fullmatch(r"\s*(\d+)\s*([bkmg]?)i?b?\s*", value.lower())
-    if not match:
-        return None
-    return int(match[1]) * _SIZE_UNITS[match[2]]
+    match = re.fullmatch(pattern, value.lower())
+    return int(match[1]) * units[match[2]] if match else None
+
+
+def parse_size(value: Any) -> int | None:
+    """'512m', '1g', '1048576' or an int -> bytes; None when not a size."""
+    return _amount(value, r"\s*(\d+)\s*([bkmg]?)i?b?\s*", _SIZE_UNITS)
 
 
 def parse_duration(value: Any) -> int | None:
     """'30m', '2h', '90s', '90' or an int -> seconds; None when not a duration."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if not isinstance(value, str):
-        return None
-    match = re.fullmatch(r"\s*(\d+)\s*([smhd]?)\s*", value.lower())
-    if not match:
-        return None
-    return int(match[1]) * _DURATION_UNITS[match[2]]
+    return _amount(value, r"\s*(\d+)\s*([smhd]?)\s*", _DURATION_UNITS)
 
 
 def _container(reader: MappingReader) -> ContainerSettings:

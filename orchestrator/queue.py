@@ -92,6 +92,23 @@ _COLUMNS = (
 )
 
 
+def _row_values(m: Message) -> tuple[object, ...]:
+    """The message's values in the order of _COLUMNS, less attempts and last_error."""
+    return (
+        m.id,
+        m.group,
+        m.session,
+        m.chat,
+        m.thread,
+        m.sender,
+        m.trust,
+        m.text,
+        m.channel,
+        m.state,
+        m.created,
+    )
+
+
 def _row(row: tuple[object, ...], replies: tuple[str, ...] = ()) -> Message:
     return Message(
         str(row[0]),
@@ -149,29 +166,8 @@ class MessageQueue:
         channel: str,
     ) -> Message:
         """Store a message; returns once it is committed to disk."""
-        now = time.time()
-        message_id = uuid.uuid4().hex
-        with self._tx() as db:
-            db.execute(
-                "INSERT INTO messages (id, group_folder, session, chat, thread, sender, trust,"
-                " text, channel, state, created, updated) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    message_id,
-                    group,
-                    session,
-                    chat,
-                    thread,
-                    sender,
-                    trust,
-                    text,
-                    channel,
-                    QUEUED,
-                    now,
-                    now,
-                ),
-            )
-        return Message(
-            message_id,
+        message = Message(
+            uuid.uuid4().hex,
             group,
             session,
             chat,
@@ -181,8 +177,15 @@ class MessageQueue:
             text,
             channel,
             QUEUED,
-            created=now,
+            created=time.time(),
         )
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO messages (id, group_folder, session, chat, thread, sender, trust,"
+                " text, channel, state, created, updated) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (*_row_values(message), message.created),
+            )
+        return message
 
     def recover(self) -> int:
         """After a crash: messages that were in flight are queued again."""

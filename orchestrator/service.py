@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from orchestrator import wire
 from orchestrator.channels.control import SOCKET_NAME
 from orchestrator.config import Home
 from orchestrator.errors import DaemonNotRunning, OrchestratorError
 from orchestrator.limits import DRAIN_TIMEOUT_SECONDS
-from orchestrator.wire import ProtocolError, recv_frame, send_frame
 
 log = logging.getLogger("orchestrator.service")
 PID_FILE = "orchestrator.pid"
@@ -124,28 +124,15 @@ def read_pid(home: Home) -> int | None:
 
 def control_request(home: Home, message: dict[str, Any], timeout: float = 330.0) -> dict[str, Any]:
     """One request to the daemon's CLI channel; DaemonNotRunning when none answers."""
-    import socket
-
     path = home.state_dir / SOCKET_NAME
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
     try:
-        sock.connect(str(path))
-    except OSError:
-        sock.close()
+        return wire.request(path, message, timeout)
+    except wire.NoPeer:
         raise DaemonNotRunning(
             f"no orchestrator daemon answers at {path}", hint="start it with: orchestrator up"
         ) from None
-    try:
-        send_frame(sock, message)
-        answer = recv_frame(sock)
-    except (OSError, ProtocolError) as exc:
+    except (OSError, wire.ProtocolError) as exc:
         raise OrchestratorError(f"the daemon at {path} failed to answer: {exc}") from None
-    finally:
-        sock.close()
-    if answer is None:
-        raise OrchestratorError(f"the daemon at {path} closed the connection")
-    return answer
 
 
 def daemon_running(home: Home) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
+from pathlib import Path
 from typing import Any
 
 MAX_FRAME_BYTES = 1024 * 1024
@@ -17,6 +18,10 @@ _HEADER = struct.Struct(">I")
 
 class ProtocolError(Exception):
     """The peer sent something that is not a valid frame."""
+
+
+class NoPeer(OSError):
+    """Nothing accepts connections on the socket."""
 
 
 def send_frame(sock: socket.socket, message: dict[str, Any]) -> None:
@@ -56,3 +61,25 @@ def recv_frame(sock: socket.socket) -> dict[str, Any] | None:
     if not isinstance(message, dict):
         raise ProtocolError("frame is not a JSON object")
     return message
+
+
+def request(path: Path, message: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """Send one frame on a new connection to ``path`` and return the answer frame.
+
+    NoPeer when nothing listens; ProtocolError for a bad or missing answer; OSError for
+    a connection that fails midway.
+    """
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        try:
+            sock.connect(str(path))
+        except OSError as exc:
+            raise NoPeer(exc.errno, f"nothing listens at {path} ({exc.strerror})") from None
+        send_frame(sock, message)
+        answer = recv_frame(sock)
+    finally:
+        sock.close()
+    if answer is None:
+        raise ProtocolError("the peer closed the connection without answering")
+    return answer

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Any
 
+from orchestrator import wire
 from orchestrator.errors import OrchestratorError
-from orchestrator.wire import ProtocolError, recv_frame, send_frame
 
 SOCKET_NAME = "runner.sock"
 
@@ -22,19 +21,12 @@ class RunnerClient:
         self.timeout = timeout
 
     def request(self, message: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout if timeout is None else timeout)
         try:
-            sock.connect(str(self.socket_path))
-            send_frame(sock, message)
-            answer = recv_frame(sock)
-        except (OSError, ProtocolError) as exc:
+            return wire.request(
+                self.socket_path, message, self.timeout if timeout is None else timeout
+            )
+        except (OSError, wire.ProtocolError) as exc:
             raise RunnerUnavailable(f"runner at {self.socket_path}: {exc}") from None
-        finally:
-            sock.close()
-        if answer is None:
-            raise RunnerUnavailable(f"runner at {self.socket_path} closed the connection")
-        return answer
 
     def ping(self, timeout: float = 2.0) -> bool:
         try:
