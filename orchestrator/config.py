@@ -41,6 +41,7 @@ class OrchestratorConfig:
     debian_mirror: str | None = None
     http_listen: str = DEFAULT_HTTP_LISTEN
     http_token: str | None = None
+    concurrency: int | None = None  # turns at once across groups; None: the CPU count
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ class Home:
                     "mount_allowlist",
                     "debian_mirror",
                     "http",
+                    "concurrency",
                 ]
             )
             if "project" in reader.data:
@@ -120,6 +122,11 @@ class Home:
                 values["debian_mirror"] = reader.text(
                     "debian_mirror", pattern=r"https?://\S+", max_chars=512
                 )
+            if "concurrency" in reader.data:
+                value = reader.raw("concurrency")
+                if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 256:
+                    raise reader.fail("concurrency", f"got {value!r}; expected 1 to 256")
+                values["concurrency"] = value
             if "http" in reader.data:
                 http = reader.child("http")
                 http.reject_unknown(["listen", "token"])

@@ -153,6 +153,29 @@ def check_containers(home: Home, client: docker.DockerClient | None) -> list[Che
     return checks
 
 
+def check_daemon(home: Home) -> Check:
+    from orchestrator.service import control_request
+
+    try:
+        answer = control_request(home, {"op": "status"}, timeout=3)
+    except OrchestratorError:
+        return Check(
+            "daemon",
+            WARN,
+            "not running: messages are not delivered",
+            "start it with: orchestrator up",
+        )
+    counts = answer.get("counts") or {}
+    dead = counts.get("dead", 0)
+    detail = (
+        f"running; {counts.get('queued', 0)} queued, {answer.get('inflight', 0)} in "
+        f"flight, {dead} dead-lettered"
+    )
+    if dead:
+        return Check("daemon", WARN, detail, "see: orchestrator status")
+    return Check("daemon", OK, detail)
+
+
 def run_checks(home: Home) -> list[Check]:
     checks = [check_home(home)]
     try:
@@ -175,4 +198,5 @@ def run_checks(home: Home) -> list[Check]:
     checks.append(image_check)
     if image_check.status == OK:
         checks.extend(check_containers(home, client))
+    checks.append(check_daemon(home))
     return checks

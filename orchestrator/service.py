@@ -83,7 +83,7 @@ def serve(home: Home, concurrency: int | None = None) -> None:
         skills_root=default_skills_root(),
     )
     queue = MessageQueue(home.state_dir / "queue.db")
-    daemon = Daemon(home, config, runtime, queue, concurrency)
+    daemon = Daemon(home, config, runtime, queue, concurrency or config.concurrency)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

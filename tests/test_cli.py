@@ -119,7 +119,13 @@ def test_doctor_json_when_engine_unreachable(home: Path, monkeypatch) -> None:  
     assert result.exit_code == 1
     data = json.loads(result.stdout)
     status = {c["name"]: c["status"] for c in data["checks"]}
-    assert status == {"home": "ok", "config": "ok", "engine": "fail", "agent image": "fail"}
+    assert status == {
+        "home": "ok",
+        "config": "ok",
+        "engine": "fail",
+        "agent image": "fail",
+        "daemon": "warn",
+    }
 
 
 def test_image_build_with_unreachable_engine_names_the_socket(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

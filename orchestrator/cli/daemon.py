@@ -25,7 +25,8 @@ pass_cli = click.make_pass_decorator(CliContext)
     "--concurrency",
     type=click.IntRange(min=1),
     default=None,
-    help="Turns running at once across groups (default: the CPU count).",
+    help="Turns running at once across groups (default: `concurrency` in "
+    "orchestrator.yaml, else the CPU count).",
 )
 @pass_cli
 def serve(obj: CliContext, log_format: str, concurrency: int | None) -> None:

@@ -1,0 +1,64 @@
+"""orchestrator.yaml: every key optional; bad values named with file and line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config import Home, OrchestratorConfig
+from orchestrator.errors import InvalidConfig
+
+
+def load(home: Path, text: str, monkeypatch) -> OrchestratorConfig:  # type: ignore[no-untyped-def]
+    monkeypatch.delenv("ORCHESTRATOR_PROJECT", raising=False)
+    monkeypatch.delenv("ORCHESTRATOR_HTTP_TOKEN", raising=False)
+    (home / "orchestrator.yaml").write_text(text)
+    return Home(home).load_config()
+
+
+def test_defaults_without_a_file(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.delenv("ORCHESTRATOR_PROJECT", raising=False)
+    monkeypatch.delenv("ORCHESTRATOR_HTTP_TOKEN", raising=False)
+    config = Home(home).load_config()
+    assert config.project == "orchestrator" and config.http_token is None
+    assert (config.unprivileged_uid, config.unprivileged_gid) == (10001, 10001)
+
+
+def test_all_keys(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    config = load(
+        home,
+        "project: prod\nimage: my/agent\nunprivileged_user: '2000:3000'\n"
+        "concurrency: 4\nhttp:\n  listen: '0.0.0.0:9000'\n"
+        "  token: 0123456789abcdefXYZ\n",
+        monkeypatch,
+    )
+    assert (config.project, config.image, config.concurrency) == ("prod", "my/agent", 4)
+    assert (config.unprivileged_uid, config.unprivileged_gid) == (2000, 3000)
+    assert (config.http_listen, config.http_token) == ("0.0.0.0:9000", "0123456789abcdefXYZ")
+
+
+def test_env_wins(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    (home / "orchestrator.yaml").write_text("project: fromfile\n")
+    monkeypatch.setenv("ORCHESTRATOR_PROJECT", "fromenv")
+    monkeypatch.setenv("ORCHESTRATOR_HTTP_TOKEN", "t" * 20)
+    config = Home(home).load_config()
+    assert config.project == "fromenv" and config.http_token == "t" * 20
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("projekt: x\n", ":1: projekt: unknown key"),
+        ("project: Bad Name\n", "project: 'Bad Name' does not match"),
+        ("unprivileged_user: '0:0'\n", "expected UID:GID, both non-zero"),
+        ("concurrency: 0\n", "concurrency: got 0; expected 1 to 256"),
+        ("http:\n  token: short\n", ":2: http.token: is shorter than 16 characters"),
+        ("http:\n  port: 1\n", "http.port: unknown key"),
+    ],
+)
+def test_bad_values(home: Path, monkeypatch, text: str, needle: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(InvalidConfig) as info:
+        load(home, text, monkeypatch)
+    assert needle in info.value.message
+    assert str(home / "orchestrator.yaml") in info.value.message
