@@ -35,6 +35,8 @@ from orchestrator.runtime.spec import container_name, container_spec, run_as
 
 ImageResolver = Callable[[], str]
 STATS_CONCURRENCY = 10  # matches the SDK's connection pool size
+READY_POLL_SECONDS = 0.01
+READY_INSPECT_EVERY = 20  # polls between engine checks that the container still runs
 
 
 def default_skills_root() -> Path | None:
@@ -223,24 +225,32 @@ class GroupRuntime:
         name = self.container_name(group)
         client = self.runner(group)
         deadline = time.monotonic() + timeout
-        delay = 0.005
+        polls = 0
         while True:
-            info = self.backend.inspect(name)
-            if info is not None and info.running and self.ping(client):
-                return info
-            if info is not None and info.state in ("exited", "dead"):
-                tail = "\n".join(list(self.backend.logs(name, tail=5)))
-                raise OrchestratorError(
-                    f"container {name} exited while starting" + (f": {tail}" if tail else ""),
-                    hint=f"see: orchestrator logs {group.folder}",
-                )
+            # A ping with no runner yet fails in microseconds: poll it often, and ask the
+            # engine (a slower call) only now and then whether the container died.
+            if self.ping(client):
+                info = self.backend.inspect(name)
+                if info is not None and info.running:
+                    return info
+            if polls % READY_INSPECT_EVERY == 0:
+                info = self.backend.inspect(name)
+                if info is None or info.state in ("exited", "dead"):
+                    tail = "\n".join(list(self.backend.logs(name, tail=5))) if info else ""
+                    raise OrchestratorError(
+                        f"container {name} "
+                        + ("vanished" if info is None else "exited")
+                        + " while starting"
+                        + (f": {tail}" if tail else ""),
+                        hint=f"see: orchestrator logs {group.folder}",
+                    )
             if time.monotonic() > deadline:
                 raise OrchestratorError(
                     f"the runner in {name} did not answer within {timeout:.0f}s",
                     hint=f"see: orchestrator logs {group.folder}",
                 )
-            time.sleep(delay)
-            delay = min(delay * 2, 0.1)
+            polls += 1
+            time.sleep(READY_POLL_SECONDS)
 
     def ping(self, client: RunnerClient) -> bool:
         return bool(self._ready(client))
