@@ -94,6 +94,24 @@ def test_torn_last_transcript_line_is_skipped(settings: AgentSettings) -> None:
         handle.write(b'{"t": "msg", "role": "us')
     result = say(runner(settings), "again")
     assert result.fresh_context is None  # type: ignore[attr-defined]
+    # the event after the torn line was not glued onto it: a new process still sees it
+    context = Session(settings.sessions_dir, "chat-c1").current_context()
+    assert context is not None
+    assert [m["content"] for m in context.messages if m["role"] == "user"] == ["hello", "again"]
+
+
+def test_session_state_follows_appends_from_elsewhere(settings: AgentSettings) -> None:
+    first, second = runner(settings), runner(settings)  # e.g. an old and a new process
+    say(first, "one")
+    say(second, "two")
+    say(first, "three")  # first must see "two" before appending
+    context = Session(settings.sessions_dir, "chat-c1").current_context()
+    assert context is not None
+    users = [m["content"] for m in context.messages if m["role"] == "user"]
+    assert users == ["one", "two", "three"]
+    assert context.size_chars() == len(context.system) + sum(
+        len(json.dumps(m, ensure_ascii=False)) for m in context.messages
+    )
 
 
 def test_sessions_follow_the_session_mode(settings: AgentSettings) -> None:

@@ -68,6 +68,7 @@ class Runner:
         self.hooks = load_hooks(settings.hooks_file) if hooks is None else hooks
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
+        self._sessions: dict[str, Session] = {}
 
     def lock_for(self, key: str) -> threading.Lock:
         """One turn at a time per session."""
@@ -79,7 +80,9 @@ class Runner:
         host delivers at least once, and a retried turn must not run twice."""
         key = session_key(self.settings.session_mode, turn.chat, turn.thread)
         with self.lock_for(key):
-            session = Session(self.settings.sessions_dir, key)
+            session = self._sessions.get(key)
+            if session is None:
+                session = self._sessions[key] = Session(self.settings.sessions_dir, key)
             context = session.current_context()
             if turn.turn_id in session.completed:
                 return TurnResult(key, session.completed[turn.turn_id], duplicate=True)
@@ -142,24 +145,18 @@ class Runner:
         outputs = run_session_start(
             self.hooks, source=source, session_id=session.key, agent_dir=self.settings.agent_dir
         )
-        context = Context(
-            context_id=(previous.context_id + 1) if previous else 1,
-            source=source,
-            provider=self.settings.provider,
-            model=self.settings.model,
-            system=self.compose_system(source, outputs),
-        )
         session.append(
             {
                 "t": "context",
-                "context_id": context.context_id,
+                "context_id": (previous.context_id + 1) if previous else 1,
                 "source": source,
-                "provider": context.provider,
-                "model": context.model,
-                "system": context.system,
+                "provider": self.settings.provider,
+                "model": self.settings.model,
+                "system": self.compose_system(source, outputs),
             }
         )
-        return context
+        assert session.context is not None
+        return session.context
 
     def compact(self, session: Session, context: Context) -> Context:
         appended = self._flush(context)
@@ -202,7 +199,8 @@ class Runner:
     def _record(
         self, session: Session, context: Context, turn_id: str | None, message: dict[str, Any]
     ) -> None:
-        context.messages.append(message)
+        """Append a message to the session, which adds it to its live context."""
+        assert session.context is context
         session.append({"t": "msg", "turn_id": turn_id, **message})
 
     def _run_tools(self, toolbox: Toolbox, calls: Any) -> list[dict[str, Any]]:
