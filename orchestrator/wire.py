@@ -6,8 +6,11 @@ Used on both sides of the Unix socket in the group's runtime folder. A frame ove
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import socket
+import stat
 import struct
 from pathlib import Path
 from typing import Any
@@ -63,6 +66,30 @@ def recv_frame(sock: socket.socket) -> dict[str, Any] | None:
     return message
 
 
+def connect_no_follow(sock: socket.socket, path: Path) -> None:
+    """Connect to the socket file at ``path`` itself, never through a symlink.
+
+    The folder may be writable by an untrusted container, which could put a symlink to
+    another group's socket there. The file is opened with O_PATH|O_NOFOLLOW and the
+    connection made through /proc/self/fd, so what was checked is what is connected to.
+    """
+    try:
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise NoPeer(exc.errno, f"nothing listens at {path} ({exc.strerror})") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISSOCK(mode):
+            kind = "a symlink" if stat.S_ISLNK(mode) else "not a socket"
+            raise NoPeer(errno.ENOTSOCK, f"{path} is {kind}; refusing to connect")
+        try:
+            sock.connect(f"/proc/self/fd/{fd}")
+        except OSError as exc:
+            raise NoPeer(exc.errno, f"nothing listens at {path} ({exc.strerror})") from None
+    finally:
+        os.close(fd)
+
+
 def request(path: Path, message: dict[str, Any], timeout: float) -> dict[str, Any]:
     """Send one frame on a new connection to ``path`` and return the answer frame.
 
@@ -72,10 +99,7 @@ def request(path: Path, message: dict[str, Any], timeout: float) -> dict[str, An
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
-        try:
-            sock.connect(str(path))
-        except OSError as exc:
-            raise NoPeer(exc.errno, f"nothing listens at {path} ({exc.strerror})") from None
+        connect_no_follow(sock, path)
         send_frame(sock, message)
         answer = recv_frame(sock)
     finally:
