@@ -234,6 +234,7 @@ class Daemon:
                 self.pool.submit(self._deliver, message)
 
     def _deliver(self, message: Message) -> None:
+        delivered = False
         try:
             answer = self._turn(message)
             if not answer.get("ok"):
@@ -242,7 +243,7 @@ class Daemon:
             if not isinstance(replies, list) or not all(isinstance(r, str) for r in replies):
                 raise DeliveryFailed("the runner's answer has no list of text replies")
             self.queue.complete(message.id, replies)
-            self.stats.delivered += 1
+            delivered = True
         except Exception as exc:
             reason = (
                 exc.message
@@ -250,7 +251,6 @@ class Daemon:
                 else f"{type(exc).__name__}: {exc}"
             )
             state = self.queue.fail(message.id, reason)
-            self.stats.failed += 1
             log.warning(
                 "delivery of %s to %s failed (%s); now %s", message.id, message.group, reason, state
             )
@@ -258,6 +258,10 @@ class Daemon:
             with self.cond:
                 self.busy.discard((message.group, message.session))
                 self.inflight -= 1
+                if delivered:
+                    self.stats.delivered += 1
+                else:
+                    self.stats.failed += 1
                 self.cond.notify_all()
 
     def _turn(self, message: Message) -> dict[str, Any]:

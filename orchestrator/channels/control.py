@@ -98,6 +98,8 @@ class ControlChannel(Channel):
                     "counts": daemon.queue.counts(),
                     "dead": [m.to_dict() for m in daemon.queue.dead_letters()],
                     "inflight": daemon.inflight,
+                    "delivered_since_start": daemon.stats.delivered,
+                    "failed_deliveries_since_start": daemon.stats.failed,
                     "concurrency": daemon.concurrency,
                 }
         except SenderRefused as exc:

@@ -94,8 +94,7 @@ class ActivityLog:
     def touch(self, folder: str) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.root / folder
-        path.touch()
-        os.utime(path)
+        path.touch()  # sets the mtime to now, existing or not
 
     def last(self, folder: str) -> float | None:
         try:
