@@ -154,6 +154,7 @@ def test_compaction_flushes_then_reinjects(settings: AgentSettings) -> None:
     note = daily.read_text()
     assert split_frontmatter(note).data == {"type": "daily-note", "date": today}
     assert "- said: hello" in note
+    assert lint_memory(settings.memory_dir).findings == []  # daily notes need no links
     events = Session(settings.sessions_dir, "chat-c1").events()
     assert any(e["t"] == "flush" and e["appended_chars"] > 0 for e in events)
     # the flush's own messages never joined the session

@@ -23,6 +23,7 @@ from orchestrator.limits import (
     TOOL_READ_MAX_CHARS,
     TOOL_WRITE_MAX_CHARS,
 )
+from orchestrator.memory.okf import DAILY_DIR
 
 WRITABLE_ROOTS = ("memory", "files")
 TURN, FLUSH = "turn", "flush"
@@ -214,7 +215,7 @@ class Toolbox:
         return "SENT"
 
     def daily_note(self) -> Path:
-        return Path(self.agent_dir) / "memory" / "daily" / f"{self.now:%Y-%m-%d}.md"
+        return Path(self.agent_dir) / "memory" / DAILY_DIR / f"{self.now:%Y-%m-%d}.md"
 
     def _append_daily(self, content: str) -> str:
         if not isinstance(content, str):

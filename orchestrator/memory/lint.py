@@ -18,7 +18,13 @@ from urllib.parse import unquote
 
 from orchestrator.fsatomic import write_atomic
 from orchestrator.limits import MEMORY_FILE_BUDGET_CHARS
-from orchestrator.memory.okf import RESERVED_NAMES, Frontmatter, concept_type, split_frontmatter
+from orchestrator.memory.okf import (
+    DAILY_DIR,
+    RESERVED_NAMES,
+    Frontmatter,
+    concept_type,
+    split_frontmatter,
+)
 
 INJECTED_FILES = ("index.md", "system/definition.md")
 FINDING_KINDS = (
@@ -250,7 +256,8 @@ def lint_memory(memory_dir: Path, *, fix: bool = False) -> LintReport:
         _check_file(rel, text, report)
     reachable = _reachable(scanned)
     for rel in sorted(scanned.texts):
-        if posixpath.basename(rel) not in RESERVED_NAMES and rel not in reachable:
+        daily = rel.startswith(DAILY_DIR + "/")  # reached by date, not by links
+        if posixpath.basename(rel) not in RESERVED_NAMES and rel not in reachable and not daily:
             report.findings.append(
                 Finding(
                     "unreachable",

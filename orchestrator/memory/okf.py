@@ -11,6 +11,8 @@ from typing import Any
 
 OKF_VERSION = "0.1"
 RESERVED_NAMES = frozenset({"index.md", "log.md"})
+# Daily notes (memory/daily/YYYY-MM-DD.md): a working layer reached by date, not by links.
+DAILY_DIR = "daily"
 _OPEN_RE = re.compile(r"\A\ufeff?---[ \t]*\r?\n")
 _CLOSE_RE = re.compile(r"^(?:---|\.\.\.)[ \t]*\r?$\n?", re.MULTILINE)
 
