@@ -123,10 +123,7 @@ class Home:
                     "debian_mirror", pattern=r"https?://\S+", max_chars=512
                 )
             if "concurrency" in reader.data:
-                value = reader.raw("concurrency")
-                if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 256:
-                    raise reader.fail("concurrency", f"got {value!r}; expected 1 to 256")
-                values["concurrency"] = value
+                values["concurrency"] = reader.whole_number("concurrency", None, 1, 256, "1 to 256")
             if "http" in reader.data:
                 http = reader.child("http")
                 http.reject_unknown(["listen", "token"])

@@ -122,17 +122,13 @@ def _container(reader: MappingReader) -> ContainerSettings:
         raise reader.fail(
             "cpus", f"got {cpus!r}; expected a number from 0.01 to {MAX_CONTAINER_CPUS:g}"
         )
-    pids = reader.raw("pids", DEFAULT_CONTAINER_PIDS)
-    if (
-        isinstance(pids, bool)
-        or not isinstance(pids, int)
-        or not (MIN_CONTAINER_PIDS <= pids <= MAX_CONTAINER_PIDS)
-    ):
-        raise reader.fail(
-            "pids",
-            f"got {pids!r}; expected a whole number from {MIN_CONTAINER_PIDS} "
-            f"to {MAX_CONTAINER_PIDS}",
-        )
+    pids = reader.whole_number(
+        "pids",
+        DEFAULT_CONTAINER_PIDS,
+        MIN_CONTAINER_PIDS,
+        MAX_CONTAINER_PIDS,
+        f"a whole number from {MIN_CONTAINER_PIDS} to {MAX_CONTAINER_PIDS}",
+    )
     idle = parse_duration(reader.raw("idle_timeout", DEFAULT_IDLE_TIMEOUT_SECONDS))
     if idle is None or idle < MIN_IDLE_TIMEOUT_SECONDS:
         raise reader.fail(
@@ -201,13 +197,13 @@ def group_config_from_doc(doc: YamlDocument) -> GroupConfig:
             "context_budget",
         ]
     )
-    budget = reader.raw("context_budget", DEFAULT_CONTEXT_BUDGET_CHARS)
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < MIN_CONTEXT_BUDGET_CHARS:
-        raise reader.fail(
-            "context_budget",
-            f"got {budget!r}; expected a whole number of characters, at least "
-            f"{MIN_CONTEXT_BUDGET_CHARS}",
-        )
+    budget = reader.whole_number(
+        "context_budget",
+        DEFAULT_CONTEXT_BUDGET_CHARS,
+        MIN_CONTEXT_BUDGET_CHARS,
+        None,
+        f"a whole number of characters, at least {MIN_CONTEXT_BUDGET_CHARS}",
+    )
     return GroupConfig(
         name=reader.text("name", max_chars=GROUP_NAME_MAX_CHARS),
         provider=reader.text("provider", DEFAULT_PROVIDER, pattern=PROVIDER_PATTERN),

@@ -70,6 +70,20 @@ class MappingReader:
             raise self.fail(key, f"got {_show(value)}; valid values: {', '.join(options)}")
         return str(value)
 
+    def whole_number(
+        self, key: str, default: Any, minimum: int, maximum: int | None, valid: str
+    ) -> int:
+        """An int within [minimum, maximum]; ``valid`` says what is accepted."""
+        value = self.raw(key, default)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or value < minimum
+            or (maximum is not None and value > maximum)
+        ):
+            raise self.fail(key, f"got {value!r}; expected {valid}")
+        return value
+
     def boolean(self, key: str, default: bool) -> bool:
         value = self.raw(key, default)
         if not isinstance(value, bool):
