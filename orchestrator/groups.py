@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import stat
 import time
 import unicodedata
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.config import Home
+from orchestrator.confined import ConfinedDir, Usage
 from orchestrator.errors import GroupExists, GroupNotFound, InvalidConfig, InvalidFolderName
 from orchestrator.fsatomic import fsync_dir
 from orchestrator.group_config import GROUP_FILE, GroupConfig, load_group_config
@@ -111,28 +111,13 @@ class GroupListing:
     problem: str | None
 
 
-@dataclass(frozen=True)
-class MemorySize:
-    files: int
-    bytes: int
-
-
-def memory_size(memory_dir: Path) -> MemorySize:
-    """Count regular files and their bytes under memory/, never following symlinks."""
-    files = size = 0
-    stack = [memory_dir]
-    while stack:
-        try:
-            entries = list(os.scandir(stack.pop()))
-        except OSError:
-            continue
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False):
-                stack.append(Path(entry.path))
-            elif entry.is_file(follow_symlinks=False):
-                files += 1
-                size += entry.stat(follow_symlinks=False).st_size
-    return MemorySize(files, size)
+def memory_usage(group: Group) -> Usage:
+    """Files and bytes under the group's memory/, through the confined file layer."""
+    try:
+        with ConfinedDir.open(group.path.parent, f"{group.folder}/memory") as memory:
+            return memory.usage()
+    except OSError:
+        return Usage(0, 0, 0)
 
 
 class GroupStore:
@@ -206,11 +191,21 @@ class GroupStore:
         )
 
     def add(self, config: GroupConfig, folder: str | None = None) -> Group:
-        """Create groups/<folder>/ with group.yaml and the memory scaffold."""
+        """Create groups/<folder>/ with group.yaml and the memory scaffold.
+
+        Nothing is left behind when it fails: a retry with the same name works.
+        """
+        from orchestrator.group_config import parse_group_config
         from orchestrator.memory.scaffold import scaffold_memory
         from orchestrator.templates import render
 
         folder = validate_folder_name(folder) if folder else folder_from_name(config.name)
+        text = render(
+            "group.yaml.j2", config=config, dumps=lambda v: json.dumps(v, ensure_ascii=False)
+        )
+        # Validate what we are about to write, so a bad flag never leaves a bad file.
+        parse_group_config(text, self.root / folder / GROUP_FILE)
+        data = text.encode("utf-8")
         self.home.ensure_writable()
         path = self.root / folder
         try:
@@ -220,36 +215,31 @@ class GroupStore:
                 f"{path} already exists",
                 hint="pick another --folder, or remove it with: orchestrator group remove",
             ) from None
-        text = render(
-            "group.yaml.j2", config=config, dumps=lambda v: json.dumps(v, ensure_ascii=False)
-        )
-        # Validate what we are about to write, so a bad flag never leaves a bad file.
-        from orchestrator.group_config import parse_group_config
-
         try:
-            parse_group_config(text, path / GROUP_FILE)
-        except InvalidConfig:
-            os.rmdir(path)
+            with ConfinedDir.open(self.root, folder) as group_dir:
+                group_dir.create_exclusive(GROUP_FILE, data, owner=None)
+            scaffold_memory(path)
+        except BaseException:
+            with ConfinedDir.open(self.root) as groups:
+                groups.remove_tree(folder)
             raise
-        fd = os.open(path / GROUP_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        fsync_dir(path)
-        scaffold_memory(path)
+        fsync_dir(self.root)
         return self.load(folder)
 
     def remove(self, group: Group, *, purge: bool) -> Path | None:
-        """Archive groups/<folder>/ under groups/.removed/ (or delete it when ``purge``).
+        """Archive groups/<folder>/ under groups/.removed/ (or delete it when ``purge``);
+        its runtime folder (state/run/<folder>/) goes either way.
 
         Returns the archive path, or None when purged.
         """
         mode = os.lstat(group.path).st_mode
         if not stat.S_ISDIR(mode):
             raise InvalidConfig(f"{group.path} is not a real folder; refusing to remove it")
+        self.remove_runtime_dir(group.folder)
         if purge:
-            shutil.rmtree(group.path)
+            with ConfinedDir.open(self.root) as groups:
+                groups.remove_tree(group.folder)
+            fsync_dir(self.root)
             return None
         archive_root = self.root / REMOVED_DIR
         archive_root.mkdir(exist_ok=True)
@@ -262,3 +252,11 @@ class GroupStore:
         os.rename(group.path, target)
         fsync_dir(self.root)
         return target
+
+    def remove_runtime_dir(self, folder: str) -> None:
+        """Delete state/run/<folder>/ (the container could write it: done by descriptor)."""
+        run_root = self.home.runtime_dir(folder).parent
+        if not run_root.is_dir():
+            return
+        with ConfinedDir.open(run_root) as runs:
+            runs.remove_tree(folder)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 # Memory injected at each fresh context window: each file is capped independently.
 MEMORY_FILE_BUDGET_CHARS = 16_000
+# The most the host reads of one memory file (lint, search); larger files are reported.
+MEMORY_FILE_READ_MAX_BYTES = 4 * 1024 * 1024
 
 # Group folder names: lowercase ASCII, digits, '-' and '_', 1..63 characters.
 FOLDER_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"

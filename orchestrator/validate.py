@@ -10,6 +10,22 @@ from orchestrator.errors import InvalidConfig
 from orchestrator.yamldoc import YamlDocument
 
 _MISSING = object()
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def text_problem(value: str, *, multiline: bool = False) -> str | None:
+    """Why ``value`` is not acceptable text (a lone surrogate, a control character), or
+    None. Tabs are fine, and newlines when ``multiline``."""
+    if match := _SURROGATE.search(value):
+        return f"is not valid Unicode (a lone surrogate at character {match.start() + 1})"
+    for match in _CONTROL.finditer(value):
+        if multiline and match.group() in "\n\r":
+            continue
+        return f"contains the control character U+{ord(match.group()):04X}"
+    if not multiline and ("\n" in value or "\r" in value):
+        return "contains a line break"
+    return None
 
 
 class MappingReader:
@@ -60,6 +76,8 @@ class MappingReader:
             raise self.fail(key, f"must be a non-empty string, got {_show(value)}")
         if len(value) > max_chars:
             raise self.fail(key, f"is {len(value)} characters; at most {max_chars} allowed")
+        if problem := text_problem(value):
+            raise self.fail(key, problem)
         if pattern and not re.fullmatch(pattern, value):
             raise self.fail(key, f"{value!r} does not match {pattern}")
         return value
@@ -103,6 +121,8 @@ class MappingReader:
                 raise self.child_fail(
                     key, index, f"must be 1..{max_chars} characters, got {_show(item)}"
                 )
+            if problem := text_problem(text):
+                raise self.child_fail(key, index, problem)
             out.append(text)
         return tuple(out)
 

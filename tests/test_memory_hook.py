@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -92,8 +93,8 @@ def test_cap_function() -> None:
 def test_missing_files_get_a_placeholder(tmp_path: Path) -> None:
     (tmp_path / "memory").mkdir()
     text = render_memory(str(tmp_path))
-    assert "(memory/index.md is missing or unreadable; nothing was loaded)" in text
-    assert "(memory/system/definition.md is missing or unreadable" in text
+    assert "(memory/index.md is missing; nothing was loaded)" in text
+    assert "(memory/system/definition.md is missing; nothing was loaded)" in text
 
 
 def test_symlinks_are_never_read(agent_dir: Path, tmp_path: Path) -> None:
@@ -109,7 +110,26 @@ def test_symlinks_are_never_read(agent_dir: Path, tmp_path: Path) -> None:
     definition.symlink_to(inside)
     text = render_memory(str(agent_dir))
     assert "TOP SECRET" not in text and "inside but linked" not in text
-    assert text.count("is missing or unreadable") == 2
+    assert text.count("was refused: is a symlink, not a regular file; nothing was loaded") == 2
+
+
+def test_a_fifo_is_refused_without_blocking(agent_dir: Path) -> None:
+    index = agent_dir / "memory/index.md"
+    index.unlink()
+    os.mkfifo(index)  # nobody ever writes to it: an open without O_NONBLOCK would hang
+    out = hook(agent_dir, json.dumps({"source": "startup"}))
+    assert out.returncode == 0
+    assert "(memory/index.md was refused: is a FIFO, not a regular file" in out.stdout
+    assert "## Core Memory" not in out.stdout and "memory/system/definition.md" in out.stdout
+
+
+def test_a_huge_sparse_file_is_read_only_up_to_the_budget(agent_dir: Path) -> None:
+    index = agent_dir / "memory/index.md"
+    with open(index, "r+b") as handle:
+        handle.truncate(3 * 1024**3)  # 3 GB of holes: reading it whole would exhaust memory
+    text = render_memory(str(agent_dir))
+    assert "[truncated: memory/index.md is longer than 16,000 characters" in text
+    assert len(text) < 40_000
 
 
 def test_symlinked_system_folder_resolving_outside(agent_dir: Path, tmp_path: Path) -> None:

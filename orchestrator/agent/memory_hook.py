@@ -4,8 +4,9 @@ Reads the event JSON on stdin. For source ``startup``, ``clear`` or ``compact`` 
 a ``## Memory`` section with ``memory/index.md`` and ``memory/system/definition.md``, each
 stripped and capped independently at 16,000 characters with a visible truncation
 notice. For ``resume``, an unknown source, or empty or malformed input it prints nothing.
-It reads no other memory file, never follows a symlink, and imports only the standard
-library: it runs at every fresh context and must be fast.
+It reads no other memory file and reads through the confined file layer (no symlink
+followed, no FIFO waited on, a bounded read), and imports only the standard library: it
+runs at every fresh context and must be fast.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import os
 import sys
 
+from orchestrator.confined import ConfinedDir, UnsafePath
 from orchestrator.limits import MEMORY_FILE_BUDGET_CHARS
 
 DEFAULT_AGENT_DIR = "/workspace/agent"
@@ -32,22 +34,22 @@ links from the index lead to more detailed files, which you read when they becom
 relevant."""
 
 
-def _read_inside(memory_dir: str, relative: str) -> str | None:
-    """The file's text, or None when missing, unreadable, a symlink or outside memory/."""
-    path = os.path.join(memory_dir, relative)
+def _read_inside(agent_dir: str, relative: str) -> str:
+    """The file's text, or a one-line placeholder saying why nothing was loaded.
+
+    Through the confined file layer: a symlink anywhere on the way, a FIFO, socket or
+    device is refused without blocking, and at most _READ_LIMIT_BYTES are read.
+    """
     try:
-        real_root = os.path.realpath(memory_dir)
-        if not os.path.realpath(path).startswith(real_root + os.sep):
-            return None
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        with os.fdopen(fd, "rb") as handle:
-            data = handle.read(_READ_LIMIT_BYTES)
-    except OSError:
-        return None
-    return data.decode("utf-8", errors="replace")
+        with ConfinedDir.open(agent_dir, "memory") as memory:
+            data = memory.read_bytes(relative, _READ_LIMIT_BYTES, truncate=True)
+    except FileNotFoundError:
+        return f"(memory/{relative} is missing; nothing was loaded)"
+    except UnsafePath as exc:
+        return f"(memory/{relative} was refused: {exc.reason}; nothing was loaded)"
+    except OSError as exc:
+        return f"(memory/{relative} is unreadable: {exc.strerror}; nothing was loaded)"
+    return cap(data.decode("utf-8", errors="replace"), relative)
 
 
 def cap(text: str, relative: str) -> str:
@@ -68,12 +70,8 @@ def render_memory(agent_dir: str) -> str:
     memory_dir = os.path.join(agent_dir, "memory")
     parts = [_PREAMBLE.format(memory_dir=memory_dir)]
     for relative in INJECTED_FILES:
-        text = _read_inside(memory_dir, relative)
         parts.append(f"### memory/{relative}")
-        if text is None:
-            parts.append(f"(memory/{relative} is missing or unreadable; nothing was loaded)")
-        else:
-            parts.append(cap(text, relative))
+        parts.append(_read_inside(agent_dir, relative))
     return "\n\n".join(parts) + "\n"
 
 

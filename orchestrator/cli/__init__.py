@@ -17,7 +17,7 @@ import click
 
 from orchestrator import __version__
 from orchestrator.config import Home
-from orchestrator.errors import EXIT_FAILED, OrchestratorError
+from orchestrator.errors import EXIT_BAD_INPUT, EXIT_FAILED, OrchestratorError
 
 # command name -> (module, attribute, one-line help shown by --help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -108,9 +108,30 @@ def cli(ctx: click.Context, home: Path | None, debug: bool) -> None:
     ctx.obj = CliContext(home=Home((home or Path.cwd()).absolute()), debug=debug)
 
 
+def undecodable_argument(argv: list[str]) -> str | None:
+    """A message for the first argument that was not valid UTF-8 (Python keeps its bad
+    bytes as lone surrogates), or None."""
+    for position, arg in enumerate(argv, 1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raw = arg.encode("utf-8", "surrogateescape")
+            shown = raw.decode("utf-8", "backslashreplace")
+            offset = len(arg[: exc.start].encode("utf-8", "surrogateescape")) + 1
+            return (
+                f"argument {position} ({shown!r}) is not valid UTF-8 "
+                f"(bad byte at offset {offset}); pass UTF-8 text"
+            )
+    return None
+
+
 def main() -> None:
     """Console entry point; unexpected errors print one line unless --debug is given."""
     debug = "--debug" in sys.argv[1:]
+    if problem := undecodable_argument(sys.argv[1:]):
+        click.echo(f"error: {problem}", err=True)
+        click.echo("hint: check the terminal's locale, or the bytes of the argument", err=True)
+        sys.exit(EXIT_BAD_INPUT)
     try:
         cli.main(prog_name="orchestrator", standalone_mode=True)
     except SystemExit:

@@ -7,7 +7,7 @@ import click
 from orchestrator.cli import CliContext
 from orchestrator.cli.output import human_bytes, print_json, print_table
 from orchestrator.group_config import DEFAULT_MODEL, DEFAULT_PROVIDER, GroupConfig
-from orchestrator.groups import GroupStore, memory_size
+from orchestrator.groups import GroupStore, memory_usage
 
 pass_cli = click.make_pass_decorator(CliContext)
 
@@ -120,7 +120,7 @@ def list_(obj: CliContext, as_json: bool) -> None:
 def show(obj: CliContext, name: str, as_json: bool) -> None:
     """Show a group's configuration, paths and memory size. NAME is a folder or display name."""
     found = GroupStore(obj.home).find(name)
-    size = memory_size(found.memory_dir)
+    size = memory_usage(found)
     paths = {
         "group": str(found.path),
         "config": str(found.config_file),

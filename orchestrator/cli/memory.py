@@ -66,7 +66,9 @@ def lint(obj: CliContext, name: str, fix: bool, as_json: bool) -> None:
       type-missing          its frontmatter has no non-empty 'type'        (fixable)
       unreachable           no chain of links leads to it from index.md
       over-budget           index.md or system/definition.md > 16,000 characters
-      symlink               a symlink inside the tree
+      symlink               a symlink inside the tree (never followed)
+      not-regular           a FIFO, socket or device file inside the tree
+      too-large             a Markdown file over 4 MiB (not read)
       not-utf8              a Markdown file that is not UTF-8
       unreadable            a file or folder that cannot be read
     Exits 1 while findings remain.

@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import unquote
 
-from orchestrator.fsatomic import write_atomic
-from orchestrator.limits import MEMORY_FILE_BUDGET_CHARS
+from orchestrator.confined import INHERIT, ConfinedDir, UnsafePath, kind_of
+from orchestrator.limits import MEMORY_FILE_BUDGET_CHARS, MEMORY_FILE_READ_MAX_BYTES
 from orchestrator.memory.okf import (
     DAILY_DIR,
     RESERVED_NAMES,
@@ -35,6 +35,8 @@ FINDING_KINDS = (
     "over-budget",
     "symlink",
     "not-utf8",
+    "not-regular",
+    "too-large",
     "unreadable",
 )
 _LINK_RE = re.compile(r"\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+[\"'][^)]*[\"'])?\s*\)")
@@ -75,51 +77,67 @@ class _Scanned:
     folders: set[str] = field(default_factory=set)
 
 
-def _scan(memory_dir: Path, report: LintReport) -> _Scanned:
+def _scan(memory: ConfinedDir, report: LintReport) -> _Scanned:
+    """Read every Markdown file through the confined layer: nothing is followed, special
+    files are reported without being opened for long, reads are capped."""
     scanned = _Scanned()
-    stack = [""]
-    while stack:
-        rel_dir = stack.pop()
+    for rel_dir, folder, entries in memory.walk(hidden=False):
         scanned.folders.add(rel_dir)
-        try:
-            entries = sorted(os.scandir(memory_dir / rel_dir), key=lambda e: e.name)
-        except OSError as exc:
-            report.findings.append(Finding("unreadable", rel_dir or ".", f"{exc.strerror}"))
-            continue
         for entry in entries:
-            if entry.name.startswith("."):
-                continue
             rel = posixpath.join(rel_dir, entry.name) if rel_dir else entry.name
-            if entry.is_symlink():
+            try:
+                mode = entry.stat(follow_symlinks=False).st_mode
+            except OSError:
+                continue  # removed since it was listed
+            if stat.S_ISLNK(mode):
+                try:
+                    target = os.readlink(entry.name, dir_fd=folder.fd)
+                except OSError:
+                    target = "?"
                 report.findings.append(
                     Finding(
                         "symlink",
                         rel,
-                        f"symlink to {os.readlink(entry.path)!r}; memory must hold real "
-                        "files (the hook and the agent never follow symlinks)",
+                        f"symlink to {target!r}; memory must hold real files (the hook and "
+                        "the host never follow symlinks)",
                     )
                 )
-            elif entry.is_dir(follow_symlinks=False):
-                stack.append(rel)
-            elif entry.name.endswith(".md") and entry.is_file(follow_symlinks=False):
-                report.files_checked += 1
-                try:
-                    raw = Path(entry.path).read_bytes()
-                except OSError as exc:
-                    report.findings.append(Finding("unreadable", rel, f"{exc.strerror}"))
-                    continue
-                try:
-                    scanned.texts[rel] = raw.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    report.findings.append(
-                        Finding(
-                            "not-utf8",
-                            rel,
-                            f"not UTF-8 text (invalid byte at offset {exc.start}); "
-                            "save it as UTF-8",
-                        )
+            elif stat.S_ISDIR(mode):
+                continue
+            elif not stat.S_ISREG(mode):
+                report.findings.append(
+                    Finding(
+                        "not-regular",
+                        rel,
+                        f"{kind_of(mode)}; memory holds only regular files and folders",
                     )
+                )
+            elif entry.name.endswith(".md"):
+                report.files_checked += 1
+                _read(folder, entry.name, rel, scanned, report)
     return scanned
+
+
+def _read(folder: ConfinedDir, name: str, rel: str, scanned: _Scanned, report: LintReport) -> None:
+    try:
+        raw = folder.read_bytes(name, MEMORY_FILE_READ_MAX_BYTES)
+    except UnsafePath as exc:
+        kind = "not-regular" if exc.kind else "too-large"
+        report.findings.append(Finding(kind, rel, exc.reason))
+        return
+    except OSError as exc:
+        report.findings.append(Finding("unreadable", rel, f"{exc.strerror}"))
+        return
+    try:
+        scanned.texts[rel] = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        report.findings.append(
+            Finding(
+                "not-utf8",
+                rel,
+                f"not UTF-8 text (invalid byte at offset {exc.start}); save it as UTF-8",
+            )
+        )
 
 
 def _links(text: str, rel: str, scanned: _Scanned) -> list[str]:
@@ -237,10 +255,14 @@ def _fixed_text(rel: str, text: str, front: Frontmatter) -> str | None:
 
 
 def lint_memory(memory_dir: Path, *, fix: bool = False) -> LintReport:
-    """Lint the tree at ``memory_dir``; with ``fix``, repair metadata then lint again."""
+    """Lint the tree at ``memory_dir``; with ``fix``, repair metadata then lint again.
+
+    ``memory_dir``'s parent is trusted (the group folder); everything in it is read and
+    written through the confined file layer.
+    """
     report = LintReport(str(memory_dir))
     try:
-        mode = os.lstat(memory_dir).st_mode
+        memory = ConfinedDir.open(memory_dir.parent, memory_dir.name)
     except FileNotFoundError:
         report.findings.append(
             Finding(
@@ -248,37 +270,50 @@ def lint_memory(memory_dir: Path, *, fix: bool = False) -> LintReport:
             )
         )
         return report
-    if not stat.S_ISDIR(mode):
-        report.findings.append(Finding("symlink", ".", "memory is not a real folder"))
+    except UnsafePath as exc:
+        report.findings.append(Finding("symlink", ".", f"memory {exc.reason}"))
         return report
-    scanned = _scan(memory_dir, report)
-    for rel, text in scanned.texts.items():
-        _check_file(rel, text, report)
-    reachable = _reachable(scanned)
-    for rel in sorted(scanned.texts):
-        daily = rel.startswith(DAILY_DIR + "/")  # reached by date, not by links
-        if posixpath.basename(rel) not in RESERVED_NAMES and rel not in reachable and not daily:
-            report.findings.append(
-                Finding(
-                    "unreachable",
-                    rel,
-                    "not reachable by links from index.md; link it from its folder index",
+    with memory:
+        scanned = _scan(memory, report)
+        for rel, text in scanned.texts.items():
+            _check_file(rel, text, report)
+        reachable = _reachable(scanned)
+        for rel in sorted(scanned.texts):
+            daily = rel.startswith(DAILY_DIR + "/")  # reached by date, not by links
+            if posixpath.basename(rel) not in RESERVED_NAMES and rel not in reachable and not daily:
+                report.findings.append(
+                    Finding(
+                        "unreachable",
+                        rel,
+                        "not reachable by links from index.md; link it from its folder index",
+                    )
                 )
-            )
-    if fix and any(f.fixable for f in report.findings):
-        fixed: list[str] = []
-        for finding in report.findings:
-            if not finding.fixable:
-                continue
-            text = scanned.texts[finding.path]
-            new = _fixed_text(finding.path, text, split_frontmatter(text))
-            if new is None:
-                continue
-            target = memory_dir / finding.path
-            write_atomic(target, new, mode=stat.S_IMODE(os.lstat(target).st_mode))
-            fixed.append(finding.path)
-        again = lint_memory(memory_dir)
-        again.fixed = fixed
-        return again
+        if fix and any(f.fixable for f in report.findings):
+            fixed = _fix(memory, scanned, report)
+            again = lint_memory(memory_dir)
+            again.fixed = fixed
+            return again
     report.findings.sort(key=lambda f: (f.path, FINDING_KINDS.index(f.kind)))
     return report
+
+
+def _fix(memory: ConfinedDir, scanned: _Scanned, report: LintReport) -> list[str]:
+    """Write the repaired texts; each goes through the folders again without following
+    links, so a folder swapped for a symlink since the scan is refused, not written."""
+    fixed: list[str] = []
+    for finding in report.findings:
+        if not finding.fixable:
+            continue
+        text = scanned.texts[finding.path]
+        new = _fixed_text(finding.path, text, split_frontmatter(text))
+        if new is None:
+            continue
+        st = memory.lstat(finding.path)
+        if st is None or not stat.S_ISREG(st.st_mode):
+            continue  # changed since the scan: left for the next run
+        try:
+            memory.write_atomic(finding.path, new, mode=stat.S_IMODE(st.st_mode), owner=INHERIT)
+        except OSError:
+            continue
+        fixed.append(finding.path)
+    return fixed

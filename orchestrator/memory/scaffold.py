@@ -2,19 +2,21 @@
 
 Creates ``memory/``, ``memory/system/`` and, only where missing, ``memory/index.md``,
 ``memory/system/index.md`` and ``memory/system/definition.md``. It never overwrites,
-never follows a symlink and never writes outside the group folder. Each file is written
-to a temporary name and hard-linked into place, which fails if the name exists: creation
-is exclusive (like O_EXCL) and no reader ever sees a partial file.
+never follows a symlink and never writes outside the group folder: every step goes
+through the confined file layer. Each file is written to a temporary name and
+hard-linked into place, which fails if the name exists: creation is exclusive (like
+O_EXCL) and no reader ever sees a partial file. New folders and files belong to the
+owner of the folder they are made in (the group's container user), given once.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from orchestrator.confined import INHERIT, ConfinedDir, Owner, UnsafePath, kind_of
 
 MEMORY_DIR = "memory"
 SYSTEM_DIR = "system"
@@ -24,7 +26,6 @@ SCAFFOLD_FILES = (
     (SYSTEM_DIR, "index.md", "memory/system/index.md.j2"),
     (SYSTEM_DIR, "definition.md", "memory/system/definition.md.j2"),
 )
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @dataclass
@@ -39,122 +40,90 @@ class ScaffoldReport:
         return not self.problems
 
 
-def _is_complete(group_dir: Path) -> bool:
-    """Fast path: a handful of lstat calls, no writes, no template rendering."""
-    memory = group_dir / MEMORY_DIR
-    system = memory / SYSTEM_DIR
+def _is_complete(group: ConfinedDir) -> bool:
+    """Fast path: a few ``*at`` status calls on descriptors, no writes, no rendering."""
     try:
-        for folder in (group_dir, memory, system):
-            if not stat.S_ISDIR(os.lstat(folder).st_mode):
+        with group.open_dir(MEMORY_DIR) as memory:
+            if not stat.S_ISREG(os.stat("index.md", dir_fd=memory.fd, follow_symlinks=False)[0]):
                 return False
-        for sub, name, _ in SCAFFOLD_FILES:
-            if not stat.S_ISREG(os.lstat(memory / sub / name if sub else memory / name).st_mode):
-                return False
+            with memory.open_dir(SYSTEM_DIR) as system:
+                for name in ("index.md", "definition.md"):
+                    if not stat.S_ISREG(os.stat(name, dir_fd=system.fd, follow_symlinks=False)[0]):
+                        return False
     except OSError:
         return False
     return True
 
 
-def _open_or_make_dir(parent_fd: int, name: str, shown: str, report: ScaffoldReport) -> int | None:
+def _open_or_make(
+    parent: ConfinedDir, name: str, shown: str, report: ScaffoldReport, owner: Owner | str | None
+) -> ConfinedDir | None:
     try:
-        os.mkdir(name, 0o755, dir_fd=parent_fd)
-        report.created.append(shown + "/")
-    except FileExistsError:
-        pass
-    try:
-        return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            kind = _kind_of(parent_fd, name)
-            report.problems.append(f"{shown} is {kind}, not a folder; left untouched")
-        else:
-            report.problems.append(f"{shown}: cannot open ({exc.strerror})")
+        made = parent.make_dir(name, owner=owner)
+        folder = parent.open_dir(name)
+    except UnsafePath as exc:
+        report.problems.append(f"{shown} {exc.reason}; left untouched")
         return None
+    except OSError as exc:
+        report.problems.append(f"{shown}: cannot open ({exc.strerror})")
+        return None
+    if made:
+        report.created.append(shown + "/")
+    return folder
 
 
-def _kind_of(dir_fd: int, name: str) -> str:
-    try:
-        mode = os.lstat(name, dir_fd=dir_fd).st_mode
-    except OSError:
-        return "missing"
-    if stat.S_ISLNK(mode):
-        return "a symlink"
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISREG(mode):
-        return "a regular file"
-    return "a special file"
-
-
-def _create_exclusive(dir_fd: int, name: str, content: bytes) -> bool:
-    """Create ``name`` in ``dir_fd`` with ``content``; False if the name already exists."""
-    tmp = f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-    fd = os.open(
-        tmp,
-        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-        0o644,
-        dir_fd=dir_fd,
-    )
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(content)
-            handle.flush()
-            os.fsync(handle.fileno())
-        try:
-            os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
-        except FileExistsError:
-            return False
-        os.fsync(dir_fd)
-        return True
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp, dir_fd=dir_fd)
-
-
-def scaffold_memory(group_dir: Path) -> ScaffoldReport:
+def scaffold_memory(group_dir: Path, *, owner: Owner | str | None = INHERIT) -> ScaffoldReport:
     """Create what is missing of the memory tree in ``group_dir``; report what is wrong.
 
+    ``group_dir`` itself must be a real folder (it is the host's, under ``groups/``).
     Safe to run concurrently from several processes: each file is created exactly once.
+    ``owner`` of what is made: by default the owner of the folder it is made in.
     """
     report = ScaffoldReport()
-    if _is_complete(group_dir):
-        return report
     try:
-        group_fd = os.open(group_dir, _DIR_FLAGS)
+        group = ConfinedDir.open(group_dir.parent, group_dir.name)
     except OSError as exc:
-        report.problems.append(f"{group_dir}: cannot open the group folder ({exc.strerror})")
+        reason = exc.reason if isinstance(exc, UnsafePath) else exc.strerror
+        report.problems.append(f"{group_dir}: cannot open the group folder ({reason})")
         return report
-    fds: dict[str, int | None] = {}
-    try:
-        memory_fd = _open_or_make_dir(group_fd, MEMORY_DIR, MEMORY_DIR, report)
-        fds[""] = memory_fd
-        fds[SYSTEM_DIR] = (
-            _open_or_make_dir(memory_fd, SYSTEM_DIR, f"{MEMORY_DIR}/{SYSTEM_DIR}", report)
-            if memory_fd is not None
-            else None
-        )
-        from orchestrator.templates import render
-
-        for sub, name, template in SCAFFOLD_FILES:
-            dir_fd = fds[sub]
-            shown = "/".join(p for p in (MEMORY_DIR, sub, name) if p)
-            if dir_fd is None:
-                continue
-            kind = _kind_of(dir_fd, name)
-            if kind == "a regular file":
-                continue
-            if kind != "missing":
-                report.problems.append(f"{shown} is {kind}, not a regular file; left untouched")
-                continue
-            if _create_exclusive(dir_fd, name, render(template).encode("utf-8")):
-                report.created.append(shown)
-            elif _kind_of(dir_fd, name) != "a regular file":
-                report.problems.append(
-                    f"{shown} appeared as {_kind_of(dir_fd, name)}; left untouched"
-                )
-    finally:
-        for fd in fds.values():
-            if fd is not None:
-                os.close(fd)
-        os.close(group_fd)
+    with group:
+        if _is_complete(group):
+            return report
+        memory = _open_or_make(group, MEMORY_DIR, MEMORY_DIR, report, owner)
+        if memory is None:
+            return report
+        with memory:
+            system = _open_or_make(memory, SYSTEM_DIR, f"{MEMORY_DIR}/{SYSTEM_DIR}", report, owner)
+            folders = {"": memory, SYSTEM_DIR: system}
+            try:
+                _create_files(folders, report, owner)
+            finally:
+                if system is not None:
+                    system.close()
     return report
+
+
+def _create_files(
+    folders: dict[str, ConfinedDir | None], report: ScaffoldReport, owner: Owner | str | None
+) -> None:
+    from orchestrator.templates import render
+
+    for sub, name, template in SCAFFOLD_FILES:
+        folder = folders[sub]
+        if folder is None:
+            continue
+        shown = "/".join(p for p in (MEMORY_DIR, sub, name) if p)
+        st = folder.lstat(name)
+        if st is not None:
+            if not stat.S_ISREG(st.st_mode):
+                report.problems.append(
+                    f"{shown} is {kind_of(st.st_mode)}, not a regular file; left untouched"
+                )
+            continue
+        if folder.create_exclusive(name, render(template), owner=owner):
+            report.created.append(shown)
+            continue
+        st = folder.lstat(name)
+        if st is None or not stat.S_ISREG(st.st_mode):
+            kind = "missing" if st is None else kind_of(st.st_mode)
+            report.problems.append(f"{shown} appeared as {kind}; left untouched")

@@ -7,6 +7,7 @@ found again by labels; the only host state is the last-activity time of each gro
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import orchestrator
 from orchestrator.config import Home, OrchestratorConfig
+from orchestrator.confined import INHERIT, ConfinedDir, Owner, UnsafePath, kind_of
 from orchestrator.errors import BadInput, EngineError, InvalidConfig, OrchestratorError
 from orchestrator.groups import Group, GroupStore
 from orchestrator.limits import CONTAINER_READY_TIMEOUT_SECONDS
@@ -31,8 +33,18 @@ from orchestrator.runtime.base import (
 from orchestrator.runtime.channel import SOCKET_NAME, RunnerClient
 from orchestrator.runtime.mounts import resolve_mounts
 from orchestrator.runtime.reconcile import Action, apply_plan, plan_reconcile
-from orchestrator.runtime.spec import container_name, container_spec, run_as
+from orchestrator.runtime.spec import (
+    FILES,
+    INSTRUCTIONS,
+    LEARNED,
+    MEMORY,
+    SESSIONS,
+    container_name,
+    container_spec,
+    run_as,
+)
 
+log = logging.getLogger(__name__)
 ImageResolver = Callable[[], str]
 STATS_CONCURRENCY = 10  # matches the SDK's connection pool size
 READY_POLL_SECONDS = 0.01
@@ -44,30 +56,38 @@ def default_skills_root() -> Path | None:
     return root if root.is_dir() else None
 
 
-def _require_real(path: Path, kind: str) -> None:
+def _require_real(folder: ConfinedDir, name: str, kind: str) -> None:
     """Refuse a mount source that is a symlink or of the wrong kind: the engine would
     follow a symlink and expose whatever it points to."""
-    mode = os.lstat(path).st_mode
-    if stat.S_ISLNK(mode):
+    st = folder.lstat(name)
+    shown = f"{folder.shown}/{name}"
+    if st is None:
+        raise InvalidConfig(f"{shown} is missing; refusing to start without it")
+    if stat.S_ISLNK(st.st_mode):
         raise InvalidConfig(
-            f"{path} is a symlink; refusing to mount it into a container",
+            f"{shown} is a symlink; refusing to mount it into a container",
             hint="replace it with a real " + kind,
         )
-    ok = stat.S_ISDIR(mode) if kind == "folder" else stat.S_ISREG(mode)
+    ok = stat.S_ISDIR(st.st_mode) if kind == "folder" else stat.S_ISREG(st.st_mode)
     if not ok:
-        raise InvalidConfig(f"{path} is not a {kind}; refusing to mount it")
+        raise InvalidConfig(f"{shown} is {kind_of(st.st_mode)}, not a {kind}; refusing to mount it")
 
 
-def _give_to(path: Path, uid: int, gid: int) -> None:
-    """Hand ``path`` and everything under it to uid:gid, never following a symlink."""
-    stack = [path]
-    while stack:
-        current = stack.pop()
-        st = os.lstat(current)
-        if (st.st_uid, st.st_gid) != (uid, gid):
-            os.chown(current, uid, gid, follow_symlinks=False)
-        if stat.S_ISDIR(st.st_mode):
-            stack.extend(Path(e.path) for e in os.scandir(current))
+def hand_over(folder: ConfinedDir, name: str, owner: Owner) -> int:
+    """Make ``name`` (a folder the container writes) belong to ``owner``.
+
+    Folders get their owner when they are made, so this walks only when the top folder's
+    owner is wrong (a group made before, or a changed owner): a container cannot make it
+    wrong, since it cannot give its files away. The walk goes through the confined layer
+    and never follows a link. Returns the number of entries changed.
+    """
+    st = folder.lstat(name)
+    if st is None or (st.st_uid, st.st_gid) == owner:
+        return 0
+    with folder.open_dir(name) as target:
+        changed = target.chown_tree(*owner)
+    log.info("gave %d entries of %s/%s to %d:%d", changed, folder.shown, name, *owner)
+    return changed
 
 
 @dataclass(frozen=True)
@@ -158,39 +178,46 @@ class GroupRuntime:
         )
 
     def prepare_host(self, group: Group, spec: ContainerSpec) -> None:
-        """Scaffold memory, create every mount source, hand writable ones to the user."""
-        _require_real(group.path, "folder")
-        report = scaffold_memory(group.path)
-        if report.problems:
-            raise InvalidConfig(
-                f"memory of group {group.folder!r}: " + "; ".join(report.problems),
-                hint="fix or remove the entries named, then start again",
-            )
-        for folder in (group.sessions_dir, group.files_dir):
-            folder.mkdir(mode=0o755, exist_ok=True)
-        runtime_dir = self.home.runtime_dir(group.folder)
-        runtime_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        for path in (group.instructions_file, group.learned_file):
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-                os.close(fd)
-            except FileExistsError:
-                pass
-        for folder in (group.memory_dir, group.sessions_dir, group.files_dir, runtime_dir):
-            _require_real(folder, "folder")
-        for path in (group.instructions_file, group.learned_file):
-            _require_real(path, "file")
+        """Scaffold memory, create every mount source, give writable ones to the user.
+
+        Everything in the group folder goes through the confined file layer."""
+        uid, gid = (int(x) for x in spec.user.split(":"))
+        owner: Owner | None = (uid, gid) if os.geteuid() == 0 and (uid, gid) != (0, 0) else None
+        try:
+            group_dir = ConfinedDir.open(self.store.root, group.folder)
+        except UnsafePath as exc:
+            raise InvalidConfig(f"{exc}; a group folder must be a real folder") from None
+        with group_dir:
+            writable = [MEMORY, SESSIONS, FILES]
+            for name in writable:
+                group_dir.make_dir(name, owner=owner)
+            report = scaffold_memory(group.path, owner=owner or INHERIT)
+            if report.problems:
+                raise InvalidConfig(
+                    f"memory of group {group.folder!r}: " + "; ".join(report.problems),
+                    hint="fix or remove the entries named, then start again",
+                )
+            for name in (INSTRUCTIONS, LEARNED):
+                group_dir.make_file(name, owner=None)  # host-owned, mounted read-only
+            for name in writable:
+                _require_real(group_dir, name, "folder")
+            for name in (INSTRUCTIONS, LEARNED):
+                _require_real(group_dir, name, "file")
+            if owner is not None:
+                for name in writable:
+                    hand_over(group_dir, name, owner)
+        with ConfinedDir.open(self.home.state_dir, "run", create=True) as runs:
+            runs.make_dir(group.folder, mode=0o700, owner=owner)
+            _require_real(runs, group.folder, "folder")
+            if owner is not None:
+                hand_over(runs, group.folder, owner)
         if self.skills_root is not None and group.config.skills != "all":
-            for name in group.config.skills:
-                if not (self.skills_root / name).is_dir():
+            for skill in group.config.skills:
+                if not (self.skills_root / skill).is_dir():
                     raise BadInput(
-                        f"group {group.folder!r} asks for skill {name!r}, which is "
+                        f"group {group.folder!r} asks for skill {skill!r}, which is "
                         f"not in {self.skills_root}"
                     )
-        uid, gid = (int(x) for x in spec.user.split(":"))
-        if os.geteuid() == 0 and (uid, gid) != (0, 0):
-            for path in (group.memory_dir, group.sessions_dir, group.files_dir, runtime_dir):
-                _give_to(path, uid, gid)
 
     def ensure_running(self, group: Group) -> ContainerInfo:
         """Bring ``group``'s container up with the current spec; return it running."""

@@ -27,6 +27,9 @@ SKILLS_DIR = "/workspace/skills"
 EXTRA_DIR = "/workspace/extra"
 RUNTIME_DIR = "/run/orchestrator"
 CONTAINER_HOME = "/home/agent"
+# Entries of the group folder that are mounted.
+MEMORY, SESSIONS, FILES = "memory", "sessions", "files"
+INSTRUCTIONS, LEARNED = "instructions.prepend.md", "learned-behaviors.md"
 # The container's main process: the runner, serving turns on /run/orchestrator/runner.sock.
 RUNNER_COMMAND = ("orchestrator", "agent", "serve")
 
