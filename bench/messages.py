@@ -43,6 +43,18 @@ while True:
 """
 
 
+class Echo:
+    """The floor's peer: frames echoed over the same kind of socket, from a container."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def request(self, message: dict[str, object], timeout: float = 60.0) -> dict[str, object]:
+        from orchestrator import wire
+
+        return wire.request(self.path, message, timeout)
+
+
 @contextmanager
 def _setup(groups: int) -> Iterator[tuple[object, list[str], object]]:
     from orchestrator.config import DEFAULT_IMAGE_REPOSITORY, Home, OrchestratorConfig
@@ -51,7 +63,6 @@ def _setup(groups: int) -> Iterator[tuple[object, list[str], object]]:
     from orchestrator.image.agent import build_agent_image
     from orchestrator.queue import MessageQueue
     from orchestrator.runtime.base import LABEL_PROJECT
-    from orchestrator.runtime.channel import RunnerClient, RunnerUnavailable
     from orchestrator.runtime.docker import DockerBackend
     from orchestrator.runtime.engine import connect
     from orchestrator.runtime.lifecycle import GroupRuntime, default_skills_root
@@ -85,13 +96,13 @@ def _setup(groups: int) -> Iterator[tuple[object, list[str], object]]:
             volumes={str(peer_dir): {"bind": "/peer", "mode": "rw"}},
         )
         peer.start()
-        echo = RunnerClient(peer_dir / "echo.sock")
+        echo = Echo(peer_dir / "echo.sock")
         deadline = time.monotonic() + 30
         while True:
             try:
                 echo.request({"op": "ping"}, timeout=2)
                 break
-            except RunnerUnavailable:
+            except OSError:
                 if time.monotonic() > deadline:
                     raise RuntimeError("echo peer: " + peer.logs().decode()) from None
                 time.sleep(0.05)
@@ -109,10 +120,9 @@ def _setup(groups: int) -> Iterator[tuple[object, list[str], object]]:
 
 def warm_turn(quick: bool) -> Result:
     from orchestrator.daemon import Daemon
-    from orchestrator.runtime.channel import RunnerClient
 
     with _setup(1) as (daemon, folders, echo):
-        assert isinstance(daemon, Daemon) and isinstance(echo, RunnerClient)
+        assert isinstance(daemon, Daemon) and isinstance(echo, Echo)
         folder = folders[0]
 
         def target() -> None:
@@ -137,11 +147,10 @@ def warm_turn(quick: bool) -> Result:
 
 def throughput(quick: bool) -> Result:
     from orchestrator.daemon import Daemon
-    from orchestrator.runtime.channel import RunnerClient
 
     count = 100 if quick else 400
     with _setup(10) as (daemon, folders, echo):
-        assert isinstance(daemon, Daemon) and isinstance(echo, RunnerClient)
+        assert isinstance(daemon, Daemon) and isinstance(echo, Echo)
         rounds = 2 if quick else 3
         payload = {"op": "turn", "turn": {"turn_id": "x", "chat": "c", "text": "hello"}}
         target, floor = Series("all replies stored"), Series("echo round trips")

@@ -9,10 +9,12 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from orchestrator.errors import HomeNotWritable, InvalidConfig
 from orchestrator.limits import (
+    CONFIG_FILE_MAX_BYTES,
     DEFAULT_HTTP_LISTEN,
     DEFAULT_UNPRIVILEGED_GID,
     DEFAULT_UNPRIVILEGED_UID,
@@ -22,6 +24,7 @@ from orchestrator.yamldoc import load_yaml_file
 
 CONFIG_FILE = "orchestrator.yaml"
 PROJECT_ENV = "ORCHESTRATOR_PROJECT"
+STATE_DIR_ENV = "ORCHESTRATOR_STATE_DIR"
 HTTP_TOKEN_ENV = "ORCHESTRATOR_HTTP_TOKEN"
 DEFAULT_PROJECT = "orchestrator"
 PROJECT_PATTERN = r"[a-z0-9][a-z0-9_.-]{0,39}"
@@ -42,6 +45,27 @@ class OrchestratorConfig:
     http_listen: str = DEFAULT_HTTP_LISTEN
     http_token: str | None = None
     concurrency: int | None = None  # turns at once across groups; None: the CPU count
+    per_group_concurrency: int | None = None  # turns one group may run; None: half
+
+
+def _state_dir_setting(config_file: Path, root: Path) -> Path | None:
+    """``state_dir`` from orchestrator.yaml when it is a usable string; the key is
+    validated with the rest by ``load_config``."""
+    try:
+        if config_file.stat().st_size > CONFIG_FILE_MAX_BYTES:
+            return None
+        import yaml
+
+        data = yaml.safe_load(config_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError, ImportError):
+        return None
+    except Exception:  # malformed YAML: load_config reports it
+        return None
+    value = data.get("state_dir") if isinstance(data, dict) else None
+    if not isinstance(value, str) or not value.strip():
+        return None
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else root / path
 
 
 @dataclass(frozen=True)
@@ -58,9 +82,15 @@ class Home:
     def groups_dir(self) -> Path:
         return self.root / "groups"
 
-    @property
+    @cached_property
     def state_dir(self) -> Path:
-        return self.root / "state"
+        """``state/`` of the home, unless env ORCHESTRATOR_STATE_DIR or ``state_dir`` in
+        orchestrator.yaml puts it elsewhere (another disk, so a group filling the disk of
+        the groups cannot stop the queue)."""
+        env = os.environ.get(STATE_DIR_ENV)
+        if env:
+            return Path(env).expanduser().absolute()
+        return _state_dir_setting(self.config_file, self.root) or self.root / "state"
 
     def runtime_dir(self, folder: str) -> Path:
         """Per-group folder for the host-container channel (mounted at /run/orchestrator)."""
@@ -97,8 +127,12 @@ class Home:
                     "debian_mirror",
                     "http",
                     "concurrency",
+                    "per_group_concurrency",
+                    "state_dir",
                 ]
             )
+            if "state_dir" in reader.data:
+                reader.text("state_dir", max_chars=4096)
             if "project" in reader.data:
                 values["project"] = reader.text("project", pattern=PROJECT_PATTERN)
             if "image" in reader.data:
@@ -124,6 +158,10 @@ class Home:
                 )
             if "concurrency" in reader.data:
                 values["concurrency"] = reader.whole_number("concurrency", None, 1, 256, "1 to 256")
+            if "per_group_concurrency" in reader.data:
+                values["per_group_concurrency"] = reader.whole_number(
+                    "per_group_concurrency", None, 1, 256, "1 to 256"
+                )
             if "http" in reader.data:
                 http = reader.child("http")
                 http.reject_unknown(["listen", "token"])

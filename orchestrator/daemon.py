@@ -1,12 +1,15 @@
 """The daemon: accepts messages from channels, keeps them durable, delivers them to the
 groups' containers and stores the replies.
 
-A channel calls ``submit`` (the message is committed before it returns) and may
-``wait`` for the outcome. A dispatcher thread hands runnable messages to a bounded pool
-of workers: one turn at a time per session, round-robin between groups. Delivery is
-pushed over each group's runner socket; a failure is retried with backoff, then
-dead-lettered. SIGTERM drains: no new messages, turns in flight finish (or are
-delivered again at the next start), then the daemon exits.
+A channel calls ``submit`` (the message is committed before it returns) and may wait for
+the outcome (``wait`` from a thread, or a listener for event loops). A dispatcher thread
+hands runnable messages to a bounded pool of workers: one turn at a time per session,
+round-robin between groups, and at most a share of the workers per group, so one group
+can never hold them all. Each turn has one deadline for the whole delivery; a failure is
+retried with backoff, then dead-lettered. A housekeeping thread queues again messages
+left in flight by a failed commit, keeps the disk reserve, and measures groups' disk use
+against their limits. SIGTERM drains: no new messages, turns in flight finish (or are
+cancelled and delivered again at the next start).
 """
 
 from __future__ import annotations
@@ -15,26 +18,38 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.agent.session import session_key
 from orchestrator.config import Home, OrchestratorConfig
-from orchestrator.errors import BadInput, DaemonStopping, OrchestratorError, SenderRefused
+from orchestrator.disk import DISK_HOLDER, group_disk_usage, over_limit_reason
+from orchestrator.errors import (
+    BadInput,
+    DaemonStopping,
+    GroupPaused,
+    OrchestratorError,
+    SenderRefused,
+)
 from orchestrator.group_config import GroupConfig
 from orchestrator.limits import (
+    DISK_CHECK_INTERVAL_SECONDS,
     DRAIN_TIMEOUT_SECONDS,
+    HOUSEKEEPING_INTERVAL_SECONDS,
     INBOUND_TEXT_MAX_CHARS,
     RECONCILE_INTERVAL_SECONDS,
     SENDER_ID_MAX_CHARS,
 )
-from orchestrator.queue import DEAD, DONE, Message, MessageQueue
-from orchestrator.runtime.channel import RunnerUnavailable
+from orchestrator.queue import DEAD, DONE, Message, MessageQueue, Pause
+from orchestrator.runtime.channel import Cancel, RunnerUnavailable
 from orchestrator.runtime.lifecycle import GroupRuntime
+from orchestrator.validate import text_problem
 
 log = logging.getLogger("orchestrator.daemon")
 CREATOR, MEMBER, GUEST = "creator", "member", "guest"
+Listener = Callable[[str], None]
 
 
 def classify_sender(config: GroupConfig, sender: str) -> str | None:
@@ -61,6 +76,33 @@ def fair_order(candidates: list[Message], last_served: dict[str, float]) -> list
     return ordered
 
 
+def choose(
+    candidates: list[Message],
+    *,
+    free: int,
+    per_group: int,
+    running: dict[str, int],
+    last_served: dict[str, float],
+) -> list[Message]:
+    """The messages to start now: fair order, at most ``free`` in all, and no group past
+    ``per_group`` turns at once (counting those ``running``)."""
+    chosen: list[Message] = []
+    counts = dict(running)
+    for message in fair_order(candidates, last_served):
+        if len(chosen) >= free:
+            break
+        if counts.get(message.group, 0) >= per_group:
+            continue
+        counts[message.group] = counts.get(message.group, 0) + 1
+        chosen.append(message)
+    return chosen
+
+
+def group_share(concurrency: int, configured: int | None = None) -> int:
+    """Turns one group may run at once: configured, else half the workers (at least 1)."""
+    return max(1, min(configured or concurrency // 2, concurrency))
+
+
 class DeliveryFailed(OrchestratorError):
     pass
 
@@ -69,6 +111,15 @@ class DeliveryFailed(OrchestratorError):
 class DaemonStats:
     delivered: int = 0
     failed: int = 0
+
+
+@dataclass
+class Delivery:
+    """A turn in flight."""
+
+    message: Message
+    cancel: Cancel
+    started: float
 
 
 class Daemon:
@@ -85,9 +136,11 @@ class Daemon:
         self.runtime = runtime
         self.queue = queue
         self.concurrency = concurrency or max(1, os.cpu_count() or 1)
+        self.per_group = group_share(self.concurrency, config.per_group_concurrency)
         self.cond = threading.Condition()
         self.busy: set[tuple[str, str]] = set()
-        self.inflight = 0
+        self.active: dict[str, Delivery] = {}
+        self.running: dict[str, int] = {}  # group -> turns in flight
         self.last_served: dict[str, float] = {}
         self.group_locks: dict[str, threading.Lock] = {}
         self.accepting = True
@@ -95,6 +148,13 @@ class Daemon:
         self.stats = DaemonStats()
         self.pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="turn")
         self.threads: list[threading.Thread] = []
+        self.listeners: list[Listener] = []
+        self.disk_dirty: set[str] = set()
+        self.started = time.time()
+
+    @property
+    def inflight(self) -> int:
+        return len(self.active)
 
     # channels call these
 
@@ -114,16 +174,7 @@ class Daemon:
                 "the daemon is shutting down and accepts no new messages",
                 hint="send again once it is back",
             )
-        if not isinstance(text, str) or not text.strip():
-            raise BadInput("the message text is empty")
-        if len(text) > INBOUND_TEXT_MAX_CHARS:
-            raise BadInput(
-                f"the message is {len(text)} characters; at most "
-                f"{INBOUND_TEXT_MAX_CHARS} are accepted"
-            )
-        for what, value in (("chat", chat), ("sender", sender), ("thread", thread or "x")):
-            if not isinstance(value, str) or not value or len(value) > SENDER_ID_MAX_CHARS:
-                raise BadInput(f"{what} must be 1..{SENDER_ID_MAX_CHARS} characters")
+        check_inbound(text=text, chat=chat, sender=sender, thread=thread)
         group = self.runtime.store.find(name)
         trust = classify_sender(group.config, sender)
         if trust is None:
@@ -137,6 +188,9 @@ class Daemon:
                 f"sender {sender!r} may not talk to group {group.folder!r}",
                 hint="add the sender to creators or members in its group.yaml",
             )
+        pause = self.pause_of(group.folder)
+        if pause is not None and pause.refuse_new:
+            raise GroupPaused(pause.reason, hint=_resume_hint(group.folder, pause))
         session = session_key(group.config.session_mode, chat, thread)
         message = self.queue.enqueue(
             group=group.folder,
@@ -152,6 +206,11 @@ class Daemon:
             self.cond.notify_all()
         return message
 
+    def pause_of(self, folder: str) -> Pause | None:
+        """The pause in force for a group, refusing ones first."""
+        leases = self.queue.pauses(folder)
+        return next((p for p in leases if p.refuse_new), leases[0] if leases else None)
+
     def wait(self, message_id: str, timeout: float) -> Message | None:
         """The message once done or dead, or as it is when ``timeout`` passes."""
         deadline = time.monotonic() + timeout
@@ -164,6 +223,18 @@ class Daemon:
                 if remaining <= 0:
                     return message
                 self.cond.wait(min(remaining, 1.0))
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call ``listener(message_id)`` (from a worker thread) whenever a message's state
+        or replies change: event loops wait on this instead of holding a thread."""
+        self.listeners.append(listener)
+
+    def _changed(self, message_id: str) -> None:
+        for listener in list(self.listeners):
+            try:
+                listener(message_id)
+            except Exception:
+                log.exception("a message listener failed")
 
     def retry(self, message_id: str) -> bool:
         ok = self.queue.retry(message_id)
@@ -186,86 +257,126 @@ class Daemon:
         for target, name in (
             (self._dispatch_loop, "dispatch"),
             (self._reconcile_loop, "reconcile"),
+            (self._housekeeping_loop, "housekeeping"),
         ):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self.threads.append(thread)
 
-    def drain(self, timeout: float = DRAIN_TIMEOUT_SECONDS) -> bool:
-        """Stop accepting, let turns in flight finish; True when none was left over."""
+    def drain(
+        self, timeout: float = DRAIN_TIMEOUT_SECONDS, stop_now: threading.Event | None = None
+    ) -> bool:
+        """Stop accepting and let turns in flight finish within ``timeout`` (or until
+        ``stop_now`` is set); the rest are cancelled and stay queued for the next start.
+        True when none was left over."""
         self.accepting = False
         deadline = time.monotonic() + timeout
         with self.cond:
             self.stopping.set()
             self.cond.notify_all()
-            while self.inflight and time.monotonic() < deadline:
-                self.cond.wait(0.2)
-            left = self.inflight
+            while self.active and time.monotonic() < deadline:
+                if stop_now is not None and stop_now.is_set():
+                    break
+                self.cond.wait(0.1)
+            left = list(self.active.values())
+        for delivery in left:
+            delivery.cancel.cancel()
         self.pool.shutdown(wait=False, cancel_futures=True)
         if left:
             log.warning(
-                "%d turns still in flight at shutdown; they are delivered again at the next start",
-                left,
+                "%d turns still in flight at shutdown were cancelled; they are delivered "
+                "again at the next start",
+                len(left),
             )
-        return left == 0
+        return not left
 
     def _dispatch_loop(self) -> None:
         while not self.stopping.is_set():
-            with self.cond:
-                free = self.concurrency - self.inflight
-                candidates = (
-                    [m for m in self.queue.runnable() if (m.group, m.session) not in self.busy]
-                    if free > 0
-                    else []
-                )
-                if not candidates:
-                    wake = self.queue.next_wakeup()
-                    wait = 1.0 if wake is None else max(0.01, min(1.0, wake - time.time()))
-                    self.cond.wait(wait)
-                    continue
-                chosen: list[Message] = []
-                for message in fair_order(candidates, self.last_served)[:free]:
-                    if self.queue.claim(message.id):
-                        chosen.append(message)
-                        self.busy.add((message.group, message.session))
-                        self.inflight += 1
-                        self.last_served[message.group] = time.monotonic()
-            for message in chosen:
-                self.pool.submit(self._deliver, message)
+            try:
+                self._dispatch_once()
+            except Exception:
+                log.exception("dispatch failed; trying again")
+                self.stopping.wait(1.0)
+
+    def _dispatch_once(self) -> None:
+        with self.cond:
+            free = self.concurrency - len(self.active)
+            candidates = (
+                [m for m in self.queue.runnable() if (m.group, m.session) not in self.busy]
+                if free > 0
+                else []
+            )
+            chosen: list[Message] = []
+            for message in choose(
+                candidates,
+                free=free,
+                per_group=self.per_group,
+                running=self.running,
+                last_served=self.last_served,
+            ):
+                if self.queue.claim(message.id):
+                    chosen.append(message)
+                    self.busy.add((message.group, message.session))
+                    self.active[message.id] = Delivery(message, Cancel(), time.monotonic())
+                    self.running[message.group] = self.running.get(message.group, 0) + 1
+                    self.last_served[message.group] = time.monotonic()
+            if not chosen:
+                wake = self.queue.next_wakeup()
+                wait = 1.0 if wake is None else max(0.01, min(1.0, wake - time.time()))
+                self.cond.wait(wait)
+                return
+        for message in chosen:
+            self.pool.submit(self._deliver, message)
 
     def _deliver(self, message: Message) -> None:
-        delivered = False
+        delivery = self.active[message.id]
+        outcome = "failed"
         try:
-            answer = self._turn(message)
+            answer = self._turn(message, delivery.cancel)
             if not answer.get("ok"):
                 raise DeliveryFailed(str(answer.get("error", "the runner refused the turn")))
             replies = answer.get("replies")
             if not isinstance(replies, list) or not all(isinstance(r, str) for r in replies):
                 raise DeliveryFailed("the runner's answer has no list of text replies")
             self.queue.complete(message.id, replies)
-            delivered = True
+            outcome = "delivered"
         except Exception as exc:
-            reason = (
-                exc.message
-                if isinstance(exc, OrchestratorError)
-                else f"{type(exc).__name__}: {exc}"
-            )
-            state = self.queue.fail(message.id, reason)
-            log.warning(
-                "delivery of %s to %s failed (%s); now %s", message.id, message.group, reason, state
-            )
+            if delivery.cancel.cancelled and self.stopping.is_set():
+                outcome = "cancelled"  # left in flight: queued again at the next start
+            else:
+                self._record_failure(message, exc)
         finally:
             with self.cond:
                 self.busy.discard((message.group, message.session))
-                self.inflight -= 1
-                if delivered:
+                self.active.pop(message.id, None)
+                self.running[message.group] -= 1
+                if outcome == "delivered":
                     self.stats.delivered += 1
-                else:
+                elif outcome == "failed":
                     self.stats.failed += 1
+                self.disk_dirty.add(message.group)
                 self.cond.notify_all()
+            self._changed(message.id)
 
-    def _turn(self, message: Message) -> dict[str, Any]:
+    def _record_failure(self, message: Message, exc: Exception) -> None:
+        reason = (
+            exc.message if isinstance(exc, OrchestratorError) else f"{type(exc).__name__}: {exc}"
+        )
+        try:
+            state = self.queue.fail(message.id, reason)
+        except Exception as commit_error:
+            # Left in flight in the database; housekeeping queues it again once the
+            # queue can commit (a full disk, say).
+            log.error("could not record the failure of %s: %s", message.id, commit_error)
+            return
+        log.warning(
+            "delivery of %s to %s failed (%s); now %s", message.id, message.group, reason, state
+        )
+
+    def _turn(self, message: Message, cancel: Cancel) -> dict[str, Any]:
         group = self.runtime.store.load(message.group)
+        timeout = float(group.config.turn_timeout_seconds)
+        deadline = time.monotonic() + timeout
         client = self.runtime.runner(group)
         payload = {
             "turn_id": message.id,
@@ -277,15 +388,18 @@ class Daemon:
         }
         self.runtime.activity.touch(group.folder)
         try:
-            return client.turn(payload)  # the container is usually up: push straight in
-        except RunnerUnavailable as exc:
+            return client.turn(payload, timeout=timeout, cancel=cancel)
+        except RunnerUnavailable as exc:  # nothing listens: the container needs starting
             log.info(
                 "runner of %s unavailable (%s); ensuring its container", group.folder, exc.message
             )
         lock = self.group_locks.setdefault(group.folder, threading.Lock())
         with lock:
             self.runtime.ensure_running(group)
-        return client.turn(payload)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise DeliveryFailed(f"the turn did not finish within {timeout:g}s")
+        return client.turn(payload, timeout=left, cancel=cancel)
 
     def _reconcile_loop(self) -> None:
         while not self.stopping.wait(RECONCILE_INTERVAL_SECONDS):
@@ -297,3 +411,82 @@ class Daemon:
                         )
             except Exception as exc:
                 log.warning("reconcile failed: %s", exc)
+
+    def _housekeeping_loop(self) -> None:
+        last_full = 0.0
+        while not self.stopping.wait(HOUSEKEEPING_INTERVAL_SECONDS):
+            try:
+                full = time.monotonic() - last_full >= DISK_CHECK_INTERVAL_SECONDS
+                if full:
+                    last_full = time.monotonic()
+                self.housekeeping(all_groups=full)
+            except Exception as exc:
+                log.warning("housekeeping failed: %s", exc)
+
+    def housekeeping(self, *, all_groups: bool = False) -> None:
+        """One round: queue again what a failed commit left in flight, keep the disk
+        reserve, and check disk use of groups that ran a turn (or of all groups)."""
+        with self.cond:
+            held = set(self.active)
+            dirty, self.disk_dirty = self.disk_dirty, set()
+        released = self.queue.release_stale(held)
+        if released:
+            log.warning("%d messages left in flight by a failed commit are queued again", released)
+            with self.cond:
+                self.cond.notify_all()
+        if self.queue.reserve is not None:
+            self.queue.reserve.ensure()
+        folders = {g.folder for g in self.runtime.store.groups()} if all_groups else dirty
+        for folder in sorted(folders):
+            self.check_disk(folder)
+
+    def check_disk(self, folder: str) -> bool:
+        """Pause ``folder`` (refusing new messages) while it is over its disk limit, and
+        resume it once it is under; True when it is over."""
+        try:
+            group = self.runtime.store.load(folder)
+        except OrchestratorError:
+            return False
+        used = group_disk_usage(self.runtime.store.root, folder)
+        limit = group.config.container.disk_bytes
+        paused = any(p.holder == DISK_HOLDER for p in self.queue.pauses(folder))
+        if used > limit and not paused:
+            reason = over_limit_reason(folder, used, limit)
+            self.queue.pause(folder, DISK_HOLDER, reason, refuse_new=True)
+            log.warning("paused %s: %s", folder, reason)
+        elif used <= limit and paused:
+            self.queue.resume(folder, DISK_HOLDER)
+            log.info("resumed %s: its disk use is under its limit again", folder)
+            with self.cond:
+                self.cond.notify_all()
+        return used > limit
+
+
+def check_inbound(*, text: Any, chat: Any, sender: Any, thread: Any) -> None:
+    """BadInput naming the field when an inbound message is not acceptable."""
+    if not isinstance(text, str) or not text.strip():
+        raise BadInput("the message text is empty")
+    if len(text) > INBOUND_TEXT_MAX_CHARS:
+        raise BadInput(
+            f"the message is {len(text)} characters; at most {INBOUND_TEXT_MAX_CHARS} are accepted"
+        )
+    if problem := text_problem(text, multiline=True):
+        raise BadInput(f"the message text {problem}")
+    for what, value, required in (
+        ("sender", sender, True),
+        ("chat", chat, True),
+        ("thread", thread, False),
+    ):
+        if value is None and not required:
+            continue
+        if not isinstance(value, str) or not value or len(value) > SENDER_ID_MAX_CHARS:
+            shown = f"{len(value)} characters" if isinstance(value, str) else repr(value)
+            raise BadInput(f"{what} must be 1..{SENDER_ID_MAX_CHARS} characters (got {shown})")
+        if problem := text_problem(value):
+            raise BadInput(f"{what} {problem}")
+
+
+def _resume_hint(folder: str, pause: Pause) -> str:
+    if pause.holder == DISK_HOLDER:
+        return f"free space in groups/{folder}/ (see: orchestrator status)"
+    return f"resume it with: orchestrator group resume {folder}"

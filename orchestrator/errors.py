@@ -78,3 +78,7 @@ class DaemonNotRunning(OrchestratorError):
 
 class DaemonStopping(OrchestratorError):
     """The daemon is draining and accepts no new messages."""
+
+
+class GroupPaused(OrchestratorError):
+    """The group is paused and refuses new messages (over its disk limit, say)."""

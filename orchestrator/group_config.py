@@ -15,15 +15,20 @@ from orchestrator.limits import (
     DEFAULT_CONTAINER_MEMORY_BYTES,
     DEFAULT_CONTAINER_PIDS,
     DEFAULT_CONTEXT_BUDGET_CHARS,
+    DEFAULT_GROUP_DISK_BYTES,
     DEFAULT_IDLE_TIMEOUT_SECONDS,
     DEFAULT_NETWORK,
+    DEFAULT_TURN_TIMEOUT_SECONDS,
     GROUP_NAME_MAX_CHARS,
     MAX_CONTAINER_CPUS,
     MAX_CONTAINER_PIDS,
+    MAX_TURN_TIMEOUT_SECONDS,
     MIN_CONTAINER_MEMORY_BYTES,
     MIN_CONTAINER_PIDS,
     MIN_CONTEXT_BUDGET_CHARS,
+    MIN_GROUP_DISK_BYTES,
     MIN_IDLE_TIMEOUT_SECONDS,
+    MIN_TURN_TIMEOUT_SECONDS,
     SENDER_ID_MAX_CHARS,
 )
 from orchestrator.validate import MappingReader
@@ -49,6 +54,7 @@ class ContainerSettings:
     pids: int = DEFAULT_CONTAINER_PIDS
     network: str = DEFAULT_NETWORK
     idle_timeout_seconds: int = DEFAULT_IDLE_TIMEOUT_SECONDS
+    disk_bytes: int = DEFAULT_GROUP_DISK_BYTES
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,7 @@ class GroupConfig:
     mounts: tuple[MountRequest, ...] = ()
     skills: str | tuple[str, ...] = "all"
     context_budget: int = DEFAULT_CONTEXT_BUDGET_CHARS
+    turn_timeout_seconds: int = DEFAULT_TURN_TIMEOUT_SECONDS
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -105,7 +112,7 @@ def parse_duration(value: Any) -> int | None:
 
 
 def _container(reader: MappingReader) -> ContainerSettings:
-    reader.reject_unknown(["memory", "cpus", "pids", "network", "idle_timeout"])
+    reader.reject_unknown(["memory", "cpus", "pids", "network", "idle_timeout", "disk"])
     memory = parse_size(reader.raw("memory", DEFAULT_CONTAINER_MEMORY_BYTES))
     if memory is None or memory < MIN_CONTAINER_MEMORY_BYTES:
         raise reader.fail(
@@ -136,7 +143,15 @@ def _container(reader: MappingReader) -> ContainerSettings:
             f"got {reader.data.get('idle_timeout')!r}; expected a duration of at least "
             f"{MIN_IDLE_TIMEOUT_SECONDS}s, such as 30m, 2h or 600",
         )
+    disk = parse_size(reader.raw("disk", DEFAULT_GROUP_DISK_BYTES))
+    if disk is None or disk < MIN_GROUP_DISK_BYTES:
+        raise reader.fail(
+            "disk",
+            f"got {reader.data.get('disk')!r}; expected a size of at least "
+            f"{MIN_GROUP_DISK_BYTES // 1024**2}m, such as 1g or 500m",
+        )
     return ContainerSettings(
+        disk_bytes=disk,
         memory_bytes=memory,
         cpus=float(cpus),
         pids=pids,
@@ -195,8 +210,18 @@ def group_config_from_doc(doc: YamlDocument) -> GroupConfig:
             "mounts",
             "skills",
             "context_budget",
+            "turn_timeout",
         ]
     )
+    turn_timeout = parse_duration(reader.raw("turn_timeout", DEFAULT_TURN_TIMEOUT_SECONDS))
+    if turn_timeout is None or not (
+        MIN_TURN_TIMEOUT_SECONDS <= turn_timeout <= MAX_TURN_TIMEOUT_SECONDS
+    ):
+        raise reader.fail(
+            "turn_timeout",
+            f"got {reader.data.get('turn_timeout')!r}; expected a duration from "
+            f"{MIN_TURN_TIMEOUT_SECONDS}s to {MAX_TURN_TIMEOUT_SECONDS // 60}m, such as 5m",
+        )
     budget = reader.whole_number(
         "context_budget",
         DEFAULT_CONTEXT_BUDGET_CHARS,
@@ -216,6 +241,7 @@ def group_config_from_doc(doc: YamlDocument) -> GroupConfig:
         mounts=_mounts(reader),
         skills=_skills(reader),
         context_budget=budget,
+        turn_timeout_seconds=turn_timeout,
     )
 
 

@@ -27,6 +27,9 @@ MAX_CONTAINER_PIDS = 32_768
 DEFAULT_IDLE_TIMEOUT_SECONDS = 30 * 60
 MIN_IDLE_TIMEOUT_SECONDS = 10
 DEFAULT_NETWORK = "none"
+# Disk a group's folders may use (memory, sessions, files): group.yaml `container.disk`.
+DEFAULT_GROUP_DISK_BYTES = 1024**3
+MIN_GROUP_DISK_BYTES = 1024**2
 
 # The uid:gid a container runs as when the group folder is owned by root.
 DEFAULT_UNPRIVILEGED_UID = 10001
@@ -70,11 +73,39 @@ MESSAGE_MAX_CHARS = 32_000
 
 # The message path (daemon).
 MAX_DELIVERY_ATTEMPTS = 5  # then the message is dead-lettered
+DELIVERY_BACKOFF_FIRST_SECONDS = 0.5  # doubling after each failed delivery
 DELIVERY_BACKOFF_MAX_SECONDS = 30.0
-TURN_TIMEOUT_SECONDS = 300.0  # one turn in a container, from delivery to replies
+# Kept in state/ and released when its disk fills, so the queue can still commit.
+STATE_RESERVE_BYTES = 16 * 1024**2
+# One turn in a container, from delivery to replies (group.yaml `turn_timeout`): the
+# daemon's deadline for the whole turn, however the runner paces its bytes.
+DEFAULT_TURN_TIMEOUT_SECONDS = 300
+MIN_TURN_TIMEOUT_SECONDS = 1
+MAX_TURN_TIMEOUT_SECONDS = 3600
+TURN_TIMEOUT_SECONDS = float(DEFAULT_TURN_TIMEOUT_SECONDS)
 INBOUND_TEXT_MAX_CHARS = 32_000
 HTTP_BODY_MAX_BYTES = 64 * 1024
 HTTP_LONG_POLL_MAX_SECONDS = 60.0
+# A connection must send a whole request head this soon after it opens (or after its
+# last answer), and a body this soon after its head; at most this many are open at once.
+HTTP_HEADER_TIMEOUT_SECONDS = 10.0
+HTTP_BODY_TIMEOUT_SECONDS = 10.0
+HTTP_MAX_CONNECTIONS = 256
+# The CLI socket: connections open at once, and how long one may sit idle between frames.
+CONTROL_MAX_CONNECTIONS = 64
+CONTROL_IDLE_TIMEOUT_SECONDS = 60.0
 DRAIN_TIMEOUT_SECONDS = 30.0  # how long SIGTERM waits for turns in flight
+# `orchestrator down` escalates: after the drain (plus this) a second SIGTERM, after
+# this again SIGKILL, then it waits at most DOWN_KILL_WAIT_SECONDS for the process to go.
+DOWN_TERM_WAIT_SECONDS = 5.0
+DOWN_KILL_WAIT_SECONDS = 10.0
 RECONCILE_INTERVAL_SECONDS = 60.0
+# Housekeeping in the daemon: stale in-flight rows, the disk reserve, disk use of groups
+# that ran a turn; every group's disk use is measured every DISK_CHECK_INTERVAL_SECONDS.
+HOUSEKEEPING_INTERVAL_SECONDS = 2.0
+DISK_CHECK_INTERVAL_SECONDS = 60.0
 DEFAULT_HTTP_LISTEN = "127.0.0.1:8787"
+# Log lines of one kind (logger + message template) passed per window; the rest are
+# counted and reported once the window ends.
+LOG_KIND_BURST = 20
+LOG_KIND_WINDOW_SECONDS = 60.0

@@ -8,16 +8,31 @@ retried with backoff, then dead-lettered with its reason. Replies are keyed by
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar
 
-from orchestrator.limits import DELIVERY_BACKOFF_MAX_SECONDS, MAX_DELIVERY_ATTEMPTS
+from orchestrator.config import Home
+from orchestrator.errors import OrchestratorError
+from orchestrator.limits import (
+    DELIVERY_BACKOFF_FIRST_SECONDS,
+    DELIVERY_BACKOFF_MAX_SECONDS,
+    MAX_DELIVERY_ATTEMPTS,
+    STATE_RESERVE_BYTES,
+)
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+RESERVE_FILE = "reserve"
 
 QUEUED, INFLIGHT, DONE, DEAD = "queued", "inflight", "done", "dead"
 PENDING = (QUEUED, INFLIGHT)
@@ -49,7 +64,50 @@ CREATE TABLE IF NOT EXISTS replies (
     created REAL NOT NULL,
     PRIMARY KEY (message_id, seq)
 );
+CREATE TABLE IF NOT EXISTS pauses (
+    group_folder TEXT NOT NULL,
+    holder TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    refuse_new INTEGER NOT NULL DEFAULT 0,
+    created REAL NOT NULL,
+    expires REAL,
+    PRIMARY KEY (group_folder, holder)
+);
 """
+SQLITE_FULL = 13
+QUEUE_FILE = "queue.db"
+
+
+class QueueCorrupt(OrchestratorError):
+    """The queue database cannot be read."""
+
+
+class QueueFull(OrchestratorError):
+    """The queue cannot commit: the disk holding it is full."""
+
+
+@dataclass(frozen=True)
+class Pause:
+    """A pause lease: while it holds, the group's messages wait (nothing is lost).
+
+    ``refuse_new``: new messages are refused with ``reason`` instead of waiting."""
+
+    group: str
+    holder: str
+    reason: str
+    refuse_new: bool
+    created: float
+    expires: float | None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "group": self.group,
+            "holder": self.holder,
+            "reason": self.reason,
+            "refuse_new": self.refuse_new,
+            "created": self.created,
+            "expires": self.expires,
+        }
 
 
 @dataclass(frozen=True)
@@ -129,14 +187,28 @@ def _row(row: tuple[object, ...], replies: tuple[str, ...] = ()) -> Message:
 
 
 class MessageQueue:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, reserve: Reserve | None = None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        self.reserve = reserve
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(SCHEMA)
+        try:
+            self._db = sqlite3.connect(
+                path, check_same_thread=False, isolation_level=None, timeout=30
+            )
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            if _is_full(exc):
+                raise QueueFull(
+                    f"cannot open {path}: the disk is full", hint="free some space, then retry"
+                ) from None
+            raise QueueCorrupt(
+                f"{path} is not a usable SQLite database ({exc})",
+                hint="`orchestrator doctor` explains; `orchestrator doctor --repair-queue` "
+                "moves it aside and starts a new queue with the messages it can still read",
+            ) from None
 
     def close(self) -> None:
         with self._lock:
@@ -152,6 +224,25 @@ class MessageQueue:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+
+    def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``work`` in a write transaction. When the disk is full, the reserve file
+        is released once and the transaction tried again: the queue must still commit."""
+        for attempt in range(2):
+            try:
+                with self._tx() as db:
+                    return work(db)
+            except sqlite3.OperationalError as exc:
+                if not _is_full(exc):
+                    raise
+                if attempt == 0 and self.reserve is not None and self.reserve.release():
+                    log.error("the disk holding %s is full: released the reserve", self.path)
+                    continue
+                raise QueueFull(
+                    f"cannot commit to {self.path}: the disk is full",
+                    hint="free some space; nothing committed is lost",
+                ) from None
+        raise AssertionError("unreachable")
 
     def enqueue(
         self,
@@ -179,25 +270,49 @@ class MessageQueue:
             QUEUED,
             created=time.time(),
         )
-        with self._tx() as db:
-            db.execute(
+        self._write(
+            lambda db: db.execute(
                 "INSERT INTO messages (id, group_folder, session, chat, thread, sender, trust,"
                 " text, channel, state, created, updated) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (*_row_values(message), message.created),
             )
+        )
         return message
 
     def recover(self) -> int:
         """After a crash: messages that were in flight are queued again."""
-        with self._tx() as db:
-            return db.execute(
-                "UPDATE messages SET state=?, updated=? WHERE state=?",
-                (QUEUED, time.time(), INFLIGHT),
-            ).rowcount
+        return self._write(
+            lambda db: (
+                db.execute(
+                    "UPDATE messages SET state=?, updated=? WHERE state=?",
+                    (QUEUED, time.time(), INFLIGHT),
+                ).rowcount
+            )
+        )
+
+    def release_stale(self, held: set[str]) -> int:
+        """Messages marked in flight that no worker holds (a commit that failed, such as
+        on a full disk) are queued again; how many."""
+        with self._lock:
+            rows = self._db.execute("SELECT id FROM messages WHERE state=?", (INFLIGHT,))
+            stale = [str(r[0]) for r in rows if str(r[0]) not in held]
+        if not stale:
+            return 0
+        now = time.time()
+        return self._write(
+            lambda db: sum(
+                db.execute(
+                    "UPDATE messages SET state=?, updated=? WHERE id=? AND state=?",
+                    (QUEUED, now, message_id, INFLIGHT),
+                ).rowcount
+                for message_id in stale
+            )
+        )
 
     def runnable(self, now: float | None = None) -> list[Message]:
         """The oldest pending message of each session, when it may be delivered now."""
         now = time.time() if now is None else now
+        paused = set(self.paused_groups(now))
         with self._lock:
             rows = self._db.execute(
                 f"SELECT {_COLUMNS}, not_before FROM messages WHERE state IN (?, ?) ORDER BY seq",
@@ -206,7 +321,11 @@ class MessageQueue:
         heads: dict[tuple[str, str], tuple[object, ...]] = {}
         for row in rows:
             heads.setdefault((str(row[1]), str(row[2])), row)
-        return [_row(r[:-1]) for r in heads.values() if r[9] == QUEUED and float(r[-1]) <= now]  # type: ignore[arg-type]
+        return [
+            _row(r[:-1])
+            for r in heads.values()
+            if r[9] == QUEUED and float(r[-1]) <= now and r[1] not in paused  # type: ignore[arg-type]
+        ]
 
     def next_wakeup(self) -> float | None:
         """When the earliest message in backoff becomes deliverable."""
@@ -218,8 +337,8 @@ class MessageQueue:
         return float(row[0]) if row and row[0] is not None else None
 
     def claim(self, message_id: str) -> bool:
-        with self._tx() as db:
-            return (
+        return self._write(
+            lambda db: (
                 db.execute(
                     "UPDATE messages SET state=?, attempts=attempts+1, updated=? "
                     "WHERE id=? AND state=?",
@@ -227,11 +346,13 @@ class MessageQueue:
                 ).rowcount
                 == 1
             )
+        )
 
     def complete(self, message_id: str, replies: list[str]) -> None:
         """Store the replies (a duplicate (id, seq) is dropped) and mark the message done."""
         now = time.time()
-        with self._tx() as db:
+
+        def work(db: sqlite3.Connection) -> None:
             db.executemany(
                 "INSERT OR IGNORE INTO replies (message_id, seq, text, created) VALUES (?,?,?,?)",
                 [(message_id, seq, text, now) for seq, text in enumerate(replies)],
@@ -241,26 +362,31 @@ class MessageQueue:
                 (DONE, now, message_id),
             )
 
+        self._write(work)
+
     def fail(self, message_id: str, error: str) -> str:
         """Back off and queue again, or dead-letter after the last attempt; the new state."""
-        with self._tx() as db:
+
+        def work(db: sqlite3.Connection) -> str:
             row = db.execute("SELECT attempts FROM messages WHERE id=?", (message_id,)).fetchone()
             attempts = int(row[0]) if row else MAX_DELIVERY_ATTEMPTS
             if attempts >= MAX_DELIVERY_ATTEMPTS:
                 state, not_before = DEAD, 0.0
             else:
                 state = QUEUED
-                not_before = time.time() + min(0.25 * 2**attempts, DELIVERY_BACKOFF_MAX_SECONDS)
+                not_before = time.time() + delivery_backoff(attempts)
             db.execute(
                 "UPDATE messages SET state=?, last_error=?, not_before=?, updated=? WHERE id=?",
                 (state, error[:2000], not_before, time.time(), message_id),
             )
-        return state
+            return state
+
+        return self._write(work)
 
     def retry(self, message_id: str) -> bool:
         """Queue a dead-lettered message again with fresh attempts."""
-        with self._tx() as db:
-            return (
+        return self._write(
+            lambda db: (
                 db.execute(
                     "UPDATE messages SET state=?, attempts=0, not_before=0, updated=? "
                     "WHERE id=? AND state=?",
@@ -268,6 +394,7 @@ class MessageQueue:
                 ).rowcount
                 == 1
             )
+        )
 
     def get(self, message_id: str) -> Message | None:
         with self._lock:
@@ -295,3 +422,182 @@ class MessageQueue:
         with self._lock:
             rows = self._db.execute("SELECT state, COUNT(*) FROM messages GROUP BY state")
             return {str(state): int(n) for state, n in rows}
+
+    # pause leases
+
+    def pause(
+        self,
+        group: str,
+        holder: str,
+        reason: str,
+        *,
+        refuse_new: bool = False,
+        expires: float | None = None,
+    ) -> Pause:
+        """Take (or renew) ``holder``'s pause lease on ``group``."""
+        lease = Pause(group, holder, reason, refuse_new, time.time(), expires)
+        self._write(
+            lambda db: db.execute(
+                "INSERT OR REPLACE INTO pauses (group_folder, holder, reason, refuse_new,"
+                " created, expires) VALUES (?,?,?,?,?,?)",
+                (group, holder, reason, int(refuse_new), lease.created, expires),
+            )
+        )
+        return lease
+
+    def resume(self, group: str, holder: str | None = None) -> int:
+        """Drop ``holder``'s lease on ``group`` (every lease when None); how many."""
+        if holder is None:
+            return self._write(
+                lambda db: db.execute("DELETE FROM pauses WHERE group_folder=?", (group,)).rowcount
+            )
+        return self._write(
+            lambda db: (
+                db.execute(
+                    "DELETE FROM pauses WHERE group_folder=? AND holder=?", (group, holder)
+                ).rowcount
+            )
+        )
+
+    def pauses(self, group: str | None = None, now: float | None = None) -> list[Pause]:
+        """Leases in force (expired ones are ignored), oldest first."""
+        now = time.time() if now is None else now
+        query = "SELECT group_folder, holder, reason, refuse_new, created, expires FROM pauses"
+        args: tuple[object, ...] = ()
+        if group is not None:
+            query += " WHERE group_folder=?"
+            args = (group,)
+        with self._lock:
+            rows = self._db.execute(query + " ORDER BY created", args).fetchall()
+        return [
+            Pause(str(r[0]), str(r[1]), str(r[2]), bool(r[3]), float(r[4]), r[5])
+            for r in rows
+            if r[5] is None or float(r[5]) > now
+        ]
+
+    def paused_groups(self, now: float | None = None) -> dict[str, Pause]:
+        out: dict[str, Pause] = {}
+        for lease in self.pauses(now=now):
+            out.setdefault(lease.group, lease)
+        return out
+
+
+def delivery_backoff(attempts: int) -> float:
+    """Seconds before the next delivery after ``attempts`` failed ones: 0.5 s, doubling,
+    at most DELIVERY_BACKOFF_MAX_SECONDS."""
+    first = DELIVERY_BACKOFF_FIRST_SECONDS
+    return float(min(first * 2.0 ** max(attempts - 1, 0), DELIVERY_BACKOFF_MAX_SECONDS))
+
+
+def _is_full(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code == SQLITE_FULL or "database or disk is full" in str(exc)
+
+
+class Reserve:
+    """A file of RESERVE bytes kept in state/, released when the disk fills so the queue
+    can still commit; made again once there is room."""
+
+    def __init__(self, state_dir: Path, size: int = STATE_RESERVE_BYTES) -> None:
+        self.path = state_dir / RESERVE_FILE
+        self.size = size
+
+    def ensure(self) -> bool:
+        """Make the reserve when missing and there is room for twice its size; True when
+        it is in place."""
+        try:
+            if os.stat(self.path).st_size >= self.size:
+                return True
+        except FileNotFoundError:
+            pass
+        try:
+            free = os.statvfs(self.path.parent)
+        except OSError:
+            return False
+        if free.f_bavail * free.f_frsize < 2 * self.size:
+            return False
+        tmp = self.path.with_name(RESERVE_FILE + ".tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                os.posix_fallocate(fd, 0, self.size)  # real blocks, not a sparse file
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            return False
+        return True
+
+    def release(self) -> bool:
+        """Delete the reserve; True when there was one to free."""
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            return False
+        return True
+
+
+def open_queue(home: Home) -> MessageQueue:
+    """The home's queue, with its reserve file made when there is room."""
+    reserve = Reserve(home.state_dir)
+    reserve.ensure()
+    return MessageQueue(home.state_dir / QUEUE_FILE, reserve)
+
+
+def set_aside(home: Home) -> tuple[Path, int, str | None]:
+    """Move a corrupt queue aside and start a new one, copying the pending messages that
+    can still be read. Returns (where the old file went, messages copied, why the rest
+    could not be read or None)."""
+    path = home.state_dir / QUEUE_FILE
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    aside = path.with_name(f"{QUEUE_FILE}.corrupt-{stamp}")
+    for suffix in ("", "-wal", "-shm"):
+        source = Path(f"{path}{suffix}")
+        if source.exists():
+            os.rename(source, Path(f"{aside}{suffix}"))
+    rows: list[tuple[object, ...]] = []
+    problem: str | None = None
+    try:
+        old = sqlite3.connect(f"file:{aside}?mode=ro", uri=True)
+        try:
+            rows = old.execute(
+                f"SELECT {_COLUMNS} FROM messages WHERE state IN (?, ?) ORDER BY seq", PENDING
+            ).fetchall()
+        finally:
+            old.close()
+    except sqlite3.DatabaseError as exc:
+        problem = str(exc)
+    queue = open_queue(home)
+    try:
+        for row in rows:
+            m = _row(row)
+            queue._write(
+                lambda db, m=m: db.execute(  # type: ignore[misc]
+                    "INSERT OR IGNORE INTO messages (id, group_folder, session, chat, thread,"
+                    " sender, trust, text, channel, state, created, updated)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (*_row_values(replace(m, state=QUEUED)), time.time()),
+                )
+            )
+    finally:
+        queue.close()
+    return aside, len(rows), problem
+
+
+def check_queue(home: Home) -> str | None:
+    """Why the home's queue cannot be used, or None (also when there is none yet)."""
+    path = home.state_dir / QUEUE_FILE
+    if not path.exists():
+        return None
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            row = db.execute("PRAGMA quick_check").fetchone()
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as exc:
+        return str(exc)
+    return None if row and row[0] == "ok" else str(row[0] if row else "no answer")

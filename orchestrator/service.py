@@ -1,6 +1,13 @@
 """Running the daemon as a process: ``serve`` in the foreground, ``up``/``down`` in the
-background. One daemon per home (a lock in ``state/``); pid in ``state/orchestrator.pid``,
-log of background runs in ``state/orchestrator.log``."""
+background.
+
+One daemon per home: ``serve`` takes an exclusive lock on ``state/orchestrator.lock`` and
+holds it until the process ends (the kernel releases it then, never earlier), so a daemon
+that is slow to stop still blocks a second one. The holder's pid comes from the kernel's
+lock table, so a stale pid file cannot mislead ``down``. The daemon's facts (pid, start
+time, channels) are in ``state/daemon.json``; the log of background runs in
+``state/orchestrator.log``.
+"""
 
 from __future__ import annotations
 
@@ -14,19 +21,26 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from orchestrator import wire
 from orchestrator.channels.control import SOCKET_NAME
 from orchestrator.config import Home
 from orchestrator.errors import DaemonNotRunning, OrchestratorError
-from orchestrator.limits import DRAIN_TIMEOUT_SECONDS
+from orchestrator.fsatomic import write_atomic
+from orchestrator.limits import (
+    DOWN_KILL_WAIT_SECONDS,
+    DOWN_TERM_WAIT_SECONDS,
+    DRAIN_TIMEOUT_SECONDS,
+)
 
 log = logging.getLogger("orchestrator.service")
 PID_FILE = "orchestrator.pid"
 LOCK_FILE = "orchestrator.lock"
 LOG_FILE = "orchestrator.log"
+FACTS_FILE = "daemon.json"
 
 
 class JsonFormatter(logging.Formatter):
@@ -43,37 +57,86 @@ class JsonFormatter(logging.Formatter):
 
 
 def setup_logging(log_format: str) -> None:
+    from orchestrator.lograte import RateLimitFilter
+
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
         JsonFormatter()
         if log_format == "json"
         else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
+    handler.addFilter(RateLimitFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO)
 
 
+def lock_holder(home: Home) -> int | None:
+    """The pid holding the home's daemon lock, from the kernel's lock table; None when
+    no process holds it."""
+    path = home.state_dir / LOCK_FILE
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    device = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5678 0 EOF" ("->" marks a waiter)
+        if len(fields) >= 6 and fields[1] == "FLOCK" and "->" not in fields and fields[5] == device:
+            return int(fields[4])
+    if not lines:  # no /proc/locks: probe the lock itself
+        with open(path, "a+") as probe:
+            try:
+                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return read_pid(home) or -1
+            fcntl.flock(probe, fcntl.LOCK_UN)
+    return None
+
+
+def _take_lock(home: Home) -> IO[str]:
+    lock = open(home.state_dir / LOCK_FILE, "a+")  # noqa: SIM115 (held for the process)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        holder = lock_holder(home)
+        raise OrchestratorError(
+            f"a daemon already runs for {home.root} (pid {holder or '?'})",
+            hint="stop it with: orchestrator down",
+        ) from None
+    return lock
+
+
+# The lock's file object lives as long as the process: closing it would release the lock
+# while the process (and its turns) may still be running.
+_LOCK: list[IO[str]] = []
+
+
 def serve(home: Home, concurrency: int | None = None) -> None:
-    """Run the daemon in the foreground until SIGTERM or SIGINT, then drain."""
+    """Run the daemon in the foreground until SIGTERM or SIGINT, then drain and exit.
+
+    A second SIGTERM or SIGINT during the drain stops at once: turns in flight are
+    cancelled and delivered again at the next start.
+    """
     from orchestrator.channels import load_channels
     from orchestrator.daemon import Daemon
     from orchestrator.image.agent import agent_image_ref
-    from orchestrator.queue import MessageQueue
+    from orchestrator.queue import open_queue
     from orchestrator.runtime.docker import DockerBackend
     from orchestrator.runtime.engine import connect
     from orchestrator.runtime.lifecycle import GroupRuntime, default_skills_root
 
     home.ensure_writable()
-    lock = open(home.state_dir / LOCK_FILE, "a+")  # noqa: SIM115 (held for the process)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise OrchestratorError(
-            f"a daemon already runs for {home.root} (pid {read_pid(home) or '?'})",
-            hint="stop it with: orchestrator down",
-        ) from None
+    _LOCK.append(_take_lock(home))
     config = home.load_config()
+    raise_file_limit()
+    queue = open_queue(home)
     client = connect()
     runtime = GroupRuntime(
         home,
@@ -82,37 +145,64 @@ def serve(home: Home, concurrency: int | None = None) -> None:
         lambda: agent_image_ref(client, config.image),
         skills_root=default_skills_root(),
     )
-    queue = MessageQueue(home.state_dir / "queue.db")
     daemon = Daemon(home, config, runtime, queue, concurrency or config.concurrency)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signals = threading.Semaphore(0)
+    signal.signal(signal.SIGTERM, lambda *_: signals.release())
+    signal.signal(signal.SIGINT, lambda *_: signals.release())
     daemon.start()
     channels = [cls(daemon) for cls in load_channels() if cls.enabled(daemon)]
     for channel in channels:
         channel.start()
-    pid_file = home.state_dir / PID_FILE
-    pid_file.write_text(f"{os.getpid()}\n")
+    started = time.time()
+    facts = {
+        "pid": os.getpid(),
+        "started": started,
+        "home": str(home.root),
+        "channels": {c.name: c.where() for c in channels},
+        "concurrency": daemon.concurrency,
+    }
+    write_atomic(home.state_dir / FACTS_FILE, json.dumps(facts) + "\n")
+    write_atomic(home.state_dir / PID_FILE, f"{os.getpid()}\n")
     log.info(
         "orchestrator daemon %d serving %s (channels: %s; concurrency %d)",
         os.getpid(),
         home.root,
-        ", ".join(c.name for c in channels),
+        ", ".join(f"{c.name} {c.where()}" for c in channels),
         daemon.concurrency,
     )
-    try:
-        stop.wait()
-    finally:
-        log.info("draining: no new messages; waiting for turns in flight")
-        for channel in channels:
-            with contextlib.suppress(Exception):
-                channel.stop()
-        daemon.drain()
-        queue.close()
+    while not signals.acquire(timeout=1.0):
+        pass
+    log.info("draining: no new messages; waiting for turns in flight (again to stop now)")
+    for channel in channels:
+        with contextlib.suppress(Exception):
+            channel.stop()
+    stop_now = threading.Event()
+
+    def second_signal() -> None:
+        signals.acquire()
+        stop_now.set()
+
+    threading.Thread(target=second_signal, daemon=True, name="signals").start()
+    daemon.drain(DRAIN_TIMEOUT_SECONDS, stop_now)
+    queue.close()
+    for name in (PID_FILE, FACTS_FILE):
         with contextlib.suppress(FileNotFoundError):
-            pid_file.unlink()
-        log.info("stopped")
-        lock.close()
+            (home.state_dir / name).unlink()
+    log.info("stopped")
+    logging.shutdown()
+    # Worker threads still blocked in a system call would hold the exit; the queue is
+    # closed and every turn left over is delivered again at the next start.
+    os._exit(0)
+
+
+def raise_file_limit() -> None:
+    """Use the hard limit of open files: every connection and socket costs one."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def read_pid(home: Home) -> int | None:
@@ -120,6 +210,20 @@ def read_pid(home: Home) -> int | None:
         return int((home.state_dir / PID_FILE).read_text().strip())
     except (OSError, ValueError):
         return None
+
+
+def daemon_facts(home: Home) -> dict[str, Any] | None:
+    """What the running daemon wrote about itself, when one holds the lock."""
+    holder = lock_holder(home)
+    if holder is None:
+        return None
+    try:
+        facts: dict[str, Any] = json.loads((home.state_dir / FACTS_FILE).read_text())
+    except (OSError, ValueError):
+        facts = {}
+    if facts.get("pid") != holder:
+        facts = {"pid": holder}
+    return facts
 
 
 def control_request(home: Home, message: dict[str, Any], timeout: float = 330.0) -> dict[str, Any]:
@@ -142,13 +246,29 @@ def daemon_running(home: Home) -> bool:
         return False
 
 
-def up(home: Home, timeout: float = 60.0) -> int:
-    """Start the daemon in the background; its pid once it answers."""
-    if daemon_running(home):
-        return read_pid(home) or 0
+@dataclass
+class UpResult:
+    pid: int
+    started: bool  # False: a daemon was already running
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+def up(home: Home, timeout: float = 60.0) -> UpResult:
+    """Start the daemon in the background, unless one runs; refuses while a process
+    holds the lock without answering (it may still be stopping)."""
+    facts = daemon_facts(home)
+    if facts is not None:
+        if daemon_running(home):
+            return UpResult(int(facts["pid"]), False, facts)
+        raise OrchestratorError(
+            f"daemon {facts['pid']} holds {home.state_dir / LOCK_FILE} but does not answer "
+            "(it may be stopping)",
+            hint="wait for it, or stop it with: orchestrator down",
+        )
     home.ensure_writable()
     log_path = home.state_dir / LOG_FILE
     with open(log_path, "ab") as log_file:
+        offset = log_file.tell()
         process = subprocess.Popen(
             [sys.executable, "-m", "orchestrator", "--home", str(home.root), "serve"],
             stdin=subprocess.DEVNULL,
@@ -159,43 +279,69 @@ def up(home: Home, timeout: float = 60.0) -> int:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
+            facts = daemon_facts(home)
+            if facts is not None and daemon_running(home):  # another `up` won the race
+                return UpResult(int(facts["pid"]), False, facts)
             raise OrchestratorError(
-                "the daemon exited while starting: " + " | ".join(tail), hint=f"see {log_path}"
+                "the daemon exited while starting: " + " | ".join(_log_since(log_path, offset)),
+                hint=f"see {log_path}",
             )
         if daemon_running(home):
-            return process.pid
+            return UpResult(process.pid, True, daemon_facts(home) or {})
         time.sleep(0.1)
     raise OrchestratorError(
         f"the daemon did not answer within {timeout:.0f}s", hint=f"see {log_path}"
     )
 
 
-def down(home: Home, timeout: float = DRAIN_TIMEOUT_SECONDS + 10) -> int | None:
-    """Stop the background daemon (SIGTERM, it drains); its pid, or None if none ran."""
-    pid = read_pid(home)
-    if pid is None or not _alive(pid):
-        return None
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not _alive(pid):
-            return pid
-        time.sleep(0.1)
+def _log_since(path: Path, offset: int, lines: int = 5) -> list[str]:
+    """The last lines this start wrote to the log."""
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        text = handle.read().decode("utf-8", "replace")
+    return [line for line in text.strip().splitlines() if line.strip()][-lines:] or [
+        "(no log lines)"
+    ]
+
+
+@dataclass
+class DownResult:
+    pid: int | None  # None: no daemon was running
+    steps: list[str] = field(default_factory=list)
+    forced: bool = False  # SIGKILL was needed
+
+
+def down(
+    home: Home,
+    *,
+    drain_wait: float = DRAIN_TIMEOUT_SECONDS + DOWN_TERM_WAIT_SECONDS,
+    term_wait: float = DOWN_TERM_WAIT_SECONDS,
+    kill_wait: float = DOWN_KILL_WAIT_SECONDS,
+) -> DownResult:
+    """Stop the daemon, escalating: SIGTERM (it drains), SIGTERM again (it stops at
+    once), SIGKILL. Every step waits for the lock to be released, which happens only
+    when the process is gone. Nothing queued is lost either way."""
+    pid = lock_holder(home)
+    if pid is None or pid < 0:
+        return DownResult(None)
+    result = DownResult(pid)
+    for sig, wait, step in (
+        (signal.SIGTERM, drain_wait, "SIGTERM: drain"),
+        (signal.SIGTERM, term_wait, "SIGTERM again: stop now"),
+        (signal.SIGKILL, kill_wait, "SIGKILL"),
+    ):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return result
+        result.steps.append(step)
+        result.forced = sig == signal.SIGKILL
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if lock_holder(home) != pid:
+                return result
+            time.sleep(0.05)
     raise OrchestratorError(
-        f"daemon {pid} did not stop within {timeout:.0f}s", hint=f"kill it with: kill {pid}"
+        f"daemon {pid} still holds the lock after SIGKILL",
+        hint=f"it may be stuck in the kernel (a hung file system); see: ps -o stat,wchan -p {pid}",
     )
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    with contextlib.suppress(OSError):
-        state = Path(f"/proc/{pid}/stat").read_text().split()[2]
-        if state == "Z":
-            return False
-    return True

@@ -12,6 +12,7 @@ import os
 import socket
 import stat
 import struct
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +28,29 @@ class NoPeer(OSError):
     """Nothing accepts connections on the socket."""
 
 
-def send_frame(sock: socket.socket, message: dict[str, Any]) -> None:
+def _budget(sock: socket.socket, deadline: float | None) -> None:
+    """Give the next socket call what is left of ``deadline`` (time.monotonic())."""
+    if deadline is None:
+        return
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise TimeoutError("the deadline passed")
+    sock.settimeout(remaining)
+
+
+def send_frame(sock: socket.socket, message: dict[str, Any], deadline: float | None = None) -> None:
     data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     if len(data) > MAX_FRAME_BYTES:
         raise ProtocolError(f"frame of {len(data)} bytes exceeds {MAX_FRAME_BYTES}")
+    _budget(sock, deadline)
     sock.sendall(_HEADER.pack(len(data)) + data)
 
 
-def _read_exact(sock: socket.socket, size: int) -> bytes | None:
+def _read_exact(sock: socket.socket, size: int, deadline: float | None) -> bytes | None:
     chunks: list[bytes] = []
     remaining = size
     while remaining:
+        _budget(sock, deadline)  # a peer sending a byte at a time still meets the deadline
         chunk = sock.recv(min(remaining, 65536))
         if not chunk:
             if not chunks and remaining == size:
@@ -48,22 +61,35 @@ def _read_exact(sock: socket.socket, size: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def recv_frame(sock: socket.socket) -> dict[str, Any] | None:
-    """The next frame, or None when the peer closed the connection cleanly."""
-    header = _read_exact(sock, _HEADER.size)
-    if header is None:
-        return None
-    (size,) = _HEADER.unpack(header)
-    if size > MAX_FRAME_BYTES:
-        raise ProtocolError(f"frame of {size} bytes exceeds {MAX_FRAME_BYTES}")
-    body = _read_exact(sock, size) or b""
+def decode(body: bytes) -> dict[str, Any]:
+    """A frame's body as a JSON object; ProtocolError for anything else."""
     try:
         message = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ProtocolError(f"frame is not UTF-8 JSON: {exc}") from None
+    except RecursionError:
+        raise ProtocolError("frame is JSON nested too deeply") from None
     if not isinstance(message, dict):
         raise ProtocolError("frame is not a JSON object")
     return message
+
+
+def recv_frame(
+    sock: socket.socket, deadline: float | None = None, limit: int = MAX_FRAME_BYTES
+) -> dict[str, Any] | None:
+    """The next frame, or None when the peer closed the connection cleanly.
+
+    With ``deadline`` (a time.monotonic() value) the whole frame must arrive before it
+    (TimeoutError), however the peer spaces its bytes; without, the socket's timeout
+    applies to each read. ``limit`` caps the frame's size (at most MAX_FRAME_BYTES).
+    """
+    header = _read_exact(sock, _HEADER.size, deadline)
+    if header is None:
+        return None
+    (size,) = _HEADER.unpack(header)
+    if size > min(limit, MAX_FRAME_BYTES):
+        raise ProtocolError(f"frame of {size} bytes exceeds {min(limit, MAX_FRAME_BYTES)}")
+    return decode(_read_exact(sock, size, deadline) or b"")
 
 
 def connect_no_follow(sock: socket.socket, path: Path) -> None:
@@ -91,17 +117,19 @@ def connect_no_follow(sock: socket.socket, path: Path) -> None:
 
 
 def request(path: Path, message: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """Send one frame on a new connection to ``path`` and return the answer frame.
+    """Send one frame on a new connection to ``path`` and return the answer frame, all
+    within ``timeout`` seconds.
 
-    NoPeer when nothing listens; ProtocolError for a bad or missing answer; OSError for
-    a connection that fails midway.
+    NoPeer when nothing listens; ProtocolError for a bad or missing answer; OSError
+    (TimeoutError included) for a connection that fails or stalls midway.
     """
+    deadline = time.monotonic() + timeout
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
         connect_no_follow(sock, path)
-        send_frame(sock, message)
-        answer = recv_frame(sock)
+        send_frame(sock, message, deadline)
+        answer = recv_frame(sock, deadline)
     finally:
         sock.close()
     if answer is None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator import wire
 from orchestrator.config import Home, OrchestratorConfig
 from orchestrator.group_config import GroupConfig
 from orchestrator.groups import GroupStore
@@ -245,7 +246,8 @@ def test_group_remembers_across_a_new_container_and_session(runtime) -> None:  #
             "chat": "family",
             "sender": "alice",
             "text": "remember that my timezone is Europe/Berlin",
-        }
+        },
+        timeout=60,
     )
     assert told["ok"] and told["fresh_context"] == "startup", told
     assert told["replies"] == [
@@ -256,7 +258,8 @@ def test_group_remembers_across_a_new_container_and_session(runtime) -> None:  #
     assert runtime.backend.inspect(runtime.container_name(group)) is None
     runtime.ensure_running(group)  # a new container
     asked = runtime.runner(group).turn(
-        {"turn_id": "t2", "chat": "another-chat", "text": "What do you know about my timezone?"}
+        {"turn_id": "t2", "chat": "another-chat", "text": "What do you know about my timezone?"},
+        timeout=60,
     )
     assert asked["ok"] and asked["fresh_context"] == "startup", asked
     assert "Europe/Berlin" in asked["replies"][0]
@@ -282,16 +285,12 @@ def test_runner_refuses_bad_frames_and_keeps_serving(runtime) -> None:  # type: 
     group = runtime.store.add(GroupConfig(name="Fam"))
     runtime.ensure_running(group)
     client = runtime.runner(group)
-    assert client.request({"op": "nope"}) == {
+    assert wire.request(client.socket_path, {"op": "nope"}, 10) == {
         "ok": False,
         "error": "unknown op 'nope'; expected ping or turn",
     }
-    assert (
-        "turn.chat must be a string"
-        in client.request({"op": "turn", "turn": {"turn_id": "x", "chat": 5, "text": "hi"}})[
-            "error"
-        ]
-    )
+    bad_turn = {"op": "turn", "turn": {"turn_id": "x", "chat": 5, "text": "hi"}}
+    assert "turn.chat must be a string" in wire.request(client.socket_path, bad_turn, 10)["error"]
     raw = socket.socket(socket.AF_UNIX)
     raw.connect(str(client.socket_path))
     raw.sendall(struct.pack(">I", 50 * 1024 * 1024))  # oversized frame header

@@ -27,3 +27,7 @@ class Channel(abc.ABC):
     @abc.abstractmethod
     def stop(self) -> None:
         """Stop accepting messages."""
+
+    def where(self) -> str:
+        """Where it listens, for people (a socket path, an address)."""
+        return ""

@@ -4,20 +4,31 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import socket
 import threading
+import time
 from typing import Any
 
 from orchestrator import __version__
 from orchestrator.channels.base import Channel
-from orchestrator.errors import OrchestratorError, SenderRefused
-from orchestrator.limits import TURN_TIMEOUT_SECONDS
+from orchestrator.errors import GroupPaused, OrchestratorError, SenderRefused
+from orchestrator.limits import (
+    CONTROL_IDLE_TIMEOUT_SECONDS,
+    CONTROL_MAX_CONNECTIONS,
+    TURN_TIMEOUT_SECONDS,
+)
 from orchestrator.wire import ProtocolError, recv_frame, send_frame
 
 log = logging.getLogger("orchestrator.channels.cli")
 SOCKET_NAME = "orchestrator.sock"
+
+
+# accept() faults that pass: out of descriptors or memory (back off), or a client gone
+_ACCEPT_TRANSIENT = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+_ACCEPT_RETRY = (errno.EINTR, errno.ECONNABORTED, errno.EAGAIN, errno.EPROTO)
 
 
 class ControlChannel(Channel):
@@ -35,30 +46,66 @@ class ControlChannel(Channel):
             os.umask(old)
         self.sock.listen(64)
         self.path = path
+        self.closed = False
+        self.open_connections = 0
+        self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._accept, name="cli-channel", daemon=True)
         self.thread.start()
 
+    def where(self) -> str:
+        return str(self.daemon.home.state_dir / SOCKET_NAME)
+
     def stop(self) -> None:
+        self.closed = True
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
             self.sock.close()
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
 
     def _accept(self) -> None:
-        while True:
+        """Accept until stopped. Running out of descriptors backs off and goes on; the
+        loop never ends while the channel is open."""
+        backoff = 0.05
+        while not self.closed:
             try:
                 conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+            except OSError as exc:
+                if self.closed:
+                    return
+                if exc.errno in _ACCEPT_RETRY:
+                    continue
+                level = logging.WARNING if exc.errno in _ACCEPT_TRANSIENT else logging.ERROR
+                log.log(level, "CLI socket accept failed (%s); backing off", exc.strerror)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+                continue
+            backoff = 0.05
+            with self.lock:
+                if self.open_connections >= CONTROL_MAX_CONNECTIONS:
+                    conn.close()
+                    log.warning("CLI connection refused: %d already open", CONTROL_MAX_CONNECTIONS)
+                    continue
+                self.open_connections += 1
+            try:
+                threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+            except RuntimeError:  # no thread could be started
+                conn.close()
+                with self.lock:
+                    self.open_connections -= 1
 
     def _serve(self, conn: socket.socket) -> None:
-        with conn:
-            try:
+        conn.settimeout(CONTROL_IDLE_TIMEOUT_SECONDS)  # an idle client does not hold a thread
+        try:
+            with conn:
                 while (request := recv_frame(conn)) is not None:
                     send_frame(conn, self.answer(request))
-            except (ProtocolError, OSError) as exc:
-                log.warning("closing a CLI connection: %s", exc)
+        except (ProtocolError, OSError) as exc:
+            log.warning("closing a CLI connection: %s", exc)
+        finally:
+            with self.lock:
+                self.open_connections -= 1
 
     def answer(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request.get("op")
@@ -104,6 +151,8 @@ class ControlChannel(Channel):
                 }
         except SenderRefused as exc:
             return {"ok": False, "refused": True, "error": exc.message, "hint": exc.hint}
+        except GroupPaused as exc:
+            return {"ok": False, "paused": True, "error": exc.message, "hint": exc.hint}
         except OrchestratorError as exc:
             return {"ok": False, "error": exc.message, "hint": exc.hint}
         return {"ok": False, "error": f"unknown op {op!r}"}

@@ -8,14 +8,22 @@
 Bad input gets a 4xx with a JSON body {"error": ...}; nothing is queued.
 Enabled when a token is configured (orchestrator.yaml http.token or
 ORCHESTRATOR_HTTP_TOKEN).
+
+It cannot be starved: a connection must send its request head within
+HTTP_HEADER_TIMEOUT_SECONDS (aiohttp's keep-alive timer covers a connection that has not
+sent a whole request), a body within HTTP_BODY_TIMEOUT_SECONDS, and at most
+HTTP_MAX_CONNECTIONS are open (more are closed at once). Long polls wait on events from
+the daemon, not on threads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import logging
+import socket
 import threading
 from typing import Any
 
@@ -23,8 +31,21 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from orchestrator.channels.base import Channel
-from orchestrator.errors import BadInput, GroupNotFound, OrchestratorError, SenderRefused
-from orchestrator.limits import HTTP_BODY_MAX_BYTES, HTTP_LONG_POLL_MAX_SECONDS
+from orchestrator.errors import (
+    BadInput,
+    GroupNotFound,
+    GroupPaused,
+    OrchestratorError,
+    SenderRefused,
+)
+from orchestrator.limits import (
+    HTTP_BODY_MAX_BYTES,
+    HTTP_BODY_TIMEOUT_SECONDS,
+    HTTP_HEADER_TIMEOUT_SECONDS,
+    HTTP_LONG_POLL_MAX_SECONDS,
+    HTTP_MAX_CONNECTIONS,
+)
+from orchestrator.queue import DEAD, DONE, Message
 
 log = logging.getLogger("orchestrator.channels.http")
 
@@ -33,12 +54,34 @@ def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
+def bearer_token(header: str) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header (the scheme is
+    case-insensitive, RFC 7235), or None."""
+    scheme, _, token = header.strip().partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+class _Refuse(asyncio.Protocol):
+    """Closes a connection over the cap as soon as it is made."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.close()
+
+
 class HttpChannel(Channel):
     name = "http"
+
+    def __init__(self, daemon: Any) -> None:
+        super().__init__(daemon)
+        self.waiters: dict[str, set[asyncio.Event]] = {}
+        self.refused_connections = 0
 
     @classmethod
     def enabled(cls, daemon: Any) -> bool:
         return bool(daemon.config.http_token)
+
+    def where(self) -> str:
+        return f"http://{self.daemon.config.http_listen}"
 
     def app(self) -> web.Application:
         app = web.Application(
@@ -65,9 +108,9 @@ class HttpChannel(Channel):
     async def _auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path == "/healthz":
             return await handler(request)
-        given = request.headers.get("Authorization", "")
-        expected = f"Bearer {self.daemon.config.http_token}"
-        if not hmac.compare_digest(given.encode(), expected.encode()):
+        given = bearer_token(request.headers.get("Authorization", ""))
+        expected = str(self.daemon.config.http_token)
+        if given is None or not hmac.compare_digest(given.encode(), expected.encode()):
             return _error(401, "missing or wrong bearer token")
         return await handler(request)
 
@@ -80,9 +123,15 @@ class HttpChannel(Channel):
 
     async def post_message(self, request: web.Request) -> web.Response:
         try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return _error(400, "the body is not valid JSON")
+            raw = await asyncio.wait_for(request.read(), HTTP_BODY_TIMEOUT_SECONDS)
+        except TimeoutError:
+            return _error(408, f"the body did not arrive within {HTTP_BODY_TIMEOUT_SECONDS:g}s")
+        try:
+            body = json.loads(raw.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            return _error(400, "the body is not valid JSON (UTF-8)")
+        except RecursionError:
+            return _error(400, "the body is JSON nested too deeply")
         if not isinstance(body, dict):
             return _error(400, "the body must be a JSON object")
         text, sender = body.get("text"), body.get("sender")
@@ -108,6 +157,8 @@ class HttpChannel(Channel):
             return _error(403, exc.message)
         except BadInput as exc:
             return _error(400, exc.message)
+        except GroupPaused as exc:
+            return _error(503, exc.message)
         except OrchestratorError as exc:
             return _error(503, exc.message)
         return web.json_response({"id": message.id, "state": message.state}, status=202)
@@ -118,21 +169,73 @@ class HttpChannel(Channel):
             wait = min(float(request.query.get("wait", "0")), HTTP_LONG_POLL_MAX_SECONDS)
         except ValueError:
             return _error(400, "wait must be a number of seconds")
-        if wait > 0:
-            message = await asyncio.to_thread(self.daemon.wait, message_id, wait)
-        else:
-            message = await asyncio.to_thread(self.daemon.queue.get, message_id)
+        if wait != wait or wait < 0:  # NaN or negative
+            return _error(400, "wait must be a number of seconds from 0")
+        message = await self._wait(message_id, wait)
         if message is None:
             return _error(404, f"no message {message_id!r}")
         return web.json_response(message.to_dict())
 
+    async def _wait(self, message_id: str, wait: float) -> Message | None:
+        """The message once done or dead, or as it is after ``wait`` seconds; waits on
+        the daemon's change events, holding no thread."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        event = asyncio.Event()
+        self.waiters.setdefault(message_id, set()).add(event)
+        try:
+            while True:
+                event.clear()
+                message = await asyncio.to_thread(self.daemon.queue.get, message_id)
+                remaining = deadline - loop.time()
+                if message is None or message.state in (DONE, DEAD) or remaining <= 0:
+                    return message
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), remaining)
+        finally:
+            waiting = self.waiters.get(message_id)
+            if waiting is not None:
+                waiting.discard(event)
+                if not waiting:
+                    del self.waiters[message_id]
+
+    def _wake_soon(self, message_id: str) -> None:
+        """From a worker thread: wake the long polls waiting on ``message_id``."""
+        if message_id in self.waiters:
+            self.loop.call_soon_threadsafe(self._wake, message_id)
+
+    def _wake(self, message_id: str) -> None:
+        for event in self.waiters.get(message_id, ()):
+            event.set()
+
+    # serving
+
+    def _protocol(self) -> asyncio.BaseProtocol:
+        if len(self.runner.server.connections) >= HTTP_MAX_CONNECTIONS:  # type: ignore[union-attr]
+            self.refused_connections += 1
+            log.warning("HTTP connection refused: %d already open", HTTP_MAX_CONNECTIONS)
+            return _Refuse()
+        return self.runner.server()  # type: ignore[misc]
+
     def start(self) -> None:
         host, _, port = (self.daemon.config.http_listen or "").rpartition(":")
+        host = host.strip("[]") or "127.0.0.1"
         self.loop = asyncio.new_event_loop()
-        self.runner = web.AppRunner(self.app(), access_log=None)
+        self.runner = web.AppRunner(
+            self.app(), access_log=None, keepalive_timeout=HTTP_HEADER_TIMEOUT_SECONDS
+        )
         self.loop.run_until_complete(self.runner.setup())
-        site = web.TCPSite(self.runner, host or "127.0.0.1", int(port))
-        self.loop.run_until_complete(site.start())
+        self.server = self.loop.run_until_complete(
+            self.loop.create_server(
+                self._protocol,
+                host,
+                int(port),
+                family=socket.AF_INET6 if ":" in host else socket.AF_UNSPEC,
+                reuse_address=True,
+                backlog=128,
+            )
+        )
+        self.daemon.add_listener(self._wake_soon)
         self.thread = threading.Thread(
             target=self.loop.run_forever, name="http-channel", daemon=True
         )
@@ -140,7 +243,11 @@ class HttpChannel(Channel):
         log.info("HTTP API listening on %s", self.daemon.config.http_listen)
 
     def stop(self) -> None:
-        future = asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop)
+        async def close() -> None:
+            self.server.close()
+            await self.runner.cleanup()
+
+        future = asyncio.run_coroutine_threadsafe(close(), self.loop)
         try:
             future.result(timeout=10)
         finally:

@@ -42,24 +42,60 @@ def serve(obj: CliContext, log_format: str, concurrency: int | None) -> None:
     run(obj.home, concurrency)
 
 
+def describe_daemon(facts: dict[str, object]) -> str:
+    """'pid 123, up 5m, HTTP on http://127.0.0.1:8787' from daemon.json's facts."""
+    import time
+
+    from orchestrator.cli.output import human_seconds
+
+    parts = [f"pid {facts.get('pid')}"]
+    started = facts.get("started")
+    if isinstance(started, int | float):
+        parts.append(f"up {human_seconds(time.time() - started)}")
+    channels = facts.get("channels")
+    if isinstance(channels, dict):
+        http = channels.get("http")
+        parts.append(f"HTTP on {http}" if http else "HTTP off")
+    return ", ".join(parts)
+
+
 @click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @pass_cli
-def up(obj: CliContext) -> None:
-    """Start the daemon in the background (log: state/orchestrator.log)."""
+def up(obj: CliContext, as_json: bool) -> None:
+    """Start the daemon in the background (log: state/orchestrator.log).
+
+    When a daemon already runs for this home it says so and starts nothing; while a
+    daemon is stopping (it holds the home's lock but does not answer) it refuses.
+    """
     from orchestrator.service import up as start
 
-    pid = start(obj.home)
-    click.echo(f"orchestrator daemon running (pid {pid})")
+    result = start(obj.home)
+    if as_json:
+        print_json({"pid": result.pid, "started": result.started, "daemon": result.facts})
+    elif result.started:
+        click.echo(f"orchestrator daemon running ({describe_daemon(result.facts)})")
+    else:
+        click.echo(f"a daemon already runs for this home ({describe_daemon(result.facts)})")
 
 
 @click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @pass_cli
-def down(obj: CliContext) -> None:
-    """Stop the background daemon; it drains turns in flight first."""
+def down(obj: CliContext, as_json: bool) -> None:
+    """Stop the background daemon. It drains first (turns in flight finish, for up to
+    30 s); one that does not stop gets SIGTERM again (it stops at once), then SIGKILL.
+    Nothing queued is lost either way: turns cut short are delivered at the next start."""
     from orchestrator.service import down as stop
 
-    pid = stop(obj.home)
-    click.echo("no daemon was running" if pid is None else f"stopped daemon {pid}")
+    result = stop(obj.home)
+    if as_json:
+        print_json({"pid": result.pid, "steps": result.steps, "forced": result.forced})
+    elif result.pid is None:
+        click.echo("no daemon was running")
+    else:
+        how = "; ".join(result.steps)
+        click.echo(f"stopped daemon {result.pid} ({how})")
 
 
 def _send(

@@ -1,7 +1,18 @@
-"""The host's side of the runner socket in ``state/run/<folder>/runner.sock``."""
+"""The host's side of the runner socket in ``state/run/<folder>/runner.sock``.
+
+A turn is one connection: the host sends the turn, then reads frames until the turn's
+result arrives, all before one deadline for the whole turn (a runner that drips bytes
+cannot hold a worker longer). Another thread may cancel a turn; that shuts its socket,
+which ends every blocking read at once.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -9,30 +20,104 @@ from orchestrator import wire
 from orchestrator.errors import OrchestratorError
 
 SOCKET_NAME = "runner.sock"
+PING_TIMEOUT_SECONDS = 2.0
+# A frame from the runner that carries "req" is a request during the turn; the answer
+# goes back on the same connection. Anything else is the turn's result.
+REQUEST_KEY = "req"
+RequestHandler = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 class RunnerUnavailable(OrchestratorError):
-    """The runner in the container does not answer."""
+    """Nothing answers on the runner socket: the container needs starting."""
+
+
+class TurnFailed(OrchestratorError):
+    """The turn's connection failed, stalled past its deadline, or was cancelled."""
+
+
+class Cancel:
+    """A handle another thread uses to stop a turn in flight."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self.cancelled = False
+
+    def attach(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sock = sock
+            if self.cancelled:
+                self._shut(sock)
+
+    def detach(self) -> None:
+        with self._lock:
+            self._sock = None
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.cancelled = True
+            if self._sock is not None:
+                self._shut(self._sock)
+
+    @staticmethod
+    def _shut(sock: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 class RunnerClient:
-    def __init__(self, socket_path: Path, timeout: float = 60.0) -> None:
+    def __init__(self, socket_path: Path) -> None:
         self.socket_path = socket_path
-        self.timeout = timeout
 
-    def request(self, message: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+    def ping(self, timeout: float = PING_TIMEOUT_SECONDS) -> bool:
         try:
-            return wire.request(
-                self.socket_path, message, self.timeout if timeout is None else timeout
-            )
-        except (OSError, wire.ProtocolError) as exc:
-            raise RunnerUnavailable(f"runner at {self.socket_path}: {exc}") from None
-
-    def ping(self, timeout: float = 2.0) -> bool:
-        try:
-            return bool(self.request({"op": "ping"}, timeout=timeout).get("ok"))
-        except RunnerUnavailable:
+            return bool(wire.request(self.socket_path, {"op": "ping"}, timeout).get("ok"))
+        except (OSError, wire.ProtocolError):
             return False
 
-    def turn(self, turn: dict[str, Any]) -> dict[str, Any]:
-        return self.request({"op": "turn", "turn": turn})
+    def turn(
+        self,
+        turn: dict[str, Any],
+        *,
+        timeout: float,
+        cancel: Cancel | None = None,
+        handle: RequestHandler | None = None,
+        request_limit: Callable[[], int] = lambda: wire.MAX_FRAME_BYTES,
+    ) -> dict[str, Any]:
+        """Deliver ``turn`` and return its result frame, within ``timeout`` seconds.
+
+        Frames carrying ``req`` before the result are requests: ``handle`` answers each
+        (a runner that sends one without a handler fails the turn). ``request_limit``
+        gives the largest frame accepted next. RunnerUnavailable when nothing listens;
+        TurnFailed for everything after the connection was made.
+        """
+        deadline = time.monotonic() + timeout
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        cancel = cancel or Cancel()
+        try:
+            try:
+                wire.connect_no_follow(sock, self.socket_path)
+            except wire.NoPeer as exc:
+                raise RunnerUnavailable(f"runner at {self.socket_path}: {exc}") from None
+            cancel.attach(sock)
+            try:
+                wire.send_frame(sock, {"op": "turn", "turn": turn}, deadline)
+                while True:
+                    frame = wire.recv_frame(sock, deadline, request_limit())
+                    if frame is None:
+                        raise wire.ProtocolError("the runner closed the turn without answering")
+                    if REQUEST_KEY not in frame:
+                        return frame
+                    if handle is None:
+                        raise wire.ProtocolError("the runner sent a request nobody handles")
+                    wire.send_frame(sock, handle(frame), deadline)
+            except TimeoutError:
+                raise TurnFailed(f"the turn did not finish within {timeout:g}s") from None
+            except (OSError, wire.ProtocolError) as exc:
+                if cancel.cancelled:
+                    raise TurnFailed("the turn was cancelled") from None
+                raise TurnFailed(f"runner at {self.socket_path}: {exc}") from None
+        finally:
+            cancel.detach()
+            sock.close()
