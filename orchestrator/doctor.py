@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.config import Home
@@ -176,6 +177,66 @@ def check_daemon(home: Home) -> Check:
     return Check("daemon", OK, detail)
 
 
+def check_queue(home: Home) -> Check:
+    from orchestrator.queue import QUEUE_FILE, check_queue
+
+    problem = check_queue(home)
+    path = home.state_dir / QUEUE_FILE
+    if problem is not None:
+        return Check(
+            "queue",
+            FAIL,
+            f"{path} is corrupt ({problem}); the daemon cannot start with it",
+            "stop the daemon, then: orchestrator doctor --repair-queue (moves it aside, "
+            "keeps the pending messages that can be read)",
+        )
+    return Check("queue", OK, f"{path}" if path.exists() else "no queue yet")
+
+
+def check_disk(home: Home) -> list[Check]:
+    from orchestrator.cli.output import human_bytes
+    from orchestrator.disk import free_space, limit_mode
+    from orchestrator.limits import STATE_RESERVE_BYTES
+    from orchestrator.queue import RESERVE_FILE
+
+    checks = []
+    by_device: dict[int, list[tuple[str, Path]]] = {}
+    for label, path in (("groups", home.groups_dir), ("state", home.state_dir)):
+        try:
+            device = os.stat(path).st_dev
+        except OSError:
+            continue
+        by_device.setdefault(device, []).append((label, path))
+    for places in by_device.values():
+        label = " and ".join(name for name, _ in places)
+        path = places[0][1]
+        space = free_space(path)
+        if space is None:
+            continue
+        detail = f"{human_bytes(space.free_bytes)} free of {human_bytes(space.total_bytes)}"
+        low = space.free_bytes < 4 * STATE_RESERVE_BYTES
+        checks.append(
+            Check(
+                f"disk ({label})",
+                WARN if low else OK,
+                f"{path}: {detail}",
+                "free some space: a full disk refuses new messages" if low else "",
+            )
+        )
+    reserve = home.state_dir / RESERVE_FILE
+    if (home.state_dir / "queue.db").exists() and not reserve.exists():
+        checks.append(
+            Check(
+                "disk reserve",
+                WARN,
+                f"{reserve} is missing (released on a full disk, or not enough room to make "
+                "it); the daemon makes it again when there is room",
+            )
+        )
+    checks.append(Check("disk limits", OK, limit_mode(home.groups_dir)))
+    return checks
+
+
 def run_checks(home: Home) -> list[Check]:
     checks = [check_home(home)]
     try:
@@ -192,6 +253,8 @@ def run_checks(home: Home) -> list[Check]:
             else "no orchestrator.yaml; using defaults",
         )
     )
+    checks.append(check_queue(home))
+    checks.extend(check_disk(home))
     engine, client = check_engine()
     checks.append(engine)
     image_check = check_image(client, config.image)

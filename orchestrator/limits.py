@@ -65,6 +65,11 @@ HOOK_OUTPUT_MAX_CHARS = 64_000
 MAX_TOOL_STEPS_PER_TURN = 12
 # What one memory flush may append to the daily note.
 FLUSH_MAX_CHARS = 8_000
+# A session transcript past this size starts afresh from its live context; the old one is
+# kept gzip-compressed (the newest few only), with the ids of the most recent turns.
+TRANSCRIPT_ROTATE_BYTES = 8 * 1024**2
+TRANSCRIPT_ARCHIVES_KEPT = 4
+TRANSCRIPT_TURNS_KEPT = 1000
 # Tool limits.
 TOOL_READ_MAX_CHARS = 100_000
 TOOL_WRITE_MAX_CHARS = 200_000

@@ -122,6 +122,9 @@ def test_doctor_json_when_engine_unreachable(home: Path, monkeypatch) -> None:  
     assert status == {
         "home": "ok",
         "config": "ok",
+        "queue": "ok",
+        "disk (groups and state)": "ok",
+        "disk limits": "ok",
         "engine": "fail",
         "agent image": "fail",
         "daemon": "warn",

@@ -22,7 +22,7 @@ from orchestrator.agent.providers.base import FLUSH, SUMMARY, TURN, CompletionRe
 from orchestrator.agent.session import Context, Session, session_key
 from orchestrator.agent.settings import AgentSettings
 from orchestrator.agent.tools import FLUSH as FLUSH_MODE
-from orchestrator.agent.tools import Toolbox, ToolError
+from orchestrator.agent.tools import FileLocks, Toolbox, ToolError
 from orchestrator.limits import COMPACTION_KEEP_MESSAGES, MAX_TOOL_STEPS_PER_TURN
 
 log = logging.getLogger(__name__)
@@ -69,6 +69,7 @@ class Runner:
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._sessions: dict[str, Session] = {}
+        self.file_locks = FileLocks()  # shared by every turn: shared files stay whole
 
     def lock_for(self, key: str) -> threading.Lock:
         """One turn at a time per session."""
@@ -180,7 +181,7 @@ class Runner:
 
     def _flush(self, context: Context) -> int:
         """A private flush turn: its messages never join the session."""
-        toolbox = Toolbox(self.settings.agent_dir, FLUSH_MODE)
+        toolbox = Toolbox(self.settings.agent_dir, FLUSH_MODE, locks=self.file_locks)
         messages = [*context.messages, {"role": "user", "content": FLUSH_PROMPT}]
         for _ in range(MAX_TOOL_STEPS_PER_TURN):
             completion = self.provider.complete(
@@ -218,7 +219,7 @@ class Runner:
         return out
 
     def _agent_loop(self, session: Session, context: Context, turn_id: str) -> list[str]:
-        toolbox = Toolbox(self.settings.agent_dir)
+        toolbox = Toolbox(self.settings.agent_dir, locks=self.file_locks)
         final: str | None = None
         for _ in range(MAX_TOOL_STEPS_PER_TURN):
             completion = self.provider.complete(

@@ -8,6 +8,7 @@ resumed session sees exactly the system prompt it was created with.
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import os
@@ -17,8 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.fsatomic import write_atomic
+from orchestrator.limits import (
+    TRANSCRIPT_ARCHIVES_KEPT,
+    TRANSCRIPT_ROTATE_BYTES,
+    TRANSCRIPT_TURNS_KEPT,
+)
+
 log = logging.getLogger(__name__)
 TRANSCRIPT = "transcript.jsonl"
+ARCHIVE_DIR = "archive"
 SESSION_MODES = ("per-chat", "per-thread", "shared")
 
 
@@ -63,8 +72,9 @@ class Session:
     process, or a restart).
     """
 
-    def __init__(self, root: Path, key: str) -> None:
+    def __init__(self, root: Path, key: str, rotate_bytes: int = TRANSCRIPT_ROTATE_BYTES) -> None:
         self.key = key
+        self.rotate_bytes = rotate_bytes
         self.dir = root / key
         self.path = self.dir / TRANSCRIPT
         self.context: Context | None = None
@@ -77,27 +87,37 @@ class Session:
             raw = self.path.read_bytes()
         except FileNotFoundError:
             return []
-        return self._parse(raw)
+        return [event for _, event in self._parse(raw)]
 
-    def _parse(self, raw: bytes) -> list[dict[str, Any]]:
+    def _parse(self, raw: bytes) -> list[tuple[int, dict[str, Any]]]:
+        """(line number, event) for each readable line."""
         events = []
         for number, line in enumerate(raw.split(b"\n"), 1):
             if not line.strip():
                 continue
             try:
                 event = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 # A torn last line from a crash mid-append: skip it, keep the rest.
                 log.warning("%s:%d: unreadable transcript line skipped", self.path, number)
                 continue
             if isinstance(event, dict):
-                events.append(event)
+                events.append((number, event))
+            else:
+                log.warning("%s:%d: transcript line is not an object; skipped", self.path, number)
         return events
 
-    def _apply(self, event: dict[str, Any]) -> None:
-        kind = event.get("t")
+    def _apply(self, event: dict[str, Any], where: str = "") -> None:
+        """Apply one event; one of the wrong shape is skipped with a warning, so a bad
+        line (written by hand, or by anything else in the container) cannot stop the
+        session."""
+        problem = event_problem(event)
+        if problem is not None:
+            log.warning("%s%s: transcript event skipped: %s", self.path, where, problem)
+            return
+        kind = event["t"]
         if kind == "done":
-            self.completed[str(event.get("turn_id"))] = list(event.get("replies") or [])
+            self.completed[str(event["turn_id"])] = list(event.get("replies") or [])
         elif kind == "context":
             self.context = Context(
                 context_id=int(event.get("context_id", 0)),
@@ -120,8 +140,8 @@ class Session:
             return
         raw = self.path.read_bytes() if size else b""
         self.context, self.completed = None, {}
-        for event in self._parse(raw):
-            self._apply(event)
+        for number, event in self._parse(raw):
+            self._apply(event, f":{number}")
         self._size = len(raw)
         self._torn = bool(raw) and not raw.endswith(b"\n")
 
@@ -148,3 +168,71 @@ class Session:
         for event in stamped:
             self._apply(event)
         self._size, self._torn = size, False
+        if size > self.rotate_bytes:
+            self.rotate()
+
+    def rotate(self) -> Path:
+        """Start the transcript afresh from the live context and the most recent finished
+        turns, and keep the old one gzip-compressed in ``archive/`` (only the newest
+        TRANSCRIPT_ARCHIVES_KEPT are kept), so a busy session cannot fill its group's
+        disk. The state seen by the next turn is unchanged. Returns the archive."""
+        archive_dir = self.dir / ARCHIVE_DIR
+        archive_dir.mkdir(exist_ok=True)
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        archive = archive_dir / f"transcript-{stamp}-{os.urandom(3).hex()}.jsonl.gz"
+        with open(self.path, "rb") as source:
+            write_atomic(archive, gzip.compress(source.read(), compresslevel=6))
+        kept = list(self.completed.items())[-TRANSCRIPT_TURNS_KEPT:]
+        events: list[dict[str, Any]] = [
+            {"t": "done", "turn_id": turn_id, "replies": replies} for turn_id, replies in kept
+        ]
+        if self.context is not None:
+            c = self.context
+            events.append(
+                {
+                    "t": "context",
+                    "context_id": c.context_id,
+                    "source": c.source,
+                    "provider": c.provider,
+                    "model": c.model,
+                    "system": c.system,
+                    "rotated": True,
+                }
+            )
+            events.extend({"t": "msg", **message} for message in c.messages)
+        stamped = [{"ts": round(time.time(), 3), **e} for e in events]
+        data = b"".join(json.dumps(e, ensure_ascii=False).encode() + b"\n" for e in stamped)
+        write_atomic(self.path, data)
+        self.completed = dict(kept)
+        self._size, self._torn = len(data), False
+        for old in sorted(archive_dir.glob("transcript-*.jsonl.gz"))[:-TRANSCRIPT_ARCHIVES_KEPT]:
+            old.unlink()
+        log.info("%s: rotated at %d bytes into %s", self.path, self.rotate_bytes, archive.name)
+        return archive
+
+
+def event_problem(event: dict[str, Any]) -> str | None:
+    """Why a transcript event cannot be applied, or None."""
+    kind = event.get("t")
+    if kind == "done":
+        replies = event.get("replies")
+        if not isinstance(event.get("turn_id"), str):
+            return "a done event needs a text turn_id"
+        if replies is not None and (
+            not isinstance(replies, list) or not all(isinstance(r, str) for r in replies)
+        ):
+            return "replies must be a list of texts"
+    elif kind == "context":
+        if not isinstance(event.get("context_id", 0), int) or isinstance(
+            event.get("context_id"), bool
+        ):
+            return "context_id must be a whole number"
+        for key in ("source", "provider", "model", "system"):
+            if not isinstance(event.get(key, ""), str):
+                return f"{key} must be text"
+    elif kind == "msg":
+        if event.get("role") not in ("user", "assistant", "tool"):
+            return "role must be user, assistant or tool"
+    elif kind not in ("flush",):
+        return f"unknown event kind {kind!r}"
+    return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -68,6 +69,24 @@ GREP = ToolSpec(
     "Search files under a folder for a regular expression (case-insensitive).",
     _schema(["pattern"], pattern="string", path="string"),
 )
+APPEND = ToolSpec(
+    "append_file",
+    "Append text to a file under memory/ or files/ (created when missing). With "
+    "create_with, a missing file starts with that text first; with skip_if_present, "
+    "nothing is appended when the file already contains the text. Safe when other "
+    "conversations write the same file at the same time.",
+    {
+        "type": "object",
+        "required": ["path", "content"],
+        "additionalProperties": False,
+        "properties": {
+            "path": {"type": "string"},
+            "content": {"type": "string"},
+            "create_with": {"type": "string"},
+            "skip_if_present": {"type": "boolean"},
+        },
+    },
+)
 SEND = ToolSpec(
     "send_message",
     "Send a message to the chat now (may be used more than once).",
@@ -81,9 +100,22 @@ APPEND_DAILY = ToolSpec(
 )
 
 TOOLS_BY_MODE = {
-    TURN: (READ, WRITE, EDIT, LIST, GREP, SEND),
+    TURN: (READ, WRITE, EDIT, APPEND, LIST, GREP, SEND),
     FLUSH: (READ, LIST, GREP, APPEND_DAILY),
 }
+
+
+class FileLocks:
+    """One lock per file, shared by every turn of a runner: a read-modify-write of a file
+    (an index that several conversations update) is never interleaved with another."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+
+    def of(self, path: Path) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(str(path), threading.Lock())
 
 
 @dataclass
@@ -93,6 +125,7 @@ class Toolbox:
     now: datetime = field(default_factory=lambda: datetime.now(UTC))
     outbox: list[str] = field(default_factory=list)
     flushed_chars: int = 0
+    locks: FileLocks = field(default_factory=FileLocks)
 
     @property
     def specs(self) -> tuple[ToolSpec, ...]:
@@ -157,6 +190,10 @@ class Toolbox:
         if not isinstance(content, str) or len(content) > TOOL_WRITE_MAX_CHARS:
             raise ToolError(f"content must be text of at most {TOOL_WRITE_MAX_CHARS} characters")
         target = self.resolve(path, write=True)
+        with self.locks.of(target):
+            return self._replace(path, target, content)
+
+    def _replace(self, path: str, target: Path, content: str) -> str:
         if target.is_dir():
             raise ToolError(f"{path}: is a folder")
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -165,16 +202,47 @@ class Toolbox:
 
     def _edit_file(self, path: str, old_text: str, new_text: str) -> str:
         target = self.resolve(path, write=True)
+        with self.locks.of(target):
+            text = self._current(path, target)
+            if text is None:
+                raise ToolError(f"{path}: no such file")
+            count = text.count(old_text) if old_text else 0
+            if count != 1:
+                raise ToolError(
+                    f"{path}: old_text occurs {count} times; it must occur exactly once"
+                )
+            new = text.replace(old_text, new_text, 1)
+            if len(new) > TOOL_WRITE_MAX_CHARS:
+                raise ToolError(f"{path}: the result would pass {TOOL_WRITE_MAX_CHARS} characters")
+            return self._replace(path, target, new)
+
+    def _append_file(
+        self, path: str, content: str, create_with: str = "", skip_if_present: bool = False
+    ) -> str:
+        if not isinstance(content, str) or not isinstance(create_with, str):
+            raise ToolError("content and create_with must be text")
+        target = self.resolve(path, write=True)
+        with self.locks.of(target):
+            text = self._current(path, target)
+            if text is not None and skip_if_present and content.strip() in text:
+                return f"NOTHING APPENDED: {self.shown(target)} already contains that text"
+            base = create_with if text is None else text
+            if base and not base.endswith("\n"):
+                base += "\n"
+            new = base + content
+            if len(new) > TOOL_WRITE_MAX_CHARS:
+                raise ToolError(f"{path}: the result would pass {TOOL_WRITE_MAX_CHARS} characters")
+            return self._replace(path, target, new)
+
+    @staticmethod
+    def _current(path: str, target: Path) -> str | None:
+        """The file's text, or None when it does not exist."""
         try:
-            text = target.read_text(encoding="utf-8")
+            return target.read_text(encoding="utf-8")
         except FileNotFoundError:
-            raise ToolError(f"{path}: no such file") from None
+            return None
         except (UnicodeDecodeError, IsADirectoryError):
             raise ToolError(f"{path}: not a UTF-8 text file") from None
-        count = text.count(old_text) if old_text else 0
-        if count != 1:
-            raise ToolError(f"{path}: old_text occurs {count} times; it must occur exactly once")
-        return self._write_file(path, text.replace(old_text, new_text, 1))
 
     def _list_dir(self, path: str = ".") -> str:
         target = self.resolve(path)
@@ -224,6 +292,10 @@ class Toolbox:
         target = self.resolve(str(note), write=True)
         if target != Path(os.path.realpath(note)) or note.is_symlink():
             raise ToolError("the daily note is a symlink; refusing to write through it")
+        with self.locks.of(target):
+            return self._append_daily_locked(target, content)
+
+    def _append_daily_locked(self, target: Path, content: str) -> str:
         try:
             current = target.read_text(encoding="utf-8", errors="replace").replace("\r\n", "\n")
         except FileNotFoundError:

@@ -21,7 +21,11 @@ from orchestrator.errors import EXIT_BAD_INPUT, EXIT_FAILED, OrchestratorError
 
 # command name -> (module, attribute, one-line help shown by --help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "group": ("orchestrator.cli.group", "group", "Add, list, show and remove agent groups."),
+    "group": (
+        "orchestrator.cli.group",
+        "group",
+        "Add, list, show, remove, pause and resume agent groups.",
+    ),
     "memory": ("orchestrator.cli.memory", "memory", "Scaffold and lint a group's memory tree."),
     "image": ("orchestrator.cli.image", "image", "Build the agent image (offline when needed)."),
     "doctor": (
@@ -77,9 +81,9 @@ class LazyGroup(click.Group):
             obj = ctx.find_object(CliContext)
             if obj is not None and obj.debug:
                 traceback.print_exc()
-            click.echo(f"error: {exc.message}", err=True)
-            if exc.hint:
-                click.echo(f"hint: {exc.hint}", err=True)
+            from orchestrator.cli.output import print_error
+
+            print_error(exc.message, exc.hint)
             ctx.exit(exc.exit_code)
 
 
@@ -142,6 +146,9 @@ def main() -> None:
     except Exception as exc:  # the one place that turns a crash into one line
         if debug or os.environ.get("ORCHESTRATOR_DEBUG"):
             raise
-        click.echo(f"error: unexpected {type(exc).__name__}: {exc}", err=True)
-        click.echo("hint: run again with --debug for the traceback", err=True)
+        from orchestrator.cli.output import print_error
+
+        print_error(
+            f"unexpected {type(exc).__name__}: {exc}", "run again with --debug for the traceback"
+        )
         sys.exit(EXIT_FAILED)

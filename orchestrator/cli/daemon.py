@@ -7,7 +7,7 @@ import sys
 import click
 
 from orchestrator.cli import CliContext
-from orchestrator.cli.output import print_json
+from orchestrator.cli.output import print_error, print_json, safe_text
 from orchestrator.errors import EXIT_FAILED
 
 pass_cli = click.make_pass_decorator(CliContext)
@@ -124,9 +124,7 @@ def _send(
         timeout=timeout + 30,
     )
     if not answer.get("ok"):
-        click.echo(f"error: {answer.get('error')}", err=True)
-        if answer.get("hint"):
-            click.echo(f"hint: {answer['hint']}", err=True)
+        print_error(answer.get("error"), answer.get("hint"))
         raise SystemExit(EXIT_FAILED)
     message: dict[str, object] = answer["message"]
     return message
@@ -135,13 +133,12 @@ def _send(
 def _print_outcome(message: dict[str, object]) -> bool:
     replies = message.get("replies") or []
     for reply in replies:  # type: ignore[attr-defined]
-        click.echo(reply)
+        click.echo(safe_text(str(reply)))
     if message.get("state") == "dead":
-        click.echo(
-            f"error: message {message['id']} could not be delivered: {message.get('error')}",
-            err=True,
+        print_error(
+            f"message {message['id']} could not be delivered: {message.get('error')}",
+            f"fix the cause, then: orchestrator retry {message['id']}",
         )
-        click.echo(f"hint: fix the cause, then: orchestrator retry {message['id']}", err=True)
         return False
     if message.get("state") != "done":
         click.echo(
@@ -235,6 +232,6 @@ def retry(obj: CliContext, message_id: str) -> None:
 
     answer = control_request(obj.home, {"op": "retry", "id": message_id})
     if not answer.get("ok"):
-        click.echo(f"error: {answer.get('error')}", err=True)
+        print_error(answer.get("error"))
         raise SystemExit(EXIT_FAILED)
     click.echo(f"message {message_id} queued again")

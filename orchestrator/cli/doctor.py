@@ -13,10 +13,20 @@ pass_cli = click.make_pass_decorator(CliContext)
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option(
+    "--repair-queue",
+    is_flag=True,
+    help="When state/queue.db is corrupt: move it aside (kept, renamed) and start a new "
+    "queue holding the pending messages that can still be read. Stop the daemon first.",
+)
 @pass_cli
-def doctor(obj: CliContext, as_json: bool) -> None:
-    """Check the engine, the agent image, the home and the config; exit 1 if any fail."""
+def doctor(obj: CliContext, as_json: bool, repair_queue: bool) -> None:
+    """Check the home, config, queue, disk, engine, agent image, containers and daemon;
+    exit 1 if any check fails."""
     from orchestrator.doctor import FAIL, run_checks
+
+    if repair_queue:
+        _repair_queue(obj)
 
     checks = run_checks(obj.home)
     failed = [c for c in checks if c.status == FAIL]
@@ -32,3 +42,24 @@ def doctor(obj: CliContext, as_json: bool) -> None:
             )
     if failed:
         raise SystemExit(EXIT_FAILED)
+
+
+def _repair_queue(obj: CliContext) -> None:
+    from orchestrator.errors import OrchestratorError
+    from orchestrator.queue import check_queue, set_aside
+    from orchestrator.service import lock_holder
+
+    problem = check_queue(obj.home)
+    if problem is None:
+        click.echo("the queue is healthy; nothing to repair")
+        return
+    holder = lock_holder(obj.home)
+    if holder is not None:
+        raise OrchestratorError(
+            f"daemon {holder} is running", hint="stop it first: orchestrator down"
+        )
+    aside, copied, unreadable = set_aside(obj.home)
+    click.echo(f"moved the corrupt queue to {aside}")
+    click.echo(f"started a new queue with {copied} pending messages copied over")
+    if unreadable:
+        click.echo(f"note: the rest could not be read ({unreadable}); the old file is kept")

@@ -5,16 +5,17 @@ from __future__ import annotations
 import click
 
 from orchestrator.cli import CliContext
-from orchestrator.cli.output import human_bytes, print_json, print_table
+from orchestrator.cli.output import human_bytes, print_json, print_table, safe_line
 from orchestrator.group_config import DEFAULT_MODEL, DEFAULT_PROVIDER, GroupConfig
 from orchestrator.groups import GroupStore, memory_usage
 
 pass_cli = click.make_pass_decorator(CliContext)
+OPERATOR_HOLDER = "operator"  # the holder of pauses taken with `group pause`
 
 
 @click.group()
 def group() -> None:
-    """Add, list, show and remove agent groups.
+    """Add, list, show, remove, pause and resume agent groups.
 
     A group is a folder groups/<folder>/ with a group.yaml and a memory tree; each group
     runs in its own container and shares nothing with other groups.
@@ -211,3 +212,73 @@ def _remove_container(obj: CliContext, folder: str) -> None:
     if backend.inspect(name) is not None:
         backend.remove(name)
         click.echo(f"removed container {name}")
+
+
+@group.command("pause")
+@click.argument("name")
+@click.option("--reason", default="paused by the operator", show_default=True, help="Why.")
+@click.option(
+    "--for",
+    "duration",
+    default=None,
+    metavar="DURATION",
+    help="Resume by itself after this long (90s, 30m, 2h); default: until resumed.",
+)
+@pass_cli
+def pause(obj: CliContext, name: str, reason: str, duration: str | None) -> None:
+    """Pause NAME: its messages wait in the queue (nothing is lost) until it resumes.
+
+    Channels still accept messages for a paused group; they are delivered after
+    `orchestrator group resume NAME`. Works whether or not the daemon runs.
+    """
+    import time
+
+    from orchestrator.errors import BadInput
+    from orchestrator.group_config import parse_duration
+    from orchestrator.queue import open_queue
+
+    found = GroupStore(obj.home).find(name)
+    expires = None
+    if duration is not None:
+        seconds = parse_duration(duration)
+        if not seconds:
+            raise BadInput(
+                f"--for {duration!r} is not a duration", hint="use 90s, 30m, 2h or seconds"
+            )
+        expires = time.time() + seconds
+    queue = open_queue(obj.home)
+    try:
+        queue.pause(found.folder, OPERATOR_HOLDER, reason, expires=expires)
+    finally:
+        queue.close()
+    until = f" for {duration}" if duration else " until: orchestrator group resume " + found.folder
+    click.echo(f"paused {found.folder}{until}; its messages wait in the queue")
+
+
+@group.command("resume")
+@click.argument("name")
+@click.option(
+    "--all",
+    "every",
+    is_flag=True,
+    help="Also drop pauses taken by the orchestrator itself (a disk-limit pause comes "
+    "back at the next check while the group is still over its limit).",
+)
+@pass_cli
+def resume(obj: CliContext, name: str, every: bool) -> None:
+    """Resume NAME: its waiting messages are delivered again."""
+    from orchestrator.queue import open_queue
+
+    found = GroupStore(obj.home).find(name)
+    queue = open_queue(obj.home)
+    try:
+        dropped = queue.resume(found.folder, None if every else OPERATOR_HOLDER)
+        left = queue.pauses(found.folder)
+    finally:
+        queue.close()
+    if dropped:
+        click.echo(f"resumed {found.folder}")
+    else:
+        click.echo(f"{found.folder} was not paused by the operator")
+    for lease in left:
+        click.echo(f"still paused by {lease.holder}: {safe_line(lease.reason)}", err=True)

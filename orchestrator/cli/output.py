@@ -3,10 +3,33 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
 import click
+
+# C0 controls but tab and newline, DEL, C1 controls, and the Unicode marks that reorder
+# or hide text (bidirectional overrides and isolates, zero-width joiners aside).
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u200e\u200f]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    return {"\r": "\\r", "\x1b": "\\e"}.get(char, f"\\u{{{ord(char):04x}}}")
+
+
+def safe_text(text: str) -> str:
+    """Text from a container (a reply), made harmless for a terminal: escape sequences
+    (window titles, clipboard writes, cursor moves) and bidi overrides are shown escaped;
+    newlines and tabs are kept."""
+    return _UNSAFE.sub(_escape, text)
+
+
+def safe_line(text: object) -> str:
+    """As safe_text, for a one-line field (an error in a table): newlines escaped too, so
+    text cannot forge a line of its own."""
+    return safe_text(str(text)).replace("\n", "\\n").replace("\t", "\\t")
 
 
 def print_json(data: Any) -> None:
@@ -14,7 +37,7 @@ def print_json(data: Any) -> None:
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    cells = [[str(c) for c in headers], *[[str(c) for c in row] for row in rows]]
+    cells = [[str(c) for c in headers], *[[safe_line(c) for c in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     for index, row in enumerate(cells):
         line = "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
@@ -39,3 +62,10 @@ def human_seconds(seconds: float) -> str:
     if seconds < 172800:
         return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
     return f"{seconds // 86400}d"
+
+
+def print_error(message: object, hint: object = None) -> None:
+    """``error: ...`` and ``hint: ...`` on stderr, each one line whatever they contain."""
+    click.echo(f"error: {safe_line(message)}", err=True)
+    if hint:
+        click.echo(f"hint: {safe_line(hint)}", err=True)

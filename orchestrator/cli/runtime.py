@@ -8,7 +8,13 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from orchestrator.cli import CliContext
-from orchestrator.cli.output import human_bytes, human_seconds, print_json, print_table
+from orchestrator.cli.output import (
+    human_bytes,
+    human_seconds,
+    print_json,
+    print_table,
+    safe_line,
+)
 
 if TYPE_CHECKING:
     from orchestrator.runtime.lifecycle import GroupRuntime
@@ -75,32 +81,56 @@ def restart(obj: CliContext, name: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @pass_cli
 def status(obj: CliContext, as_json: bool) -> None:
-    """Per group: container state, uptime, memory use, config drift, last activity."""
+    """Per group: container state, uptime, memory and disk use, config drift, last
+    activity, pauses; then the queue, its dead letters and the free disk space."""
+    from orchestrator.disk import free_space, group_disk_usage
+
     runtime = open_runtime(obj)
     rows = runtime.status()
     queue = _queue_summary(obj)
+    limits = {g.folder: g.config.container.disk_bytes for g in runtime.store.groups()}
+    disk = {r.folder: group_disk_usage(obj.home.groups_dir, r.folder) for r in rows}
+    paused = {p["group"]: p for p in (queue or {}).get("pauses", [])}
+    spaces = [s for s in (free_space(obj.home.groups_dir), free_space(obj.home.state_dir)) if s]
     if as_json:
-        print_json({"groups": [row.to_dict() for row in rows], "queue": queue})
+        print_json(
+            {
+                "groups": [
+                    {
+                        **row.to_dict(),
+                        "disk_bytes": disk[row.folder],
+                        "disk_limit_bytes": limits.get(row.folder),
+                        "paused": paused.get(row.folder),
+                    }
+                    for row in rows
+                ],
+                "queue": queue,
+                "free_space": [s.to_dict() for s in spaces],
+            }
+        )
         return
     if not rows:
         click.echo("no groups; add one with: orchestrator group add NAME")
         return
     now = time.time()
     print_table(
-        ("GROUP", "CONTAINER", "STATE", "UPTIME", "MEMORY", "DRIFT", "LAST ACTIVITY"),
+        ("GROUP", "CONTAINER", "STATE", "UPTIME", "MEMORY", "DISK", "DRIFT", "LAST ACTIVITY"),
         [
             (
                 r.folder,
                 r.container,
-                r.state,
+                r.state + (" (paused)" if r.folder in paused else ""),
                 human_seconds(r.uptime_seconds) if r.uptime_seconds is not None else "-",
                 human_bytes(r.memory_bytes) if r.memory_bytes is not None else "-",
+                f"{human_bytes(disk[r.folder])} / {human_bytes(limits.get(r.folder, 0))}",
                 {True: "yes", False: "no", None: "-"}[r.drift],
                 f"{human_seconds(now - r.last_activity)} ago" if r.last_activity else "never",
             )
             for r in rows
         ],
     )
+    for folder, lease in paused.items():
+        click.echo(f"paused {folder} ({lease['holder']}): {safe_line(lease['reason'])}")
     if queue is not None:
         counts = queue["counts"]
         click.echo(
@@ -109,9 +139,15 @@ def status(obj: CliContext, as_json: bool) -> None:
         )
         for dead in queue["dead"]:
             click.echo(
-                f"  dead {dead['id']} ({dead['group']}): {dead['error']}"
+                f"  dead {dead['id']} ({dead['group']}): {safe_line(dead['error'])}"
                 f"  -> orchestrator retry {dead['id']}"
             )
+    seen: set[str] = set()
+    for space in spaces:
+        line = f"{human_bytes(space.free_bytes)} free of {human_bytes(space.total_bytes)}"
+        if line not in seen:
+            seen.add(line)
+            click.echo(f"disk: {line} ({space.path})")
 
 
 def _queue_summary(obj: CliContext) -> dict[str, Any] | None:
@@ -123,7 +159,11 @@ def _queue_summary(obj: CliContext) -> dict[str, Any] | None:
 
     queue = MessageQueue(path)
     try:
-        return {"counts": queue.counts(), "dead": [m.to_dict() for m in queue.dead_letters()]}
+        return {
+            "counts": queue.counts(),
+            "dead": [m.to_dict() for m in queue.dead_letters()],
+            "pauses": [p.to_dict() for p in queue.pauses()],
+        }
     finally:
         queue.close()
 
@@ -146,7 +186,7 @@ def logs(obj: CliContext, name: str, follow: bool, tail: int | None) -> None:
         )
         raise SystemExit(1)
     for line in runtime.backend.logs(container, follow=follow, tail=tail):
-        click.echo(line)
+        click.echo(safe_line(line))  # written by the container: shown, never interpreted
 
 
 @click.command()

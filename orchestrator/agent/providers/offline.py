@@ -27,6 +27,7 @@ from orchestrator.agent.providers.base import (
     Provider,
     ToolCall,
 )
+from orchestrator.memory.okf import RESERVED_NAMES
 
 REMEMBER = re.compile(
     r"^\s*(?:please\s+)?remember(?:\s+that)?\s+(?P<fact>.+?)\s*[.!]*\s*$", re.IGNORECASE | re.DOTALL
@@ -86,7 +87,9 @@ INTRO = (
 
 
 def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60] or "fact"
+    """A fact's file name: never a reserved OKF name (index.md, log.md)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60] or "fact"
+    return f"{slug}-fact" if f"{slug}.md" in RESERVED_NAMES else slug
 
 
 def _subject(fact: str) -> str:
@@ -155,38 +158,39 @@ class OfflineProvider(Provider):
             calls = [
                 ToolCall("w1", "write_file", {"path": f"{FACTS_DIR}/{slug}.md", "content": concept})
             ]
-            if facts_index.startswith("ERROR"):
+            # Each shared index changes in one tool call (read, change and write under the
+            # runner's lock for that file), so concurrent conversations never lose a link.
+            old = next((ln for ln in facts_index.splitlines() if f"]({slug}.md)" in ln), None)
+            if old is not None and not facts_index.startswith("ERROR"):
                 calls.append(
                     ToolCall(
                         "w2",
-                        "write_file",
-                        {
-                            "path": f"{FACTS_DIR}/index.md",
-                            "content": "# Facts\n\nDurable facts, one per file.\n\n" + line + "\n",
-                        },
+                        "edit_file",
+                        {"path": f"{FACTS_DIR}/index.md", "old_text": old, "new_text": line},
                     )
                 )
             else:
-                old = next((ln for ln in facts_index.splitlines() if f"]({slug}.md)" in ln), None)
-                new_index = (
-                    facts_index.replace(old, line)
-                    if old
-                    else facts_index.rstrip("\n") + "\n" + line + "\n"
-                )
                 calls.append(
                     ToolCall(
-                        "w2", "write_file", {"path": f"{FACTS_DIR}/index.md", "content": new_index}
+                        "w2",
+                        "append_file",
+                        {
+                            "path": f"{FACTS_DIR}/index.md",
+                            "content": line + "\n",
+                            "create_with": "# Facts\n\nDurable facts, one per file.\n\n",
+                            "skip_if_present": True,
+                        },
                     )
                 )
             if not top_index.startswith("ERROR") and "facts/index.md" not in top_index:
                 calls.append(
                     ToolCall(
                         "w3",
-                        "write_file",
+                        "append_file",
                         {
                             "path": "memory/index.md",
-                            "content": top_index.rstrip("\n")
-                            + "\n- [Facts](facts/index.md): durable facts, one per file.\n",
+                            "content": "- [Facts](facts/index.md): durable facts, one per file.\n",
+                            "skip_if_present": True,
                         },
                     )
                 )
