@@ -17,7 +17,13 @@ from pathlib import Path
 
 from orchestrator.config import Home
 from orchestrator.confined import ConfinedDir, Usage
-from orchestrator.errors import GroupExists, GroupNotFound, InvalidConfig, InvalidFolderName
+from orchestrator.errors import (
+    GroupExists,
+    GroupNotFound,
+    HomeNotWritable,
+    InvalidConfig,
+    InvalidFolderName,
+)
 from orchestrator.fsatomic import fsync_dir
 from orchestrator.group_config import GROUP_FILE, GroupConfig, load_group_config
 from orchestrator.limits import FOLDER_NAME_MAX, FOLDER_NAME_PATTERN, RESERVED_FOLDER_NAMES
@@ -219,9 +225,13 @@ class GroupStore:
             with ConfinedDir.open(self.root, folder) as group_dir:
                 group_dir.create_exclusive(GROUP_FILE, data, owner=None)
             scaffold_memory(path)
-        except BaseException:
+        except BaseException as exc:
             with ConfinedDir.open(self.root) as groups:
                 groups.remove_tree(folder)
+            if isinstance(exc, OSError):
+                raise HomeNotWritable(
+                    f"cannot create {path}: {exc.strerror or exc}", hint="nothing was left behind"
+                ) from None
             raise
         fsync_dir(self.root)
         return self.load(folder)

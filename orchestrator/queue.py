@@ -220,10 +220,12 @@ class MessageQueue:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
+                self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                # SQLite may have rolled back already (a full disk does that).
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
 
     def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``work`` in a write transaction. When the disk is full, the reserve file

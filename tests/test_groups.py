@@ -155,3 +155,41 @@ def test_add_rejects_bad_input_and_changes_nothing(run, home: Path) -> None:  # 
     groups = home / "groups"
     assert not groups.exists() or list(groups.iterdir()) == []
     assert not (home.parent / "evil").exists()
+
+
+def test_purge_removes_the_runtime_folder_too(run, home: Path) -> None:  # type: ignore[no-untyped-def]
+    run("group", "add", "Fam")
+    run_dir = home / "state/run/fam"
+    run_dir.mkdir(parents=True)
+    (run_dir / "left-over").write_text("x")
+    (run_dir / "escape").symlink_to(home / "groups")  # never followed
+    assert run("group", "remove", "fam", "--purge", "--yes").exit_code == 0
+    assert not run_dir.exists() and (home / "groups").is_dir()
+
+
+def test_a_failed_add_leaves_nothing_and_a_retry_works(run, home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import orchestrator.memory.scaffold as scaffold
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(scaffold, "scaffold_memory", broken)
+    result = run("group", "add", "Fam")
+    assert result.exit_code == 1 and not (home / "groups/fam").exists()
+    monkeypatch.undo()
+    assert run("group", "add", "Fam").exit_code == 0
+
+
+def test_pause_and_resume_from_the_cli(run, home: Path) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.config import Home
+    from orchestrator.queue import open_queue
+
+    run("group", "add", "Fam")
+    assert "paused fam until" in run("group", "pause", "fam", "--reason", "backup").stdout
+    queue = open_queue(Home(home))
+    assert [(p.holder, p.reason) for p in queue.pauses("fam")] == [("operator", "backup")]
+    queue.close()
+    bad = run("group", "pause", "fam", "--for", "soon")
+    assert bad.exit_code == 2 and "not a duration" in bad.stderr
+    assert run("group", "resume", "fam").stdout.strip() == "resumed fam"
+    assert "was not paused" in run("group", "resume", "fam").stdout

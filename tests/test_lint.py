@@ -135,3 +135,26 @@ def test_fix_keeps_file_mode(tmp_path: Path) -> None:
     os.chmod(note, 0o600)
     lint_memory(mem, fix=True)
     assert (note.stat().st_mode & 0o777) == 0o600
+
+
+def test_special_and_huge_files_are_reported_without_reading_them(tmp_path: Path) -> None:
+    group = tmp_path / "g"
+    group.mkdir()
+    scaffold_memory(group)
+    mem = group / "memory"
+    os.mkfifo(mem / "pipe.md")  # opening it for reading the usual way would block forever
+    with open(mem / "huge.md", "wb") as handle:
+        handle.truncate(3 * 1024**3)  # 3 GB of holes: reading it whole would exhaust memory
+    import socket
+
+    sock = socket.socket(socket.AF_UNIX)
+    fd = os.open(mem, os.O_RDONLY)
+    sock.bind(f"/proc/self/fd/{fd}/sock.md")
+    os.close(fd)
+    report = lint_memory(mem)
+    sock.close()
+    kinds = {(f.kind, f.path) for f in report.findings}
+    assert ("not-regular", "pipe.md") in kinds and ("not-regular", "sock.md") in kinds
+    assert ("too-large", "huge.md") in kinds
+    huge = next(f for f in report.findings if f.path == "huge.md")
+    assert "3,221,225,472 bytes, over the 4,194,304-byte read limit" in huge.message

@@ -115,3 +115,94 @@ def test_classify_sender() -> None:
     from dataclasses import replace
 
     assert classify_sender(replace(config, unknown_senders="allow"), "eve") == "guest"
+
+
+def test_backoff_is_half_a_second_doubling_to_thirty() -> None:
+    from orchestrator.queue import delivery_backoff
+
+    assert [delivery_backoff(n) for n in range(1, 9)] == [0.5, 1, 2, 4, 8, 16, 30, 30]
+
+
+class _ShrinkingReserve:
+    """Stands in for the reserve file: releasing it makes room in the database."""
+
+    def __init__(self, queue: MessageQueue) -> None:
+        self.queue = queue
+        self.released = 0
+
+    def release(self) -> bool:
+        self.released += 1
+        self.queue._db.execute("PRAGMA max_page_count = 100000")
+        return True
+
+
+def _fill(queue: MessageQueue) -> None:
+    """Cap the database at its current size: the next growth fails with SQLITE_FULL,
+    exactly as a full disk does."""
+    pages = queue._db.execute("PRAGMA page_count").fetchone()[0]
+    queue._db.execute(f"PRAGMA max_page_count = {pages}")
+
+
+def test_a_full_disk_releases_the_reserve_and_the_commit_goes_through(queue: MessageQueue) -> None:
+    reserve = _ShrinkingReserve(queue)
+    queue.reserve = reserve  # type: ignore[assignment]
+    _fill(queue)
+    m = put(queue, text="x" * 20_000)
+    assert reserve.released == 1 and queue.get(m.id) is not None
+
+
+def test_a_full_disk_without_a_reserve_is_a_clear_error(queue: MessageQueue) -> None:
+    from orchestrator.queue import QueueFull
+
+    _fill(queue)
+    with pytest.raises(QueueFull, match="the disk is full"):
+        put(queue, text="x" * 20_000)
+
+
+def test_release_stale_queues_again_only_what_no_worker_holds(queue: MessageQueue) -> None:
+    held, lost = put(queue, session="a"), put(queue, session="b")
+    assert queue.claim(held.id) and queue.claim(lost.id)
+    assert queue.release_stale({held.id}) == 1
+    assert queue.get(held.id).state == INFLIGHT  # type: ignore[union-attr]
+    assert queue.get(lost.id).state == QUEUED  # type: ignore[union-attr]
+
+
+def test_a_corrupt_queue_names_its_file_and_the_way_out(tmp_path: Path) -> None:
+    from orchestrator.queue import QueueCorrupt
+
+    path = tmp_path / "queue.db"
+    path.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(QueueCorrupt) as caught:
+        MessageQueue(path)
+    assert str(path) in caught.value.message and "--repair-queue" in (caught.value.hint or "")
+
+
+def test_set_aside_keeps_the_pending_messages_it_can_read(tmp_path: Path) -> None:
+    from orchestrator.config import Home
+    from orchestrator.queue import check_queue, open_queue, set_aside
+
+    home = Home(tmp_path)
+    queue = open_queue(home)
+    done, waiting = put(queue, session="a"), put(queue, session="b")
+    queue.claim(done.id)
+    queue.complete(done.id, ["r"])
+    queue.close()
+    aside, copied, problem = set_aside(home)
+    assert (copied, problem) == (1, None) and aside.exists()
+    fresh = open_queue(home)
+    assert [m.id for m in fresh.runnable()] == [waiting.id] and fresh.get(done.id) is None
+    fresh.close()
+    assert check_queue(home) is None
+    (tmp_path / "state/queue.db").write_bytes(b"garbage" * 1000)
+    assert check_queue(home) is not None
+    aside, copied, problem = set_aside(home)
+    assert copied == 0 and problem is not None and "not a database" in problem
+
+
+def test_runnable_skips_paused_groups(queue: MessageQueue) -> None:
+    a, b = put(queue, group="a"), put(queue, group="b")
+    queue.pause("a", "operator", "why")
+    assert [m.id for m in queue.runnable()] == [b.id]
+    assert queue.resume("a", "someone-else") == 0
+    assert queue.resume("a", "operator") == 1
+    assert {m.id for m in queue.runnable()} == {a.id, b.id}

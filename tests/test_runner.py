@@ -289,3 +289,78 @@ def test_a_completed_turn_id_is_not_run_twice(settings: AgentSettings) -> None:
         if m["role"] == "user"
     ]
     assert len(users) == 1
+
+
+def test_concurrent_remembers_in_one_group_lose_no_link(settings: AgentSettings) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    runner = Runner(settings)
+    facts = [f"the code of room {n} is {n * 7}" for n in range(40)]
+
+    def remember(n: int) -> list[str]:
+        turn = Turn(f"t{n}", f"chat-{n}", f"remember that {facts[n]}", sender="a")
+        return runner.handle(turn).replies
+
+    with ThreadPoolExecutor(8) as pool:
+        replies = list(pool.map(remember, range(40)))
+    assert all(r[0].startswith("Noted:") for r in replies), replies[:3]
+    index = (settings.memory_dir / "facts/index.md").read_text()
+    for n in range(40):
+        assert index.count(f"](the-code-of-room-{n}.md)") == 1, n
+    top = (settings.memory_dir / "index.md").read_text()
+    assert top.count("(facts/index.md)") == 1
+    assert lint_memory(settings.memory_dir).findings == []
+
+
+def test_a_fact_is_never_written_to_a_reserved_name(settings: AgentSettings) -> None:
+    runner = Runner(settings)
+    runner.handle(Turn("t1", "c", "remember that index is the main map"))
+    runner.handle(Turn("t2", "c", "remember that log is a record of changes"))
+    index = (settings.memory_dir / "facts/index.md").read_text()
+    assert index.startswith("# Facts") and "(index-fact.md)" in index and "(log-fact.md)" in index
+    assert (settings.memory_dir / "facts/index-fact.md").is_file()
+    assert not (settings.memory_dir / "facts/log.md").exists()
+
+
+def test_a_transcript_line_of_the_wrong_shape_is_skipped(settings: AgentSettings) -> None:
+    runner = Runner(settings)
+    runner.handle(Turn("t1", "c", "hello"))
+    transcript = settings.sessions_dir / "chat-c/transcript.jsonl"
+    with open(transcript, "a") as handle:
+        handle.write('{"t": "context", "context_id": "not a number", "system": 5}\n')
+        handle.write('{"t": "done", "turn_id": "t9", "replies": 5}\n')
+        handle.write('["not", "an", "object"]\n')
+        handle.write('{"t": "msg", "role": {"evil": true}, "content": "x"}\n')
+    fresh = Runner(settings)  # as after a restart: the whole file is read again
+    result = fresh.handle(Turn("t2", "c", "hello again"))
+    assert result.replies and result.fresh_context is None  # the same context resumed
+
+
+def test_a_large_transcript_rotates_and_the_session_carries_on(settings: AgentSettings) -> None:
+    import gzip
+
+    from orchestrator.agent.session import Session
+
+    runner = Runner(settings)
+    runner.handle(Turn("t0", "c", "remember that the boat is blue"))
+    session = runner._sessions["chat-c"]
+    session.rotate_bytes = 4000
+    rotations: list[Path] = []
+    real_rotate = session.rotate
+    session.rotate = lambda: rotations.append(real_rotate()) or rotations[-1]  # type: ignore[method-assign]
+    for n in range(1, 30):
+        runner.handle(Turn(f"t{n}", "c", f"message number {n} " + "x" * 200))
+    archives = sorted((settings.sessions_dir / "chat-c/archive").glob("*.jsonl.gz"))
+    assert 1 <= len(archives) <= 4 and 2 <= len(rotations) <= 6  # not one per turn
+    first = json.loads(
+        (settings.sessions_dir / "chat-c/transcript.jsonl").read_text().split("\n")[0]
+    )
+    assert first["t"] in ("done", "context")
+    assert b"message number" in gzip.decompress(archives[-1].read_bytes())
+    # after a restart the same context resumes, and a repeated turn id is still known
+    again = Runner(settings)
+    repeat = again.handle(Turn("t29", "c", "message number 29 " + "x" * 200))
+    assert repeat.duplicate
+    reloaded = Session(settings.sessions_dir, "chat-c")
+    assert reloaded.current_context() is not None
+    assert reloaded.current_context().context_id == session.context.context_id  # type: ignore[union-attr]

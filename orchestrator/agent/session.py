@@ -81,6 +81,7 @@ class Session:
         self.completed: dict[str, list[str]] = {}
         self._size = -1  # bytes of transcript reflected in the state above
         self._torn = False  # the file ends without a newline (a crash mid-append)
+        self._rotated_size = 0  # bytes right after the last rotation
 
     def events(self) -> list[dict[str, Any]]:
         try:
@@ -168,7 +169,9 @@ class Session:
         for event in stamped:
             self._apply(event)
         self._size, self._torn = size, False
-        if size > self.rotate_bytes:
+        # The live context is kept whole, so rotate only once the file has at least
+        # doubled since the last rotation (compaction keeps the context itself bounded).
+        if size > max(self.rotate_bytes, 2 * self._rotated_size):
             self.rotate()
 
     def rotate(self) -> Path:
@@ -205,6 +208,7 @@ class Session:
         write_atomic(self.path, data)
         self.completed = dict(kept)
         self._size, self._torn = len(data), False
+        self._rotated_size = len(data)
         for old in sorted(archive_dir.glob("transcript-*.jsonl.gz"))[:-TRANSCRIPT_ARCHIVES_KEPT]:
             old.unlink()
         log.info("%s: rotated at %d bytes into %s", self.path, self.rotate_bytes, archive.name)

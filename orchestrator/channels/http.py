@@ -253,3 +253,5 @@ class HttpChannel(Channel):
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(timeout=5)
+            if not self.thread.is_alive():
+                self.loop.close()

@@ -1,0 +1,224 @@
+"""The daemon on the fake backend, with runners on real Unix sockets: scheduling, bounded
+turns, cancellation, disk pauses and inbound checks. No engine needed."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config import Home, OrchestratorConfig
+from orchestrator.daemon import Daemon, check_inbound, choose, group_share
+from orchestrator.errors import BadInput, GroupPaused
+from orchestrator.group_config import GroupConfig
+from orchestrator.groups import GroupStore
+from orchestrator.queue import DONE, INFLIGHT, QUEUED, Message, open_queue
+from orchestrator.runtime.channel import Cancel, RunnerClient, TurnFailed
+from orchestrator.runtime.fake import FakeBackend
+from orchestrator.runtime.lifecycle import GroupRuntime
+from tests.fakerunner import FakeRunner, drip, silent
+
+
+def msg(group: str, session: str = "s", created: float = 0.0) -> Message:
+    return Message(
+        f"{group}-{session}-{created}",
+        group,
+        session,
+        "c",
+        None,
+        "a",
+        "member",
+        "t",
+        "cli",
+        QUEUED,
+        created=created,
+    )
+
+
+def test_choose_caps_each_group_and_the_total() -> None:
+    candidates = [msg("evil", f"s{i}", i) for i in range(5)] + [msg("good", "s", 10)]
+    chosen = choose(candidates, free=4, per_group=2, running={}, last_served={})
+    assert [m.group for m in chosen] == ["evil", "good", "evil"]
+    chosen = choose(candidates, free=4, per_group=2, running={"evil": 2}, last_served={})
+    assert [m.group for m in chosen] == ["good"]
+    assert choose(candidates, free=0, per_group=2, running={}, last_served={}) == []
+
+
+def test_group_share_is_half_the_workers_at_least_one() -> None:
+    assert [group_share(n) for n in (1, 2, 3, 8)] == [1, 1, 1, 4]
+    assert group_share(8, 3) == 3 and group_share(2, 5) == 2
+
+
+def test_inbound_checks_name_the_field_that_is_wrong() -> None:
+    ok = {"text": "hi", "chat": "c", "sender": "s", "thread": None}
+    check_inbound(**ok)
+    cases = {
+        "sender must be 1..200 characters (got 201 characters)": {"sender": "x" * 201},
+        "chat must be 1..200 characters (got 201 characters)": {"chat": "x" * 201},
+        "the message is 32001 characters; at most 32000 are accepted": {"text": "x" * 32_001},
+        "the message text is not valid Unicode": {"text": "bad \ud800 text"},
+        "sender contains the control character U+001B": {"sender": "a\x1b[31m"},
+        "thread must be 1..200 characters": {"thread": ""},
+        "the message text is empty": {"text": "   "},
+    }
+    for expected, change in cases.items():
+        with pytest.raises(BadInput, match=re.escape(expected)):
+            check_inbound(**{**ok, **change})
+    check_inbound(**{**ok, "text": "x" * 32_000, "thread": "t"})
+
+
+def test_a_dripping_runner_cannot_outlast_the_turn_deadline(tmp_path: Path) -> None:
+    runner = FakeRunner(tmp_path / "r.sock", drip)
+    try:
+        with pytest.raises(TurnFailed, match="did not finish within 1s"):
+            RunnerClient(runner.path).turn({"turn_id": "x", "text": "hi"}, timeout=1)
+    finally:
+        runner.close()
+
+
+def test_a_turn_can_be_cancelled_from_another_thread(tmp_path: Path) -> None:
+    runner = FakeRunner(tmp_path / "r.sock", silent)
+    cancel = Cancel()
+    errors: list[Exception] = []
+
+    def deliver() -> None:
+        try:
+            RunnerClient(runner.path).turn({"turn_id": "x"}, timeout=600, cancel=cancel)
+        except Exception as exc:
+            errors.append(exc)
+
+    worker = threading.Thread(target=deliver)
+    worker.start()
+    while not runner.turns:
+        time.sleep(0.01)
+    cancel.cancel()
+    worker.join(30)
+    runner.close()
+    assert not worker.is_alive()
+    assert isinstance(errors[0], TurnFailed) and "cancelled" in errors[0].message
+
+
+@pytest.fixture
+def setup(home: Path) -> Iterator[tuple[Daemon, dict[str, FakeRunner]]]:
+    h = Home(home)
+    store = GroupStore(h)
+    for name in ("evil", "good"):
+        store.add(GroupConfig(name=name, creators=("op",)))
+        path = store.root / name / "group.yaml"
+        path.write_text(path.read_text() + "turn_timeout: 3s\n")
+    config = OrchestratorConfig(project="t", mount_allowlist=home / "none.yaml")
+    runtime = GroupRuntime(h, config, FakeBackend(), lambda: "img:1", ready=lambda _: True)
+    runners = {
+        "evil": FakeRunner(h.runtime_dir("evil") / "runner.sock", drip),
+        "good": FakeRunner(h.runtime_dir("good") / "runner.sock"),
+    }
+    daemon = Daemon(h, config, runtime, open_queue(h), concurrency=2)
+    daemon.start()
+    try:
+        yield daemon, runners
+    finally:
+        daemon.drain(1)
+        for runner in runners.values():
+            runner.close()
+        daemon.queue.close()
+
+
+def wait_for(predicate, timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.02)
+
+
+def test_a_hostile_group_cannot_take_every_worker(setup) -> None:  # type: ignore[no-untyped-def]
+    daemon, _runners = setup
+    evil = [
+        daemon.submit("evil", "hi", chat=f"chat{i}", sender="op", channel="cli") for i in range(2)
+    ]
+    wait_for(lambda: daemon.running.get("evil", 0) == 1)
+    good = daemon.submit("good", "hello", chat="c", sender="op", channel="cli")
+    done = daemon.wait(good.id, 60)
+    assert done is not None and done.state == DONE and done.replies == ("echo: hello",)
+    # Answered while the hostile group's turns were still within their first attempt:
+    # with both workers taken it would have waited for one of them to time out.
+    for message in evil:
+        current = daemon.queue.get(message.id)
+        assert current is not None and current.last_error is None, current
+
+
+def test_a_dripping_turn_fails_at_its_deadline_and_is_retried(setup) -> None:  # type: ignore[no-untyped-def]
+    daemon, _runners = setup
+    message = daemon.submit("evil", "hi", chat="c", sender="op", channel="cli")
+    wait_for(lambda: (daemon.queue.get(message.id) or message).attempts >= 2)
+    current = daemon.queue.get(message.id)
+    assert current is not None
+    assert current.last_error == "the turn did not finish within 3s"
+
+
+def test_drain_cancels_turns_that_do_not_finish(setup) -> None:  # type: ignore[no-untyped-def]
+    daemon, _runners = setup
+    message = daemon.submit("evil", "hi", chat="c", sender="op", channel="cli")
+    wait_for(lambda: message.id in daemon.active)
+    stop_now = threading.Event()
+    stop_now.set()
+    assert daemon.drain(60, stop_now) is False
+    wait_for(lambda: not daemon.active)
+    current = daemon.queue.get(message.id)
+    # cancelled, not failed: still in flight, delivered again at the next start
+    assert current is not None and current.state == INFLIGHT and current.last_error is None
+
+
+def test_a_group_over_its_disk_limit_is_paused_until_space_is_freed(setup) -> None:  # type: ignore[no-untyped-def]
+    daemon, _runners = setup
+    group = daemon.runtime.store.load("good")
+    path = group.config_file
+    path.write_text(path.read_text().replace("container:\n", "container:\n  disk: 1m\n", 1))
+    assert daemon.runtime.store.load("good").config.container.disk_bytes == 1024**2
+    daemon.runtime.prepare_host(group, daemon.runtime.desired_spec(group))
+    waiting = daemon.submit("good", "first", chat="c", sender="op", channel="cli")
+    daemon.queue.pause("good", "operator", "hold")  # so it waits during the test
+    (group.files_dir / "big.bin").write_bytes(b"x" * 2 * 1024**2)
+    assert daemon.check_disk("good") is True
+    with pytest.raises(GroupPaused, match="over its disk limit"):
+        daemon.submit("good", "more", chat="c", sender="op", channel="cli")
+    assert daemon.queue.get(waiting.id).state == QUEUED  # type: ignore[union-attr]
+    (group.files_dir / "big.bin").unlink()
+    daemon.queue.resume("good", "operator")
+    assert daemon.check_disk("good") is False
+    done = daemon.wait(waiting.id, 60)
+    assert done is not None and done.state == DONE  # nothing was lost
+
+
+def test_a_commit_that_failed_is_queued_again_by_housekeeping(setup) -> None:  # type: ignore[no-untyped-def]
+    daemon, runners = setup
+    runners["good"].close()
+    daemon.queue.pause("good", "operator", "hold")
+    message = daemon.submit("good", "hi", chat="c", sender="op", channel="cli")
+    assert daemon.queue.claim(message.id)  # as if a worker died before it could commit
+    daemon.housekeeping()
+    assert daemon.queue.get(message.id).state == QUEUED  # type: ignore[union-attr]
+
+
+def test_inbound_refusal_order_and_paused_hold(setup) -> None:  # type: ignore[no-untyped-def]
+    daemon, _runners = setup
+    daemon.queue.pause("good", "operator", "maintenance")
+    held = daemon.submit("good", "wait for me", chat="c", sender="op", channel="cli")
+    assert daemon.pause_of("good") is not None
+    time.sleep(0.3)  # the dispatcher runs several times meanwhile; it must skip the group
+    assert daemon.queue.get(held.id).state == QUEUED  # type: ignore[union-attr]
+    daemon.queue.resume("good")
+    assert daemon.wait(held.id, 60).state == DONE  # type: ignore[union-attr]
+
+
+def test_expired_pause_does_not_hold(home: Path) -> None:
+    queue = open_queue(Home(home))
+    queue.pause("g", "operator", "short", expires=time.time() - 1)
+    assert queue.pauses("g") == [] and queue.paused_groups() == {}
+    lease = queue.pause("g", "operator", "long")
+    assert queue.paused_groups() == {"g": replace(lease, created=queue.pauses("g")[0].created)}
+    queue.close()

@@ -1,0 +1,196 @@
+"""The HTTP API without an engine: status codes through aiohttp's test client, and the
+real server against slow headers, connection floods and many long polls."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from orchestrator.channels import http as http_module
+from orchestrator.channels.http import HttpChannel, bearer_token
+from orchestrator.config import Home, OrchestratorConfig
+from orchestrator.daemon import Daemon
+from orchestrator.group_config import GroupConfig
+from orchestrator.groups import GroupStore
+from orchestrator.queue import open_queue
+from orchestrator.runtime.fake import FakeBackend
+from orchestrator.runtime.lifecycle import GroupRuntime
+
+TOKEN = "t" * 24
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def daemon(home: Path) -> Iterator[Daemon]:
+    h = Home(home)
+    GroupStore(h).add(GroupConfig(name="fam", creators=("alice",)))
+    config = OrchestratorConfig(
+        project="t",
+        mount_allowlist=home / "none.yaml",
+        http_token=TOKEN,
+        http_listen=f"127.0.0.1:{_free_port()}",
+    )
+    runtime = GroupRuntime(h, config, FakeBackend(), lambda: "img:1", ready=lambda _: True)
+    d = Daemon(h, config, runtime, open_queue(h), concurrency=1)  # not started: nothing runs
+    yield d
+    d.queue.close()
+
+
+def call(daemon: Daemon, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
+    async def go() -> tuple[int, Any]:
+        async with TestClient(TestServer(HttpChannel(daemon).app())) as client:
+            response = await client.request(method, path, **kwargs)
+            return response.status, await response.json()
+
+    return asyncio.run(go())
+
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def test_bearer_scheme_is_case_insensitive() -> None:
+    assert bearer_token(f"bearer {TOKEN}") == TOKEN == bearer_token(f"BEARER  {TOKEN} ")
+    assert bearer_token(f"Basic {TOKEN}") is None and bearer_token("Bearer") is None
+
+
+@pytest.mark.parametrize(
+    ("headers", "body", "status", "error"),
+    [
+        ({}, {"text": "hi", "sender": "alice"}, 401, "missing or wrong bearer token"),
+        ({"Authorization": "Bearer wrong"}, {"text": "x", "sender": "alice"}, 401, "wrong"),
+        ({"Authorization": f"bEaReR {TOKEN}"}, {"text": "hi", "sender": "alice"}, 202, None),
+        (AUTH, {"text": "hi", "sender": "mallory"}, 403, "may not talk to group"),
+        (AUTH, {"text": "hi"}, 400, "text and sender are required strings"),
+        (AUTH, {"text": "x" * 32_001, "sender": "alice"}, 400, "at most 32000"),
+        (AUTH, {"text": "hi", "sender": "alice", "chat": 5}, 400, "chat and thread"),
+        (AUTH, {"text": "hi", "sender": "a" * 201}, 400, "sender must be 1..200"),
+        (AUTH, ["a list"], 400, "must be a JSON object"),
+    ],
+)
+def test_post_message_status_codes(daemon, headers, body, status, error) -> None:  # type: ignore[no-untyped-def]
+    code, answer = call(daemon, "POST", "/v1/groups/fam/messages", json=body, headers=headers)
+    assert code == status, answer
+    if error:
+        assert error in answer["error"]
+    else:
+        assert answer["state"] == "queued"
+
+
+@pytest.mark.parametrize(
+    ("raw", "error"),
+    [
+        (b"{not json", "not valid JSON"),
+        (b'{"text": "\\ud800", "sender": "alice"}', "not valid Unicode"),
+        (b"[" * 100_000 + b"]" * 100_000, "request body over"),
+        (b"[" * 20_000 + b"]" * 20_000, "nested too deeply"),
+        (b'{"text": "hi", "sender": "alice"}\xff', "not valid JSON"),
+    ],
+)
+def test_bad_bodies_are_4xx_never_500(daemon, raw: bytes, error: str) -> None:  # type: ignore[no-untyped-def]
+    code, answer = call(daemon, "POST", "/v1/groups/fam/messages", data=raw, headers=AUTH)
+    assert 400 <= code < 500 and error in answer["error"], answer
+    assert daemon.queue.counts() == {}
+
+
+def test_unknown_group_paused_group_and_message_lookups(daemon) -> None:  # type: ignore[no-untyped-def]
+    body = {"text": "hi", "sender": "alice"}
+    assert call(daemon, "POST", "/v1/groups/nope/messages", json=body, headers=AUTH)[0] == 404
+    daemon.queue.pause("fam", "disk", "over its disk limit", refuse_new=True)
+    code, answer = call(daemon, "POST", "/v1/groups/fam/messages", json=body, headers=AUTH)
+    assert code == 503 and "over its disk limit" in answer["error"]
+    assert call(daemon, "GET", "/v1/messages/none", headers=AUTH)[0] == 404
+    assert call(daemon, "GET", "/v1/messages/x?wait=abc", headers=AUTH)[0] == 400
+    assert call(daemon, "GET", "/v1/groups", headers=AUTH)[1] == [{"folder": "fam", "name": "fam"}]
+    assert call(daemon, "GET", "/healthz")[1] == {"ok": True, "accepting": True}
+
+
+@pytest.fixture
+def served(daemon: Daemon, monkeypatch) -> Iterator[tuple[Daemon, int]]:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(http_module, "HTTP_HEADER_TIMEOUT_SECONDS", 1.0)
+    monkeypatch.setattr(http_module, "HTTP_MAX_CONNECTIONS", 40)
+    channel = HttpChannel(daemon)
+    channel.start()
+    try:
+        yield daemon, int(daemon.config.http_listen.rpartition(":")[2])
+    finally:
+        channel.stop()
+
+
+def _request(port: int, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}", data=data, method=method, headers=AUTH
+    )
+    with urllib.request.urlopen(req, timeout=30) as response:
+        return response.status, json.loads(response.read())
+
+
+def test_partial_headers_are_cut_off(served) -> None:  # type: ignore[no-untyped-def]
+    _daemon, port = served
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.settimeout(30)
+    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+    assert sock.recv(100) == b""  # closed by the server, not by our 30 s timeout
+    sock.close()
+
+
+def test_a_connection_flood_is_capped_and_the_api_recovers(served) -> None:  # type: ignore[no-untyped-def]
+    _daemon, port = served
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(40)]
+    extra = socket.create_connection(("127.0.0.1", port))
+    extra.settimeout(30)
+    assert extra.recv(100) == b""  # over the cap: closed at once
+    extra.close()
+    for sock in idle:
+        sock.close()
+    deadline = time.monotonic() + 30
+    while True:  # the server notices the closed connections
+        try:
+            assert _request(port, "GET", "/healthz")[0] == 200
+            break
+        except OSError:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+
+
+def test_long_polls_hold_no_threads(served) -> None:  # type: ignore[no-untyped-def]
+    daemon, port = served
+    first = daemon.submit("fam", "first", chat="c", sender="alice", channel="http")
+    results: list[tuple[int, Any]] = []
+    polls = [
+        threading.Thread(
+            target=lambda: results.append(_request(port, "GET", f"/v1/messages/{first.id}?wait=60"))
+        )
+        for _ in range(30)
+    ]
+    for poll in polls:
+        poll.start()
+    channel = daemon.listeners[0].__self__  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 60
+    while sum(len(w) for w in channel.waiters.values()) < 30:
+        assert time.monotonic() < deadline, "the long polls did not all arrive"
+        time.sleep(0.02)
+    # With 30 polls waiting, a POST to the API is still served at once.
+    code, _ = _request(port, "POST", "/v1/groups/fam/messages", {"text": "b", "sender": "alice"})
+    assert code == 202 and not results  # every long poll is still waiting
+    assert daemon.queue.claim(first.id)
+    daemon.queue.complete(first.id, ["done!"])
+    daemon._changed(first.id)  # what a worker does after storing the replies
+    for poll in polls:
+        poll.join(30)
+    assert len(results) == 30 and all(r[1]["replies"] == ["done!"] for r in results)
