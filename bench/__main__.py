@@ -7,7 +7,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from bench import hook, image, memory, messages, runtime
+from bench import hook, hostile, image, memory, messages, runtime
 from bench.harness import Result, fmt, markdown, save
 
 BENCHMARKS: dict[str, Callable[[bool], Result]] = {
@@ -19,6 +19,7 @@ BENCHMARKS: dict[str, Callable[[bool], Result]] = {
     runtime.IDLE: runtime.idle_cost,
     messages.WARM: messages.warm_turn,
     messages.THROUGHPUT: messages.throughput,
+    hostile.NAME: hostile.run,
 }
 
 

@@ -437,6 +437,9 @@ class Daemon:
         if self.queue.reserve is not None:
             self.queue.reserve.ensure()
         folders = {g.folder for g in self.runtime.store.groups()} if all_groups else dirty
+        # a group paused for its disk is looked at every round: it resumes soon after
+        # space is freed
+        folders |= {p.group for p in self.queue.pauses() if p.holder == DISK_HOLDER}
         for folder in sorted(folders):
             self.check_disk(folder)
 

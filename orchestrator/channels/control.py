@@ -148,6 +148,8 @@ class ControlChannel(Channel):
                     "delivered_since_start": daemon.stats.delivered,
                     "failed_deliveries_since_start": daemon.stats.failed,
                     "concurrency": daemon.concurrency,
+                    "per_group_concurrency": daemon.per_group,
+                    "pauses": [p.to_dict() for p in daemon.queue.pauses()],
                 }
         except SenderRefused as exc:
             return {"ok": False, "refused": True, "error": exc.message, "hint": exc.hint}

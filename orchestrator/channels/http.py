@@ -25,6 +25,7 @@ import json
 import logging
 import socket
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -68,6 +69,37 @@ class _Refuse(asyncio.Protocol):
         transport.close()
 
 
+class _Counted(asyncio.Protocol):
+    """aiohttp's protocol for one connection, counted from the moment it is made (the
+    event loop accepts a batch of connections before any of them is set up)."""
+
+    def __init__(self, inner: Any, release: Callable[[], None]) -> None:
+        self.inner = inner
+        self.release = release
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.inner.connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        try:
+            self.inner.connection_lost(exc)
+        finally:
+            self.release()
+
+    def data_received(self, data: bytes) -> None:
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        result: bool | None = self.inner.eof_received()
+        return result
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+
 class HttpChannel(Channel):
     name = "http"
 
@@ -75,6 +107,7 @@ class HttpChannel(Channel):
         super().__init__(daemon)
         self.waiters: dict[str, set[asyncio.Event]] = {}
         self.refused_connections = 0
+        self.open_connections = 0  # touched only on the event loop
 
     @classmethod
     def enabled(cls, daemon: Any) -> bool:
@@ -211,11 +244,15 @@ class HttpChannel(Channel):
     # serving
 
     def _protocol(self) -> asyncio.BaseProtocol:
-        if len(self.runner.server.connections) >= HTTP_MAX_CONNECTIONS:  # type: ignore[union-attr]
+        if self.open_connections >= HTTP_MAX_CONNECTIONS:
             self.refused_connections += 1
             log.warning("HTTP connection refused: %d already open", HTTP_MAX_CONNECTIONS)
             return _Refuse()
-        return self.runner.server()  # type: ignore[misc]
+        self.open_connections += 1
+        return _Counted(self.runner.server(), self._release)  # type: ignore[misc]
+
+    def _release(self) -> None:
+        self.open_connections -= 1
 
     def start(self) -> None:
         host, _, port = (self.daemon.config.http_listen or "").rpartition(":")
