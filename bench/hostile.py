@@ -45,13 +45,14 @@ while True:
 def run(quick: bool) -> Result:
     from bench.messages import _setup
     from orchestrator.daemon import Daemon
+    from orchestrator.group_config import set_option
 
     rounds = 40 if quick else 200
     with _setup(2) as (daemon, folders, _echo):
         assert isinstance(daemon, Daemon)
         evil, good = folders
         group = daemon.runtime.store.load(evil)
-        group.config_file.write_text(group.config_file.read_text() + "turn_timeout: 3s\n")
+        set_option(group.config_file, "turn_timeout", "3s")
 
         def turn() -> None:
             message = daemon.submit(good, "hello", chat="bench", sender="b", channel="bench")

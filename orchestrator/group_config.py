@@ -251,3 +251,28 @@ def load_group_config(path: Path) -> GroupConfig:
 
 def parse_group_config(text: str, path: Path) -> GroupConfig:
     return group_config_from_doc(parse_yaml_text(text, path))
+
+
+def set_option(path: Path, key: str, value: str) -> None:
+    """Set ``key`` (``turn_timeout``, or ``container.disk`` for a nested key) in a
+    group.yaml written from our template, keeping every other line and comment; the
+    result is validated before it replaces the file."""
+    from orchestrator.errors import InvalidConfig
+    from orchestrator.fsatomic import write_atomic
+
+    parent, _, name = key.rpartition(".")
+    indent = "  " if parent else ""
+    text = path.read_text(encoding="utf-8")
+    pattern = re.compile(rf"(?m)^{indent}{re.escape(name)}:.*$")
+    line = f"{indent}{name}: {value}"
+    if pattern.search(text):
+        text = pattern.sub(line, text, count=1)
+    elif parent:
+        header = re.compile(rf"(?m)^{re.escape(parent)}:\s*$")
+        if not header.search(text):
+            raise InvalidConfig(f"{path}: no {parent}: section to put {key} in")
+        text = header.sub(f"{parent}:\n{line}", text, count=1)
+    else:
+        text = text.rstrip("\n") + f"\n{line}\n"
+    parse_group_config(text, path)
+    write_atomic(path, text)

@@ -67,7 +67,29 @@ def parse_yaml_text(text: str, path: Path) -> YamlDocument:
         raise InvalidConfig(f"{path}: malformed YAML: {exc}") from None
     finally:
         loader.dispose()
+    _refuse_duplicate_keys(root, path)
     return YamlDocument(path=path, data=data, root=root)
+
+
+def _refuse_duplicate_keys(node: yaml.Node | None, path: Path) -> None:
+    """A key given twice in one mapping is refused: YAML would silently keep the last."""
+    stack = [node] if node is not None else []
+    while stack:
+        current = stack.pop()
+        if isinstance(current, yaml.MappingNode):
+            seen: dict[str, int] = {}
+            for key_node, value_node in current.value:
+                key = str(key_node.value)
+                line = key_node.start_mark.line + 1
+                if key in seen:
+                    raise InvalidConfig(
+                        f"{path}:{line}: {key}: given twice (also on line {seen[key]})",
+                        hint="keep one of them",
+                    )
+                seen[key] = line
+                stack.append(value_node)
+        elif isinstance(current, yaml.SequenceNode):
+            stack.extend(current.value)
 
 
 def load_yaml_file(path: Path) -> YamlDocument:

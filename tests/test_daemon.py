@@ -15,7 +15,7 @@ import pytest
 from orchestrator.config import Home, OrchestratorConfig
 from orchestrator.daemon import Daemon, check_inbound, choose, group_share
 from orchestrator.errors import BadInput, GroupPaused
-from orchestrator.group_config import GroupConfig
+from orchestrator.group_config import GroupConfig, set_option
 from orchestrator.groups import GroupStore
 from orchestrator.queue import DONE, INFLIGHT, QUEUED, Message, open_queue
 from orchestrator.runtime.channel import Cancel, RunnerClient, TurnFailed
@@ -109,8 +109,7 @@ def setup(home: Path) -> Iterator[tuple[Daemon, dict[str, FakeRunner]]]:
     store = GroupStore(h)
     for name in ("evil", "good"):
         store.add(GroupConfig(name=name, creators=("op",)))
-        path = store.root / name / "group.yaml"
-        path.write_text(path.read_text() + "turn_timeout: 3s\n")
+        set_option(store.root / name / "group.yaml", "turn_timeout", "3s")
     config = OrchestratorConfig(project="t", mount_allowlist=home / "none.yaml")
     runtime = GroupRuntime(h, config, FakeBackend(), lambda: "img:1", ready=lambda _: True)
     runners = {
@@ -177,7 +176,7 @@ def test_a_group_over_its_disk_limit_is_paused_until_space_is_freed(setup) -> No
     daemon, _runners = setup
     group = daemon.runtime.store.load("good")
     path = group.config_file
-    path.write_text(path.read_text().replace("container:\n", "container:\n  disk: 1m\n", 1))
+    set_option(path, "container.disk", "1m")
     assert daemon.runtime.store.load("good").config.container.disk_bytes == 1024**2
     daemon.runtime.prepare_host(group, daemon.runtime.desired_spec(group))
     waiting = daemon.submit("good", "first", chat="c", sender="op", channel="cli")

@@ -111,3 +111,12 @@ def test_sizes_and_durations() -> None:
     assert parse_duration("90") == 90
     assert parse_duration("30m") == 1800
     assert parse_duration(True) is None
+
+
+def test_a_key_given_twice_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.errors import InvalidConfig
+    from orchestrator.group_config import parse_group_config
+
+    text = "name: a\ncontainer:\n  disk: 1m\n  memory: 1g\n  disk: 2g\n"
+    with pytest.raises(InvalidConfig, match=r"group.yaml:5: disk: given twice \(also on line 3\)"):
+        parse_group_config(text, tmp_path / "group.yaml")

@@ -26,7 +26,7 @@ from orchestrator.agent.memory_hook import render_memory
 from orchestrator.config import Home, OrchestratorConfig
 from orchestrator.disk import group_disk_usage
 from orchestrator.errors import InvalidConfig
-from orchestrator.group_config import GroupConfig
+from orchestrator.group_config import GroupConfig, set_option
 from orchestrator.groups import Group, GroupStore, memory_usage
 from orchestrator.limits import HTTP_MAX_CONNECTIONS
 from orchestrator.runtime.base import LABEL_PROJECT
@@ -186,10 +186,10 @@ def served(tmp_path: Path, agent_image, test_project, docker_client) -> Iterator
             c.remove(force=True)
 
 
-def add_group(home: Path, name: str, extra: str = "") -> Group:
+def add_group(home: Path, name: str, turn_timeout: str | None = None) -> Group:
     group = GroupStore(Home(home)).add(GroupConfig(name=name, creators=("operator",)))
-    if extra:
-        group.config_file.write_text(group.config_file.read_text() + extra)
+    if turn_timeout:
+        set_option(group.config_file, "turn_timeout", turn_timeout)
     return GroupStore(Home(home)).load(name)
 
 
@@ -199,7 +199,7 @@ def runtime_for(proc: DaemonProcess, docker_client: Any) -> GroupRuntime:  # typ
 
 
 def test_a_dripping_runner_cannot_hold_the_workers_or_the_daemon(served, docker_client) -> None:  # type: ignore[no-untyped-def]
-    evil = add_group(served.home.root, "evil", "turn_timeout: 6s\n")
+    evil = add_group(served.home.root, "evil", "6s")
     add_group(served.home.root, "good")
     served.start()
     for name in ("evil", "good"):  # both containers up
@@ -351,9 +351,8 @@ def test_a_group_filling_the_disk_is_paused_and_nothing_is_lost(  # type: ignore
     (home / "orchestrator.yaml").write_text(f'http:\n  listen: "127.0.0.1:{_free_port()}"\n')
     proc = DaemonProcess(home, test_project)
     try:
-        evil = add_group(home, "evil", "")
-        text = evil.config_file.read_text().replace("container:\n", "container:\n  disk: 8m\n", 1)
-        evil.config_file.write_text(text)
+        evil = add_group(home, "evil")
+        set_option(evil.config_file, "container.disk", "8m")
         add_group(home, "good")
         proc.start()
         for name in ("evil", "good"):
