@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -19,6 +20,7 @@ from orchestrator.limits import (
     DEFAULT_UNPRIVILEGED_GID,
     DEFAULT_UNPRIVILEGED_UID,
 )
+from orchestrator.relay.definitions import ProviderDef, parse_providers
 from orchestrator.validate import MappingReader
 from orchestrator.yamldoc import load_yaml_file
 
@@ -46,6 +48,8 @@ class OrchestratorConfig:
     http_token: str | None = None
     concurrency: int | None = None  # turns at once across groups; None: the CPU count
     per_group_concurrency: int | None = None  # turns one group may run; None: half
+    providers: Mapping[str, ProviderDef] = field(default_factory=dict)
+    secrets_file: Path | None = None
 
 
 def _state_dir_setting(config_file: Path, root: Path) -> Path | None:
@@ -129,8 +133,15 @@ class Home:
                     "concurrency",
                     "per_group_concurrency",
                     "state_dir",
+                    "providers",
+                    "secrets_file",
                 ]
             )
+            if "providers" in reader.data:
+                values["providers"] = parse_providers(reader.child("providers"))
+            if "secrets_file" in reader.data:
+                path = Path(reader.text("secrets_file", max_chars=4096)).expanduser()
+                values["secrets_file"] = path if path.is_absolute() else self.root / path
             if "state_dir" in reader.data:
                 reader.text("state_dir", max_chars=4096)
             if "project" in reader.data:

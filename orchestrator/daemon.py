@@ -43,6 +43,8 @@ from orchestrator.limits import (
     SENDER_ID_MAX_CHARS,
 )
 from orchestrator.queue import DEAD, DONE, Message, MessageQueue, Pause
+from orchestrator.relay.turn import RelayContext, TurnRelay
+from orchestrator.relay.usage import UsageStore
 from orchestrator.runtime.channel import Cancel, RunnerUnavailable
 from orchestrator.runtime.lifecycle import GroupRuntime
 from orchestrator.validate import text_problem
@@ -151,6 +153,7 @@ class Daemon:
         self.listeners: list[Listener] = []
         self.disk_dirty: set[str] = set()
         self.started = time.time()
+        self.relay = RelayContext(config, queue, UsageStore(queue), notify=self._changed)
 
     @property
     def inflight(self) -> int:
@@ -387,8 +390,19 @@ class Daemon:
             "text": message.text,
         }
         self.runtime.activity.touch(group.folder)
+        relay = TurnRelay(self.relay, message, group, deadline)
+
+        def deliver(seconds: float) -> dict[str, Any]:
+            return client.turn(
+                payload,
+                timeout=seconds,
+                cancel=cancel,
+                handle=relay.handle,
+                request_limit=relay.frame_limit,
+            )
+
         try:
-            return client.turn(payload, timeout=timeout, cancel=cancel)
+            return deliver(timeout)
         except RunnerUnavailable as exc:  # nothing listens: the container needs starting
             log.info(
                 "runner of %s unavailable (%s); ensuring its container", group.folder, exc.message
@@ -399,7 +413,7 @@ class Daemon:
         left = deadline - time.monotonic()
         if left <= 0:
             raise DeliveryFailed(f"the turn did not finish within {timeout:g}s")
-        return client.turn(payload, timeout=left, cancel=cancel)
+        return deliver(left)
 
     def _reconcile_loop(self) -> None:
         while not self.stopping.wait(RECONCILE_INTERVAL_SECONDS):

@@ -6,6 +6,7 @@ The defaults below are the only place group defaults live; the README documents 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,9 @@ from orchestrator.limits import (
     DEFAULT_GROUP_DISK_BYTES,
     DEFAULT_IDLE_TIMEOUT_SECONDS,
     DEFAULT_NETWORK,
+    DEFAULT_REQUESTS_PER_MINUTE,
+    DEFAULT_TOKENS_PER_DAY,
+    DEFAULT_TOKENS_PER_TURN,
     DEFAULT_TURN_TIMEOUT_SECONDS,
     GROUP_NAME_MAX_CHARS,
     MAX_CONTAINER_CPUS,
@@ -31,6 +35,7 @@ from orchestrator.limits import (
     MIN_TURN_TIMEOUT_SECONDS,
     SENDER_ID_MAX_CHARS,
 )
+from orchestrator.relay.definitions import ProviderDef, model_problem
 from orchestrator.validate import MappingReader
 from orchestrator.yamldoc import YamlDocument, load_yaml_file, parse_yaml_text
 
@@ -67,6 +72,16 @@ class MountRequest:
 
 
 @dataclass(frozen=True)
+class ModelLimits:
+    """Limits on the group's model use, enforced on the host by the relay."""
+
+    models: tuple[str, ...] = ()  # allowed models, intersected with the provider's
+    requests_per_minute: int = DEFAULT_REQUESTS_PER_MINUTE
+    tokens_per_turn: int = DEFAULT_TOKENS_PER_TURN
+    tokens_per_day: int = DEFAULT_TOKENS_PER_DAY
+
+
+@dataclass(frozen=True)
 class GroupConfig:
     name: str
     provider: str = DEFAULT_PROVIDER
@@ -80,6 +95,7 @@ class GroupConfig:
     skills: str | tuple[str, ...] = "all"
     context_budget: int = DEFAULT_CONTEXT_BUDGET_CHARS
     turn_timeout_seconds: int = DEFAULT_TURN_TIMEOUT_SECONDS
+    limits: ModelLimits = field(default_factory=ModelLimits)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -87,6 +103,7 @@ class GroupConfig:
         data["members"] = list(self.members)
         data["mounts"] = [asdict(m) for m in self.mounts]
         data["skills"] = self.skills if isinstance(self.skills, str) else list(self.skills)
+        data["limits"]["models"] = list(self.limits.models)
         return data
 
 
@@ -194,8 +211,29 @@ def _skills(reader: MappingReader) -> str | tuple[str, ...]:
     return tuple(value)
 
 
-def group_config_from_doc(doc: YamlDocument) -> GroupConfig:
-    """Validate a parsed group.yaml; raises InvalidConfig naming file:line, key and value."""
+def _limits(reader: MappingReader) -> ModelLimits:
+    reader.reject_unknown(["models", "requests_per_minute", "tokens_per_turn", "tokens_per_day"])
+    return ModelLimits(
+        models=reader.id_list("models", max_chars=200),
+        requests_per_minute=reader.whole_number(
+            "requests_per_minute", DEFAULT_REQUESTS_PER_MINUTE, 1, 100_000, "1 to 100000"
+        ),
+        tokens_per_turn=reader.whole_number(
+            "tokens_per_turn", DEFAULT_TOKENS_PER_TURN, 1, None, "a whole number from 1"
+        ),
+        tokens_per_day=reader.whole_number(
+            "tokens_per_day", DEFAULT_TOKENS_PER_DAY, 1, None, "a whole number from 1"
+        ),
+    )
+
+
+def group_config_from_doc(
+    doc: YamlDocument, providers: Mapping[str, ProviderDef] | None = None
+) -> GroupConfig:
+    """Validate a parsed group.yaml; raises InvalidConfig naming file:line, key and value.
+
+    With ``providers`` (orchestrator.yaml's), the provider must be defined there and the
+    model allowed by it and by the group's limits."""
     reader = MappingReader(doc, doc.data)
     reader.reject_unknown(
         [
@@ -211,6 +249,7 @@ def group_config_from_doc(doc: YamlDocument) -> GroupConfig:
             "skills",
             "context_budget",
             "turn_timeout",
+            "limits",
         ]
     )
     turn_timeout = parse_duration(reader.raw("turn_timeout", DEFAULT_TURN_TIMEOUT_SECONDS))
@@ -229,10 +268,18 @@ def group_config_from_doc(doc: YamlDocument) -> GroupConfig:
         None,
         f"a whole number of characters, at least {MIN_CONTEXT_BUDGET_CHARS}",
     )
+    provider = reader.text("provider", DEFAULT_PROVIDER, pattern=PROVIDER_PATTERN)
+    model = reader.text("model", DEFAULT_MODEL, max_chars=200)
+    limits = _limits(reader.child("limits"))
+    if providers is not None:
+        problem = model_problem(providers, provider, model, limits.models)
+        if problem is not None:
+            raise reader.fail("model" if provider in providers else "provider", problem)
     return GroupConfig(
         name=reader.text("name", max_chars=GROUP_NAME_MAX_CHARS),
-        provider=reader.text("provider", DEFAULT_PROVIDER, pattern=PROVIDER_PATTERN),
-        model=reader.text("model", DEFAULT_MODEL, max_chars=200),
+        provider=provider,
+        model=model,
+        limits=limits,
         creators=reader.id_list("creators", max_chars=SENDER_ID_MAX_CHARS),
         members=reader.id_list("members", max_chars=SENDER_ID_MAX_CHARS),
         unknown_senders=reader.choice("unknown_senders", UNKNOWN_SENDER_POLICIES, "drop"),
@@ -245,12 +292,16 @@ def group_config_from_doc(doc: YamlDocument) -> GroupConfig:
     )
 
 
-def load_group_config(path: Path) -> GroupConfig:
-    return group_config_from_doc(load_yaml_file(path))
+def load_group_config(
+    path: Path, providers: Mapping[str, ProviderDef] | None = None
+) -> GroupConfig:
+    return group_config_from_doc(load_yaml_file(path), providers)
 
 
-def parse_group_config(text: str, path: Path) -> GroupConfig:
-    return group_config_from_doc(parse_yaml_text(text, path))
+def parse_group_config(
+    text: str, path: Path, providers: Mapping[str, ProviderDef] | None = None
+) -> GroupConfig:
+    return group_config_from_doc(parse_yaml_text(text, path), providers)
 
 
 def set_option(path: Path, key: str, value: str) -> None:

@@ -12,6 +12,7 @@ import re
 import stat
 import time
 import unicodedata
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,10 +24,12 @@ from orchestrator.errors import (
     HomeNotWritable,
     InvalidConfig,
     InvalidFolderName,
+    OrchestratorError,
 )
 from orchestrator.fsatomic import fsync_dir
 from orchestrator.group_config import GROUP_FILE, GroupConfig, load_group_config
 from orchestrator.limits import FOLDER_NAME_MAX, FOLDER_NAME_PATTERN, RESERVED_FOLDER_NAMES
+from orchestrator.relay.definitions import ProviderDef
 
 REMOVED_DIR = ".removed"
 _FOLDER_RE = re.compile(FOLDER_NAME_PATTERN)
@@ -132,6 +135,23 @@ class GroupStore:
     def __init__(self, home: Home) -> None:
         self.home = home
         self.root = home.groups_dir
+        self._providers: tuple[object, Mapping[str, ProviderDef] | None] = (None, None)
+
+    def providers(self) -> Mapping[str, ProviderDef] | None:
+        """The providers of orchestrator.yaml that groups may use, read again when the
+        file changes; None when it is invalid (that error is reported on its own)."""
+        try:
+            st = os.stat(self.home.config_file)
+            stamp: object = (st.st_mtime_ns, st.st_size, st.st_ino)
+        except OSError:
+            stamp = "absent"
+        if self._providers[0] != stamp:
+            try:
+                providers: Mapping[str, ProviderDef] | None = self.home.load_config().providers
+            except OrchestratorError:
+                providers = None
+            self._providers = (stamp, providers)
+        return self._providers[1]
 
     def path_of(self, folder: str) -> Path:
         return self.root / validate_folder_name(folder)
@@ -154,7 +174,7 @@ class GroupStore:
                 f"no group with folder {folder!r} in {self.root}",
                 hint="list groups with: orchestrator group list",
             )
-        return Group(folder, path, load_group_config(config_file))
+        return Group(folder, path, load_group_config(config_file, self.providers()))
 
     def listing(self) -> list[GroupListing]:
         """Every folder under groups/, valid or not, sorted; hidden folders are skipped."""
@@ -210,7 +230,7 @@ class GroupStore:
             "group.yaml.j2", config=config, dumps=lambda v: json.dumps(v, ensure_ascii=False)
         )
         # Validate what we are about to write, so a bad flag never leaves a bad file.
-        parse_group_config(text, self.root / folder / GROUP_FILE)
+        parse_group_config(text, self.root / folder / GROUP_FILE, self.providers())
         data = text.encode("utf-8")
         self.home.ensure_writable()
         path = self.root / folder

@@ -114,3 +114,26 @@ DEFAULT_HTTP_LISTEN = "127.0.0.1:8787"
 # counted and reported once the window ends.
 LOG_KIND_BURST = 20
 LOG_KIND_WINDOW_SECONDS = 60.0
+
+# Model budgets of a group (group.yaml `limits`), enforced by the relay on the host.
+DEFAULT_REQUESTS_PER_MINUTE = 30
+DEFAULT_TOKENS_PER_TURN = 400_000
+DEFAULT_TOKENS_PER_DAY = 4_000_000
+# A provider's transient failures (429, 5xx, a connection or a stream cut) are retried
+# this many times within the turn's deadline: Retry-After when the server gives one,
+# else exponential from 0.5 s, at most RELAY_RETRY_MAX_WAIT_SECONDS a wait.
+RELAY_PROVIDER_ATTEMPTS = 4
+RELAY_RETRY_MAX_WAIT_SECONDS = 20.0
+# Requests from the runner to the host during a turn (the relay).
+RELAY_OPS_PER_TURN = 200  # requests one turn may make; past it the turn fails
+RELAY_SMALL_REQUEST_BYTES = 16 * 1024  # ops that carry no model context
+RELAY_REPLY_REQUEST_BYTES = 4 * MESSAGE_MAX_CHARS + 16 * 1024  # a reply, in any script
+# A model request carries a whole context: up to four UTF-8 bytes per character of the
+# context budget, plus the tool results one turn can add before it is compacted.
+RELAY_MODEL_REQUEST_SLACK_BYTES = 256 * 1024
+
+
+def model_request_cap(context_budget: int) -> int:
+    """Largest model.complete request accepted for a group with this context budget."""
+    tools = MAX_TOOL_STEPS_PER_TURN * TOOL_READ_MAX_CHARS
+    return 4 * (context_budget + tools) + RELAY_MODEL_REQUEST_SLACK_BYTES

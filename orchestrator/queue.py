@@ -227,6 +227,20 @@ class MessageQueue:
                     self._db.execute("ROLLBACK")
                 raise
 
+    def read(self, sql: str, args: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+        """Rows of one query; for stores that share this database (usage, tasks)."""
+        with self._lock:
+            return list(self._db.execute(sql, args).fetchall())
+
+    def ensure_schema(self, sql: str) -> None:
+        """Create the tables of a store that shares this database, when missing."""
+        with self._lock:
+            self._db.executescript(sql)
+
+    def write(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """``work`` in one write transaction, as the queue's own writes are."""
+        return self._write(work)
+
     def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``work`` in a write transaction. When the disk is full, the reserve file
         is released once and the transaction tried again: the queue must still commit."""
@@ -393,6 +407,20 @@ class MessageQueue:
                     "UPDATE messages SET state=?, attempts=0, not_before=0, updated=? "
                     "WHERE id=? AND state=?",
                     (QUEUED, time.time(), message_id, DEAD),
+                ).rowcount
+                == 1
+            )
+        )
+
+    def add_reply(self, message_id: str, seq: int, text: str) -> bool:
+        """Store one reply as it is made (before its turn ends); False when that
+        (message, seq) was stored already."""
+        return self._write(
+            lambda db: (
+                db.execute(
+                    "INSERT OR IGNORE INTO replies (message_id, seq, text, created)"
+                    " VALUES (?,?,?,?)",
+                    (message_id, seq, text, time.time()),
                 ).rowcount
                 == 1
             )

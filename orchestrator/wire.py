@@ -38,10 +38,15 @@ def _budget(sock: socket.socket, deadline: float | None) -> None:
     sock.settimeout(remaining)
 
 
-def send_frame(sock: socket.socket, message: dict[str, Any], deadline: float | None = None) -> None:
+def send_frame(
+    sock: socket.socket,
+    message: dict[str, Any],
+    deadline: float | None = None,
+    limit: int = MAX_FRAME_BYTES,
+) -> None:
     data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    if len(data) > MAX_FRAME_BYTES:
-        raise ProtocolError(f"frame of {len(data)} bytes exceeds {MAX_FRAME_BYTES}")
+    if len(data) > limit:
+        raise ProtocolError(f"frame of {len(data)} bytes exceeds {limit}")
     _budget(sock, deadline)
     sock.sendall(_HEADER.pack(len(data)) + data)
 
@@ -77,19 +82,30 @@ def decode(body: bytes) -> dict[str, Any]:
 def recv_frame(
     sock: socket.socket, deadline: float | None = None, limit: int = MAX_FRAME_BYTES
 ) -> dict[str, Any] | None:
-    """The next frame, or None when the peer closed the connection cleanly.
+    """The next frame, or None when the peer closed the connection cleanly; see
+    recv_sized."""
+    received = recv_sized(sock, deadline, limit)
+    return None if received is None else received[0]
+
+
+def recv_sized(
+    sock: socket.socket, deadline: float | None = None, limit: int = MAX_FRAME_BYTES
+) -> tuple[dict[str, Any], int] | None:
+    """The next frame and its size in bytes, or None when the peer closed cleanly.
 
     With ``deadline`` (a time.monotonic() value) the whole frame must arrive before it
     (TimeoutError), however the peer spaces its bytes; without, the socket's timeout
-    applies to each read. ``limit`` caps the frame's size (at most MAX_FRAME_BYTES).
+    applies to each read. ``limit`` caps the frame's size (a model request during a
+    turn may be larger than MAX_FRAME_BYTES; everything else is not).
     """
     header = _read_exact(sock, _HEADER.size, deadline)
     if header is None:
         return None
     (size,) = _HEADER.unpack(header)
-    if size > min(limit, MAX_FRAME_BYTES):
-        raise ProtocolError(f"frame of {size} bytes exceeds {min(limit, MAX_FRAME_BYTES)}")
-    return decode(_read_exact(sock, size, deadline) or b"")
+    if size > limit:
+        raise ProtocolError(f"frame of {size} bytes exceeds {limit}")
+    body = _read_exact(sock, size, deadline) or b""
+    return decode(body), size
 
 
 def connect_no_follow(sock: socket.socket, path: Path) -> None:

@@ -17,13 +17,24 @@ from datetime import UTC, datetime
 from typing import Any
 
 from orchestrator.agent.hooks import CommandHook, load_hooks, run_session_start
+from orchestrator.agent.hostlink import HostLink
 from orchestrator.agent.providers import Provider, get_provider
-from orchestrator.agent.providers.base import FLUSH, SUMMARY, TURN, CompletionRequest
+from orchestrator.agent.providers.base import (
+    FLUSH,
+    SUMMARY,
+    TURN,
+    BudgetExhausted,
+    CompletionRequest,
+)
 from orchestrator.agent.session import Context, Session, session_key
 from orchestrator.agent.settings import AgentSettings
 from orchestrator.agent.tools import FLUSH as FLUSH_MODE
 from orchestrator.agent.tools import FileLocks, Toolbox, ToolError
-from orchestrator.limits import COMPACTION_KEEP_MESSAGES, MAX_TOOL_STEPS_PER_TURN
+from orchestrator.limits import (
+    COMPACTION_KEEP_MESSAGES,
+    MAX_TOOL_STEPS_PER_TURN,
+    MESSAGE_MAX_CHARS,
+)
 
 log = logging.getLogger(__name__)
 CLEAR_COMMAND = "/clear"
@@ -76,9 +87,11 @@ class Runner:
         with self._locks_guard:
             return self._locks.setdefault(key, threading.Lock())
 
-    def handle(self, turn: Turn) -> TurnResult:
+    def handle(self, turn: Turn, host: HostLink | None = None) -> TurnResult:
         """Run one turn. A turn id already completed returns its recorded replies: the
-        host delivers at least once, and a retried turn must not run twice."""
+        host delivers at least once, and a retried turn must not run twice. ``host`` is
+        the turn's link to the host (model calls of relayed providers, replies as they
+        are made); None when a turn runs without a daemon."""
         key = session_key(self.settings.session_mode, turn.chat, turn.thread)
         with self.lock_for(key):
             session = self._sessions.get(key)
@@ -87,11 +100,18 @@ class Runner:
             context = session.current_context()
             if turn.turn_id in session.completed:
                 return TurnResult(key, session.completed[turn.turn_id], duplicate=True)
-            result = self._handle(session, context, turn)
+            try:
+                result = self._handle(session, context, turn, host)
+            except BudgetExhausted as exc:
+                # One plain sentence, and the turn is done: retrying cannot help.
+                log.warning("turn %s: %s", turn.turn_id, exc)
+                result = TurnResult(key, [str(exc)])
             session.append({"t": "done", "turn_id": turn.turn_id, "replies": result.replies})
             return result
 
-    def _handle(self, session: Session, context: Context | None, turn: Turn) -> TurnResult:
+    def _handle(
+        self, session: Session, context: Context | None, turn: Turn, host: HostLink | None
+    ) -> TurnResult:
         result = TurnResult(session.key)
         if turn.text.strip() == CLEAR_COMMAND:
             self.new_context(session, "clear", context)
@@ -102,10 +122,12 @@ class Runner:
             self.settings.provider,
             self.settings.model,
         ):
+            if context is not None:  # a provider or model switch: archive the old talk
+                session.rotate()
             context = self.new_context(session, "startup", context)
             result.fresh_context = "startup"
         elif context.size_chars() > self.settings.context_budget_chars:
-            context = self.compact(session, context)
+            context = self.compact(session, context, host)
             result.fresh_context, result.compacted = "compact", True
         self._record(
             session,
@@ -113,7 +135,7 @@ class Runner:
             turn.turn_id,
             {"role": "user", "content": turn.text, "sender": turn.sender, "trust": turn.trust},
         )
-        result.replies = self._agent_loop(session, context, turn.turn_id)
+        result.replies = self._agent_loop(session, context, turn.turn_id, host)
         return result
 
     # contexts
@@ -159,8 +181,8 @@ class Runner:
         assert session.context is not None
         return session.context
 
-    def compact(self, session: Session, context: Context) -> Context:
-        appended = self._flush(context)
+    def compact(self, session: Session, context: Context, host: HostLink | None = None) -> Context:
+        appended = self._flush(context, host)
         session.append({"t": "flush", "appended_chars": appended})
         messages = context.messages
         start = max(0, len(messages) - COMPACTION_KEEP_MESSAGES)
@@ -169,7 +191,8 @@ class Runner:
         older, kept = messages[:start], messages[start:]
         summary = (
             self.provider.complete(
-                CompletionRequest(system=context.system, messages=older, purpose=SUMMARY)
+                CompletionRequest(system=context.system, messages=older, purpose=SUMMARY),
+                host,
             ).text
             or ""
         )
@@ -179,7 +202,7 @@ class Runner:
             self._record(session, fresh, None, message)
         return fresh
 
-    def _flush(self, context: Context) -> int:
+    def _flush(self, context: Context, host: HostLink | None) -> int:
         """A private flush turn: its messages never join the session."""
         toolbox = Toolbox(self.settings.agent_dir, FLUSH_MODE, locks=self.file_locks)
         messages = [*context.messages, {"role": "user", "content": FLUSH_PROMPT}]
@@ -187,7 +210,8 @@ class Runner:
             completion = self.provider.complete(
                 CompletionRequest(
                     system=context.system, messages=messages, tools=toolbox.specs, purpose=FLUSH
-                )
+                ),
+                host,
             )
             if not completion.tool_calls:
                 break
@@ -218,8 +242,10 @@ class Runner:
             )
         return out
 
-    def _agent_loop(self, session: Session, context: Context, turn_id: str) -> list[str]:
-        toolbox = Toolbox(self.settings.agent_dir, locks=self.file_locks)
+    def _agent_loop(
+        self, session: Session, context: Context, turn_id: str, host: HostLink | None
+    ) -> list[str]:
+        toolbox = Toolbox(self.settings.agent_dir, locks=self.file_locks, host=host)
         final: str | None = None
         for _ in range(MAX_TOOL_STEPS_PER_TURN):
             completion = self.provider.complete(
@@ -228,7 +254,8 @@ class Runner:
                     messages=context.messages,
                     tools=toolbox.specs,
                     purpose=TURN,
-                )
+                ),
+                host,
             )
             self._record(
                 session, context, turn_id, _assistant(completion.text, completion.tool_calls)
@@ -242,7 +269,7 @@ class Runner:
             final = f"(stopped after {MAX_TOOL_STEPS_PER_TURN} tool steps in one turn)"
         replies = list(toolbox.outbox)
         if final and final.strip() and final.strip() != NO_REPLY:
-            replies.append(final.strip())
+            replies.append(final.strip()[:MESSAGE_MAX_CHARS])
         return replies
 
 

@@ -17,9 +17,10 @@ import threading
 from typing import Any
 
 from orchestrator import __version__
+from orchestrator.agent.hostlink import HostLink
 from orchestrator.agent.runner import Runner, Turn
 from orchestrator.agent.settings import AgentSettings
-from orchestrator.limits import MESSAGE_MAX_CHARS
+from orchestrator.limits import MESSAGE_MAX_CHARS, model_request_cap
 from orchestrator.wire import ProtocolError, recv_frame, send_frame
 
 log = logging.getLogger(__name__)
@@ -98,13 +99,16 @@ class RunnerServer:
                     return
                 if request is None:
                     return
+                link = HostLink(conn, model_request_cap(self.settings.context_budget_chars))
                 try:
-                    send_frame(conn, self.answer(request))
+                    send_frame(conn, self.answer(request, link))
                 except (ProtocolError, OSError) as exc:
                     log.warning("could not answer: %s", exc)
                     return
 
-    def answer(self, request: dict[str, Any]) -> dict[str, Any]:
+    def answer(self, request: dict[str, Any], host: HostLink | None = None) -> dict[str, Any]:
+        """The answer to one frame; ``host`` is the connection's link to the host, which
+        a turn uses for its requests."""
         op = request.get("op")
         if op == "ping":
             return {"ok": True, "runner": __version__, "provider": self.settings.provider}
@@ -114,7 +118,7 @@ class RunnerServer:
             except BadRequest as exc:
                 return {"ok": False, "error": str(exc)}
             try:
-                result = self.runner.handle(turn)
+                result = self.runner.handle(turn, host)
             except Exception as exc:  # a failed turn must not take the runner down
                 log.exception("turn %s failed", turn.turn_id)
                 return {"ok": False, "error": f"turn failed: {type(exc).__name__}: {exc}"}

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from orchestrator.agent.hostlink import REPLY, HostLink, HostRequestFailed
 from orchestrator.fsatomic import write_atomic
 from orchestrator.limits import (
     FLUSH_MAX_CHARS,
@@ -126,6 +127,7 @@ class Toolbox:
     outbox: list[str] = field(default_factory=list)
     flushed_chars: int = 0
     locks: FileLocks = field(default_factory=FileLocks)
+    host: HostLink | None = None  # replies go to the host as they are made
 
     @property
     def specs(self) -> tuple[ToolSpec, ...]:
@@ -279,7 +281,13 @@ class Toolbox:
     def _send_message(self, text: str) -> str:
         if not isinstance(text, str) or not text.strip():
             raise ToolError("text must be a non-empty string")
-        self.outbox.append(text[:MESSAGE_MAX_CHARS])
+        text = text[:MESSAGE_MAX_CHARS]
+        if self.host is not None:
+            try:
+                self.host.request(REPLY, seq=len(self.outbox), text=text)
+            except HostRequestFailed as exc:
+                raise ToolError(f"the message was not sent: {exc}") from None
+        self.outbox.append(text)
         return "SENT"
 
     def daily_note(self) -> Path:

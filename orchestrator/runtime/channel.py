@@ -24,7 +24,7 @@ PING_TIMEOUT_SECONDS = 2.0
 # A frame from the runner that carries "req" is a request during the turn; the answer
 # goes back on the same connection. Anything else is the turn's result.
 REQUEST_KEY = "req"
-RequestHandler = Callable[[dict[str, Any]], dict[str, Any]]
+RequestHandler = Callable[[dict[str, Any], int], dict[str, Any]]  # (frame, its bytes)
 
 
 class RunnerUnavailable(OrchestratorError):
@@ -86,10 +86,11 @@ class RunnerClient:
     ) -> dict[str, Any]:
         """Deliver ``turn`` and return its result frame, within ``timeout`` seconds.
 
-        Frames carrying ``req`` before the result are requests: ``handle`` answers each
-        (a runner that sends one without a handler fails the turn). ``request_limit``
-        gives the largest frame accepted next. RunnerUnavailable when nothing listens;
-        TurnFailed for everything after the connection was made.
+        Frames carrying ``req`` before the result are requests: ``handle(frame, size)``
+        answers each (a runner that sends one without a handler fails the turn; a
+        handler refuses a frame by raising wire.ProtocolError, which fails the turn).
+        ``request_limit`` gives the largest frame accepted next. RunnerUnavailable when
+        nothing listens; TurnFailed for everything after the connection was made.
         """
         deadline = time.monotonic() + timeout
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -104,14 +105,15 @@ class RunnerClient:
             try:
                 wire.send_frame(sock, {"op": "turn", "turn": turn}, deadline)
                 while True:
-                    frame = wire.recv_frame(sock, deadline, request_limit())
-                    if frame is None:
+                    received = wire.recv_sized(sock, deadline, request_limit())
+                    if received is None:
                         raise wire.ProtocolError("the runner closed the turn without answering")
+                    frame, size = received
                     if REQUEST_KEY not in frame:
                         return frame
                     if handle is None:
                         raise wire.ProtocolError("the runner sent a request nobody handles")
-                    wire.send_frame(sock, handle(frame), deadline)
+                    wire.send_frame(sock, handle(frame, size), deadline)
             except TimeoutError:
                 raise TurnFailed(f"the turn did not finish within {timeout:g}s") from None
             except (OSError, wire.ProtocolError) as exc:

@@ -1,7 +1,8 @@
-"""Model providers: one small interface, found by name in a registry.
+"""Model providers inside the container: one small interface.
 
-Real providers (which reach their API through the host relay, so keys never enter a
-container) register here too; ``offline`` is the embedded default.
+``offline`` is the embedded default and runs here. Every other provider name is one the
+operator defined in orchestrator.yaml: its model runs on the host, reached through the
+relay (``relay``), so API keys and the network never enter a container.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import importlib
 
 from orchestrator.agent.providers.base import (
+    BudgetExhausted,
     Completion,
     CompletionRequest,
     Provider,
@@ -16,24 +18,25 @@ from orchestrator.agent.providers.base import (
     ToolCall,
 )
 
-# provider name -> "module:class"
-REGISTRY: dict[str, str] = {
-    "offline": "orchestrator.agent.providers.offline:OfflineProvider",
+OFFLINE = "offline"
+# provider name -> "module:class" of providers that run in the container
+LOCAL: dict[str, str] = {
+    OFFLINE: "orchestrator.agent.providers.offline:OfflineProvider",
 }
+RELAY = "orchestrator.agent.providers.relay:RelayProvider"
 
 
 def get_provider(name: str, model: str) -> Provider:
-    """An instance of the provider called ``name``; ProviderError when unknown."""
-    target = REGISTRY.get(name)
-    if target is None:
-        raise ProviderError(f"unknown provider {name!r}; available: {', '.join(sorted(REGISTRY))}")
-    module, _, attr = target.partition(":")
+    """The provider for ``name``: a local one, else the relay to the host (which knows
+    the operator's providers and refuses unknown names)."""
+    module, _, attr = LOCAL.get(name, RELAY).partition(":")
     cls = getattr(importlib.import_module(module), attr)
     provider: Provider = cls(model)
     return provider
 
 
 __all__ = [
+    "BudgetExhausted",
     "Completion",
     "CompletionRequest",
     "Provider",

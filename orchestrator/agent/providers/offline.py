@@ -108,7 +108,7 @@ def _keywords(topic: str) -> list[str]:
 class OfflineProvider(Provider):
     name = "offline"
 
-    def complete(self, request: CompletionRequest) -> Completion:
+    def complete(self, request: CompletionRequest, host: object = None) -> Completion:
         if request.purpose == SUMMARY:
             return Completion(self._summary(request.messages))
         last_user = max(

@@ -1,0 +1,199 @@
+"""The Anthropic Messages API, through the official SDK, streamed.
+
+Tool calls map both ways: the runner's assistant tool calls become ``tool_use`` blocks,
+its tool results ``tool_result`` blocks in a user message; streamed ``input_json_delta``
+fragments are joined into each call's arguments.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from orchestrator.relay.providers.base import (
+    HostProvider,
+    ModelAnswer,
+    ModelCall,
+    ProviderFailure,
+    status_failure,
+)
+
+
+def to_anthropic(call: ModelCall) -> dict[str, Any]:
+    """The request body (less model, max_tokens and stream) for a runner request."""
+    messages: list[dict[str, Any]] = []
+
+    def add(role: str, blocks: list[dict[str, Any]]) -> None:
+        if messages and messages[-1]["role"] == role:  # roles must alternate
+            messages[-1]["content"].extend(blocks)
+        else:
+            messages.append({"role": role, "content": blocks})
+
+    for message in call.messages:
+        role = message.get("role")
+        content = message.get("content")
+        if role == "user":
+            add("user", [{"type": "text", "text": str(content or "")}])
+        elif role == "assistant":
+            blocks: list[dict[str, Any]] = []
+            if content:
+                blocks.append({"type": "text", "text": str(content)})
+            for tool_call in message.get("tool_calls") or []:
+                blocks.append(
+                    {
+                        "type": "tool_use",
+                        "id": tool_call["id"],
+                        "name": tool_call["name"],
+                        "input": tool_call.get("arguments") or {},
+                    }
+                )
+            add("assistant", blocks or [{"type": "text", "text": "(no reply)"}])
+        elif role == "tool":
+            add(
+                "user",
+                [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": message.get("tool_call_id"),
+                        "content": str(content or ""),
+                    }
+                ],
+            )
+    if messages and messages[0]["role"] != "user":
+        messages.insert(0, {"role": "user", "content": [{"type": "text", "text": "(start)"}]})
+    body: dict[str, Any] = {"system": call.system, "messages": messages}
+    if call.tools:
+        body["tools"] = [
+            {"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}
+            for t in call.tools
+        ]
+    return body
+
+
+def read_message(message: dict[str, Any]) -> ModelAnswer:
+    """An answer from a whole (not streamed) Messages API response."""
+    events: list[dict[str, Any]] = [{"type": "message_start", "message": message}]
+    for index, block in enumerate(message.get("content") or []):
+        start = dict(block)
+        if start.get("type") == "tool_use":
+            start["json"] = json.dumps(start.get("input") or {})
+        events.append({"type": "content_block_start", "index": index, "content_block": start})
+    events.append({"type": "message_delta", "delta": {"stop_reason": message.get("stop_reason")}})
+    events.append({"type": "message_stop"})
+    return read_stream(events)
+
+
+def read_stream(events: Iterable[dict[str, Any]]) -> ModelAnswer:
+    """Assemble a streamed answer from its events (as plain dicts)."""
+    texts: list[str] = []
+    blocks: dict[int, dict[str, Any]] = {}
+    input_tokens = output_tokens = 0
+    stop_reason = None
+    finished = False
+    seen = 0
+    for event in events:
+        seen += 1
+        kind = event.get("type")
+        if kind == "message_start":
+            usage = (event.get("message") or {}).get("usage") or {}
+            input_tokens = int(usage.get("input_tokens") or 0)
+            output_tokens = int(usage.get("output_tokens") or 0)
+        elif kind == "content_block_start":
+            block = dict(event.get("content_block") or {})
+            block.setdefault("json", "")
+            blocks[int(event.get("index", len(blocks)))] = block
+        elif kind == "content_block_delta":
+            delta = event.get("delta") or {}
+            block = blocks.setdefault(int(event.get("index", 0)), {"type": "text", "json": ""})
+            if delta.get("type") == "text_delta":
+                block["text"] = block.get("text", "") + str(delta.get("text", ""))
+            elif delta.get("type") == "input_json_delta":
+                block["json"] += str(delta.get("partial_json", ""))
+        elif kind == "message_delta":
+            output_tokens = int((event.get("usage") or {}).get("output_tokens") or output_tokens)
+            stop_reason = (event.get("delta") or {}).get("stop_reason") or stop_reason
+        elif kind == "message_stop":
+            finished = True
+        elif kind == "error":
+            error = event.get("error") or {}
+            raise ProviderFailure(
+                f"the stream reported an error: {error.get('message', error)}", retryable=True
+            )
+    if not seen:
+        raise ProviderFailure("the answer was malformed: no events in the stream", retryable=True)
+    if not finished:
+        raise ProviderFailure("the stream ended before the message did", retryable=True)
+    calls = []
+    for index in sorted(blocks):
+        block = blocks[index]
+        if block.get("type") == "text":
+            texts.append(str(block.get("text", "")))
+        elif block.get("type") == "tool_use":
+            raw = block["json"]
+            try:
+                arguments = json.loads(raw) if raw.strip() else dict(block.get("input") or {})
+            except ValueError:
+                arguments = {"_unparsed_arguments": raw}
+            if not isinstance(arguments, dict):
+                arguments = {"_unparsed_arguments": raw}
+            calls.append(
+                {"id": str(block.get("id")), "name": str(block.get("name")), "arguments": arguments}
+            )
+    text = "".join(texts)
+    return ModelAnswer(text or None, calls, input_tokens, output_tokens, stop_reason)
+
+
+class AnthropicProvider(HostProvider):
+    def __init__(self, definition: Any, key: str | None) -> None:
+        super().__init__(definition, key)
+        import anthropic
+
+        self.sdk = anthropic
+        self.client = anthropic.Anthropic(
+            api_key=key or "none", base_url=definition.url, max_retries=0
+        )
+
+    def complete(self, call: ModelCall, *, model: str, timeout: float) -> ModelAnswer:
+        sdk = self.sdk
+        body = to_anthropic(call)
+        client = self.client.with_options(timeout=timeout)
+        try:
+            if not self.definition.stream:
+                whole = client.messages.create(
+                    model=model, max_tokens=self.definition.max_tokens, **body
+                )
+                return read_message(whole.model_dump())
+            stream = client.messages.create(
+                model=model, max_tokens=self.definition.max_tokens, stream=True, **body
+            )
+            with stream:
+                return read_stream(event.model_dump() for event in stream)
+        except ProviderFailure as failure:
+            failure.message = self.scrub(failure.message)
+            raise
+        except sdk.APIStatusError as exc:
+            raise status_failure(
+                self, exc.status_code, exc.response.headers, _detail(exc)
+            ) from None
+        except (sdk.APITimeoutError, sdk.APIConnectionError) as exc:
+            raise ProviderFailure(
+                self.scrub(f"provider {self.definition.name!r} unreachable: {exc}"), retryable=True
+            ) from None
+        except Exception as exc:  # a malformed answer: the SDK's parsing gave up
+            raise ProviderFailure(
+                self.scrub(
+                    f"provider {self.definition.name!r} sent a malformed answer: "
+                    f"{type(exc).__name__}: {exc}"[:500]
+                ),
+                retryable=True,
+            ) from None
+
+
+def _detail(exc: Any) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])
+    return str(getattr(exc, "message", exc))

@@ -1,0 +1,103 @@
+"""Answering one turn's requests on the host.
+
+The daemon makes a TurnRelay for each delivery. Every request is attributed to the
+message being delivered: sender, trust, group and the group's provider and model come
+from the host's records, never from the frame. Each request is counted (at most
+RELAY_OPS_PER_TURN a turn) and size-capped by its op; an unknown op, a malformed frame, a
+flood or an oversized request raises RelayViolation, which fails that turn only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator import wire
+from orchestrator.config import OrchestratorConfig
+from orchestrator.groups import Group
+from orchestrator.limits import RELAY_OPS_PER_TURN
+from orchestrator.queue import Message, MessageQueue
+from orchestrator.relay.definitions import resolve_key
+from orchestrator.relay.ops import OPS, load_op
+from orchestrator.relay.providers import adapter_for
+from orchestrator.relay.providers.base import HostProvider
+from orchestrator.relay.usage import UsageStore
+
+log = logging.getLogger("orchestrator.relay")
+
+
+class RelayViolation(wire.ProtocolError):
+    """A request that breaks the relay's rules; it fails the turn."""
+
+
+@dataclass
+class RelayContext:
+    """What every turn's relay shares: configuration, stores, and provider clients."""
+
+    config: OrchestratorConfig
+    queue: MessageQueue
+    usage: UsageStore
+    notify: Callable[[str], None] = lambda message_id: None  # a message's replies changed
+    clock: Callable[[], float] = time.time
+    _adapters: dict[str, tuple[str, HostProvider]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def adapter(self, name: str) -> HostProvider:
+        """The client of provider ``name``, made again when its definition or key
+        changes; MissingCredential when its key cannot be found."""
+        definition = self.config.providers[name]
+        key = resolve_key(definition, self.config.secrets_file)
+        stamp = hashlib.sha256(repr((definition, key)).encode()).hexdigest()
+        with self._lock:
+            known = self._adapters.get(name)
+            if known is None or known[0] != stamp:
+                if known is not None:
+                    known[1].close()
+                known = (stamp, adapter_for(definition, key))
+                self._adapters[name] = known
+            return known[1]
+
+    def close(self) -> None:
+        with self._lock:
+            for _, adapter in self._adapters.values():
+                adapter.close()
+            self._adapters.clear()
+
+
+class TurnRelay:
+    """Answers the requests of one turn (one delivery of ``message``)."""
+
+    def __init__(
+        self, context: RelayContext, message: Message, group: Group, deadline: float
+    ) -> None:
+        self.context = context
+        self.message = message
+        self.group = group
+        self.deadline = deadline  # time.monotonic() by which the whole turn ends
+        self.ops = 0
+
+    def frame_limit(self) -> int:
+        """The largest request any op accepts (each is checked against its own cap)."""
+        return max(int(load_op(name).cap(self)) for name in OPS)
+
+    def handle(self, frame: dict[str, Any], size: int) -> dict[str, Any]:
+        self.ops += 1
+        if self.ops > RELAY_OPS_PER_TURN:
+            raise RelayViolation(f"more than {RELAY_OPS_PER_TURN} requests in one turn")
+        name = frame.get("op")
+        number = frame.get("req")
+        if not isinstance(number, int) or isinstance(number, bool):
+            raise RelayViolation("a request needs a whole-number req")
+        if not isinstance(name, str) or name not in OPS:
+            raise RelayViolation(f"unknown request op {name!r}; known: {', '.join(sorted(OPS))}")
+        op = load_op(name)
+        cap = op.cap(self)
+        if size > cap:
+            raise RelayViolation(f"{name} request of {size} bytes exceeds its {cap}-byte limit")
+        answer = op.handle(self, frame)
+        return {**answer, "req": number}

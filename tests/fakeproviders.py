@@ -1,0 +1,360 @@
+"""Fake model provider servers on loopback for the relay's tests.
+
+Each checks the exact request the real API expects (path, auth headers, model, messages,
+tool schema, stream flag) and answers in the real response shapes, streamed (server-sent
+events) or not, from a script: text, tool calls (arguments split across chunks), HTTP
+errors (429 with Retry-After, 5xx), malformed bodies, and streams cut midway. A request
+that does not look like the real API gets a 400 naming the problem, so the adapter's
+error shows what was wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import re
+import socket
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+
+@dataclass
+class Text:
+    text: str
+    input_tokens: int = 11
+    output_tokens: int = 7
+
+
+@dataclass
+class ToolUse:
+    name: str
+    arguments: dict[str, Any]
+    text: str | None = None  # text before the call
+    call_id: str = "call_1"
+    pieces: int = 3  # the arguments' JSON arrives in this many chunks
+
+
+@dataclass
+class Error:
+    status: int
+    message: str = "something went wrong"
+    retry_after: str | None = None
+
+
+@dataclass
+class Malformed:
+    """A 200 answer whose body is not what the API sends."""
+
+
+@dataclass
+class Cut:
+    """A stream that ends midway, without its closing event."""
+
+    text: str = "partial answ"
+
+
+Step = Text | ToolUse | Error | Malformed | Cut
+
+
+@dataclass
+class Seen:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+@dataclass
+class FakeProvider:
+    kind: str  # "anthropic" | "openai"
+    key: str | None = None
+    script: deque[Step] = field(default_factory=deque)
+    seen: list[Seen] = field(default_factory=list)
+    default: Step = field(default_factory=lambda: Text("ok"))
+
+    def __post_init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.runner = web.AppRunner(self.app())
+        self.loop.run_until_complete(self.runner.setup())
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        self.loop.run_until_complete(web.SockSite(self.runner, sock).start())
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def base_url(self) -> str:
+        root = f"http://127.0.0.1:{self.port}"
+        return root if self.kind == "anthropic" else root + "/v1"
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024**2)  # real APIs take large contexts
+        app.router.add_post("/v1/messages", self.anthropic)
+        app.router.add_post("/v1/chat/completions", self.openai)
+        return app
+
+    # checking requests
+
+    async def _take(self, request: web.Request) -> tuple[dict[str, Any], Step] | web.Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            return _problem("the body is not JSON")
+        self.seen.append(Seen(request.path, dict(request.headers), body))
+        problem = self._check(request, body)
+        if problem:
+            return _problem(problem)
+        return body, (self.script.popleft() if self.script else self.default)
+
+    def _check(self, request: web.Request, body: dict[str, Any]) -> str | None:
+        if self.kind == "anthropic":
+            if request.path != "/v1/messages":
+                return f"wrong path {request.path}"
+            given = request.headers.get("x-api-key") or request.headers.get(
+                "Authorization", ""
+            ).removeprefix("Bearer ")
+            if self.key and given != self.key:
+                return "missing or wrong key (x-api-key or Authorization: Bearer)"
+            if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", request.headers.get("anthropic-version", "")):
+                return "missing anthropic-version"
+            if not isinstance(body.get("max_tokens"), int):
+                return "max_tokens is required"
+            for message in body.get("messages", []):
+                if message.get("role") not in ("user", "assistant"):
+                    return f"bad role {message.get('role')}"
+            roles = [m["role"] for m in body.get("messages", [])]
+            if any(a == b for a, b in itertools.pairwise(roles)):
+                return "roles must alternate"
+            for tool in body.get("tools", []):
+                if set(tool) != {"name", "description", "input_schema"}:
+                    return f"bad tool {tool}"
+        else:
+            if request.path != "/v1/chat/completions":
+                return f"wrong path {request.path}"
+            expected = f"Bearer {self.key}" if self.key else None
+            if expected and request.headers.get("Authorization") != expected:
+                return "missing or wrong bearer token"
+            if body.get("messages", [{}])[0].get("role") != "system":
+                return "the first message must be the system prompt"
+            for tool in body.get("tools", []):
+                if tool.get("type") != "function" or set(tool["function"]) != {
+                    "name",
+                    "description",
+                    "parameters",
+                }:
+                    return f"bad tool {tool}"
+            if body.get("stream") and not body.get("stream_options", {}).get("include_usage"):
+                return "stream_options.include_usage is missing"
+        if not isinstance(body.get("model"), str) or not isinstance(body.get("messages"), list):
+            return "model and messages are required"
+        return None
+
+    # answering
+
+    async def anthropic(self, request: web.Request) -> web.StreamResponse:
+        taken = await self._take(request)
+        if isinstance(taken, web.Response):
+            return taken
+        body, step = taken
+        if isinstance(step, Error):
+            return _error(step, {"type": "error", "error": {"type": "x", "message": step.message}})
+        if isinstance(step, Malformed):
+            return web.Response(text="<html>bad gateway</html>", content_type="application/json")
+        blocks: list[dict[str, Any]] = []
+        text = step.text
+        if text:
+            blocks.append({"type": "text", "text": text})
+        if isinstance(step, ToolUse):
+            blocks.append(
+                {"type": "tool_use", "id": step.call_id, "name": step.name, "input": step.arguments}
+            )
+        usage_in = step.input_tokens if isinstance(step, Text) else 13
+        usage_out = step.output_tokens if isinstance(step, Text) else 9
+        stop = "tool_use" if isinstance(step, ToolUse) else "end_turn"
+        if not body.get("stream"):
+            return web.json_response(
+                {
+                    "id": "msg_1",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": body["model"],
+                    "content": blocks,
+                    "stop_reason": stop,
+                    "stop_sequence": None,
+                    "usage": {"input_tokens": usage_in, "output_tokens": usage_out},
+                }
+            )
+        events: list[tuple[str, dict[str, Any]]] = [
+            (
+                "message_start",
+                {
+                    "type": "message_start",
+                    "message": {
+                        "id": "msg_1",
+                        "type": "message",
+                        "role": "assistant",
+                        "model": body["model"],
+                        "content": [],
+                        "stop_reason": None,
+                        "stop_sequence": None,
+                        "usage": {"input_tokens": usage_in, "output_tokens": 1},
+                    },
+                },
+            )
+        ]
+        for index, block in enumerate(blocks):
+            if block["type"] == "text":
+                events.append(_event("content_block_start", index, {"type": "text", "text": ""}))
+                half = len(block["text"]) // 2
+                for piece in (block["text"][:half], block["text"][half:]):
+                    events.append(_delta(index, {"type": "text_delta", "text": piece}))
+            else:
+                start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+                events.append(_event("content_block_start", index, start))
+                for piece in _pieces(json.dumps(block["input"]), step.pieces):  # type: ignore[union-attr]
+                    events.append(
+                        _delta(index, {"type": "input_json_delta", "partial_json": piece})
+                    )
+            events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+        events.append(
+            (
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": stop, "stop_sequence": None},
+                    "usage": {"output_tokens": usage_out},
+                },
+            )
+        )
+        events.append(("message_stop", {"type": "message_stop"}))
+        if isinstance(step, Cut):
+            events = events[:3]
+        return await _sse(request, [f"event: {e}\ndata: {json.dumps(d)}\n\n" for e, d in events])
+
+    async def openai(self, request: web.Request) -> web.StreamResponse:
+        taken = await self._take(request)
+        if isinstance(taken, web.Response):
+            return taken
+        body, step = taken
+        if isinstance(step, Error):
+            return _error(step, {"error": {"message": step.message, "type": "x", "code": None}})
+        if isinstance(step, Malformed):
+            return web.Response(text="<html>bad gateway</html>", content_type="application/json")
+        usage = {
+            "prompt_tokens": step.input_tokens if isinstance(step, Text) else 13,
+            "completion_tokens": step.output_tokens if isinstance(step, Text) else 9,
+        }
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        text = step.text
+        calls = (
+            [
+                {
+                    "id": step.call_id,
+                    "type": "function",
+                    "function": {"name": step.name, "arguments": json.dumps(step.arguments)},
+                }
+            ]
+            if isinstance(step, ToolUse)
+            else None
+        )
+        finish = "tool_calls" if calls else "stop"
+        if not body.get("stream"):
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            if calls:
+                message["tool_calls"] = calls
+            return web.json_response(
+                {
+                    "id": "c1",
+                    "object": "chat.completion",
+                    "created": 1,
+                    "model": body["model"],
+                    "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                    "usage": usage,
+                }
+            )
+        chunks: list[dict[str, Any]] = []
+        if text:
+            half = len(text) // 2
+            for piece in (text[:half], text[half:]):
+                chunks.append({"role": "assistant", "content": piece})
+        if isinstance(step, ToolUse):
+            arguments = json.dumps(step.arguments)
+            chunks.append(
+                {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": step.call_id,
+                            "type": "function",
+                            "function": {"name": step.name, "arguments": ""},
+                        }
+                    ]
+                }
+            )
+            for piece in _pieces(arguments, step.pieces):
+                chunks.append({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
+        lines = [
+            _chunk(body["model"], {"index": 0, "delta": delta, "finish_reason": None})
+            for delta in chunks
+        ]
+        if isinstance(step, Cut):
+            return await _sse(request, lines[:1])
+        lines.append(_chunk(body["model"], {"index": 0, "delta": {}, "finish_reason": finish}))
+        lines.append(_chunk(body["model"], None, usage))
+        lines.append("data: [DONE]\n\n")
+        return await _sse(request, lines)
+
+
+def _problem(text: str) -> web.Response:
+    return web.json_response({"error": {"type": "invalid_request", "message": text}}, status=400)
+
+
+def _error(step: Error, body: dict[str, Any]) -> web.Response:
+    headers = {"retry-after": step.retry_after} if step.retry_after else {}
+    return web.json_response(body, status=step.status, headers=headers)
+
+
+def _event(kind: str, index: int, block: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    return kind, {"type": kind, "index": index, "content_block": block}
+
+
+def _delta(index: int, delta: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    return "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
+
+
+def _chunk(model: str, choice: dict[str, Any] | None, usage: Any = None) -> str:
+    data: dict[str, Any] = {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": model,
+        "choices": [choice] if choice else [],
+    }
+    if usage:
+        data["usage"] = usage
+    return f"data: {json.dumps(data)}\n\n"
+
+
+def _pieces(text: str, count: int) -> list[str]:
+    size = max(1, -(-len(text) // max(count, 1)))
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+async def _sse(request: web.Request, lines: list[str]) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    for line in lines:
+        await response.write(line.encode())
+    await response.write_eof()
+    return response
