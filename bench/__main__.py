@@ -7,7 +7,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from bench import hook, hostile, image, memory, messages, runtime
+from bench import hook, hostile, image, memory, messages, relay, runtime
 from bench.harness import Result, fmt, markdown, save
 
 BENCHMARKS: dict[str, Callable[[bool], Result]] = {
@@ -20,6 +20,7 @@ BENCHMARKS: dict[str, Callable[[bool], Result]] = {
     messages.WARM: messages.warm_turn,
     messages.THROUGHPUT: messages.throughput,
     hostile.NAME: hostile.run,
+    relay.NAME: relay.run,
 }
 
 

@@ -22,7 +22,7 @@ from orchestrator.limits import (
 )
 from orchestrator.relay.definitions import ProviderDef, parse_providers
 from orchestrator.validate import MappingReader
-from orchestrator.yamldoc import load_yaml_file
+from orchestrator.yamldoc import load_yaml_file, parse_yaml_text
 
 CONFIG_FILE = "orchestrator.yaml"
 PROJECT_ENV = "ORCHESTRATOR_PROJECT"
@@ -116,11 +116,18 @@ class Home:
                     hint="pass --home DIR (or set ORCHESTRATOR_HOME) to a writable folder",
                 )
 
-    def load_config(self) -> OrchestratorConfig:
-        """Read orchestrator.yaml (defaults when absent); env ORCHESTRATOR_PROJECT wins."""
+    def load_config(self, text: str | None = None) -> OrchestratorConfig:
+        """Read orchestrator.yaml (defaults when absent); env ORCHESTRATOR_PROJECT wins.
+
+        With ``text``, validate that instead of the file (an edit about to be written).
+        """
         values: dict[str, object] = {}
-        if self.config_file.exists():
+        doc = None
+        if text is not None:
+            doc = parse_yaml_text(text, self.config_file)
+        elif self.config_file.exists():
             doc = load_yaml_file(self.config_file)
+        if doc is not None:
             reader = MappingReader(doc, doc.data)
             reader.reject_unknown(
                 [

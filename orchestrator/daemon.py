@@ -18,7 +18,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -151,9 +151,10 @@ class Daemon:
         self.pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="turn")
         self.threads: list[threading.Thread] = []
         self.listeners: list[Listener] = []
+        self.watchers: dict[str, set[threading.Event]] = {}
         self.disk_dirty: set[str] = set()
         self.started = time.time()
-        self.relay = RelayContext(config, queue, UsageStore(queue), notify=self._changed)
+        self.relay = RelayContext(config, queue, UsageStore(queue.path), notify=self._changed)
 
     @property
     def inflight(self) -> int:
@@ -216,16 +217,36 @@ class Daemon:
 
     def wait(self, message_id: str, timeout: float) -> Message | None:
         """The message once done or dead, or as it is when ``timeout`` passes."""
+        last = None
+        for snapshot in self.watch(message_id, timeout):
+            last = snapshot
+        return last
+
+    def watch(self, message_id: str, timeout: float) -> Iterator[Message]:
+        """The message now, then again each time its replies or state change, until it
+        is done or dead or ``timeout`` passes. Ends at once for an unknown id."""
         deadline = time.monotonic() + timeout
+        changed = threading.Event()
         with self.cond:
+            self.watchers.setdefault(message_id, set()).add(changed)
+        try:
             while True:
+                changed.clear()
                 message = self.queue.get(message_id)
-                if message is None or message.state in (DONE, DEAD):
-                    return message
+                if message is None:
+                    return
+                yield message
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return message
-                self.cond.wait(min(remaining, 1.0))
+                if message.state in (DONE, DEAD) or remaining <= 0:
+                    return
+                changed.wait(remaining)
+        finally:
+            with self.cond:
+                waiting = self.watchers.get(message_id)
+                if waiting is not None:
+                    waiting.discard(changed)
+                    if not waiting:
+                        del self.watchers[message_id]
 
     def add_listener(self, listener: Listener) -> None:
         """Call ``listener(message_id)`` (from a worker thread) whenever a message's state
@@ -233,6 +254,9 @@ class Daemon:
         self.listeners.append(listener)
 
     def _changed(self, message_id: str) -> None:
+        with self.cond:
+            for event in self.watchers.get(message_id, ()):
+                event.set()
         for listener in list(self.listeners):
             try:
                 listener(message_id)
@@ -243,6 +267,7 @@ class Daemon:
         ok = self.queue.retry(message_id)
         with self.cond:
             self.cond.notify_all()
+        self._changed(message_id)
         return ok
 
     # running

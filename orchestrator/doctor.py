@@ -237,6 +237,29 @@ def check_disk(home: Home) -> list[Check]:
     return checks
 
 
+def check_providers(home: Home) -> list[Check]:
+    """Each defined provider's credential can be found (the key itself is never shown);
+    groups that name a provider or model that is not allowed are reported by the group
+    checks."""
+    from orchestrator.relay.definitions import MissingCredential, resolve_key
+
+    config = home.load_config()
+    checks = []
+    for definition in sorted(config.providers.values(), key=lambda d: d.name):
+        name = f"provider {definition.name}"
+        try:
+            key = resolve_key(definition, config.secrets_file)
+        except MissingCredential as exc:
+            checks.append(Check(name, FAIL, exc.message, exc.hint or ""))
+            continue
+        except OrchestratorError as exc:
+            checks.append(Check(name, FAIL, exc.message, exc.hint or ""))
+            continue
+        where = definition.key_reference() if key else "no key needed"
+        checks.append(Check(name, OK, f"{definition.kind} at {definition.url}; key: {where}"))
+    return checks
+
+
 def run_checks(home: Home) -> list[Check]:
     checks = [check_home(home)]
     try:
@@ -255,6 +278,7 @@ def run_checks(home: Home) -> list[Check]:
     )
     checks.append(check_queue(home))
     checks.extend(check_disk(home))
+    checks.extend(check_providers(home))
     engine, client = check_engine()
     checks.append(engine)
     image_check = check_image(client, config.image)

@@ -230,7 +230,12 @@ class GroupStore:
             "group.yaml.j2", config=config, dumps=lambda v: json.dumps(v, ensure_ascii=False)
         )
         # Validate what we are about to write, so a bad flag never leaves a bad file.
-        parse_group_config(text, self.root / folder / GROUP_FILE, self.providers())
+        target = self.root / folder / GROUP_FILE
+        try:
+            parse_group_config(text, target, self.providers())
+        except InvalidConfig as exc:  # name the setting, not a line of an unwritten file
+            setting = re.sub(rf"^{re.escape(str(target))}:\d+: ", "", exc.message)
+            raise InvalidConfig(f"cannot add the group: {setting}", hint=exc.hint) from None
         data = text.encode("utf-8")
         self.home.ensure_writable()
         path = self.root / folder

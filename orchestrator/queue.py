@@ -227,20 +227,6 @@ class MessageQueue:
                     self._db.execute("ROLLBACK")
                 raise
 
-    def read(self, sql: str, args: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
-        """Rows of one query; for stores that share this database (usage, tasks)."""
-        with self._lock:
-            return list(self._db.execute(sql, args).fetchall())
-
-    def ensure_schema(self, sql: str) -> None:
-        """Create the tables of a store that shares this database, when missing."""
-        with self._lock:
-            self._db.executescript(sql)
-
-    def write(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        """``work`` in one write transaction, as the queue's own writes are."""
-        return self._write(work)
-
     def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``work`` in a write transaction. When the disk is full, the reserve file
         is released once and the transaction tried again: the queue must still commit."""

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -184,6 +185,8 @@ def serve(home: Home, concurrency: int | None = None) -> None:
 
     threading.Thread(target=second_signal, daemon=True, name="signals").start()
     daemon.drain(DRAIN_TIMEOUT_SECONDS, stop_now)
+    daemon.relay.close()
+    daemon.relay.usage.close()
     queue.close()
     for name in (PID_FILE, FACTS_FILE):
         with contextlib.suppress(FileNotFoundError):
@@ -237,6 +240,37 @@ def control_request(home: Home, message: dict[str, Any], timeout: float = 330.0)
         ) from None
     except (OSError, wire.ProtocolError) as exc:
         raise OrchestratorError(f"the daemon at {path} failed to answer: {exc}") from None
+
+
+def control_stream(
+    home: Home, message: dict[str, Any], timeout: float = 330.0
+) -> Iterator[dict[str, Any]]:
+    """Frames from the daemon's CLI channel for one request, until it closes its answer
+    (``send`` with ``stream``: replies as they are stored, then the final answer)."""
+    import socket as socketlib
+
+    path = home.state_dir / SOCKET_NAME
+    deadline = time.monotonic() + timeout
+    sock = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        try:
+            wire.connect_no_follow(sock, path)
+        except wire.NoPeer:
+            raise DaemonNotRunning(
+                f"no orchestrator daemon answers at {path}", hint="start it with: orchestrator up"
+            ) from None
+        try:
+            wire.send_frame(sock, message, deadline)
+            while (frame := wire.recv_frame(sock, deadline)) is not None:
+                yield frame
+                if "reply" not in frame:
+                    return
+        except (OSError, wire.ProtocolError) as exc:
+            raise OrchestratorError(f"the daemon at {path} failed to answer: {exc}") from None
+        raise OrchestratorError(f"the daemon at {path} closed the connection without answering")
+    finally:
+        sock.close()
 
 
 def daemon_running(home: Home) -> bool:

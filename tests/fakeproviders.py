@@ -358,3 +358,29 @@ async def _sse(request: web.Request, lines: list[str]) -> web.StreamResponse:
         await response.write(line.encode())
     await response.write_eof()
     return response
+
+
+def _serve(kind: str, key: str | None, conn: Any) -> None:
+    fake = FakeProvider(kind, key)
+    conn.send(fake.base_url)
+    conn.recv()  # until told to stop
+    fake.close()
+
+
+class FakeProviderProcess:
+    """A FakeProvider answering ``default`` in a process of its own (benchmarks: a real
+    provider does not share the daemon's interpreter)."""
+
+    def __init__(self, kind: str, key: str | None) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_serve, args=(kind, key, child), daemon=True)
+        self.process.start()
+        self.base_url: str = self.conn.recv()
+
+    def close(self) -> None:
+        self.conn.send("stop")
+        self.process.join(10)
+        self.conn.close()

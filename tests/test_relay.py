@@ -75,6 +75,7 @@ def setup(home: Path, provider: FakeProvider, monkeypatch) -> Iterator[dict[str,
     daemon = Daemon(h, config, runtime, queue, concurrency=2)
     yield {"home": h, "daemon": daemon, "config": config, "runtime": runtime}
     daemon.relay.close()
+    daemon.relay.usage.close()
     queue.close()
 
 
@@ -108,8 +109,9 @@ def test_model_calls_use_the_groups_provider_and_record_usage(setup, provider) -
         "usage": {"input_tokens": 30, "output_tokens": 5},
     }
     assert provider.seen[-1].body["model"] == "m-1"  # the group's, not the frame's
-    usage = UsageStore(setup["daemon"].queue)
+    usage = UsageStore(setup["daemon"].queue.path)
     [day] = usage.by_day("fam")
+    usage.close()
     assert (day.requests, day.input_tokens, day.output_tokens) == (1, 30, 5)
 
 
@@ -168,7 +170,9 @@ def test_budget_exhaustion_answers_politely_and_is_recorded(setup, provider) -> 
     assert answer["ok"] is False and answer["budget"] is True
     assert "used its model budget for today" in answer["error"]
     assert len(provider.seen) == 1  # the provider was not called again
-    [day] = UsageStore(setup["daemon"].queue).by_day("fam")
+    usage = UsageStore(setup["daemon"].queue.path)
+    [day] = usage.by_day("fam")
+    usage.close()
     assert (day.requests, day.refused) == (1, 1)
 
 

@@ -100,12 +100,36 @@ class ControlChannel(Channel):
         try:
             with conn:
                 while (request := recv_frame(conn)) is not None:
-                    send_frame(conn, self.answer(request))
+                    if request.get("op") == "send" and request.get("stream"):
+                        self._send_streaming(conn, request)
+                    else:
+                        send_frame(conn, self.answer(request))
         except (ProtocolError, OSError) as exc:
             log.warning("closing a CLI connection: %s", exc)
         finally:
             with self.lock:
                 self.open_connections -= 1
+
+    def _send_streaming(self, conn: socket.socket, request: dict[str, Any]) -> None:
+        """``send`` with ``stream``: each reply is sent as {"reply": {seq, text}} the moment
+        it is stored (a long turn shows progress), then the final answer."""
+        answer = self.answer({**request, "wait": False})
+        if not answer.get("ok"):
+            send_frame(conn, answer)
+            return
+        message_id = answer["message"]["id"]
+        timeout = float(request.get("timeout") or TURN_TIMEOUT_SECONDS)
+        shown = 0
+        last = None
+        for last in self.daemon.watch(message_id, timeout):
+            for seq in range(shown, len(last.replies)):
+                send_frame(conn, {"reply": {"seq": seq, "text": last.replies[seq]}})
+            shown = len(last.replies)
+        final = last or self.daemon.queue.get(message_id)
+        if final is None:
+            send_frame(conn, {"ok": False, "error": f"message {message_id} vanished"})
+            return
+        send_frame(conn, {"ok": True, "message": final.to_dict()})
 
     def answer(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request.get("op")

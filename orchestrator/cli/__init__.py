@@ -45,6 +45,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "send": ("orchestrator.cli.daemon", "send", "Send a message to a group; print replies."),
     "chat": ("orchestrator.cli.daemon", "chat", "Talk with a group interactively."),
     "retry": ("orchestrator.cli.daemon", "retry", "Queue a dead-lettered message again."),
+    "provider": (
+        "orchestrator.cli.provider",
+        "provider",
+        "Model providers groups may use (keys stay on the host).",
+    ),
+    "usage": ("orchestrator.cli.provider", "usage", "Model use per group and day."),
     "hook": ("orchestrator.cli.agent", "hook", "SessionStart hooks (the memory hook)."),
     "agent": ("orchestrator.cli.agent", "agent", "The runner inside a group container."),
 }

@@ -106,33 +106,43 @@ def _send(
     sender: str,
     thread: str | None,
     timeout: float,
+    *,
+    show_replies: bool = True,
 ) -> dict[str, object]:
-    from orchestrator.service import control_request
+    """Send through the daemon and wait; replies are printed as they are stored (unless
+    ``show_replies`` is off). Returns the final message."""
+    from orchestrator.service import control_stream
 
-    answer = control_request(
-        obj.home,
-        {
-            "op": "send",
-            "group": name,
-            "text": text,
-            "chat": chat,
-            "sender": sender,
-            "thread": thread,
-            "wait": True,
-            "timeout": timeout,
-        },
-        timeout=timeout + 30,
-    )
-    if not answer.get("ok"):
-        print_error(answer.get("error"), answer.get("hint"))
-        raise SystemExit(EXIT_FAILED)
-    message: dict[str, object] = answer["message"]
-    return message
+    request = {
+        "op": "send",
+        "group": name,
+        "text": text,
+        "chat": chat,
+        "sender": sender,
+        "thread": thread,
+        "stream": True,
+        "timeout": timeout,
+    }
+    shown = 0
+    for frame in control_stream(obj.home, request, timeout=timeout + 30):
+        if "reply" in frame:
+            if show_replies:
+                click.echo(safe_text(str(frame["reply"].get("text", ""))))
+            shown += 1
+            continue
+        if not frame.get("ok"):
+            print_error(frame.get("error"), frame.get("hint"))
+            raise SystemExit(EXIT_FAILED)
+        message: dict[str, object] = frame["message"]
+        message["shown"] = shown
+        return message
+    raise AssertionError("unreachable")
 
 
 def _print_outcome(message: dict[str, object]) -> bool:
-    replies = message.get("replies") or []
-    for reply in replies:  # type: ignore[attr-defined]
+    """Print the replies not shown yet and the outcome; False when it failed."""
+    replies = list(message.get("replies") or [])  # type: ignore[call-overload]
+    for reply in replies[int(message.pop("shown", 0) or 0) :]:  # type: ignore[call-overload]
         click.echo(safe_text(str(reply)))
     if message.get("state") == "dead":
         print_error(
@@ -182,8 +192,9 @@ def send(
     Example:
       orchestrator send family "remember that my timezone is Europe/Berlin"
     """
-    message = _send(obj, name, text, chat, sender, thread, timeout)
+    message = _send(obj, name, text, chat, sender, thread, timeout, show_replies=not as_json)
     if as_json:
+        message.pop("shown", None)
         print_json(message)
         if message.get("state") == "dead":
             raise SystemExit(EXIT_FAILED)

@@ -3,14 +3,24 @@
 Each model call the relay makes is one row: which message and group, provider and model,
 what it was for, tokens in and out, latency, and whether it succeeded. A call refused by
 a budget is recorded too (no tokens), so ``orchestrator usage`` shows it.
+
+The store has its own connection to the file with ``synchronous=NORMAL``: a usage row is
+committed without waiting for the disk (WAL keeps it consistent; a power cut may lose the
+last few rows), so recording a model call costs no fsync on the turn's path. Messages
+themselves keep the queue's ``synchronous=FULL``.
 """
 
 from __future__ import annotations
 
+import sqlite3
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
 
-from orchestrator.queue import MessageQueue
+T = TypeVar("T")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS usage (
@@ -64,12 +74,36 @@ class DayUsage:
 
 
 class UsageStore:
-    def __init__(self, db: MessageQueue) -> None:
-        self.db = db
-        db.ensure_schema(SCHEMA)
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def read(self, sql: str, args: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+        with self._lock:
+            return list(self._db.execute(sql, args).fetchall())
+
+    def write(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                result = work(self._db)
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+            return result
 
     def record(self, call: Call) -> None:
-        self.db.write(
+        self.write(
             lambda tx: tx.execute(
                 "INSERT INTO usage (message_id, group_folder, provider, model, purpose, started,"
                 " latency_ms, input_tokens, output_tokens, outcome, error)"
@@ -92,14 +126,14 @@ class UsageStore:
 
     def requests_since(self, group: str, since: float) -> int:
         """Calls made to a provider (refused ones are not) since ``since``."""
-        rows = self.db.read(
+        rows = self.read(
             "SELECT COUNT(*) FROM usage WHERE group_folder=? AND started>=? AND outcome!=?",
             (group, since, REFUSED),
         )
         return _int(rows[0][0])
 
     def tokens_since(self, group: str, since: float) -> int:
-        rows = self.db.read(
+        rows = self.read(
             "SELECT COALESCE(SUM(input_tokens + output_tokens), 0) FROM usage"
             " WHERE group_folder=? AND started>=?",
             (group, since),
@@ -107,7 +141,7 @@ class UsageStore:
         return _int(rows[0][0])
 
     def tokens_of_message(self, message_id: str) -> int:
-        rows = self.db.read(
+        rows = self.read(
             "SELECT COALESCE(SUM(input_tokens + output_tokens), 0) FROM usage WHERE message_id=?",
             (message_id,),
         )
@@ -125,7 +159,7 @@ class UsageStore:
         if group is not None:
             query += " AND group_folder = ?"
             args = (since, group)
-        rows = self.db.read(query + " GROUP BY group_folder, day ORDER BY group_folder, day", args)
+        rows = self.read(query + " GROUP BY group_folder, day ORDER BY group_folder, day", args)
         return [
             DayUsage(
                 str(r[0]),

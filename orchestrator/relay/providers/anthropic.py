@@ -155,20 +155,27 @@ class AnthropicProvider(HostProvider):
         )
 
     def complete(self, call: ModelCall, *, model: str, timeout: float) -> ModelAnswer:
+        from anthropic.types import Message
+
         sdk = self.sdk
-        body = to_anthropic(call)
+        body = {"model": model, "max_tokens": self.definition.max_tokens, **to_anthropic(call)}
+        # The SDK's documented low-level post(): the body we built goes out as it is,
+        # without create()'s per-message typed-parameter transform.
         client = self.client.with_options(timeout=timeout)
         try:
             if not self.definition.stream:
-                whole = client.messages.create(
-                    model=model, max_tokens=self.definition.max_tokens, **body
-                )
+                whole = client.post("/v1/messages", body=body, cast_to=Message)
                 return read_message(whole.model_dump())
-            stream = client.messages.create(
-                model=model, max_tokens=self.definition.max_tokens, stream=True, **body
+            # Events as plain dicts: no model object built (and dumped again) per event.
+            stream = client.post(
+                "/v1/messages",
+                body={**body, "stream": True},
+                cast_to=Message,
+                stream=True,
+                stream_cls=sdk.Stream[dict[str, Any]],
             )
             with stream:
-                return read_stream(event.model_dump() for event in stream)
+                return read_stream(stream)
         except ProviderFailure as failure:
             failure.message = self.scrub(failure.message)
             raise

@@ -159,24 +159,29 @@ class OpenAIProvider(HostProvider):
         self.client = openai.OpenAI(api_key=key or "none", base_url=definition.url, max_retries=0)
 
     def complete(self, call: ModelCall, *, model: str, timeout: float) -> ModelAnswer:
+        from openai.types.chat import ChatCompletion
+
         sdk = self.sdk
-        body = to_openai(call)
+        body = {"model": model, "max_tokens": self.definition.max_tokens, **to_openai(call)}
+        # The SDK's documented low-level post(): the body we built goes out as it is.
+        # create() would first walk every message through its typed-parameter transform,
+        # about 0.4 ms a message: 250 ms a call for a long conversation.
         client = self.client.with_options(timeout=timeout)
         try:
             if not self.definition.stream:
-                whole = client.chat.completions.create(
-                    model=model, max_tokens=self.definition.max_tokens, **body
-                )
+                whole = client.post("/chat/completions", body=body, cast_to=ChatCompletion)
                 return read_completion(whole.model_dump(), call)
-            stream = client.chat.completions.create(
-                model=model,
+            body |= {"stream": True, "stream_options": {"include_usage": True}}
+            # Chunks as plain dicts: no model object built (and dumped again) per chunk.
+            stream = client.post(
+                "/chat/completions",
+                body=body,
+                cast_to=ChatCompletion,
                 stream=True,
-                stream_options={"include_usage": True},
-                max_tokens=self.definition.max_tokens,
-                **body,
+                stream_cls=sdk.Stream[dict[str, Any]],
             )
             with stream:
-                return read_stream((chunk.model_dump() for chunk in stream), call)
+                return read_stream(stream, call)
         except ProviderFailure as failure:
             failure.message = self.scrub(failure.message)
             raise
