@@ -194,3 +194,23 @@ def test_long_polls_hold_no_threads(served) -> None:  # type: ignore[no-untyped-
     for poll in polls:
         poll.join(30)
     assert len(results) == 30 and all(r[1]["replies"] == ["done!"] for r in results)
+
+
+def test_a_long_poll_with_after_returns_at_the_next_reply(served) -> None:  # type: ignore[no-untyped-def]
+    daemon, port = served
+    message = daemon.submit("fam", "long task", chat="c", sender="alice", channel="http")
+    results: list[tuple[int, Any]] = []
+    poll = threading.Thread(
+        target=lambda: results.append(
+            _request(port, "GET", f"/v1/messages/{message.id}?wait=60&after=0")
+        )
+    )
+    poll.start()
+    channel = daemon.listeners[0].__self__  # type: ignore[attr-defined]
+    while not channel.waiters:
+        time.sleep(0.02)
+    daemon.queue.add_reply(message.id, 0, "working on it")  # what the reply op does
+    daemon._changed(message.id)
+    poll.join(30)
+    [(code, body)] = results
+    assert code == 200 and body["state"] == "queued" and body["replies"] == ["working on it"]

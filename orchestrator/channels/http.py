@@ -1,7 +1,8 @@
 """The HTTP API, on loopback by default, with a bearer token (compared in constant time).
 
     POST /v1/groups/{name}/messages   {"text", "sender", "chat"?, "thread"?} -> 202 {"id", ...}
-    GET  /v1/messages/{id}[?wait=S]    state and replies; with wait, a long poll until done
+    GET  /v1/messages/{id}[?wait=S&after=N]  state and replies; with wait, a long poll until
+                                       done (or, with after, until it has more than N replies)
     GET  /v1/groups                    the groups
     GET  /healthz                      liveness, no token needed
 
@@ -204,14 +205,19 @@ class HttpChannel(Channel):
             return _error(400, "wait must be a number of seconds")
         if wait != wait or wait < 0:  # NaN or negative
             return _error(400, "wait must be a number of seconds from 0")
-        message = await self._wait(message_id, wait)
+        try:
+            after = int(request.query["after"]) if "after" in request.query else None
+        except ValueError:
+            return _error(400, "after must be a whole number of replies")
+        message = await self._wait(message_id, wait, after)
         if message is None:
             return _error(404, f"no message {message_id!r}")
         return web.json_response(message.to_dict())
 
-    async def _wait(self, message_id: str, wait: float) -> Message | None:
-        """The message once done or dead, or as it is after ``wait`` seconds; waits on
-        the daemon's change events, holding no thread."""
+    async def _wait(self, message_id: str, wait: float, after: int | None = None) -> Message | None:
+        """The message once done or dead (or once it has more than ``after`` replies),
+        or as it is after ``wait`` seconds; waits on the daemon's change events, holding
+        no thread."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         event = asyncio.Event()
@@ -222,6 +228,8 @@ class HttpChannel(Channel):
                 message = await asyncio.to_thread(self.daemon.queue.get, message_id)
                 remaining = deadline - loop.time()
                 if message is None or message.state in (DONE, DEAD) or remaining <= 0:
+                    return message
+                if after is not None and len(message.replies) > after:
                     return message
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(event.wait(), remaining)
