@@ -273,6 +273,7 @@ class Daemon:
     # running
 
     def start(self) -> None:
+        self.check_credentials()
         recovered = self.queue.recover()
         if recovered:
             log.info("%d messages in flight at the last stop are queued again", recovered)
@@ -290,6 +291,21 @@ class Daemon:
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self.threads.append(thread)
+
+    def check_credentials(self) -> list[str]:
+        """Log (and return) a line for each provider a group uses whose key cannot be
+        found: its turns would fail until it is set."""
+        from orchestrator.relay.definitions import resolve_key
+
+        used = {g.config.provider for g in self.runtime.store.groups()}
+        problems = []
+        for name in sorted(used & set(self.config.providers)):
+            try:
+                resolve_key(self.config.providers[name], self.config.secrets_file)
+            except OrchestratorError as exc:
+                problems.append(exc.message)
+                log.warning("%s; turns of groups using it will fail", exc.message)
+        return problems
 
     def drain(
         self, timeout: float = DRAIN_TIMEOUT_SECONDS, stop_now: threading.Event | None = None

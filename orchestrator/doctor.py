@@ -237,6 +237,22 @@ def check_disk(home: Home) -> list[Check]:
     return checks
 
 
+def check_groups(home: Home) -> list[Check]:
+    """Every folder under groups/ holds a valid group.yaml (its provider defined, its
+    model allowed); each invalid one fails with every error it has."""
+    from orchestrator.groups import GroupStore
+
+    listing = GroupStore(home).listing()
+    bad = [item for item in listing if item.group is None]
+    checks = [
+        Check(f"group {item.folder}", FAIL, item.problem or "invalid", "fix its group.yaml")
+        for item in bad
+    ]
+    if not bad:
+        checks.append(Check("groups", OK, f"{len(listing)} valid"))
+    return checks
+
+
 def check_providers(home: Home) -> list[Check]:
     """Each defined provider's credential can be found (the key itself is never shown);
     groups that name a provider or model that is not allowed are reported by the group
@@ -279,6 +295,7 @@ def run_checks(home: Home) -> list[Check]:
     checks.append(check_queue(home))
     checks.extend(check_disk(home))
     checks.extend(check_providers(home))
+    checks.extend(check_groups(home))
     engine, client = check_engine()
     checks.append(engine)
     image_check = check_image(client, config.image)

@@ -125,6 +125,7 @@ def test_doctor_json_when_engine_unreachable(home: Path, monkeypatch) -> None:  
         "queue": "ok",
         "disk (groups and state)": "ok",
         "disk limits": "ok",
+        "groups": "ok",
         "engine": "fail",
         "agent image": "fail",
         "daemon": "warn",

@@ -113,3 +113,14 @@ def test_usage_per_group_and_day(run, home: Path) -> None:  # type: ignore[no-un
     table = run("usage", "--since", "24h").stdout
     assert "fam" in table and "150" in table
     assert run("usage", "--since", "soon").exit_code == 2
+
+
+def test_doctor_fails_on_a_group_whose_provider_is_gone(run, home: Path) -> None:  # type: ignore[no-untyped-def]
+    run("provider", "add", "local", "--kind", "openai")
+    run("group", "add", "Fam", "--provider", "local", "--model", "llama")
+    (home / "orchestrator.yaml").write_text("# the provider was removed by hand\n")
+    result = run("doctor", "--json")
+    checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
+    assert result.exit_code == 1
+    assert checks["group fam"]["status"] == "fail"
+    assert "unknown provider 'local'" in checks["group fam"]["detail"]
