@@ -6,6 +6,7 @@ The home (``--home``, env ``ORCHESTRATOR_HOME``, default: the current directory)
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Mapping
@@ -29,7 +30,9 @@ PROJECT_ENV = "ORCHESTRATOR_PROJECT"
 STATE_DIR_ENV = "ORCHESTRATOR_STATE_DIR"
 HTTP_TOKEN_ENV = "ORCHESTRATOR_HTTP_TOKEN"
 DEFAULT_PROJECT = "orchestrator"
-PROJECT_PATTERN = r"[a-z0-9][a-z0-9_.-]{0,39}"
+# No '.': container names are <project>.<folder>, and neither part may hold the dot.
+PROJECT_PATTERN = r"[a-z0-9][a-z0-9_-]{0,39}"
+HOME_ID_FILE = "home-id"
 DEFAULT_IMAGE_REPOSITORY = "orchestrator-agent"
 DEFAULT_ALLOWLIST = Path("~/.config/orchestrator/mount-allowlist.yaml")
 
@@ -85,6 +88,45 @@ class Home:
     @property
     def groups_dir(self) -> Path:
         return self.root / "groups"
+
+    @cached_property
+    def identity(self) -> str:
+        """This home's identity, labelled on its containers so that two homes on one
+        engine never act on each other's: a hash of the home's real path when it was
+        first used, kept in state/home-id (so a home that moves keeps it)."""
+        path = self.state_dir / HOME_ID_FILE
+        try:
+            stored = path.read_text().strip()
+            if re.fullmatch(r"[0-9a-f]{16}", stored):
+                return stored
+        except OSError:
+            pass
+        identity = hashlib.sha256(os.path.realpath(self.root).encode()).hexdigest()[:16]
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(identity + "\n")
+        except FileExistsError:
+            return self.identity_from_file(path) or identity
+        except OSError:
+            pass  # a read-only home: the hash of its path is its identity
+        return identity
+
+    @staticmethod
+    def identity_from_file(path: Path) -> str | None:
+        try:
+            stored = path.read_text().strip()
+        except OSError:
+            return None
+        return stored if re.fullmatch(r"[0-9a-f]{16}", stored) else None
+
+    def default_project(self) -> str:
+        """The project name when none is configured: the home folder's name and a short
+        piece of its identity (as compose derives one from the directory), so two homes
+        never share container names by default."""
+        slug = re.sub(r"[^a-z0-9_-]+", "-", self.root.name.lower()).strip("-_")[:24]
+        return f"{slug or 'home'}-{self.identity[:6]}"
 
     @cached_property
     def state_dir(self) -> Path:
@@ -201,7 +243,8 @@ class Home:
             if not re.fullmatch(PROJECT_PATTERN, env_project):
                 raise InvalidConfig(
                     f"{PROJECT_ENV}={env_project!r}: not a valid project name; "
-                    f"expected lowercase letters, digits, '.', '_' or '-' (at most 40)"
+                    f"expected lowercase letters, digits, '_' or '-' (at most 40)"
                 )
             values["project"] = env_project
+        values.setdefault("project", self.default_project())
         return OrchestratorConfig(**values)  # type: ignore[arg-type]

@@ -136,6 +136,20 @@ def check_containers(home: Home, client: docker.DockerClient | None) -> list[Che
         skills_root=default_skills_root(),
         rootless=bool(facts.get("rootless")),
     )
+    foreign = []
+    for group in runtime.store.groups():
+        info = backend.inspect(runtime.container_name(group))
+        if info is not None and not runtime.owned(info) and not runtime.is_legacy(info):
+            foreign.append(f"{info.name} (home id {info.home or 'unknown'})")
+    if foreign:
+        checks.append(
+            Check(
+                "container names",
+                FAIL,
+                "containers with this home's names belong to another home: " + ", ".join(foreign),
+                "give this home its own `project:` in orchestrator.yaml",
+            )
+        )
     plan = runtime.plan()
     drifted = [a.container for a in plan if a.kind == RECREATE]
     orphans = [a.container for a in plan if a.kind == REMOVE_ORPHAN]

@@ -21,8 +21,20 @@ def test_defaults_without_a_file(home: Path, monkeypatch) -> None:  # type: igno
     monkeypatch.delenv("ORCHESTRATOR_PROJECT", raising=False)
     monkeypatch.delenv("ORCHESTRATOR_HTTP_TOKEN", raising=False)
     config = Home(home).load_config()
-    assert config.project == "orchestrator" and config.http_token is None
+    identity = (home / "state/home-id").read_text().strip()
+    assert len(identity) == 16 and config.project == f"home-{identity[:6]}"
+    assert config.http_token is None
     assert (config.unprivileged_uid, config.unprivileged_gid) == (10001, 10001)
+
+
+def test_two_homes_get_different_projects_and_keep_their_identity(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.delenv("ORCHESTRATOR_PROJECT", raising=False)
+    a, b = Home(tmp_path / "x" / "home"), Home(tmp_path / "y" / "home")
+    assert a.default_project() != b.default_project()
+    assert a.default_project().startswith("home-") and a.identity != b.identity
+    moved = tmp_path / "moved"
+    (tmp_path / "x" / "home").rename(moved)
+    assert Home(moved).identity == a.identity  # kept in state/home-id
 
 
 def test_all_keys(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

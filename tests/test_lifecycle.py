@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from orchestrator.config import Home, OrchestratorConfig
-from orchestrator.errors import InvalidConfig, MountRefused
+from orchestrator.errors import InvalidConfig, MountRefused, OrchestratorError
 from orchestrator.group_config import GroupConfig
 from orchestrator.groups import GroupStore
+from orchestrator.runtime.base import LABEL_HOME
 from orchestrator.runtime.fake import FakeBackend
 from orchestrator.runtime.lifecycle import GroupRuntime
 
@@ -33,15 +35,15 @@ def fake(runtime: GroupRuntime) -> FakeBackend:
 def test_ensure_running_prepares_host_then_creates_and_starts(runtime: GroupRuntime) -> None:
     group = runtime.store.load("fam")
     info = runtime.ensure_running(group)
-    assert info.running and info.name == "t-fam"
-    assert fake(runtime).calls == [("create", "t-fam"), ("start", "t-fam")]
+    assert info.running and info.name == "t.fam"
+    assert fake(runtime).calls == [("create", "t.fam"), ("start", "t.fam")]
     for path in (group.sessions_dir, group.files_dir, runtime.home.runtime_dir("fam")):
         assert path.is_dir()
     assert group.instructions_file.read_bytes() == b""
     assert group.learned_file.read_bytes() == b""
     if os.geteuid() == 0:  # a root-owned group runs as the unprivileged default
         assert os.stat(group.memory_dir / "index.md").st_uid == 10001
-        assert fake(runtime).specs["t-fam"].user == "10001:10001"
+        assert fake(runtime).specs["t.fam"].user == "10001:10001"
     assert runtime.activity.last("fam") is not None
 
 
@@ -49,15 +51,15 @@ def test_ensure_running_is_a_no_op_when_current(runtime: GroupRuntime) -> None:
     group = runtime.store.load("fam")
     runtime.ensure_running(group)
     runtime.ensure_running(group)
-    assert fake(runtime).calls == [("create", "t-fam"), ("start", "t-fam")]
+    assert fake(runtime).calls == [("create", "t.fam"), ("start", "t.fam")]
 
 
 def test_killed_container_is_started_again(runtime: GroupRuntime) -> None:
     group = runtime.store.load("fam")
     runtime.ensure_running(group)
-    fake(runtime).kill("t-fam")
+    fake(runtime).kill("t.fam")
     assert runtime.ensure_running(group).running
-    assert fake(runtime).calls[-1] == ("start", "t-fam")
+    assert fake(runtime).calls[-1] == ("start", "t.fam")
 
 
 def test_changed_config_recreates(runtime: GroupRuntime) -> None:
@@ -68,7 +70,7 @@ def test_changed_config_recreates(runtime: GroupRuntime) -> None:
     plan = runtime.plan()
     assert [(a.kind, a.reason) for a in plan] == [("recreate", "config changed")]
     runtime.reconcile()
-    assert fake(runtime).specs["t-fam"].pids_limit == 128
+    assert fake(runtime).specs["t.fam"].pids_limit == 128
     assert [a.kind for a in runtime.plan()] == ["adopt"]
 
 
@@ -77,12 +79,12 @@ def test_orphan_and_exited_are_removed(runtime: GroupRuntime) -> None:
     store.add(GroupConfig(name="Other"))
     runtime.ensure_running(store.load("fam"))
     runtime.ensure_running(store.load("other"))
-    fake(runtime).kill("t-fam")
+    fake(runtime).kill("t.fam")
     store.remove(store.load("other"), purge=True)
     actions = runtime.reconcile()
     assert sorted((a.kind, a.container) for a in actions) == [
-        ("remove", "t-fam"),
-        ("remove-orphan", "t-other"),
+        ("remove", "t.fam"),
+        ("remove-orphan", "t.other"),
     ]
     assert fake(runtime).containers == {}
 
@@ -133,8 +135,67 @@ def test_idle_container_is_stopped_then_removed(runtime: GroupRuntime) -> None:
     long_ago = 1_000_000.0
     os.utime(runtime.activity.root / "fam", (long_ago, long_ago))
     backend = fake(runtime)
-    backend.containers["t-fam"] = replace(backend.containers["t-fam"], started_at=long_ago)
-    assert [(a.kind, a.container) for a in runtime.reconcile()] == [("stop-idle", "t-fam")]
-    assert backend.containers["t-fam"].state == "exited"
+    backend.containers["t.fam"] = replace(backend.containers["t.fam"], started_at=long_ago)
+    assert [(a.kind, a.container) for a in runtime.reconcile()] == [("stop-idle", "t.fam")]
+    assert backend.containers["t.fam"].state == "exited"
     assert [a.kind for a in runtime.reconcile()] == ["remove"]
     assert backend.containers == {}
+
+
+def _other_home(runtime: GroupRuntime, tmp_path: Path) -> GroupRuntime:
+    """A second home on the same (fake) engine, with the same project name and a group
+    in the same folder."""
+    other_root = tmp_path / "other-home"
+    other_root.mkdir()
+    h = Home(other_root)
+    GroupStore(h).add(GroupConfig(name="Fam"))
+    return GroupRuntime(
+        h, runtime.config, runtime.backend, lambda: "img:1", skills_root=None, ready=lambda _: True
+    )
+
+
+def test_another_homes_container_is_never_adopted_recreated_or_removed(
+    runtime: GroupRuntime, tmp_path: Path
+) -> None:
+    other = _other_home(runtime, tmp_path)
+    other.ensure_running(other.store.load("fam"))  # same project, same folder: same name
+    theirs = fake(runtime).containers["t.fam"]
+    with pytest.raises(OrchestratorError, match="belongs to another orchestrator home"):
+        runtime.ensure_running(runtime.store.load("fam"))
+    with pytest.raises(OrchestratorError, match="belongs to another orchestrator home"):
+        runtime.stop(runtime.store.load("fam"))
+    assert runtime.plan() == []  # reconcile does not see it: not an orphan of ours
+    runtime.reconcile()
+    assert fake(runtime).containers["t.fam"] == theirs
+
+
+def test_a_container_of_the_old_scheme_that_mounts_this_home_is_replaced_once(
+    runtime: GroupRuntime,
+) -> None:
+    group = runtime.store.load("fam")
+    old = replace(runtime.desired_spec(group), name="t-fam")
+    old = replace(old, labels={k: v for k, v in old.labels.items() if k != LABEL_HOME})
+    fake(runtime).create(old)
+    foreign = replace(old, name="x-fam", mounts=())  # old scheme, someone else's
+    fake(runtime).create(foreign)
+    plan = runtime.plan()
+    assert [(a.kind, a.container) for a in plan] == [("replace-legacy", "t-fam")]
+    runtime.reconcile()
+    assert "t-fam" not in fake(runtime).containers and "x-fam" in fake(runtime).containers
+    assert runtime.plan() == []  # once
+
+
+def test_a_changed_project_name_recreates_under_the_new_name(runtime: GroupRuntime) -> None:
+    group = runtime.store.load("fam")
+    runtime.ensure_running(group)
+    renamed = GroupRuntime(
+        runtime.home,
+        replace(runtime.config, project="newname"),
+        runtime.backend,
+        lambda: "img:1",
+        skills_root=None,
+        ready=lambda _: True,
+    )
+    assert [(a.kind, a.container) for a in renamed.plan()] == [("recreate", "t.fam")]
+    renamed.reconcile()
+    assert set(fake(runtime).containers) == {"newname.fam"}

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 from pathlib import Path
 
+from hypothesis import given
+from hypothesis import strategies as st
+
+from orchestrator.config import PROJECT_PATTERN
 from orchestrator.group_config import ContainerSettings, GroupConfig
 from orchestrator.groups import Group
+from orchestrator.limits import FOLDER_NAME_PATTERN
 from orchestrator.runtime.base import LABEL_CONFIG_HASH, BindMount, ContainerInfo
 from orchestrator.runtime.reconcile import plan_reconcile
-from orchestrator.runtime.spec import config_hash, container_spec, run_as
+from orchestrator.runtime.spec import config_hash, container_name, container_spec, run_as
 
 GROUP = Group("fam", Path("/home/h/groups/fam"), GroupConfig(name="Fam"))
 
@@ -17,6 +23,7 @@ GROUP = Group("fam", Path("/home/h/groups/fam"), GroupConfig(name="Fam"))
 def spec(group: Group = GROUP, **kw):  # type: ignore[no-untyped-def]
     args = {
         "project": "orchestrator",
+        "home_id": "0123456789abcdef",
         "group": group,
         "image": "orchestrator-agent:abc",
         "user": (1000, 1000),
@@ -53,7 +60,7 @@ def test_listed_skills_are_mounted_one_by_one() -> None:
 
 def test_hardening_and_limits() -> None:
     s = spec()
-    assert s.name == "orchestrator-fam"
+    assert s.name == "orchestrator.fam"
     assert s.user == "1000:1000"
     assert s.cap_drop == ("ALL",)
     assert s.security_opt == ("no-new-privileges",)
@@ -77,6 +84,7 @@ def test_labels_and_config_hash() -> None:
     s = spec()
     assert s.labels["org.orchestrator.project"] == "orchestrator"
     assert s.labels["org.orchestrator.group"] == "fam"
+    assert s.labels["org.orchestrator.home"] == "0123456789abcdef"
     assert s.labels[LABEL_CONFIG_HASH] == config_hash(s)
     assert spec().labels == s.labels  # deterministic
     assert spec(image="orchestrator-agent:def").labels[LABEL_CONFIG_HASH] != config_hash(s)
@@ -89,7 +97,49 @@ def test_labels_and_config_hash() -> None:
 
 
 def test_two_projects_never_collide() -> None:
-    assert spec(project="a").name != spec(project="b").name
+    prod_team = replace(GROUP, folder="a")
+    prod = replace(GROUP, folder="team-a")
+    assert spec(prod_team, project="prod-team").name == "prod-team.a"
+    assert spec(prod, project="prod").name == "prod.team-a"
+
+
+@given(
+    st.from_regex(PROJECT_PATTERN, fullmatch=True),
+    st.from_regex(FOLDER_NAME_PATTERN, fullmatch=True),
+    st.from_regex(PROJECT_PATTERN, fullmatch=True),
+    st.from_regex(FOLDER_NAME_PATTERN, fullmatch=True),
+)
+def test_container_names_are_unambiguous(p1: str, f1: str, p2: str, f2: str) -> None:
+    if (p1, f1) != (p2, f2):
+        assert container_name(p1, f1) != container_name(p2, f2)
+
+
+def test_the_config_hash_covers_every_field_of_the_spec() -> None:
+    base = spec()
+    changes = {
+        "name": "other.fam",
+        "image": "img:2",
+        "command": ("other",),
+        "user": "1:1",
+        "mounts": (),
+        "environment": {"ORCHESTRATOR_PROVIDER": "other"},
+        "tmpfs": {"/tmp": "rw"},
+        "working_dir": "/elsewhere",
+        "hostname": "other",
+        "network_mode": "bridge",
+        "memory_bytes": 1,
+        "nano_cpus": 1,
+        "pids_limit": 17,
+        "read_only_rootfs": False,
+        "init": False,
+        "cap_drop": (),
+        "security_opt": (),
+        "labels": {**base.labels, "org.orchestrator.home": "another-home"},
+    }
+    fields = {f.name for f in dataclasses.fields(base)}
+    assert set(changes) == fields  # a new field of the spec must be added here
+    for field, value in changes.items():
+        assert config_hash(replace(base, **{field: value})) != config_hash(base), field
 
 
 def test_run_as_never_root() -> None:

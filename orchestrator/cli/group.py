@@ -193,13 +193,16 @@ def remove(obj: CliContext, name: str, purge: bool, yes: bool) -> None:
 
 
 def _remove_container(obj: CliContext, folder: str) -> None:
-    """Remove the group's container, if the engine can be reached; else say what happens."""
-    from orchestrator.errors import EngineUnreachable
+    """Remove the group's container, if the engine can be reached; else say what happens.
+    Only this home's container is removed; another home's of the same name is refused."""
+    from orchestrator.errors import EngineUnreachable, ImageMissing
     from orchestrator.runtime.docker import DockerBackend
     from orchestrator.runtime.engine import connect
+    from orchestrator.runtime.lifecycle import GroupRuntime
     from orchestrator.runtime.spec import container_name
 
-    name = container_name(obj.home.load_config().project, folder)
+    config = obj.home.load_config()
+    name = container_name(config.project, folder)
     try:
         backend = DockerBackend(connect(timeout=10))
     except EngineUnreachable as exc:
@@ -209,8 +212,12 @@ def _remove_container(obj: CliContext, folder: str) -> None:
             err=True,
         )
         return
-    if backend.inspect(name) is not None:
-        backend.remove(name)
+
+    def no_image() -> str:
+        raise ImageMissing("not needed to remove a container")
+
+    runtime = GroupRuntime(obj.home, config, backend, no_image, rootless=False)
+    if runtime.remove(folder):
         click.echo(f"removed container {name}")
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 LABEL_PROJECT = "org.orchestrator.project"
 LABEL_GROUP = "org.orchestrator.group"
 LABEL_CONFIG_HASH = "org.orchestrator.config-hash"
+LABEL_HOME = "org.orchestrator.home"  # the identity of the home whose group it runs
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,11 @@ class ContainerInfo:
     labels: Mapping[str, str] = field(default_factory=dict)
     started_at: float | None = None  # unix time
     image: str = ""
+    mounts: tuple[str, ...] = ()  # host paths mounted into it
+
+    @property
+    def home(self) -> str | None:
+        return self.labels.get(LABEL_HOME)
 
     @property
     def running(self) -> bool:
@@ -100,8 +106,9 @@ class ContainerBackend(abc.ABC):
     def inspect(self, name: str) -> ContainerInfo | None: ...
 
     @abc.abstractmethod
-    def list(self, labels: Mapping[str, str]) -> list[ContainerInfo]:
-        """All containers (any state) carrying every one of ``labels``."""
+    def list(self, labels: Mapping[str, str | None]) -> list[ContainerInfo]:
+        """All containers (any state) carrying every one of ``labels`` (a None value:
+        the label with any value)."""
 
     @abc.abstractmethod
     def logs(self, name: str, *, follow: bool = False, tail: int | None = None) -> Iterator[str]:

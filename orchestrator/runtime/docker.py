@@ -48,6 +48,7 @@ def _info(container: Container) -> ContainerInfo:
         labels=dict(attrs.get("Config", {}).get("Labels") or {}),
         started_at=_parse_time(state.get("StartedAt")) if state.get("Running") else None,
         image=str(attrs.get("Config", {}).get("Image", "")),
+        mounts=tuple(str(m.get("Source", "")) for m in attrs.get("Mounts") or []),
     )
 
 
@@ -119,9 +120,9 @@ class DockerBackend(ContainerBackend):
         container = self._get(name)
         return _info(container) if container is not None else None
 
-    def list(self, labels: Mapping[str, str]) -> list[ContainerInfo]:
+    def list(self, labels: Mapping[str, str | None]) -> list[ContainerInfo]:
         filters: dict[str, str | list[str] | bool] = {
-            "label": [f"{k}={v}" for k, v in labels.items()]
+            "label": [k if v is None else f"{k}={v}" for k, v in labels.items()]
         }
         containers = call_engine(
             "list containers", lambda: self.client.containers.list(all=True, filters=filters)

@@ -31,7 +31,12 @@ class FakeBackend(ContainerBackend):
         if spec.name in self.containers:
             raise EngineError(f"engine refused create {spec.name}: name in use (HTTP 409)")
         info = ContainerInfo(
-            spec.name, f"id{next(self._ids)}", "created", dict(spec.labels), image=spec.image
+            spec.name,
+            f"id{next(self._ids)}",
+            "created",
+            dict(spec.labels),
+            image=spec.image,
+            mounts=tuple(m.source for m in spec.mounts),
         )
         self.containers[spec.name] = info
         self.specs[spec.name] = spec
@@ -64,11 +69,13 @@ class FakeBackend(ContainerBackend):
     def inspect(self, name: str) -> ContainerInfo | None:
         return self.containers.get(name)
 
-    def list(self, labels: Mapping[str, str]) -> list[ContainerInfo]:
+    def list(self, labels: Mapping[str, str | None]) -> list[ContainerInfo]:
         return [
             c
             for c in self.containers.values()
-            if all(c.labels.get(k) == v for k, v in labels.items())
+            if all(
+                (k in c.labels) if v is None else c.labels.get(k) == v for k, v in labels.items()
+            )
         ]
 
     def logs(self, name: str, *, follow: bool = False, tail: int | None = None) -> Iterator[str]:

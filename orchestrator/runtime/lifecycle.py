@@ -25,7 +25,8 @@ from orchestrator.limits import CONTAINER_READY_TIMEOUT_SECONDS
 from orchestrator.memory.scaffold import scaffold_memory
 from orchestrator.runtime.base import (
     LABEL_CONFIG_HASH,
-    LABEL_PROJECT,
+    LABEL_GROUP,
+    LABEL_HOME,
     ContainerBackend,
     ContainerInfo,
     ContainerSpec,
@@ -149,11 +150,44 @@ class GroupRuntime:
         self._ready = ready or (lambda client: client.ping())
 
     @property
-    def project_labels(self) -> dict[str, str]:
-        return {LABEL_PROJECT: self.config.project}
+    def project_labels(self) -> dict[str, str | None]:
+        """The labels that select this home's containers (whatever project they ran
+        under): the home's identity."""
+        return {LABEL_HOME: self.home.identity}
 
     def container_name(self, group: Group) -> str:
         return container_name(self.config.project, group.folder)
+
+    def owned(self, info: ContainerInfo) -> bool:
+        return info.home == self.home.identity
+
+    def is_legacy(self, info: ContainerInfo) -> bool:
+        """A container of the old naming scheme (no home label) that mounts this home."""
+        if info.home is not None or info.group is None:
+            return False
+        root = os.path.realpath(self.store.root) + os.sep
+        return any(os.path.realpath(source).startswith(root) for source in info.mounts)
+
+    def legacy_containers(self) -> list[ContainerInfo]:
+        return [c for c in self.backend.list({LABEL_GROUP: None}) if self.is_legacy(c)]
+
+    def _claim(self, name: str) -> ContainerInfo | None:
+        """The container called ``name`` when it is this home's; None when there is none.
+        One of the old scheme that mounts this home is removed (it is made again); one
+        of another home is refused, never touched."""
+        info = self.backend.inspect(name)
+        if info is None or self.owned(info):
+            return info
+        if self.is_legacy(info):
+            log.info("replacing %s: a container of the old naming scheme", name)
+            self.backend.remove(name)
+            return None
+        raise OrchestratorError(
+            f"a container named {name} belongs to another orchestrator home "
+            f"(home id {info.home or 'unknown'}); it is left alone",
+            hint="give this home its own `project:` in orchestrator.yaml, or remove that "
+            "container from the home it belongs to",
+        )
 
     def user_for(self, group: Group) -> tuple[int, int]:
         st = os.stat(group.path)
@@ -169,6 +203,7 @@ class GroupRuntime:
         )
         return container_spec(
             project=self.config.project,
+            home_id=self.home.identity,
             group=group,
             image=image or self.image(),
             user=self.user_for(group),
@@ -224,7 +259,7 @@ class GroupRuntime:
         spec = self.desired_spec(group)
         self.prepare_host(group, spec)
         self.activity.touch(group.folder)
-        current = self.backend.inspect(spec.name)
+        current = self._claim(spec.name)
         if current is not None and current.config_hash != spec.labels.get(LABEL_CONFIG_HASH):
             self.backend.remove(spec.name)
             current = None
@@ -283,22 +318,40 @@ class GroupRuntime:
 
     def stop(self, group: Group) -> bool:
         """Stop the container; False when there was none running."""
-        info = self.backend.inspect(self.container_name(group))
+        info = self._claim(self.container_name(group))
         if info is None or not info.running:
             return False
         self.backend.stop(info.name)
         return True
 
     def restart(self, group: Group) -> ContainerInfo:
-        self.backend.remove(self.container_name(group))
+        if self._claim(self.container_name(group)) is not None:
+            self.backend.remove(self.container_name(group))
         return self.ensure_running(group)
 
-    def recreate(self, group: Group) -> ContainerInfo:
+    def recreate(self, group: Group, old_name: str | None = None) -> ContainerInfo:
+        """Remove ``old_name`` (this home's container of the group, perhaps under an old
+        project name) and start the group afresh."""
+        if old_name is not None and old_name != self.container_name(group):
+            self.backend.remove(old_name)
         return self.restart(group)
 
+    # what reconcile's plan needs (reconcile.Operations)
+
+    def recreate_container(self, folder: str, old_name: str) -> object:
+        return self.recreate(self.store.load(folder), old_name)
+
+    def remove_container(self, name: str) -> None:
+        self.backend.remove(name)
+
+    def stop_container(self, name: str) -> None:
+        self.backend.stop(name)
+
     def remove(self, group_folder: str) -> bool:
+        """Remove the group's container when it is this home's; False when there was
+        none (another home's is refused)."""
         name = container_name(self.config.project, group_folder)
-        if self.backend.inspect(name) is None:
+        if self._claim(name) is None:
             return False
         self.backend.remove(name)
         return True
@@ -324,6 +377,7 @@ class GroupRuntime:
         return plan_reconcile(
             self.backend.list(self.project_labels),
             desired,
+            legacy=self.legacy_containers(),
             last_activity={g.folder: self.activity.last(g.folder) for g in groups},
             idle_timeouts={g.folder: g.config.container.idle_timeout_seconds for g in groups},
             now=time.time() if now is None else now,

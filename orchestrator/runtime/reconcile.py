@@ -7,19 +7,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from orchestrator.runtime.base import ContainerInfo
 
-if TYPE_CHECKING:
-    from orchestrator.runtime.lifecycle import GroupRuntime
-
-ADOPT, RECREATE, REMOVE, REMOVE_ORPHAN, STOP_IDLE = (
+ADOPT, RECREATE, REMOVE, REMOVE_ORPHAN, STOP_IDLE, REPLACE_LEGACY = (
     "adopt",
     "recreate",
     "remove",
     "remove-orphan",
     "stop-idle",
+    "replace-legacy",
 )
 
 
@@ -38,8 +36,13 @@ def plan_reconcile(
     last_activity: Mapping[str, float | None],
     idle_timeouts: Mapping[str, int],
     now: float,
+    legacy: list[ContainerInfo] | None = None,
 ) -> list[Action]:
     """One action per container found.
+
+    ``containers`` are this home's (found by its identity label); ``legacy`` are
+    containers of the old naming scheme that mount this home: each is removed once
+    (replace-legacy) and made again under the new scheme when its group next runs.
 
     ``desired`` maps each existing group's folder to the config hash its container
     should carry (None when it cannot be computed now: the container is left alone).
@@ -47,7 +50,10 @@ def plan_reconcile(
     differs -> recreate; not running -> remove (recreated at the next message); a
     container whose group no longer exists -> remove-orphan.
     """
-    actions: list[Action] = []
+    actions: list[Action] = [
+        Action(REPLACE_LEGACY, c.name, c.group, "old naming scheme; made again when needed")
+        for c in sorted(legacy or [], key=lambda c: c.name)
+    ]
     for c in sorted(containers, key=lambda c: c.name):
         folder = c.group
         if folder is None or folder not in desired:
@@ -70,12 +76,22 @@ def plan_reconcile(
     return actions
 
 
-def apply_plan(actions: list[Action], runtime: GroupRuntime) -> None:
-    """Carry out a plan: the only place reconcile touches the backend."""
+class Operations(Protocol):
+    """What carrying out a plan needs (the group runtime provides it)."""
+
+    def recreate_container(self, folder: str, old_name: str) -> object: ...
+
+    def remove_container(self, name: str) -> None: ...
+
+    def stop_container(self, name: str) -> None: ...
+
+
+def apply_plan(actions: list[Action], ops: Operations) -> None:
+    """Carry out a plan: the only place reconcile acts."""
     for action in actions:
         if action.kind == RECREATE and action.folder is not None:
-            runtime.recreate(runtime.store.load(action.folder))
-        elif action.kind in (REMOVE, REMOVE_ORPHAN):
-            runtime.backend.remove(action.container)
+            ops.recreate_container(action.folder, action.container)
+        elif action.kind in (REMOVE, REMOVE_ORPHAN, REPLACE_LEGACY):
+            ops.remove_container(action.container)
         elif action.kind == STOP_IDLE:
-            runtime.backend.stop(action.container)
+            ops.stop_container(action.container)

@@ -17,6 +17,7 @@ from orchestrator.limits import CONTAINER_TMPFS_BYTES
 from orchestrator.runtime.base import (
     LABEL_CONFIG_HASH,
     LABEL_GROUP,
+    LABEL_HOME,
     LABEL_PROJECT,
     BindMount,
     ContainerSpec,
@@ -35,7 +36,10 @@ RUNNER_COMMAND = ("orchestrator", "agent", "serve")
 
 
 def container_name(project: str, folder: str) -> str:
-    return f"{project}-{folder}"
+    """``<project>.<folder>``: neither part may hold a dot, so no two (project, folder)
+    pairs share a name (with '-' both 'prod-team'+'a' and 'prod'+'team-a' gave
+    'prod-team-a')."""
+    return f"{project}.{folder}"
 
 
 def run_as(
@@ -84,6 +88,7 @@ def group_mounts(
 def container_spec(
     *,
     project: str,
+    home_id: str,
     group: Group,
     image: str,
     user: tuple[int, int],
@@ -100,7 +105,7 @@ def container_spec(
         image=image,
         command=RUNNER_COMMAND,
         user=f"{uid}:{gid}",
-        labels={LABEL_PROJECT: project, LABEL_GROUP: group.folder},
+        labels={LABEL_PROJECT: project, LABEL_GROUP: group.folder, LABEL_HOME: home_id},
         mounts=group_mounts(group, runtime_dir, skills_root, extra_mounts),
         environment={
             "HOME": CONTAINER_HOME,
