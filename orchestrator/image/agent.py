@@ -1,8 +1,11 @@
 """The agent image: this distribution installed from wheels into a base image.
 
-Inputs (the Dockerfile, the package sources, pyproject.toml and the base image id) are
-hashed; the image is tagged ``<repository>:<hash12>`` and ``<repository>:latest`` and
-labelled with the full hash, so a build with unchanged inputs is a no-op. ``docker build``
+Inputs (the Dockerfile, the package sources, pyproject.toml and what the base is made
+of) are hashed; the image is tagged ``<repository>:<hash12>`` and
+``<repository>:latest`` and labelled with the full hash, so a build with unchanged
+inputs is a no-op. The base counts by its recipe (the offline base: Debian suite,
+packages, import changes) or by its registry reference and digest, never by a local image
+id: another build that imports the same base again must not invalidate this image. ``docker build``
 never reaches the network: wheels are downloaded on the host and installed with
 ``--no-index``, and the build runs with ``network_mode=none``.
 """
@@ -70,9 +73,9 @@ def input_files(root: Path) -> list[Path]:
     return sorted(files)
 
 
-def inputs_hash(root: Path, base_id: str) -> str:
+def inputs_hash(root: Path, base_identity: str) -> str:
     digest = hashlib.sha256()
-    digest.update(f"base={base_id}\npython={PYTHON_VERSION}\n".encode())
+    digest.update(f"base={base_identity}\npython={PYTHON_VERSION}\n".encode())
     for path in input_files(root):
         digest.update(path.relative_to(root).as_posix().encode() + b"\0")
         digest.update(hashlib.sha256(path.read_bytes()).digest())
@@ -189,22 +192,40 @@ def agent_tag(repository: str, digest: str) -> str:
     return f"{repository}:{digest[:12]}"
 
 
+def base_identity(client: docker.DockerClient, ref: str) -> str:
+    """What the base image is made of: the offline base's recipe, or a registry
+    reference with its digest when the engine knows one."""
+    from orchestrator.image.base import BASE_REPOSITORY, recipe_hash
+
+    if ref.startswith(BASE_REPOSITORY + ":"):
+        return f"offline:{recipe_hash()}"
+    from docker.errors import ImageNotFound
+
+    try:
+        image = call_engine(f"inspect {ref}", lambda: client.images.get(ref))
+    except ImageNotFound:
+        return f"registry:{ref}"
+    digests = sorted(image.attrs.get("RepoDigests") or [])
+    return f"registry:{ref}@{digests[0].partition('@')[2]}" if digests else f"registry:{ref}"
+
+
 def current_agent_image(
     client: docker.DockerClient, repository: str
 ) -> tuple[str | None, str | None]:
-    """(tag of the image matching today's inputs or None, the base it would use or None).
-
-    Looks only at images already present: never pulls, builds or reaches the network.
-    """
+    """(tag of the image matching today's inputs or None, the base it was or would be
+    built on, or None). Looks only at images already present: never pulls, builds or
+    reaches the network. The base image itself need not be present any more."""
     root = source_root()
     from orchestrator.image.base import base_tag
 
-    for base in (REGISTRY_BASE, base_tag()):
-        base_id = _image_id(client, base)
-        if base_id:
-            tag = agent_tag(repository, inputs_hash(root, base_id))
-            return (tag if _image_id(client, tag) else None), base
-    return None, None
+    candidates = [REGISTRY_BASE] if _image_id(client, REGISTRY_BASE) else []
+    candidates.append(base_tag())
+    for base in candidates:
+        tag = agent_tag(repository, inputs_hash(root, base_identity(client, base)))
+        if _image_id(client, tag):
+            return tag, base
+    present = [b for b in candidates if _image_id(client, b)]
+    return None, (present[0] if present else None)
 
 
 def agent_image_ref(client: docker.DockerClient, repository: str) -> str:
@@ -223,7 +244,7 @@ def agent_image_ref(client: docker.DockerClient, repository: str) -> str:
         tag = None
     if tag is None:
         raise ImageMissing(
-            "no agent image matches the current sources",
+            "no agent image matches the current sources; build it with: orchestrator image build",
             hint="run: orchestrator image build",
         )
     return tag
@@ -242,10 +263,9 @@ def build_agent_image(
     """Build (or find current) the agent image; see the module docstring."""
     root = source_root()
     base_ref = resolve_base(client, base=base, offline=offline, progress=progress, mirror=mirror)
-    base_id = _image_id(client, base_ref)
-    if base_id is None:
+    if _image_id(client, base_ref) is None:
         raise ImageBuildFailed(f"base image {base_ref} vanished during the build")
-    digest = inputs_hash(root, base_id)
+    digest = inputs_hash(root, base_identity(client, base_ref))
     tag = agent_tag(repository, digest)
     existing = _image_id(client, tag)
     if existing and not force:
