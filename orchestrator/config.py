@@ -49,10 +49,34 @@ class OrchestratorConfig:
     debian_mirror: str | None = None
     http_listen: str = DEFAULT_HTTP_LISTEN
     http_token: str | None = None
+    http_allow_remote: bool = False  # may http.listen be on a non-loopback address
     concurrency: int | None = None  # turns at once across groups; None: the CPU count
     per_group_concurrency: int | None = None  # turns one group may run; None: half
     providers: Mapping[str, ProviderDef] = field(default_factory=dict)
     secrets_file: Path | None = None
+
+
+def listen_problem(listen: str, allow_remote: bool) -> str | None:
+    """Why ``HOST:PORT`` cannot be the HTTP API's address, or None. A host other than
+    loopback (127.0.0.0/8, ::1, localhost) needs ``http.allow_remote: true``."""
+    import ipaddress
+
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not 1 <= int(port) <= 65535:
+        return f"got {listen!r}; expected HOST:PORT, such as 127.0.0.1:8787"
+    host = host.strip("[]")
+    if not host or not re.fullmatch(r"[A-Za-z0-9.:-]+", host):
+        return f"got {listen!r}; the host must be an address or a name, such as 127.0.0.1"
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and not allow_remote:
+        return (
+            f"{host} is not a loopback address; the API has no TLS of its own: put it "
+            "behind a TLS reverse proxy and set http.allow_remote: true to listen there"
+        )
+    return None
 
 
 def _state_dir_setting(config_file: Path, root: Path) -> Path | None:
@@ -224,11 +248,15 @@ class Home:
                 )
             if "http" in reader.data:
                 http = reader.child("http")
-                http.reject_unknown(["listen", "token"])
+                http.reject_unknown(["listen", "token", "allow_remote"])
+                allow_remote = http.boolean("allow_remote", False)
+                values["http_allow_remote"] = allow_remote
                 if "listen" in http.data:
-                    values["http_listen"] = http.text(
-                        "listen", pattern=r"[A-Za-z0-9.:\[\]-]+:\d{1,5}", max_chars=100
-                    )
+                    listen = http.text("listen", max_chars=100)
+                    problem = listen_problem(listen, allow_remote)
+                    if problem:
+                        raise http.fail("listen", problem)
+                    values["http_listen"] = listen
                 if "token" in http.data:
                     token = http.text("token", max_chars=512)
                     if len(token) < 16:
@@ -237,7 +265,14 @@ class Home:
                         )
                     values["http_token"] = token
         if os.environ.get(HTTP_TOKEN_ENV):
-            values["http_token"] = os.environ[HTTP_TOKEN_ENV]
+            token = os.environ[HTTP_TOKEN_ENV]
+            if len(token) < 16:
+                raise InvalidConfig(
+                    f"{HTTP_TOKEN_ENV} is {len(token)} characters; the HTTP API needs a token "
+                    "of 16 or more",
+                    hint="use a long random token, such as: openssl rand -hex 24",
+                )
+            values["http_token"] = token
         env_project = os.environ.get(PROJECT_ENV)
         if env_project:
             if not re.fullmatch(PROJECT_PATTERN, env_project):

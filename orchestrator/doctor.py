@@ -191,6 +191,17 @@ def check_daemon(home: Home) -> Check:
     return Check("daemon", OK, detail)
 
 
+def listen_is_remote(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return True
+
+
 def check_queue(home: Home) -> Check:
     from orchestrator.queue import QUEUE_FILE, check_queue
 
@@ -306,6 +317,17 @@ def run_checks(home: Home) -> list[Check]:
             else "no orchestrator.yaml; using defaults",
         )
     )
+    if config.http_token and config.http_allow_remote:
+        host = config.http_listen.rpartition(":")[0].strip("[]")
+        if listen_is_remote(host):
+            checks.append(
+                Check(
+                    "http",
+                    WARN,
+                    f"the API listens on {config.http_listen} without TLS",
+                    "serve it to others only through a TLS reverse proxy (see the README)",
+                )
+            )
     checks.append(check_queue(home))
     checks.extend(check_disk(home))
     checks.extend(check_providers(home))

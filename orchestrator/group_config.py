@@ -36,7 +36,7 @@ from orchestrator.limits import (
     SENDER_ID_MAX_CHARS,
 )
 from orchestrator.relay.definitions import ProviderDef, model_problem
-from orchestrator.validate import MappingReader
+from orchestrator.validate import MappingReader, Problems
 from orchestrator.yamldoc import YamlDocument, load_yaml_file, parse_yaml_text
 
 GROUP_FILE = "group.yaml"
@@ -48,6 +48,22 @@ NETWORK_MODES = ("none", "bridge")
 PROVIDER_PATTERN = r"[a-z0-9][a-z0-9_-]{0,39}"
 MOUNT_NAME_PATTERN = r"[a-z0-9][a-z0-9_-]{0,62}"
 
+ALL_SKILLS: str | tuple[str, ...] = "all"
+GROUP_KEYS = (
+    "name",
+    "provider",
+    "model",
+    "creators",
+    "members",
+    "unknown_senders",
+    "session_mode",
+    "container",
+    "mounts",
+    "skills",
+    "context_budget",
+    "turn_timeout",
+    "limits",
+)
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 _DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -235,61 +251,65 @@ def group_config_from_doc(
     With ``providers`` (orchestrator.yaml's), the provider must be defined there and the
     model allowed by it and by the group's limits."""
     reader = MappingReader(doc, doc.data)
-    reader.reject_unknown(
-        [
-            "name",
-            "provider",
-            "model",
-            "creators",
-            "members",
-            "unknown_senders",
-            "session_mode",
-            "container",
-            "mounts",
-            "skills",
-            "context_budget",
-            "turn_timeout",
-            "limits",
-        ]
+    problems = Problems()
+    problems.check(lambda: reader.reject_unknown(GROUP_KEYS), None)
+
+    def turn_timeout() -> int:
+        value = parse_duration(reader.raw("turn_timeout", DEFAULT_TURN_TIMEOUT_SECONDS))
+        if value is None or not MIN_TURN_TIMEOUT_SECONDS <= value <= MAX_TURN_TIMEOUT_SECONDS:
+            raise reader.fail(
+                "turn_timeout",
+                f"got {reader.data.get('turn_timeout')!r}; expected a duration from "
+                f"{MIN_TURN_TIMEOUT_SECONDS}s to {MAX_TURN_TIMEOUT_SECONDS // 60}m, such as 5m",
+            )
+        return value
+
+    defaults = GroupConfig(name="-")
+    name = problems.check(lambda: reader.text("name", max_chars=GROUP_NAME_MAX_CHARS), "-")
+    provider = problems.check(
+        lambda: reader.text("provider", DEFAULT_PROVIDER, pattern=PROVIDER_PATTERN),
+        DEFAULT_PROVIDER,
     )
-    turn_timeout = parse_duration(reader.raw("turn_timeout", DEFAULT_TURN_TIMEOUT_SECONDS))
-    if turn_timeout is None or not (
-        MIN_TURN_TIMEOUT_SECONDS <= turn_timeout <= MAX_TURN_TIMEOUT_SECONDS
-    ):
-        raise reader.fail(
-            "turn_timeout",
-            f"got {reader.data.get('turn_timeout')!r}; expected a duration from "
-            f"{MIN_TURN_TIMEOUT_SECONDS}s to {MAX_TURN_TIMEOUT_SECONDS // 60}m, such as 5m",
-        )
-    budget = reader.whole_number(
-        "context_budget",
-        DEFAULT_CONTEXT_BUDGET_CHARS,
-        MIN_CONTEXT_BUDGET_CHARS,
-        None,
-        f"a whole number of characters, at least {MIN_CONTEXT_BUDGET_CHARS}",
-    )
-    provider = reader.text("provider", DEFAULT_PROVIDER, pattern=PROVIDER_PATTERN)
-    model = reader.text("model", DEFAULT_MODEL, max_chars=200)
-    limits = _limits(reader.child("limits"))
-    if providers is not None:
+    model = problems.check(lambda: reader.text("model", DEFAULT_MODEL, max_chars=200), "")
+    limits = problems.check(lambda: _limits(reader.child("limits")), defaults.limits)
+    if providers is not None and model:
         problem = model_problem(providers, provider, model, limits.models)
         if problem is not None:
-            raise reader.fail("model" if provider in providers else "provider", problem)
-    return GroupConfig(
-        name=reader.text("name", max_chars=GROUP_NAME_MAX_CHARS),
+            problems.add(reader.fail("model" if provider in providers else "provider", problem))
+    config = GroupConfig(
+        name=name,
         provider=provider,
         model=model,
         limits=limits,
-        creators=reader.id_list("creators", max_chars=SENDER_ID_MAX_CHARS),
-        members=reader.id_list("members", max_chars=SENDER_ID_MAX_CHARS),
-        unknown_senders=reader.choice("unknown_senders", UNKNOWN_SENDER_POLICIES, "drop"),
-        session_mode=reader.choice("session_mode", SESSION_MODES, "per-chat"),
-        container=_container(reader.child("container")),
-        mounts=_mounts(reader),
-        skills=_skills(reader),
-        context_budget=budget,
-        turn_timeout_seconds=turn_timeout,
+        creators=problems.check(
+            lambda: reader.id_list("creators", max_chars=SENDER_ID_MAX_CHARS), ()
+        ),
+        members=problems.check(
+            lambda: reader.id_list("members", max_chars=SENDER_ID_MAX_CHARS), ()
+        ),
+        unknown_senders=problems.check(
+            lambda: reader.choice("unknown_senders", UNKNOWN_SENDER_POLICIES, "drop"), "drop"
+        ),
+        session_mode=problems.check(
+            lambda: reader.choice("session_mode", SESSION_MODES, "per-chat"), "per-chat"
+        ),
+        container=problems.check(lambda: _container(reader.child("container")), defaults.container),
+        mounts=problems.check(lambda: _mounts(reader), ()),
+        skills=problems.check(lambda: _skills(reader), ALL_SKILLS),
+        context_budget=problems.check(
+            lambda: reader.whole_number(
+                "context_budget",
+                DEFAULT_CONTEXT_BUDGET_CHARS,
+                MIN_CONTEXT_BUDGET_CHARS,
+                None,
+                f"a whole number of characters, at least {MIN_CONTEXT_BUDGET_CHARS}",
+            ),
+            DEFAULT_CONTEXT_BUDGET_CHARS,
+        ),
+        turn_timeout_seconds=problems.check(turn_timeout, DEFAULT_TURN_TIMEOUT_SECONDS),
     )
+    problems.raise_if_any()
+    return config
 
 
 def load_group_config(

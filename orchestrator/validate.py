@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 from orchestrator.errors import InvalidConfig
 from orchestrator.yamldoc import YamlDocument
 
 _MISSING = object()
+T = TypeVar("T")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
@@ -26,6 +27,37 @@ def text_problem(value: str, *, multiline: bool = False) -> str | None:
     if not multiline and ("\n" in value or "\r" in value):
         return "contains a line break"
     return None
+
+
+class Problems:
+    """Collects InvalidConfig errors of independent keys, so a file reports all of them
+    at once rather than one per attempt."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+        self.hints: list[str] = []
+
+    def check(self, read: Callable[[], T], default: T) -> T:
+        """``read()``, or ``default`` after recording the InvalidConfig it raised."""
+        try:
+            return read()
+        except InvalidConfig as exc:
+            self.add(exc)
+            return default
+
+    def add(self, error: InvalidConfig) -> None:
+        self.messages.append(error.message)
+        if error.hint:
+            self.hints.append(error.hint)
+
+    def raise_if_any(self) -> None:
+        if len(self.messages) == 1:
+            raise InvalidConfig(self.messages[0], hint=self.hints[0] if self.hints else None)
+        if self.messages:
+            raise InvalidConfig(
+                f"{len(self.messages)} problems: " + "; ".join(self.messages),
+                hint=self.hints[0] if self.hints else None,
+            )
 
 
 class MappingReader:
@@ -56,10 +88,13 @@ class MappingReader:
 
     def reject_unknown(self, allowed: Iterable[str]) -> None:
         allowed = sorted(allowed)
-        for key in self.data:
-            if key not in allowed:
-                name = key if isinstance(key, str) else repr(key)
-                raise self.fail(str(name), f"unknown key; valid keys here: {', '.join(allowed)}")
+        unknown = [k for k in self.data if k not in allowed]
+        if unknown:
+            name = unknown[0] if isinstance(unknown[0], str) else repr(unknown[0])
+            others = f" (and {', '.join(map(str, unknown[1:]))})" if unknown[1:] else ""
+            raise self.fail(
+                str(name), f"unknown key{others}; valid keys here: {', '.join(allowed)}"
+            )
 
     def raw(self, key: str, default: Any = _MISSING) -> Any:
         if key not in self.data or self.data[key] is None:

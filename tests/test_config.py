@@ -42,7 +42,7 @@ def test_all_keys(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-d
         home,
         "project: prod\nimage: my/agent\nunprivileged_user: '2000:3000'\n"
         "concurrency: 4\nhttp:\n  listen: '0.0.0.0:9000'\n"
-        "  token: 0123456789abcdefXYZ\n",
+        "  token: 0123456789abcdefXYZ\n  allow_remote: true\n",
         monkeypatch,
     )
     assert (config.project, config.image, config.concurrency) == ("prod", "my/agent", 4)
@@ -74,3 +74,33 @@ def test_bad_values(home: Path, monkeypatch, text: str, needle: str) -> None:  #
         load(home, text, monkeypatch)
     assert needle in info.value.message
     assert str(home / "orchestrator.yaml") in info.value.message
+
+
+@pytest.mark.parametrize(
+    ("listen", "allow", "error"),
+    [
+        ("0.0.0.0:8787", False, "not a loopback address"),
+        ("192.168.1.5:8787", False, "TLS reverse proxy"),
+        ("127.0.0.1:99999", False, "expected HOST:PORT"),
+        ("8787", False, "expected HOST:PORT"),
+        ("localhost:8787", False, None),
+        ("[::1]:8787", False, None),
+        ("127.0.0.2:8787", False, None),
+        ("0.0.0.0:8787", True, None),
+    ],
+)
+def test_http_listen_on_a_remote_address_needs_allow_remote(
+    home: Path, monkeypatch, listen, allow, error
+) -> None:  # type: ignore[no-untyped-def]
+    text = f"http:\n  listen: '{listen}'\n  allow_remote: {str(allow).lower()}\n"
+    if error is None:
+        assert load(home, text, monkeypatch).http_listen == listen
+    else:
+        with pytest.raises(InvalidConfig, match=error):
+            load(home, text, monkeypatch)
+
+
+def test_a_short_token_in_the_environment_is_refused(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("ORCHESTRATOR_HTTP_TOKEN", "short")
+    with pytest.raises(InvalidConfig, match="ORCHESTRATOR_HTTP_TOKEN is 5 characters"):
+        Home(home).load_config()

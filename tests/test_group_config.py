@@ -120,3 +120,25 @@ def test_a_key_given_twice_is_refused(tmp_path) -> None:  # type: ignore[no-unty
     text = "name: a\ncontainer:\n  disk: 1m\n  memory: 1g\n  disk: 2g\n"
     with pytest.raises(InvalidConfig, match=r"group.yaml:5: disk: given twice \(also on line 3\)"):
         parse_group_config(text, tmp_path / "group.yaml")
+
+
+def test_every_problem_of_a_group_yaml_is_reported_at_once(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.errors import InvalidConfig
+    from orchestrator.group_config import parse_group_config
+
+    text = (
+        "name: ''\nsession_mode: sometimes\ncontainer:\n  cpus: 1000\n"
+        "turn_timeout: forever\ncolour: blue\n"
+    )
+    with pytest.raises(InvalidConfig) as caught:
+        parse_group_config(text, tmp_path / "group.yaml")
+    message = caught.value.message
+    assert message.startswith("5 problems: ")
+    for part in (
+        "group.yaml:6: colour: unknown key",
+        "group.yaml:1: name: must be a non-empty string",
+        "group.yaml:2: session_mode: got 'sometimes'",
+        "group.yaml:4: container.cpus: got 1000",
+        "group.yaml:5: turn_timeout: got 'forever'",
+    ):
+        assert part in message, part

@@ -115,7 +115,15 @@ def test_unknown_group_paused_group_and_message_lookups(daemon) -> None:  # type
     assert code == 503 and "over its disk limit" in answer["error"]
     assert call(daemon, "GET", "/v1/messages/none", headers=AUTH)[0] == 404
     assert call(daemon, "GET", "/v1/messages/x?wait=abc", headers=AUTH)[0] == 400
-    assert call(daemon, "GET", "/v1/groups", headers=AUTH)[1] == [{"folder": "fam", "name": "fam"}]
+    assert call(daemon, "GET", "/v1/groups", headers=AUTH)[1] == [
+        {"folder": "fam", "name": "fam", "valid": True, "problem": None}
+    ]
+    broken = daemon.runtime.store.root / "broken"
+    broken.mkdir()
+    (broken / "group.yaml").write_text("name: x\nsession_mode: sometimes\n")
+    listed = call(daemon, "GET", "/v1/groups", headers=AUTH)[1]
+    assert listed[0]["folder"] == "broken" and listed[0]["valid"] is False
+    assert "session_mode: got 'sometimes'" in listed[0]["problem"]
     assert call(daemon, "GET", "/healthz")[1] == {"ok": True, "accepting": True}
 
 

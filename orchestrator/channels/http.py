@@ -152,8 +152,19 @@ class HttpChannel(Channel):
         return web.json_response({"ok": True, "accepting": self.daemon.accepting})
 
     async def groups(self, request: web.Request) -> web.Response:
-        groups = await asyncio.to_thread(self.daemon.runtime.store.groups)
-        return web.json_response([{"folder": g.folder, "name": g.config.name} for g in groups])
+        """Every group folder; one whose group.yaml is invalid is listed with its errors."""
+        listing = await asyncio.to_thread(self.daemon.runtime.store.listing)
+        return web.json_response(
+            [
+                {
+                    "folder": item.folder,
+                    "name": item.group.config.name if item.group else None,
+                    "valid": item.group is not None,
+                    "problem": item.problem,
+                }
+                for item in listing
+            ]
+        )
 
     async def post_message(self, request: web.Request) -> web.Response:
         try:

@@ -87,6 +87,7 @@ def status(obj: CliContext, as_json: bool) -> None:
 
     runtime = open_runtime(obj)
     rows = runtime.status()
+    invalid = [item for item in runtime.store.listing() if item.group is None]
     queue = _queue_summary(obj)
     limits = {g.folder: g.config.container.disk_bytes for g in runtime.store.groups()}
     disk = {r.folder: group_disk_usage(obj.home.groups_dir, r.folder) for r in rows}
@@ -104,12 +105,13 @@ def status(obj: CliContext, as_json: bool) -> None:
                     }
                     for row in rows
                 ],
+                "invalid_groups": [{"folder": i.folder, "problem": i.problem} for i in invalid],
                 "queue": queue,
                 "free_space": [s.to_dict() for s in spaces],
             }
         )
         return
-    if not rows:
+    if not rows and not invalid:
         click.echo("no groups; add one with: orchestrator group add NAME")
         return
     now = time.time()
@@ -127,7 +129,8 @@ def status(obj: CliContext, as_json: bool) -> None:
                 f"{human_seconds(now - r.last_activity)} ago" if r.last_activity else "never",
             )
             for r in rows
-        ],
+        ]
+        + [(i.folder, "-", f"INVALID: {i.problem}", "-", "-", "-", "-", "-") for i in invalid],
     )
     for folder, lease in paused.items():
         click.echo(f"paused {folder} ({lease['holder']}): {safe_line(lease['reason'])}")
