@@ -155,6 +155,8 @@ class Daemon:
         self.disk_dirty: set[str] = set()
         self.started = time.time()
         self.relay = RelayContext(config, queue, UsageStore(queue.path), notify=self._changed)
+        # set by the service that runs the daemon: reloads orchestrator.yaml
+        self.on_reload: Callable[[], dict[str, Any]] | None = None
 
     @property
     def inflight(self) -> int:
@@ -291,6 +293,17 @@ class Daemon:
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self.threads.append(thread)
+
+    def apply_config(self, config: OrchestratorConfig) -> None:
+        """Run with a reloaded configuration from now on (concurrency excepted: the
+        worker pool keeps its size until the next start)."""
+        self.config = config
+        self.relay.config = config
+        self.runtime.config = config
+        self.per_group = group_share(self.concurrency, config.per_group_concurrency)
+        self.check_credentials()
+        with self.cond:
+            self.cond.notify_all()
 
     def check_credentials(self) -> list[str]:
         """Log (and return) a line for each provider a group uses whose key cannot be

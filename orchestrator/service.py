@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from orchestrator import wire
 from orchestrator.channels.control import SOCKET_NAME
@@ -36,6 +36,10 @@ from orchestrator.limits import (
     DOWN_TERM_WAIT_SECONDS,
     DRAIN_TIMEOUT_SECONDS,
 )
+
+if TYPE_CHECKING:
+    from orchestrator.channels.base import Channel
+    from orchestrator.daemon import Daemon
 
 log = logging.getLogger("orchestrator.service")
 PID_FILE = "orchestrator.pid"
@@ -119,13 +123,89 @@ def _take_lock(home: Home) -> IO[str]:
 _LOCK: list[IO[str]] = []
 
 
+class Service:
+    """The running daemon's process: its channels, its facts file, and reloading."""
+
+    def __init__(self, home: Home, daemon: Daemon) -> None:
+        self.home = home
+        self.daemon = daemon
+        self.channels: dict[str, Channel] = {}
+        self.lock = threading.Lock()
+        self.started = time.time()
+        daemon.on_reload = self.reload
+
+    def start_channels(self) -> None:
+        from orchestrator.channels import load_channels
+
+        for cls in load_channels():
+            if cls.enabled(self.daemon):
+                channel = cls(self.daemon)
+                channel.start()
+                self.channels[channel.name] = channel
+
+    def stop_channels(self) -> None:
+        for channel in list(self.channels.values()):
+            with contextlib.suppress(Exception):
+                channel.stop()
+        self.channels.clear()
+
+    def write_facts(self) -> None:
+        facts = {
+            "pid": os.getpid(),
+            "started": self.started,
+            "home": str(self.home.root),
+            "channels": {c.name: c.where() for c in self.channels.values()},
+            "concurrency": self.daemon.concurrency,
+        }
+        write_atomic(self.home.state_dir / FACTS_FILE, json.dumps(facts) + "\n")
+
+    def reload(self) -> dict[str, Any]:
+        """Read orchestrator.yaml again and apply it: providers, tokens, channels, the
+        runtime's settings (groups are read at each message anyway). A file that does
+        not load is refused and the running configuration kept."""
+        from orchestrator.channels import load_channels
+
+        with self.lock:
+            try:
+                config = self.home.load_config()
+            except OrchestratorError as exc:
+                log.error("reload refused: %s; the running configuration is kept", exc.message)
+                return {"ok": False, "error": f"reload refused: {exc.message}", "hint": exc.hint}
+            old = self.daemon.config
+            self.daemon.apply_config(config)
+            restarted = []
+            for cls in load_channels():
+                running = self.channels.get(cls.name)
+                wanted = cls.enabled(self.daemon)
+                if running is not None and (
+                    not wanted or cls.settings(old) != cls.settings(config)
+                ):
+                    running.stop()
+                    del self.channels[cls.name]
+                if wanted and cls.name not in self.channels:
+                    channel = cls(self.daemon)
+                    channel.start()
+                    self.channels[cls.name] = channel
+                    restarted.append(cls.name)
+            self.write_facts()
+            notes = []
+            if config.concurrency != old.concurrency:
+                notes.append("concurrency applies at the next start")
+            log.info(
+                "reloaded %s (channels started again: %s)%s",
+                self.home.config_file,
+                ", ".join(restarted) or "none",
+                "; " + "; ".join(notes) if notes else "",
+            )
+            return {"ok": True, "channels_restarted": restarted, "notes": notes}
+
+
 def serve(home: Home, concurrency: int | None = None) -> None:
     """Run the daemon in the foreground until SIGTERM or SIGINT, then drain and exit.
 
-    A second SIGTERM or SIGINT during the drain stops at once: turns in flight are
-    cancelled and delivered again at the next start.
+    SIGHUP reloads orchestrator.yaml. A second SIGTERM or SIGINT during the drain stops
+    at once: turns in flight are cancelled and delivered again at the next start.
     """
-    from orchestrator.channels import load_channels
     from orchestrator.daemon import Daemon
     from orchestrator.image.agent import agent_image_ref
     from orchestrator.queue import open_queue
@@ -143,40 +223,33 @@ def serve(home: Home, concurrency: int | None = None) -> None:
         home,
         config,
         DockerBackend(client),
-        lambda: agent_image_ref(client, config.image),
+        lambda: agent_image_ref(client, runtime.config.image),
         skills_root=default_skills_root(),
     )
     daemon = Daemon(home, config, runtime, queue, concurrency or config.concurrency)
+    service = Service(home, daemon)
     signals = threading.Semaphore(0)
+    reload_asked = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: signals.release())
     signal.signal(signal.SIGINT, lambda *_: signals.release())
+    signal.signal(signal.SIGHUP, lambda *_: reload_asked.set())
     daemon.start()
-    channels = [cls(daemon) for cls in load_channels() if cls.enabled(daemon)]
-    for channel in channels:
-        channel.start()
-    started = time.time()
-    facts = {
-        "pid": os.getpid(),
-        "started": started,
-        "home": str(home.root),
-        "channels": {c.name: c.where() for c in channels},
-        "concurrency": daemon.concurrency,
-    }
-    write_atomic(home.state_dir / FACTS_FILE, json.dumps(facts) + "\n")
+    service.start_channels()
+    service.write_facts()
     write_atomic(home.state_dir / PID_FILE, f"{os.getpid()}\n")
     log.info(
         "orchestrator daemon %d serving %s (channels: %s; concurrency %d)",
         os.getpid(),
         home.root,
-        ", ".join(f"{c.name} {c.where()}" for c in channels),
+        ", ".join(f"{c.name} {c.where()}" for c in service.channels.values()),
         daemon.concurrency,
     )
-    while not signals.acquire(timeout=1.0):
-        pass
+    while not signals.acquire(timeout=0.5):
+        if reload_asked.is_set():
+            reload_asked.clear()
+            service.reload()
     log.info("draining: no new messages; waiting for turns in flight (again to stop now)")
-    for channel in channels:
-        with contextlib.suppress(Exception):
-            channel.stop()
+    service.stop_channels()
     stop_now = threading.Event()
 
     def second_signal() -> None:

@@ -102,3 +102,58 @@ def test_up_refuses_while_a_process_holds_the_lock_without_answering(home: Home,
         up(home, timeout=5)
     time.sleep(0.2)
     assert lock_holder(home) == process.pid  # nothing else took it
+
+
+def test_reload_applies_a_new_token_and_refuses_a_broken_file(tmp_path: Path) -> None:
+    import json as jsonlib
+    import socket as socketlib
+    import urllib.error
+    import urllib.request
+
+    from orchestrator import wire
+    from orchestrator.daemon import Daemon
+    from orchestrator.queue import open_queue
+    from orchestrator.runtime.fake import FakeBackend
+    from orchestrator.runtime.lifecycle import GroupRuntime
+    from orchestrator.service import Service
+
+    with socketlib.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    home = Home(tmp_path / "home")
+    home.ensure_writable()
+    first, second = "a" * 20, "b" * 20
+    home.config_file.write_text(f"http:\n  listen: '127.0.0.1:{port}'\n  token: {first}\n")
+    config = home.load_config()
+    runtime = GroupRuntime(home, config, FakeBackend(), lambda: "i", ready=lambda _: True)
+    queue = open_queue(home)
+    daemon = Daemon(home, config, runtime, queue, concurrency=1)
+    service = Service(home, daemon)
+    service.start_channels()
+
+    def status_with(token: str) -> int:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/groups", headers={"Authorization": f"Bearer {token}"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as exc:
+            return int(exc.code)
+
+    try:
+        assert status_with(first) == 200
+        home.config_file.write_text(f"http:\n  listen: '127.0.0.1:{port}'\n  token: {second}\n")
+        answer = wire.request(home.state_dir / "orchestrator.sock", {"op": "reload"}, 30)
+        assert answer["ok"] and answer["channels_restarted"] == ["http"]
+        assert (status_with(first), status_with(second)) == (401, 200)
+        home.config_file.write_text("http:\n  token: short\n")
+        answer = wire.request(home.state_dir / "orchestrator.sock", {"op": "reload"}, 30)
+        assert answer["ok"] is False and "shorter than 16" in answer["error"]
+        assert status_with(second) == 200  # the running configuration was kept
+        facts = jsonlib.loads((home.state_dir / "daemon.json").read_text())
+        assert facts["channels"]["http"] == f"http://127.0.0.1:{port}"
+    finally:
+        service.stop_channels()
+        daemon.relay.usage.close()
+        queue.close()

@@ -6,6 +6,7 @@ import abc
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from orchestrator.config import OrchestratorConfig
     from orchestrator.daemon import Daemon
 
 
@@ -19,6 +20,12 @@ class Channel(abc.ABC):
     def enabled(cls, daemon: Daemon) -> bool:
         """Whether the configuration asks for this channel."""
         return True
+
+    @classmethod
+    def settings(cls, config: OrchestratorConfig) -> tuple[object, ...]:
+        """The parts of the configuration this channel runs with: a reload starts it
+        again when they change."""
+        return ()
 
     @abc.abstractmethod
     def start(self) -> None:

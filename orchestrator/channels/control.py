@@ -155,6 +155,10 @@ class ControlChannel(Channel):
                 if found is None:
                     return {"ok": False, "error": f"no message {request.get('id')!r}"}
                 return {"ok": True, "message": found.to_dict()}
+            if op == "reload":
+                if daemon.on_reload is None:
+                    return {"ok": False, "error": "this daemon cannot reload"}
+                return daemon.on_reload()
             if op == "retry":
                 ok = daemon.retry(str(request.get("id", "")))
                 return {

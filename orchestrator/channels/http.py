@@ -114,6 +114,10 @@ class HttpChannel(Channel):
     def enabled(cls, daemon: Any) -> bool:
         return bool(daemon.config.http_token)
 
+    @classmethod
+    def settings(cls, config: Any) -> tuple[object, ...]:
+        return (config.http_listen, config.http_token, config.http_allow_remote)
+
     def where(self) -> str:
         return f"http://{self.daemon.config.http_listen}"
 

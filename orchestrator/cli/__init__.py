@@ -42,6 +42,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "serve": ("orchestrator.cli.daemon", "serve", "Run the daemon in the foreground."),
     "up": ("orchestrator.cli.daemon", "up", "Start the daemon in the background."),
     "down": ("orchestrator.cli.daemon", "down", "Stop the background daemon."),
+    "reload": (
+        "orchestrator.cli.daemon",
+        "reload",
+        "Make the daemon read orchestrator.yaml again.",
+    ),
     "send": ("orchestrator.cli.daemon", "send", "Send a message to a group; print replies."),
     "chat": ("orchestrator.cli.daemon", "chat", "Talk with a group interactively."),
     "retry": ("orchestrator.cli.daemon", "retry", "Queue a dead-lettered message again."),

@@ -246,3 +246,26 @@ def retry(obj: CliContext, message_id: str) -> None:
         print_error(answer.get("error"))
         raise SystemExit(EXIT_FAILED)
     click.echo(f"message {message_id} queued again")
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@pass_cli
+def reload(obj: CliContext, as_json: bool) -> None:
+    """Make the daemon read orchestrator.yaml again (also on SIGHUP): providers, tokens
+    and channels take effect without a restart. A file that does not load is refused
+    and the daemon keeps running with its configuration."""
+    from orchestrator.service import control_request
+
+    answer = control_request(obj.home, {"op": "reload"}, timeout=30)
+    if as_json:
+        print_json(answer)
+    elif answer.get("ok"):
+        restarted = ", ".join(answer.get("channels_restarted") or []) or "none"
+        click.echo(f"reloaded {obj.home.config_file} (channels started again: {restarted})")
+        for note in answer.get("notes") or []:
+            click.echo(f"note: {note}")
+    else:
+        print_error(answer.get("error"), answer.get("hint"))
+    if not answer.get("ok"):
+        raise SystemExit(EXIT_FAILED)
