@@ -206,7 +206,7 @@ def test_a_container_sending_bad_frames_does_not_stop_the_others(daemon, docker_
     store.add(GroupConfig(name="Good", creators=("operator",)))
     daemon.start()
     assert daemon.send("rogue", "hello", wait=True)["state"] == "done"
-    rogue = docker_client.containers.get(f"{daemon.project}-rogue")
+    rogue = docker_client.containers.get(f"{daemon.project}.rogue")
     # Inside the rogue container: replace the runner's socket by a server that answers
     # pings but sends an oversized frame, then a malformed one, to every turn.
     script = r"""

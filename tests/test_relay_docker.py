@@ -83,7 +83,7 @@ def test_a_tool_call_and_two_replies_through_the_relay(served, provider, docker_
     assert all(s.body["model"] == "fake-model" for s in provider.seen)
 
     # The key is nowhere the container can see: its environment, its files, its frames.
-    container = docker_client.containers.get(f"{served.project}-fam")
+    container = docker_client.containers.get(f"{served.project}.fam")
     assert KEY not in json.dumps(container.attrs["Config"]["Env"])
     seen = container.exec_run(
         ["sh", "-c", "cat /proc/1/environ; env; grep -rs . /workspace /run/orchestrator || true"]

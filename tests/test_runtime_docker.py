@@ -220,16 +220,16 @@ def test_cli_start_status_stop_reconcile(run, home: Path, agent_image, test_proj
     try:
         started = run("start", "fam")
         assert started.exit_code == 0, started.output
-        assert started.stdout.strip() == f"{test_project}-fam is running"
+        assert started.stdout.strip() == f"{test_project}.fam is running"
         rows = json.loads(run("status", "--json").stdout)["groups"]
         assert [(r["folder"], r["state"], r["drift"]) for r in rows] == [("fam", "running", False)]
-        assert run("stop", "fam").stdout.strip() == f"stopped {test_project}-fam"
+        assert run("stop", "fam").stdout.strip() == f"stopped {test_project}.fam"
         plan = json.loads(run("reconcile", "--json").stdout)
         assert [(a["kind"], a["reason"]) for a in plan] == [("remove", "container is exited")]
         assert json.loads(run("status", "--json").stdout)["groups"][0]["state"] == "absent"
         assert run("restart", "fam").exit_code == 0
         removed = run("group", "remove", "fam", "--purge", "--yes")
-        assert f"removed container {test_project}-fam" in removed.stdout
+        assert f"removed container {test_project}.fam" in removed.stdout
     finally:
         run("group", "remove", "fam", "--purge", "--yes")
 
@@ -298,3 +298,16 @@ def test_runner_refuses_bad_frames_and_keeps_serving(runtime) -> None:  # type: 
     assert raw.recv(10) == b""  # that connection is closed
     raw.close()
     assert client.ping()
+
+
+def test_status_reads_memory_from_the_cgroup_without_the_engine(runtime) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.runtime.docker import cgroup_memory
+
+    group = runtime.store.add(GroupConfig(name="Fam"))
+    info = runtime.ensure_running(group)
+    from_cgroup = cgroup_memory(info.id)
+    if from_cgroup is None:  # this host cannot see the engine's cgroups
+        pytest.skip("container cgroups are not visible here")
+    assert 1024**2 < from_cgroup < 512 * 1024**2
+    [row] = runtime.status()
+    assert row.memory_bytes is not None and row.memory_bytes > 1024**2

@@ -81,10 +81,12 @@ def restart(obj: CliContext, name: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @pass_cli
 def status(obj: CliContext, as_json: bool) -> None:
-    """Per group: container state, uptime, memory and disk use, config drift, last
-    activity, pauses; then the queue, its dead letters and the free disk space."""
+    """The daemon (running or not, pid, uptime, channels, queue); then per group:
+    container state, uptime, memory and disk use, config drift, last activity, pauses;
+    then dead letters and the free disk space."""
     from orchestrator.disk import free_space, group_disk_usage
 
+    daemon = _daemon_summary(obj)
     runtime = open_runtime(obj)
     rows = runtime.status()
     invalid = [item for item in runtime.store.listing() if item.group is None]
@@ -96,6 +98,7 @@ def status(obj: CliContext, as_json: bool) -> None:
     if as_json:
         print_json(
             {
+                "daemon": daemon,
                 "groups": [
                     {
                         **row.to_dict(),
@@ -111,10 +114,22 @@ def status(obj: CliContext, as_json: bool) -> None:
             }
         )
         return
+    now = time.time()
+    if daemon is None:
+        click.echo("daemon: not running (messages are not delivered; start it: orchestrator up)")
+    else:
+        where = "; ".join(f"{k} {v}" for k, v in (daemon.get("channels") or {}).items())
+        uptime = human_seconds(now - daemon["started"]) if daemon.get("started") else "?"
+        click.echo(f"daemon: running, pid {daemon['pid']}, up {uptime}; {where}")
+    if queue is not None:
+        counts = queue["counts"]
+        click.echo(
+            f"queue: {counts.get('queued', 0)} queued, {counts.get('inflight', 0)} "
+            f"in flight, {counts.get('done', 0)} done, {counts.get('dead', 0)} dead\n"
+        )
     if not rows and not invalid:
         click.echo("no groups; add one with: orchestrator group add NAME")
         return
-    now = time.time()
     print_table(
         ("GROUP", "CONTAINER", "STATE", "UPTIME", "MEMORY", "DISK", "DRIFT", "LAST ACTIVITY"),
         [
@@ -123,7 +138,7 @@ def status(obj: CliContext, as_json: bool) -> None:
                 r.container,
                 r.state + (" (paused)" if r.folder in paused else ""),
                 human_seconds(r.uptime_seconds) if r.uptime_seconds is not None else "-",
-                human_bytes(r.memory_bytes) if r.memory_bytes is not None else "-",
+                _memory(r),
                 f"{human_bytes(disk[r.folder])} / {human_bytes(limits.get(r.folder, 0))}",
                 {True: "yes", False: "no", None: "-"}[r.drift],
                 f"{human_seconds(now - r.last_activity)} ago" if r.last_activity else "never",
@@ -135,11 +150,6 @@ def status(obj: CliContext, as_json: bool) -> None:
     for folder, lease in paused.items():
         click.echo(f"paused {folder} ({lease['holder']}): {safe_line(lease['reason'])}")
     if queue is not None:
-        counts = queue["counts"]
-        click.echo(
-            f"\nqueue: {counts.get('queued', 0)} queued, {counts.get('inflight', 0)} "
-            f"in flight, {counts.get('done', 0)} done, {counts.get('dead', 0)} dead"
-        )
         for dead in queue["dead"]:
             click.echo(
                 f"  dead {dead['id']} ({dead['group']}): {safe_line(dead['error'])}"
@@ -151,6 +161,19 @@ def status(obj: CliContext, as_json: bool) -> None:
         if line not in seen:
             seen.add(line)
             click.echo(f"disk: {line} ({space.path})")
+
+
+def _memory(row: Any) -> str:
+    if row.memory_bytes is not None:
+        return human_bytes(row.memory_bytes)
+    return "?" if row.state == "running" else "-"  # ?: not read within the deadline
+
+
+def _daemon_summary(obj: CliContext) -> dict[str, Any] | None:
+    """What the running daemon says of itself; None when none runs for this home."""
+    from orchestrator.service import daemon_facts
+
+    return daemon_facts(obj.home)
 
 
 def _queue_summary(obj: CliContext) -> dict[str, Any] | None:

@@ -7,7 +7,8 @@ unit tests of the logic above it. A Kubernetes backend would implement the same 
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 LABEL_PROJECT = "org.orchestrator.project"
@@ -121,6 +122,26 @@ class ContainerBackend(abc.ABC):
     @abc.abstractmethod
     def memory_usage(self, name: str) -> int | None:
         """Bytes of memory the running container uses, or None."""
+
+    def memory_usages(
+        self, containers: Sequence[ContainerInfo], deadline: float
+    ) -> dict[str, int | None]:
+        """Memory of many containers at once, by name; what is not known when
+        ``deadline`` (time.monotonic()) comes is None. Backends that can read it more
+        cheaply than one call per container override this."""
+        from concurrent.futures import ThreadPoolExecutor, wait
+
+        out: dict[str, int | None] = {c.name: None for c in containers}
+        if not containers:
+            return out
+        pool = ThreadPoolExecutor(max_workers=min(16, len(containers)))
+        futures = {pool.submit(self.memory_usage, c.name): c.name for c in containers}
+        done, _ = wait(futures, timeout=max(0.0, deadline - time.monotonic()))
+        pool.shutdown(wait=False, cancel_futures=True)
+        for future in done:
+            if future.exception() is None:
+                out[futures[future]] = future.result()
+        return out
 
     def engine_facts(self) -> dict[str, object]:
         """Facts that change how containers must run (rootless, podman)."""

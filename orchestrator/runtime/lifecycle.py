@@ -12,7 +12,6 @@ import os
 import stat
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,7 +46,7 @@ from orchestrator.runtime.spec import (
 
 log = logging.getLogger(__name__)
 ImageResolver = Callable[[], str]
-STATS_CONCURRENCY = 10  # matches the SDK's connection pool size
+STATUS_MEMORY_DEADLINE_SECONDS = 3.0  # memory not known by then is shown as unknown
 READY_POLL_SECONDS = 0.01
 READY_INSPECT_EVERY = 20  # polls between engine checks that the container still runs
 
@@ -392,10 +391,10 @@ class GroupRuntime:
         containers = {c.group: c for c in self.backend.list(self.project_labels)}
         groups = self.store.groups()
         desired = self._desired_hashes(groups)
-        running = [c.name for c in containers.values() if c.running]
-        # A stats call takes about a second on some engines: ask for all at once.
-        with ThreadPoolExecutor(max_workers=STATS_CONCURRENCY) as pool:
-            memory = dict(zip(running, pool.map(self.backend.memory_usage, running), strict=True))
+        running = [c for c in containers.values() if c.running]
+        memory = self.backend.memory_usages(
+            running, time.monotonic() + STATUS_MEMORY_DEADLINE_SECONDS
+        )
         out: list[GroupStatus] = []
         now = time.time()
         for group in groups:
