@@ -288,6 +288,44 @@ class GroupStore:
         fsync_dir(self.root)
         return target
 
+    def removed(self) -> list[Path]:
+        """Archives of removed groups, oldest first."""
+        archive_root = self.root / REMOVED_DIR
+        if not archive_root.is_dir():
+            return []
+        return sorted(
+            (p for p in archive_root.iterdir() if p.is_dir() and not p.is_symlink()),
+            key=lambda p: p.name,
+        )
+
+    def restore(self, name: str) -> Group:
+        """Bring back a removed group: NAME is an archive folder's name, or a group folder
+        (its newest archive). The folder must be free again."""
+        archives = self.removed()
+        matches = [a for a in archives if a.name == name] or [
+            a
+            for a in archives
+            if re.fullmatch(rf"{re.escape(name)}-\d{{8}}T\d{{6}}Z(-\d+)?", a.name)
+        ]
+        if not matches:
+            shown = ", ".join(a.name for a in archives[-10:]) or "none"
+            raise GroupNotFound(
+                f"no removed group {name!r} in {self.root / REMOVED_DIR}",
+                hint=f"removed groups: {shown}",
+            )
+        archive = matches[-1]
+        folder = re.sub(r"-\d{8}T\d{6}Z(-\d+)?$", "", archive.name)
+        validate_folder_name(folder)
+        target = self.root / folder
+        if target.exists():
+            raise GroupExists(
+                f"{target} exists; restoring {archive.name} would replace it",
+                hint="remove or rename that group first",
+            )
+        os.rename(archive, target)
+        fsync_dir(self.root)
+        return self.load(folder)
+
     def remove_runtime_dir(self, folder: str) -> None:
         """Delete state/run/<folder>/ (the container could write it: done by descriptor)."""
         run_root = self.home.runtime_dir(folder).parent

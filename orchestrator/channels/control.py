@@ -184,5 +184,6 @@ class ControlChannel(Channel):
         except GroupPaused as exc:
             return {"ok": False, "paused": True, "error": exc.message, "hint": exc.hint}
         except OrchestratorError as exc:
-            return {"ok": False, "error": exc.message, "hint": exc.hint}
+            # the CLI exits with the code the error would have had locally (2: bad input)
+            return {"ok": False, "error": exc.message, "hint": exc.hint, "exit": exc.exit_code}
         return {"ok": False, "error": f"unknown op {op!r}"}

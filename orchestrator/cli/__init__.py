@@ -17,6 +17,7 @@ import click
 
 from orchestrator import __version__
 from orchestrator.config import Home
+from orchestrator.confined import UnsafePath
 from orchestrator.errors import EXIT_BAD_INPUT, EXIT_FAILED, OrchestratorError
 
 # command name -> (module, attribute, one-line help shown by --help)
@@ -24,7 +25,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "group": (
         "orchestrator.cli.group",
         "group",
-        "Add, list, show, remove, pause and resume agent groups.",
+        "Add, list, show, remove, restore, pause and resume agent groups.",
     ),
     "memory": ("orchestrator.cli.memory", "memory", "Scaffold and lint a group's memory tree."),
     "image": ("orchestrator.cli.image", "image", "Build the agent image (offline when needed)."),
@@ -50,6 +51,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "send": ("orchestrator.cli.daemon", "send", "Send a message to a group; print replies."),
     "chat": ("orchestrator.cli.daemon", "chat", "Talk with a group interactively."),
     "retry": ("orchestrator.cli.daemon", "retry", "Queue a dead-lettered message again."),
+    "message": ("orchestrator.cli.inspect", "message", "Show a message from the queue."),
+    "transcript": (
+        "orchestrator.cli.inspect",
+        "transcript",
+        "Show a group's conversations, readable.",
+    ),
     "provider": (
         "orchestrator.cli.provider",
         "provider",
@@ -92,10 +99,55 @@ class LazyGroup(click.Group):
             obj = ctx.find_object(CliContext)
             if obj is not None and obj.debug:
                 traceback.print_exc()
-            from orchestrator.cli.output import print_error
-
-            print_error(exc.message, exc.hint)
+            report_error(exc.message, exc.hint, as_json=self.json_output)
             ctx.exit(exc.exit_code)
+        except UnsafePath as exc:  # the confined file layer refused a path
+            report_error(
+                f"refused: {exc}",
+                "a group's container may have changed its own folders; nothing was "
+                "followed or written",
+                as_json=self.json_output,
+            )
+            ctx.exit(EXIT_FAILED)
+
+    json_output = False  # --json was given: errors are JSON on stdout too
+
+    def main(self, args: Any = None, *extra: Any, **kwargs: Any) -> Any:
+        """Usage errors become one ``error:`` line and a hint, like every other error
+        (click's own form is a usage block); with --json, errors are JSON on stdout."""
+        argv = list(sys.argv[1:] if args is None else args)
+        self.json_output = "--json" in argv
+        standalone = kwargs.pop("standalone_mode", True)
+        try:
+            result = super().main(argv, *extra, standalone_mode=False, **kwargs)  # type: ignore[call-overload]
+        except click.UsageError as exc:
+            path = exc.ctx.command_path if exc.ctx is not None else "orchestrator"
+            report_error(exc.format_message(), f"see: {path} --help", as_json=self.json_output)
+            return _finish(exc.exit_code, standalone)
+        except click.ClickException as exc:
+            report_error(exc.format_message(), None, as_json=self.json_output)
+            return _finish(exc.exit_code, standalone)
+        except click.Abort:
+            click.echo("aborted", err=True)
+            return _finish(EXIT_FAILED, standalone)
+        code = result if isinstance(result, int) else 0
+        return _finish(code, standalone) if standalone else result
+
+
+def _finish(code: int, standalone: bool) -> int:
+    if standalone:
+        sys.exit(code)
+    return code
+
+
+def report_error(message: str, hint: str | None, *, as_json: bool = False) -> None:
+    """One error: two lines on stderr, or with --json one JSON object on stdout."""
+    from orchestrator.cli.output import print_error, print_json
+
+    if as_json:
+        print_json({"error": message, "hint": hint})
+    else:
+        print_error(message, hint)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -118,6 +170,8 @@ def cli(ctx: click.Context, home: Path | None, debug: bool) -> None:
     Start here:
       orchestrator image build          build the agent image (works offline)
       orchestrator group add "Family"   create a group and its memory tree
+      orchestrator up                   start the daemon in the background
+      orchestrator send family "hello"  talk to the group (or: orchestrator chat family)
       orchestrator doctor               check that everything is in place
     """
     ctx.obj = CliContext(home=Home((home or Path.cwd()).absolute()), debug=debug)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import click
 
-from orchestrator.cli import CliContext
+from orchestrator.cli import CliContext, report_error
 from orchestrator.cli.output import print_error, print_json, safe_text
 from orchestrator.errors import EXIT_FAILED
 
@@ -80,22 +81,68 @@ def up(obj: CliContext, as_json: bool) -> None:
 
 
 @click.command()
+@click.option(
+    "--all",
+    "everything",
+    is_flag=True,
+    help="Also stop this home's group containers (otherwise they stay up until idle).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @pass_cli
-def down(obj: CliContext, as_json: bool) -> None:
+def down(obj: CliContext, everything: bool, as_json: bool) -> None:
     """Stop the background daemon. It drains first (turns in flight finish, for up to
     30 s); one that does not stop gets SIGTERM again (it stops at once), then SIGKILL.
-    Nothing queued is lost either way: turns cut short are delivered at the next start."""
+    Nothing queued is lost either way: turns cut short are delivered at the next start.
+    Says which group containers it left running; --all stops them too."""
     from orchestrator.service import down as stop
 
     result = stop(obj.home)
+    containers = _running_containers(obj)
+    stopped: list[str] = []
+    if everything and containers:
+        from orchestrator.cli.runtime import open_runtime
+
+        runtime = open_runtime(obj)
+        for name in containers:
+            runtime.backend.stop(name)
+            stopped.append(name)
+    left = [] if everything else containers
     if as_json:
-        print_json({"pid": result.pid, "steps": result.steps, "forced": result.forced})
-    elif result.pid is None:
+        print_json(
+            {
+                "pid": result.pid,
+                "steps": result.steps,
+                "forced": result.forced,
+                "stopped_containers": stopped,
+                "left_running": left,
+            }
+        )
+        return
+    if result.pid is None:
         click.echo("no daemon was running")
     else:
-        how = "; ".join(result.steps)
-        click.echo(f"stopped daemon {result.pid} ({how})")
+        click.echo(f"stopped daemon {result.pid} ({'; '.join(result.steps)})")
+    if stopped:
+        click.echo(f"stopped {len(stopped)} group containers: {', '.join(stopped)}")
+    if left:
+        click.echo(
+            f"left running: {', '.join(left)} (they stop when idle; to stop them now: "
+            "orchestrator down --all)"
+        )
+
+
+def _running_containers(obj: CliContext) -> list[str]:
+    """Names of this home's running group containers; [] when the engine is away."""
+    from orchestrator.errors import EngineUnreachable
+    from orchestrator.runtime.base import LABEL_HOME
+    from orchestrator.runtime.docker import DockerBackend
+    from orchestrator.runtime.engine import connect
+
+    try:
+        backend = DockerBackend(connect(timeout=10))
+    except EngineUnreachable:
+        return []
+    return sorted(c.name for c in backend.list({LABEL_HOME: obj.home.identity}) if c.running)
 
 
 def _send(
@@ -108,6 +155,7 @@ def _send(
     timeout: float,
     *,
     show_replies: bool = True,
+    as_json: bool = False,
 ) -> dict[str, object]:
     """Send through the daemon and wait; replies are printed as they are stored (unless
     ``show_replies`` is off). Returns the final message."""
@@ -131,8 +179,8 @@ def _send(
             shown += 1
             continue
         if not frame.get("ok"):
-            print_error(frame.get("error"), frame.get("hint"))
-            raise SystemExit(EXIT_FAILED)
+            report_error(str(frame.get("error")), frame.get("hint"), as_json=as_json)
+            raise SystemExit(int(frame.get("exit") or EXIT_FAILED))
         message: dict[str, object] = frame["message"]
         message["shown"] = shown
         return message
@@ -192,7 +240,9 @@ def send(
     Example:
       orchestrator send family "remember that my timezone is Europe/Berlin"
     """
-    message = _send(obj, name, text, chat, sender, thread, timeout, show_replies=not as_json)
+    message = _send(
+        obj, name, text, chat, sender, thread, timeout, show_replies=not as_json, as_json=as_json
+    )
     if as_json:
         message.pop("shown", None)
         print_json(message)
@@ -209,18 +259,32 @@ def send(
 @click.option("--sender", default="operator", show_default=True, help="Sender id.")
 @pass_cli
 def chat(obj: CliContext, name: str, chat: str, sender: str) -> None:
-    """Talk with group NAME interactively. /clear starts a fresh context, /status shows
-    the queue, /exit (or Ctrl-D) leaves."""
+    """Talk with group NAME interactively, with line editing and history.
+
+    \b
+      /clear    start a fresh context (memory is loaded again)
+      /status   the daemon's queue
+      /exit     leave (or Ctrl-D)
+    """
+    from orchestrator.groups import GroupStore
     from orchestrator.service import control_request
 
+    folder = GroupStore(obj.home).find(name).folder  # an unknown group: exit 2 before anything
     control_request(obj.home, {"op": "ping"}, timeout=5)
-    click.echo(f"chatting with {name} as {sender!r} (chat {chat!r}); /exit to leave")
+    interactive = sys.stdin.isatty()
+    if interactive:
+        _line_editing(obj)
+    click.echo(f"chatting with {folder} as {sender!r} (chat {chat!r}); /exit or Ctrl-D to leave")
     while True:
         try:
-            text = input("> ") if sys.stdin.isatty() else sys.stdin.readline()
+            text = input(f"{sender}> ") if interactive else sys.stdin.readline()
         except EOFError:
+            click.echo()
             break
-        if not text:
+        except UnicodeDecodeError:
+            print_error("that line is not valid UTF-8 text; it was not sent")
+            continue
+        if not interactive and not text:
             break
         text = text.strip()
         if not text:
@@ -229,23 +293,51 @@ def chat(obj: CliContext, name: str, chat: str, sender: str) -> None:
             break
         if text == "/status":
             answer = control_request(obj.home, {"op": "status"})
-            click.echo(f"queue: {answer.get('counts')}, in flight {answer.get('inflight')}")
+            counts = answer.get("counts") or {}
+            click.echo(
+                f"queue: {counts.get('queued', 0)} queued, {answer.get('inflight', 0)} in "
+                f"flight, {counts.get('done', 0)} done, {counts.get('dead', 0)} dead"
+            )
             continue
-        _print_outcome(_send(obj, name, text, chat, sender, None, 300.0))
+        _print_outcome(_send(obj, folder, text, chat, sender, None, 300.0))
+
+
+def _line_editing(obj: CliContext) -> None:
+    """readline's editing and a history kept in state/chat-history."""
+    import atexit
+
+    try:
+        import readline
+    except ImportError:  # a Python built without it: plain input
+        return
+    history = obj.home.state_dir / "chat-history"
+    with contextlib.suppress(OSError):
+        readline.read_history_file(history)
+    readline.set_history_length(1000)
+
+    def save() -> None:
+        with contextlib.suppress(OSError):
+            readline.write_history_file(history)
+
+    atexit.register(save)
 
 
 @click.command()
 @click.argument("message_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @pass_cli
-def retry(obj: CliContext, message_id: str) -> None:
+def retry(obj: CliContext, message_id: str, as_json: bool) -> None:
     """Queue a dead-lettered message again (see `orchestrator status`)."""
     from orchestrator.service import control_request
 
     answer = control_request(obj.home, {"op": "retry", "id": message_id})
     if not answer.get("ok"):
-        print_error(answer.get("error"))
+        report_error(str(answer.get("error")), answer.get("hint"), as_json=as_json)
         raise SystemExit(EXIT_FAILED)
-    click.echo(f"message {message_id} queued again")
+    if as_json:
+        print_json({"id": message_id, "state": "queued"})
+    else:
+        click.echo(f"message {message_id} queued again")
 
 
 @click.command()

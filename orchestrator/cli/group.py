@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from orchestrator.cli import CliContext
-from orchestrator.cli.output import human_bytes, print_json, print_table, safe_line
+from orchestrator.cli.output import human_bytes, plural, print_json, print_table, safe_line
 from orchestrator.group_config import DEFAULT_MODEL, DEFAULT_PROVIDER, GroupConfig
 from orchestrator.groups import GroupStore, memory_usage
 
@@ -15,7 +15,7 @@ OPERATOR_HOLDER = "operator"  # the holder of pauses taken with `group pause`
 
 @click.group()
 def group() -> None:
-    """Add, list, show, remove, pause and resume agent groups.
+    """Add, list, show, remove, restore, pause and resume agent groups.
 
     A group is a folder groups/<folder>/ with a group.yaml and a memory tree; each group
     runs in its own container and shares nothing with other groups.
@@ -142,23 +142,30 @@ def show(obj: CliContext, name: str, as_json: bool) -> None:
         )
         return
     config = found.config
-    click.echo(f"{config.name} ({found.folder})")
-    click.echo(f"  provider:        {config.provider} / {config.model}")
-    click.echo(f"  creators:        {', '.join(config.creators) or '-'}")
-    click.echo(f"  members:         {', '.join(config.members) or '-'}")
-    click.echo(f"  unknown senders: {config.unknown_senders}")
-    click.echo(f"  session mode:    {config.session_mode}")
     c = config.container
-    click.echo(
-        f"  container:       memory {human_bytes(c.memory_bytes)}, cpus {c.cpus:g}, "
-        f"pids {c.pids}, network {c.network}, idle timeout {c.idle_timeout_seconds}s"
-    )
-    click.echo(f"  mounts:          {', '.join(m.name for m in config.mounts) or '-'}")
     skills = config.skills if isinstance(config.skills, str) else ", ".join(config.skills)
-    click.echo(f"  skills:          {skills}")
-    click.echo(f"  memory:          {size.files} files, {human_bytes(size.bytes)}")
-    for key, value in paths.items():
-        click.echo(f"  {key.replace('_', ' ') + ':':<18}{value}")
+    rows = [
+        ("provider", f"{config.provider} / {config.model}"),
+        ("creators", ", ".join(config.creators) or "-"),
+        ("members", ", ".join(config.members) or "-"),
+        ("unknown senders", config.unknown_senders),
+        ("session mode", config.session_mode),
+        (
+            "container",
+            f"memory {human_bytes(c.memory_bytes)}, cpus {c.cpus:g}, pids {c.pids}, "
+            f"network {c.network}, idle timeout {c.idle_timeout_seconds}s, "
+            f"disk {human_bytes(c.disk_bytes)}",
+        ),
+        ("turn timeout", f"{config.turn_timeout_seconds}s"),
+        ("mounts", ", ".join(m.name for m in config.mounts) or "-"),
+        ("skills", skills),
+        ("memory size", f"{plural(size.files, 'file')}, {human_bytes(size.bytes)}"),
+        *((key.replace("_", " ") + " path", value) for key, value in paths.items()),
+    ]
+    width = max(len(label) for label, _ in rows) + 2
+    click.echo(f"{config.name} ({found.folder})")
+    for label, value in rows:
+        click.echo(f"  {label + ':':<{width}}{value}")
 
 
 @group.command("remove")
@@ -167,8 +174,9 @@ def show(obj: CliContext, name: str, as_json: bool) -> None:
     "--purge", is_flag=True, help="Delete the group folder and everything in it (memory included)."
 )
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation with --purge.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @pass_cli
-def remove(obj: CliContext, name: str, purge: bool, yes: bool) -> None:
+def remove(obj: CliContext, name: str, purge: bool, yes: bool, as_json: bool) -> None:
     """Remove a group.
 
     The group's container is removed first. Without --purge nothing else is deleted:
@@ -186,7 +194,9 @@ def remove(obj: CliContext, name: str, purge: bool, yes: bool) -> None:
         )
     _remove_container(obj, found.folder)
     archived = store.remove(found, purge=purge)
-    if archived is None:
+    if as_json:
+        print_json({"folder": found.folder, "archived": str(archived) if archived else None})
+    elif archived is None:
         click.echo(f"deleted {found.path}")
     else:
         click.echo(f"removed group {found.config.name!r}; its data is kept in {archived}")
@@ -221,6 +231,20 @@ def _remove_container(obj: CliContext, folder: str) -> None:
         click.echo(f"removed container {name}")
 
 
+@group.command("restore")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@pass_cli
+def restore(obj: CliContext, name: str, as_json: bool) -> None:
+    """Bring back a group removed without --purge: NAME is its folder (its newest
+    archive in groups/.removed/ is used) or an archive's name. Its folder must be free."""
+    restored = GroupStore(obj.home).restore(name)
+    if as_json:
+        print_json({"folder": restored.folder, "path": str(restored.path)})
+    else:
+        click.echo(f"restored group {restored.config.name!r} in {restored.path}")
+
+
 @group.command("pause")
 @click.argument("name")
 @click.option("--reason", default="paused by the operator", show_default=True, help="Why.")
@@ -231,8 +255,9 @@ def _remove_container(obj: CliContext, folder: str) -> None:
     metavar="DURATION",
     help="Resume by itself after this long (90s, 30m, 2h); default: until resumed.",
 )
+@click.option("--json", "as_json", is_flag=True, help="Print the pause as JSON.")
 @pass_cli
-def pause(obj: CliContext, name: str, reason: str, duration: str | None) -> None:
+def pause(obj: CliContext, name: str, reason: str, duration: str | None, as_json: bool) -> None:
     """Pause NAME: its messages wait in the queue (nothing is lost) until it resumes.
 
     Channels still accept messages for a paused group; they are delivered after
@@ -255,9 +280,12 @@ def pause(obj: CliContext, name: str, reason: str, duration: str | None) -> None
         expires = time.time() + seconds
     queue = open_queue(obj.home)
     try:
-        queue.pause(found.folder, OPERATOR_HOLDER, reason, expires=expires)
+        lease = queue.pause(found.folder, OPERATOR_HOLDER, reason, expires=expires)
     finally:
         queue.close()
+    if as_json:
+        print_json(lease.to_dict())
+        return
     until = f" for {duration}" if duration else " until: orchestrator group resume " + found.folder
     click.echo(f"paused {found.folder}{until}; its messages wait in the queue")
 
@@ -271,8 +299,9 @@ def pause(obj: CliContext, name: str, reason: str, duration: str | None) -> None
     help="Also drop pauses taken by the orchestrator itself (a disk-limit pause comes "
     "back at the next check while the group is still over its limit).",
 )
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @pass_cli
-def resume(obj: CliContext, name: str, every: bool) -> None:
+def resume(obj: CliContext, name: str, every: bool, as_json: bool) -> None:
     """Resume NAME: its waiting messages are delivered again."""
     from orchestrator.queue import open_queue
 
@@ -283,6 +312,15 @@ def resume(obj: CliContext, name: str, every: bool) -> None:
         left = queue.pauses(found.folder)
     finally:
         queue.close()
+    if as_json:
+        print_json(
+            {
+                "folder": found.folder,
+                "resumed": bool(dropped),
+                "still_paused": [p.to_dict() for p in left],
+            }
+        )
+        return
     if dropped:
         click.echo(f"resumed {found.folder}")
     else:

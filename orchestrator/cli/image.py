@@ -7,6 +7,7 @@ import time
 import click
 
 from orchestrator.cli import CliContext
+from orchestrator.cli.output import print_json
 
 pass_cli = click.make_pass_decorator(CliContext)
 
@@ -30,13 +31,16 @@ def image() -> None:
     "be had, else the offline Debian base).",
 )
 @click.option("--force", is_flag=True, help="Rebuild even when the inputs are unchanged.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the outcome as JSON (progress on stderr)."
+)
 @pass_cli
-def build(obj: CliContext, offline: bool, base: str | None, force: bool) -> None:
+def build(obj: CliContext, offline: bool, base: str | None, force: bool, as_json: bool) -> None:
     """Build the agent image from images/agent/, or do nothing when it is current.
 
-    The image is tagged with a hash of its inputs (Dockerfile, package sources, base
-    image). Python packages come from wheels downloaded on this host; the docker build
-    itself runs without network.
+    The image is tagged with a hash of its inputs (Dockerfile, package sources, what the
+    base is made of). Python packages come from wheels downloaded on this host; the
+    docker build itself runs without network.
     """
     from orchestrator.image.agent import build_agent_image
     from orchestrator.runtime.engine import connect
@@ -50,11 +54,22 @@ def build(obj: CliContext, offline: bool, base: str | None, force: bool) -> None
         base=base,
         offline=offline,
         force=force,
-        progress=click.echo,
+        progress=(lambda line: click.echo(line, err=True)) if as_json else click.echo,
         mirror=config.debian_mirror,
     )
     elapsed = time.monotonic() - started
-    if result.built:
+    if as_json:
+        print_json(
+            {
+                "tag": result.tag,
+                "image_id": result.image_id,
+                "inputs_hash": result.inputs_hash,
+                "base": result.base,
+                "built": result.built,
+                "seconds": round(elapsed, 1),
+            }
+        )
+    elif result.built:
         click.echo(
             f"built {result.tag} (also {config.image}:latest) on {result.base} in {elapsed:.1f}s"
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from orchestrator.cli import CliContext
-from orchestrator.cli.output import print_json, print_table
+from orchestrator.cli.output import plural, print_json, print_table
 from orchestrator.errors import EXIT_FAILED
 from orchestrator.groups import GroupStore
 
@@ -86,6 +86,9 @@ def lint(obj: CliContext, name: str, fix: bool, as_json: bool) -> None:
             print_table(
                 ("KIND", "FILE", "FINDING"), [(f.kind, f.path, f.message) for f in report.findings]
             )
-        click.echo(f"{report.files_checked} files checked, {len(report.findings)} findings")
+        click.echo(
+            f"{plural(report.files_checked, 'file')} checked, "
+            f"{plural(len(report.findings), 'finding')}"
+        )
     if report.findings:
         raise SystemExit(EXIT_FAILED)

@@ -44,6 +44,11 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         click.echo(click.style(line, bold=True) if index == 0 else line)
 
 
+def plural(count: int, word: str) -> str:
+    """'1 finding', '2 findings'."""
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
 def human_bytes(size: int) -> str:
     value = float(size)
     for unit in ("B", "KiB", "MiB", "GiB"):

@@ -40,41 +40,54 @@ def open_runtime(obj: CliContext) -> GroupRuntime:
     )
 
 
+JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+
+
+def _running(info: Any, as_json: bool) -> None:
+    if as_json:
+        print_json({"container": info.name, "id": info.id, "state": info.state})
+    else:
+        click.echo(f"{info.name} is running")
+
+
 @click.command()
 @click.argument("name")
+@JSON_OPTION
 @pass_cli
-def start(obj: CliContext, name: str) -> None:
+def start(obj: CliContext, name: str, as_json: bool) -> None:
     """Start NAME's container (scaffolding its memory first); a no-op when it runs.
 
     A container whose configuration changed since it was created is recreated.
     """
     runtime = open_runtime(obj)
     group = runtime.store.find(name)
-    info = runtime.ensure_running(group)
-    click.echo(f"{info.name} is running")
+    _running(runtime.ensure_running(group), as_json)
 
 
 @click.command()
 @click.argument("name")
+@JSON_OPTION
 @pass_cli
-def stop(obj: CliContext, name: str) -> None:
+def stop(obj: CliContext, name: str, as_json: bool) -> None:
     """Stop NAME's container. Its files stay; the next start or message brings it back."""
     runtime = open_runtime(obj)
     group = runtime.store.find(name)
-    if runtime.stop(group):
-        click.echo(f"stopped {runtime.container_name(group)}")
+    stopped = runtime.stop(group)
+    name_ = runtime.container_name(group)
+    if as_json:
+        print_json({"container": name_, "stopped": stopped})
     else:
-        click.echo(f"{runtime.container_name(group)} was not running")
+        click.echo(f"stopped {name_}" if stopped else f"{name_} was not running")
 
 
 @click.command()
 @click.argument("name")
+@JSON_OPTION
 @pass_cli
-def restart(obj: CliContext, name: str) -> None:
+def restart(obj: CliContext, name: str, as_json: bool) -> None:
     """Remove and recreate NAME's container with the current configuration."""
     runtime = open_runtime(obj)
-    info = runtime.restart(runtime.store.find(name))
-    click.echo(f"{info.name} is running")
+    _running(runtime.restart(runtime.store.find(name)), as_json)
 
 
 @click.command()
@@ -195,14 +208,27 @@ def _queue_summary(obj: CliContext) -> dict[str, Any] | None:
 
 
 @click.command()
-@click.argument("name")
+@click.argument("name", required=False)
+@click.option("--daemon", "of_daemon", is_flag=True, help="The daemon's log instead.")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new lines.")
 @click.option(
     "--tail", type=click.IntRange(min=0), default=None, help="Only the last N lines (default: all)."
 )
 @pass_cli
-def logs(obj: CliContext, name: str, follow: bool, tail: int | None) -> None:
-    """Print NAME's container logs (with --follow, re-attaching if the stream breaks)."""
+def logs(
+    obj: CliContext, name: str | None, of_daemon: bool, follow: bool, tail: int | None
+) -> None:
+    """Print NAME's container logs (with --follow, re-attaching if the stream breaks), or
+    with --daemon the background daemon's log (state/orchestrator.log)."""
+    from orchestrator.errors import BadInput
+
+    if of_daemon:
+        if name:
+            raise BadInput("give NAME or --daemon, not both")
+        _daemon_log(obj, follow, tail)
+        return
+    if not name:
+        raise BadInput("give a group NAME, or --daemon for the daemon's log")
     runtime = open_runtime(obj)
     group = runtime.store.find(name)
     container = runtime.container_name(group)
@@ -213,6 +239,30 @@ def logs(obj: CliContext, name: str, follow: bool, tail: int | None) -> None:
         raise SystemExit(1)
     for line in runtime.backend.logs(container, follow=follow, tail=tail):
         click.echo(safe_line(line))  # written by the container: shown, never interpreted
+
+
+def _daemon_log(obj: CliContext, follow: bool, tail: int | None) -> None:
+    from orchestrator.errors import BadInput
+    from orchestrator.service import LOG_FILE
+
+    path = obj.home.state_dir / LOG_FILE
+    try:
+        handle = open(path, "rb")  # noqa: SIM115 (read while following)
+    except FileNotFoundError:
+        raise BadInput(
+            f"{path} does not exist: the daemon has not run in the background here",
+            hint="a daemon started with `serve` logs to its terminal",
+        ) from None
+    with handle:
+        lines = handle.read().decode("utf-8", "replace").splitlines()
+        for line in lines[-tail:] if tail is not None else lines:
+            click.echo(safe_line(line))
+        while follow:
+            chunk = handle.readline()
+            if not chunk:
+                time.sleep(0.3)
+                continue
+            click.echo(safe_line(chunk.decode("utf-8", "replace").rstrip("\n")))
 
 
 @click.command()

@@ -82,7 +82,8 @@ INTRO = (
     "- remember that <fact>: save a fact to this group's memory\n"
     "- what do you know about <topic>: search memory and tell you what I find\n"
     "- /clear: start a fresh context (memory is loaded again)\n"
-    "Configure a real model provider in group.yaml for actual conversation."
+    "For real conversation the operator can give this group a model: "
+    "`orchestrator provider add`, then provider and model in its group.yaml."
 )
 
 
@@ -278,12 +279,18 @@ def _yaml_str(text: str) -> str:
 
 
 def _gist(text: str, keys: list[str]) -> str:
-    """The description from frontmatter, else the first body line naming a keyword."""
-    match = re.search(r'^description:\s*"?(.*?)"?\s*$', text, re.MULTILINE)
-    if match and match[1]:
-        return match[1].replace('\\"', '"')
-    body = [
-        ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith(("#", "---"))
-    ]
-    hit = next((ln for ln in body if any(k in ln.lower() for k in keys)), None)
-    return (hit or (body[0] if body else text.strip()))[:300]
+    """The body line that names the most keywords (what the file says now: a hand edit
+    shows at once), else the first body line; the frontmatter is not the answer."""
+    from orchestrator.memory.okf import split_frontmatter
+
+    body_text = text[split_frontmatter(text).block_end :]
+    body = [ln.strip() for ln in body_text.splitlines() if ln.strip() and not ln.startswith("#")]
+    if not body:
+        return text.strip()[:300]
+
+    def score(line: str) -> int:
+        words = set(re.findall(r"[\w'/-]+", line.lower()))
+        return sum(1 for k in keys if k in words)
+
+    best = max(body, key=score)
+    return (best if score(best) else body[0])[:300]

@@ -1,0 +1,138 @@
+"""Looking at what happened: ``message show``, ``transcript``, ``logs --daemon``."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from orchestrator.cli import CliContext
+from orchestrator.cli.output import print_json, safe_line, safe_text
+from orchestrator.limits import TRANSCRIPT_ROTATE_BYTES
+
+pass_cli = click.make_pass_decorator(CliContext)
+
+
+@click.group()
+def message() -> None:
+    """Messages in the queue."""
+
+
+@message.command("show")
+@click.argument("message_id")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_cli
+def show(obj: CliContext, message_id: str, as_json: bool) -> None:
+    """Show message MESSAGE_ID: group, chat, sender, trust, state, attempts, replies and
+    error (read from the queue; works whether or not the daemon runs)."""
+    from orchestrator.errors import BadInput
+    from orchestrator.queue import QUEUE_FILE, MessageQueue
+
+    path = obj.home.state_dir / QUEUE_FILE
+    if not path.exists():
+        raise BadInput(f"no message {message_id!r}: there is no queue yet at {path}")
+    queue = MessageQueue(path)
+    try:
+        found = queue.get(message_id)
+    finally:
+        queue.close()
+    if found is None:
+        raise BadInput(f"no message {message_id!r}", hint="see ids in: orchestrator status")
+    data = found.to_dict()
+    if as_json:
+        print_json(data)
+        return
+    when = datetime.fromtimestamp(found.created, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    click.echo(f"message {found.id}  ({when})")
+    click.echo(f"  group:    {found.group}   chat: {safe_line(found.chat)}")
+    click.echo(f"  sender:   {safe_line(found.sender)} ({found.trust}) via {found.channel}")
+    click.echo(f"  state:    {found.state}, {found.attempts} delivery attempts")
+    if found.last_error:
+        click.echo(f"  error:    {safe_line(found.last_error)}")
+    click.echo(f"  text:     {safe_line(found.text)}")
+    for seq, reply in enumerate(found.replies):
+        click.echo(f"  reply {seq}:  " + safe_text(reply).replace("\\n", "\\n            "))
+
+
+@click.command()
+@click.argument("name")
+@click.option("--chat", default=None, help="The chat (default: every session of the group).")
+@click.option("--thread", default=None, help="The thread, for per-thread groups.")
+@click.option("--last", type=click.IntRange(min=1), default=20, show_default=True, help="Events.")
+@click.option("--json", "as_json", is_flag=True, help="Print the events as JSON.")
+@pass_cli
+def transcript(
+    obj: CliContext, name: str, chat: str | None, thread: str | None, last: int, as_json: bool
+) -> None:
+    """Show the last events of a group's session transcripts, readable: fresh contexts,
+    what was said and by whom, tool calls and their results. Read through the confined
+    file layer (the container writes these files)."""
+    from orchestrator.agent.session import TRANSCRIPT, session_key
+    from orchestrator.confined import ConfinedDir, UnsafePath
+    from orchestrator.errors import BadInput
+    from orchestrator.groups import GroupStore
+
+    group = GroupStore(obj.home).find(name)
+    with ConfinedDir.open(group.path.parent, f"{group.folder}/sessions") as sessions:
+        if chat is not None:
+            keys = [session_key(group.config.session_mode, chat, thread)]
+        else:
+            keys = [e.name for e in sessions.entries() if e.is_dir(follow_symlinks=False)]
+        if not keys:
+            click.echo(f"{group.folder} has no sessions yet")
+            return
+        shown: list[tuple[str, dict[str, Any]]] = []
+        for key in keys:
+            try:
+                raw = sessions.read_bytes(f"{key}/{TRANSCRIPT}", 4 * TRANSCRIPT_ROTATE_BYTES)
+            except FileNotFoundError:
+                if chat is not None:
+                    raise BadInput(f"{group.folder} has no session for chat {chat!r}") from None
+                continue
+            except UnsafePath as exc:
+                click.echo(f"{key}: {exc.reason}", err=True)
+                continue
+            for line in raw.splitlines():
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(event, dict):
+                    shown.append((key, event))
+    shown.sort(key=lambda item: float(item[1].get("ts") or 0))
+    shown = shown[-last:]
+    if as_json:
+        print_json([{"session": key, **event} for key, event in shown])
+        return
+    for key, event in shown:
+        click.echo(_describe(key, event, several=chat is None and len(keys) > 1))
+
+
+def _describe(key: str, event: dict[str, Any], several: bool) -> str:
+    stamp = time.strftime("%m-%d %H:%M:%S", time.gmtime(float(event.get("ts") or 0)))
+    where = f"{stamp} [{key}] " if several else f"{stamp} "
+    kind = event.get("t")
+    if kind == "context":
+        return f"{where}--- fresh context ({event.get('source')}, {event.get('model')}) ---"
+    if kind == "flush":
+        return f"{where}(memory flush: {event.get('appended_chars')} characters to the daily note)"
+    if kind == "done":
+        return f"{where}(turn {str(event.get('turn_id'))[:8]} done)"
+    role = event.get("role")
+    if role == "user":
+        sender = safe_line(event.get("sender") or "?")
+        said = safe_line(event.get("content"))
+        return f"{where}{sender} ({event.get('trust', '?')}): {said}"
+    if role == "assistant":
+        calls = event.get("tool_calls") or []
+        text = safe_line(event.get("content") or "")
+        tools = ", ".join(
+            f"{c.get('name')}({safe_line(json.dumps(c.get('arguments')))[:60]})" for c in calls
+        )
+        return f"{where}assistant: {text}" + (f"  -> {tools}" if tools else "")
+    if role == "tool":
+        return f"{where}  {event.get('name')}: {safe_line(str(event.get('content'))[:120])}"
+    return f"{where}{safe_line(json.dumps(event)[:120])}"
