@@ -157,3 +157,12 @@ def test_reload_applies_a_new_token_and_refuses_a_broken_file(tmp_path: Path) ->
         service.stop_channels()
         daemon.relay.usage.close()
         queue.close()
+
+
+def test_a_failed_up_shows_only_the_lines_of_this_start(home: Home) -> None:
+    (home.state_dir / "orchestrator.log").write_text("OLD LINE from a run last week\n" * 50)
+    home.config_file.write_text("concurrency: lots\n")
+    with pytest.raises(OrchestratorError) as caught:
+        up(home, timeout=60)
+    assert "the daemon exited while starting" in caught.value.message
+    assert "concurrency" in caught.value.message and "OLD LINE" not in caught.value.message
