@@ -34,7 +34,7 @@ def run(home: Path, test_project: str):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="session")
-def docker_client():  # type: ignore[no-untyped-def]
+def docker_client(test_project: str):  # type: ignore[no-untyped-def]
     from orchestrator.errors import EngineUnreachable
     from orchestrator.runtime.engine import connect
 
@@ -45,9 +45,11 @@ def docker_client():  # type: ignore[no-untyped-def]
             pytest.fail(f"CI=true and the Docker engine is required: {exc.message}")
         pytest.skip(f"Docker engine not reachable: {exc.message}")
     yield client
-    # Every container a test creates carries TEST_LABEL: remove any a test left behind.
-    for container in client.containers.list(all=True, filters={"label": TEST_LABEL}):
-        container.remove(force=True)
+    # Containers this run made carry TEST_LABEL=<this run's project> or its project
+    # label: remove those left behind, and nothing of another run on the same engine.
+    for label in (f"{TEST_LABEL}={test_project}", f"org.orchestrator.project={test_project}"):
+        for container in client.containers.list(all=True, filters={"label": label}):
+            container.remove(force=True)
     client.close()
 
 

@@ -139,10 +139,12 @@ def test_swapped_folders_never_lead_the_host_outside_the_group(  # type: ignore[
         """,
     )
     seconds = 25
+    real_inode = os.lstat(a.memory_dir / "real").st_ino
     swap_inside(runtime, a, f"{mem}/real", f"{mem}/link", seconds)
     swap_inside(runtime, a, f"{mem}/system", f"{mem}/sys-link", seconds)
     swap_inside(runtime, a, f"{files}/real", f"{files}/link", seconds)
-    time.sleep(1)
+    while os.lstat(a.memory_dir / "real").st_ino == real_inode:  # the attack is under way
+        time.sleep(0.01)
     rounds = 0
     end = time.monotonic() + seconds - 3
     while time.monotonic() < end:
@@ -160,7 +162,9 @@ def test_swapped_folders_never_lead_the_host_outside_the_group(  # type: ignore[
     assert rounds >= 3
     with contextlib.suppress(InvalidConfig):
         runtime.ensure_running(a)  # what a start does, under the same attack
-    time.sleep(3)  # the swap loops end
+    container = container_of(runtime, a)
+    while any(f"{mem}/real" in " ".join(p) for p in container.top()["Processes"] or []):
+        time.sleep(0.2)  # the swap loops end
     assert (fingerprint(canary), fingerprint(b.path)) == before
     assert run("group", "remove", "attacker", "--purge", "--yes").exit_code == 0
     assert (fingerprint(canary), fingerprint(b.path)) == before

@@ -10,12 +10,14 @@ from tests.conftest import TEST_LABEL
 pytestmark = pytest.mark.docker
 
 
-def test_agent_image_runs_orchestrator_as_non_root(docker_client, agent_image) -> None:  # type: ignore[no-untyped-def]
+def test_agent_image_runs_orchestrator_as_non_root(
+    docker_client, agent_image, test_project
+) -> None:  # type: ignore[no-untyped-def]
     container = docker_client.containers.create(
         agent_image,
         ["sh", "-c", "orchestrator --version && id -u && id -g"],
         user="10001:10001",
-        labels={TEST_LABEL: "1"},
+        labels={TEST_LABEL: test_project},
         network_mode="none",
         cap_drop=["ALL"],
         security_opt=["no-new-privileges"],
@@ -45,7 +47,7 @@ def test_second_build_is_a_no_op(docker_client, agent_image) -> None:  # type: i
 
 
 def test_the_agent_image_stays_valid_when_another_build_reimports_the_base(
-    docker_client, agent_image
+    docker_client, agent_image, test_project
 ) -> None:  # type: ignore[no-untyped-def]
     from orchestrator.config import DEFAULT_IMAGE_REPOSITORY
     from orchestrator.image.agent import agent_image_ref, current_agent_image
@@ -54,7 +56,7 @@ def test_the_agent_image_stays_valid_when_another_build_reimports_the_base(
     base = base_tag()
     original = docker_client.images.get(base).id
     # What a second home's build does: import the same recipe again, as a new image id.
-    container = docker_client.containers.create(base, ["true"], labels={TEST_LABEL: "1"})
+    container = docker_client.containers.create(base, ["true"], labels={TEST_LABEL: test_project})
     try:
         repository, _, tag = base.partition(":")
         container.commit(repository=repository, tag=tag, changes=["LABEL reimported=yes"])
