@@ -221,3 +221,52 @@ def test_expired_pause_does_not_hold(home: Path) -> None:
     lease = queue.pause("g", "operator", "long")
     assert queue.paused_groups() == {"g": replace(lease, created=queue.pauses("g")[0].created)}
     queue.close()
+
+
+def test_no_more_turns_run_at_once_than_the_concurrency(home: Path) -> None:
+    import threading as th
+
+    h = Home(home)
+    store = GroupStore(h)
+    gate = th.Event()
+    active: list[int] = [0]
+    peak: list[int] = [0]
+    lock = th.Lock()
+
+    def held(conn, request):  # type: ignore[no-untyped-def]
+        from tests.fakerunner import echo
+
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        gate.wait(30)
+        with lock:
+            active[0] -= 1
+        echo(conn, request)
+
+    runners = []
+    for i in range(5):
+        folder = store.add(GroupConfig(name=f"g{i}", creators=("op",))).folder
+        runners.append(FakeRunner(h.runtime_dir(folder) / "runner.sock", held))
+    config = OrchestratorConfig(project="t", mount_allowlist=home / "none.yaml")
+    runtime = GroupRuntime(h, config, FakeBackend(), lambda: "img:1", ready=lambda _: True)
+    daemon = Daemon(h, config, runtime, open_queue(h), concurrency=2)
+    daemon.start()
+    try:
+        ids = [
+            daemon.submit(f"g{i % 5}", "hi", chat=f"c{i}", sender="op", channel="cli").id
+            for i in range(10)
+        ]
+        wait_for(lambda: peak[0] == 2)
+        assert len(daemon.active) == 2
+        gate.set()
+        for message_id in ids:
+            assert daemon.wait(message_id, 60).state == DONE  # type: ignore[union-attr]
+        assert peak[0] == 2  # over the whole run, never a third at once
+    finally:
+        gate.set()
+        daemon.drain(2)
+        for runner in runners:
+            runner.close()
+        daemon.relay.usage.close()
+        daemon.queue.close()

@@ -142,3 +142,24 @@ def test_every_problem_of_a_group_yaml_is_reported_at_once(tmp_path) -> None:  #
         "group.yaml:5: turn_timeout: got 'forever'",
     ):
         assert part in message, part
+
+
+def test_a_display_name_of_100_characters_passes_and_101_does_not(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.errors import InvalidConfig
+    from orchestrator.group_config import parse_group_config
+
+    assert parse_group_config(f"name: {'n' * 100}\n", tmp_path / "g.yaml").name == "n" * 100
+    with pytest.raises(InvalidConfig, match="is 101 characters; at most 100 allowed"):
+        parse_group_config(f"name: {'n' * 101}\n", tmp_path / "g.yaml")
+
+
+def test_a_config_file_over_256_kib_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.errors import InvalidConfig
+    from orchestrator.group_config import load_group_config
+
+    path = tmp_path / "group.yaml"
+    path.write_text("name: big\n" + "# padding\n" * ((256 * 1024 - 10) // 10))
+    assert path.stat().st_size <= 256 * 1024 and load_group_config(path).name == "big"
+    path.write_text("name: big\n" + "#" * (256 * 1024))
+    with pytest.raises(InvalidConfig, match="config files are limited to 262144 bytes"):
+        load_group_config(path)

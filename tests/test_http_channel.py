@@ -63,6 +63,19 @@ def call(daemon: Daemon, method: str, path: str, **kwargs: Any) -> tuple[int, An
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
+def test_a_long_poll_waits_at_most_60_seconds() -> None:
+    from orchestrator.channels.http import long_poll_seconds
+
+    assert [long_poll_seconds(v) for v in ("0", "5.5", "60", "600", "1e9")] == [
+        0.0,
+        5.5,
+        60.0,
+        60.0,
+        60.0,
+    ]
+    assert [long_poll_seconds(v) for v in ("-1", "nan", "soon")] == [None, None, None]
+
+
 def test_bearer_scheme_is_case_insensitive() -> None:
     assert bearer_token(f"bearer {TOKEN}") == TOKEN == bearer_token(f"BEARER  {TOKEN} ")
     assert bearer_token(f"Basic {TOKEN}") is None and bearer_token("Bearer") is None

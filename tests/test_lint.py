@@ -158,3 +158,27 @@ def test_special_and_huge_files_are_reported_without_reading_them(tmp_path: Path
     assert ("too-large", "huge.md") in kinds
     huge = next(f for f in report.findings if f.path == "huge.md")
     assert "3,221,225,472 bytes, over the 4,194,304-byte read limit" in huge.message
+
+
+def test_index_over_budget_and_an_unreadable_file_are_findings(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.confined import ConfinedDir
+
+    group = tmp_path / "g"
+    group.mkdir()
+    scaffold_memory(group)
+    mem = group / "memory"
+    (mem / "index.md").write_text("# Memory\n\n" + "x" * 16_001)
+    (mem / "broken.md").write_text("---\ntype: note\n---\n")
+    real = ConfinedDir.read_bytes
+
+    def failing(self, relative, limit, *, truncate=False):  # type: ignore[no-untyped-def]
+        if relative == "broken.md":
+            raise PermissionError(13, "Permission denied")
+        return real(self, relative, limit, truncate=truncate)
+
+    monkeypatch.setattr(ConfinedDir, "read_bytes", failing)
+    report = lint_memory(mem)
+    found = {(f.kind, f.path) for f in report.findings}
+    assert ("over-budget", "index.md") in found and ("unreadable", "broken.md") in found
+    over = next(f for f in report.findings if f.kind == "over-budget")
+    assert "only the first 16000 are injected" in over.message

@@ -142,3 +142,70 @@ def test_bad_allowlist_names_the_line(setup) -> None:  # type: ignore[no-untyped
     with pytest.raises(InvalidConfig) as info:
         resolve(setup, MountRequest(str(shared), "s"))
     assert info.value.message.startswith(f"{allowlist}:2: roots[0].path: got 'relative'")
+
+
+# Every name the README promises is refused: one example per pattern of BLOCKED_NAMES.
+EVERY_BLOCKED = [
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".gcloud",
+    ".kube",
+    ".docker",
+    ".env",
+    ".env.local",
+    ".netrc",
+    ".npmrc",
+    ".pypirc",
+    ".git-credentials",
+    "id_rsa",
+    "id_rsa.pub",
+    "id_ecdsa",
+    "id_ed25519",
+    "id_dsa",
+    "credentials",
+    "credentials.json",
+    "cert.pem",
+    "tls.key",
+    "bundle.p12",
+    "store.pfx",
+    "docker.sock",
+    "mount-allowlist.yaml",
+    "orchestrator.yaml",
+]
+
+
+def test_every_blocked_pattern_has_an_example_here() -> None:
+    import fnmatch
+
+    from orchestrator.runtime.mounts import BLOCKED_NAMES
+
+    flat = [p for p in BLOCKED_NAMES if "/" not in p]
+    for pattern in flat:
+        assert any(fnmatch.fnmatch(name, pattern) for name in EVERY_BLOCKED), pattern
+
+
+@pytest.mark.parametrize("name", EVERY_BLOCKED)
+def test_every_blocked_name_is_refused_as_the_folder_and_in_the_middle_of_a_path(
+    setup, name: str
+) -> None:  # type: ignore[no-untyped-def]
+    _, shared, _ = setup
+    (shared / name / "inner").mkdir(parents=True)
+    assert "never mounted" in refusal(setup, MountRequest(str(shared / name), "x"))
+    deeper = refusal(setup, MountRequest(str(shared / name / "inner"), "x"))
+    assert f"contains {name!r}" in deeper
+
+
+def test_a_nested_cloud_config_is_refused(setup) -> None:  # type: ignore[no-untyped-def]
+    _, shared, _ = setup
+    (shared / "home" / ".config" / "gcloud").mkdir(parents=True)
+    assert "never mounted" in refusal(setup, MountRequest(str(shared / "home/.config/gcloud"), "g"))
+
+
+def test_the_allowlists_own_folder_is_never_mounted(setup, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _home, shared, allowlist = setup
+    allowlist.write_text(f"roots:\n  - path: {shared}\n  - path: {allowlist.parent.parent}\n")
+    (allowlist.parent / "notes").mkdir()
+    message = refusal(setup, MountRequest(str(allowlist.parent / "notes"), "n"))
+    assert "overlaps" in message and "orchestrator's own files" in message

@@ -364,3 +364,39 @@ def test_a_large_transcript_rotates_and_the_session_carries_on(settings: AgentSe
     reloaded = Session(settings.sessions_dir, "chat-c")
     assert reloaded.current_context() is not None
     assert reloaded.current_context().context_id == session.context.context_id  # type: ignore[union-attr]
+
+
+def test_a_turn_stops_after_12_tool_steps(settings: AgentSettings) -> None:
+    from orchestrator.agent.providers.base import Completion, Provider, ToolCall
+
+    class Looping(Provider):
+        calls = 0
+
+        def complete(self, request, host=None):  # type: ignore[no-untyped-def]
+            Looping.calls += 1
+            return Completion(None, (ToolCall(f"c{Looping.calls}", "list_dir", {}),))
+
+    runner = Runner(settings, provider=Looping("x"), hooks=[])
+    result = runner.handle(Turn("t", "c", "go"))
+    assert Looping.calls == 12
+    assert result.replies == ["(stopped after 12 tool steps in one turn)"]
+
+
+def test_hook_output_is_cut_at_64000_characters(tmp_path: Path) -> None:
+    hook = CommandHook("startup", (sys.executable, "-c", "print('x' * 70000)"))
+    [output] = run_session_start([hook], source="startup", session_id="s", agent_dir=tmp_path)
+    assert len(output) == 64_000
+
+
+def test_compaction_keeps_the_last_4_messages_verbatim(settings: AgentSettings) -> None:
+    from dataclasses import replace
+
+    r = Runner(replace(settings, context_budget_chars=50_000), hooks=[])
+    for n in range(6):
+        say(r, f"message number {n} " + "y" * 6_000, chat="k")
+    session = r._sessions["chat-k"]
+    before = list(session.current_context().messages)  # type: ignore[union-attr]
+    fresh = r.compact(session, session.current_context())  # type: ignore[arg-type]
+    summary, *kept = fresh.messages
+    assert summary["content"].startswith("[Summary of the earlier conversation]")
+    assert kept == before[-4:] and kept[0]["role"] == "user"

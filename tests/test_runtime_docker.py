@@ -121,6 +121,8 @@ def test_container_is_hardened(runtime) -> None:  # type: ignore[no-untyped-def]
             status = dict(l.split(':\\t', 1) for l in open('/proc/self/status') if ':\\t' in l)
             result["capeff"] = status['CapEff'].strip()
             result["nnp"] = status['NoNewPrivs'].strip()
+            result["tmpfs"] = {{p: os.statvfs(p).f_blocks * os.statvfs(p).f_frsize
+                               for p in ('/tmp', '/home/agent')}}
             print(json.dumps(result))
         """,
         )
@@ -143,6 +145,10 @@ def test_container_is_hardened(runtime) -> None:  # type: ignore[no-untyped-def]
     assert result["interfaces"] == ["lo"] and result["routes"] == []
     assert result["connect"] == "ECONNREFUSED"  # the host's listener is not reachable
     assert result["capeff"] == "0000000000000000" and result["nnp"] == "1"
+    assert result["tmpfs"] == {"/tmp": 64 * 1024**2, "/home/agent": 64 * 1024**2}
+    host = runtime.backend.client.api.inspect_container(runtime.container_name(group))
+    memory = host["HostConfig"]["Memory"]
+    assert memory == 512 * 1024**2 and host["HostConfig"]["MemorySwap"] == memory  # no swap
 
 
 def test_one_group_cannot_see_another(runtime) -> None:  # type: ignore[no-untyped-def]

@@ -56,6 +56,18 @@ def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
+def long_poll_seconds(value: str) -> float | None:
+    """How long a long poll may wait: the asked ``wait``, at most
+    HTTP_LONG_POLL_MAX_SECONDS; None when it is not a number from 0."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    if seconds != seconds or seconds < 0:  # NaN, or negative
+        return None
+    return min(seconds, HTTP_LONG_POLL_MAX_SECONDS)
+
+
 def bearer_token(header: str) -> str | None:
     """The token of an ``Authorization: Bearer <token>`` header (the scheme is
     case-insensitive, RFC 7235), or None."""
@@ -214,11 +226,8 @@ class HttpChannel(Channel):
 
     async def get_message(self, request: web.Request) -> web.Response:
         message_id = request.match_info["id"]
-        try:
-            wait = min(float(request.query.get("wait", "0")), HTTP_LONG_POLL_MAX_SECONDS)
-        except ValueError:
-            return _error(400, "wait must be a number of seconds")
-        if wait != wait or wait < 0:  # NaN or negative
+        wait = long_poll_seconds(request.query.get("wait", "0"))
+        if wait is None:
             return _error(400, "wait must be a number of seconds from 0")
         try:
             after = int(request.query["after"]) if "after" in request.query else None

@@ -1,0 +1,140 @@
+"""The README's promises, checked: every row of its limits table against the constant
+the code enforces (a changed constant or a changed row fails here), and the quick start
+is exactly two commands."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from orchestrator import limits as L
+from orchestrator import wire
+from orchestrator.agent.providers.relay import RelayProvider  # noqa: F401 (importable)
+
+README = Path(__file__).parent.parent / "README.md"
+TIMES = "\u00d7"  # the multiplication sign the README uses
+
+
+def _size(n: int) -> str:
+    for unit, factor in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n % factor == 0:
+            return f"{n // factor} {unit}"
+    return f"{n} bytes"
+
+
+def _s(seconds: float) -> str:
+    return f"{seconds:g} s"
+
+
+# README row label -> its value, rendered from the constants.
+EXPECTED: dict[str, Callable[[], str]] = {
+    "memory file injected at a fresh context (each of `index.md`, `system/definition.md`)": (
+        lambda: f"{L.MEMORY_FILE_BUDGET_CHARS:,} characters"
+    ),
+    "group display name": lambda: f"{L.GROUP_NAME_MAX_CHARS} characters",
+    "sender id": lambda: f"{L.SENDER_ID_MAX_CHARS} characters",
+    "config file size": lambda: _size(L.CONFIG_FILE_MAX_BYTES),
+    "registry pull attempt during an image build": lambda: _s(L.BASE_PULL_TIMEOUT_SECONDS),
+    "transient engine errors": lambda: (
+        f"retried {L.ENGINE_RETRY_ATTEMPTS} times, exponential backoff up to "
+        f"{_s(L.ENGINE_RETRY_MAX_WAIT_SECONDS)}"
+    ),
+    "container ready after start (runner answers)": lambda: _s(L.CONTAINER_READY_TIMEOUT_SECONDS),
+    "SessionStart hook timeout / output kept": lambda: (
+        f"{_s(L.DEFAULT_HOOK_TIMEOUT_SECONDS)} / {L.HOOK_OUTPUT_MAX_CHARS:,} characters"
+    ),
+    "tool steps in one turn": lambda: str(L.MAX_TOOL_STEPS_PER_TURN),
+    "appended by one memory flush": lambda: f"{L.FLUSH_MAX_CHARS:,} characters",
+    "messages kept verbatim at compaction": lambda: str(L.COMPACTION_KEEP_MESSAGES),
+    "frame on the runner and CLI sockets": lambda: _size(wire.MAX_FRAME_BYTES),
+    "delivery attempts before a dead letter": lambda: (
+        f"{L.MAX_DELIVERY_ATTEMPTS} (backoff {_s(L.DELIVERY_BACKOFF_FIRST_SECONDS)} doubling, "
+        f"at most {_s(L.DELIVERY_BACKOFF_MAX_SECONDS)})"
+    ),
+    "one turn, from delivery to replies (default of `turn_timeout`)": lambda: _s(
+        L.DEFAULT_TURN_TIMEOUT_SECONDS
+    ),
+    "inbound message text": lambda: f"{L.INBOUND_TEXT_MAX_CHARS:,} characters",
+    "HTTP request body / long poll": lambda: (
+        f"{_size(L.HTTP_BODY_MAX_BYTES)} / {_s(L.HTTP_LONG_POLL_MAX_SECONDS)}"
+    ),
+    "HTTP request head / body arrival; open HTTP connections": lambda: (
+        f"{_s(L.HTTP_HEADER_TIMEOUT_SECONDS)} / {_s(L.HTTP_BODY_TIMEOUT_SECONDS)}; "
+        f"{L.HTTP_MAX_CONNECTIONS}"
+    ),
+    "open CLI-socket connections / idle time of one": lambda: (
+        f"{L.CONTROL_MAX_CONNECTIONS} / {_s(L.CONTROL_IDLE_TIMEOUT_SECONDS)}"
+    ),
+    "drain at SIGTERM; `down`'s waits for the second SIGTERM and SIGKILL": lambda: (
+        f"{_s(L.DRAIN_TIMEOUT_SECONDS)}; {_s(L.DOWN_TERM_WAIT_SECONDS)} and "
+        f"{_s(L.DOWN_KILL_WAIT_SECONDS)}"
+    ),
+    "reconcile (idle stop, drift) in the daemon": lambda: (
+        f"every {_s(L.RECONCILE_INTERVAL_SECONDS)}"
+    ),
+    "housekeeping (stale in-flight rows, disk reserve, disk of groups that ran a turn) / disk "
+    "of every group": lambda: (
+        f"every {_s(L.HOUSEKEEPING_INTERVAL_SECONDS)} / every {_s(L.DISK_CHECK_INTERVAL_SECONDS)}"
+    ),
+    "default disk limit of a group (`container.disk`)": lambda: _size(L.DEFAULT_GROUP_DISK_BYTES),
+    "reserve file in `state/`, released on a full disk": lambda: _size(L.STATE_RESERVE_BYTES),
+    "a memory file the host reads (lint)": lambda: _size(L.MEMORY_FILE_READ_MAX_BYTES),
+    "a transcript before it rotates; archives kept; turn ids kept": lambda: (
+        f"{_size(L.TRANSCRIPT_ROTATE_BYTES)}; {L.TRANSCRIPT_ARCHIVES_KEPT}; "
+        f"{L.TRANSCRIPT_TURNS_KEPT:,}"
+    ),
+    "log lines of one kind": lambda: (
+        f"{L.LOG_KIND_BURST} a minute" if L.LOG_KIND_WINDOW_SECONDS == 60 else "?"
+    ),
+    "relay requests in one turn; a reply request; other small requests": lambda: (
+        f"{L.RELAY_OPS_PER_TURN}; {_size(L.RELAY_REPLY_REQUEST_BYTES)}; "
+        f"{_size(L.RELAY_SMALL_REQUEST_BYTES)}"
+    ),
+    "a model request (`model.complete`)": lambda: (
+        f"4 {TIMES} (`context_budget` + {L.MAX_TOOL_STEPS_PER_TURN} {TIMES} "
+        f"{L.TOOL_READ_MAX_CHARS:,}) "
+        f"bytes + {_size(L.RELAY_MODEL_REQUEST_SLACK_BYTES)}"
+    ),
+    "provider retries (429, 5xx, connection faults, cut streams)": lambda: (
+        f"{L.RELAY_PROVIDER_ATTEMPTS} attempts, `Retry-After` or 0.5 s doubling, at most "
+        f"{_s(L.RELAY_RETRY_MAX_WAIT_SECONDS)} a wait"
+    ),
+    "tmpfs for `/tmp` and `$HOME` in a container": lambda: f"{_size(L.CONTAINER_TMPFS_BYTES)} each",
+}
+
+
+def limits_table() -> dict[str, str]:
+    text = README.read_text()
+    section = text[text.index("## Limits") : text.index("## Exit codes")]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0] not in ("limit", "---"):
+            rows[cells[0]] = cells[1]
+    return rows
+
+
+def test_every_row_of_the_limits_table_is_checked() -> None:
+    assert sorted(limits_table()) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("row", sorted(EXPECTED))
+def test_the_documented_value_is_the_enforced_value(row: str) -> None:
+    assert limits_table()[row] == EXPECTED[row]()
+
+
+def test_the_model_request_formula_matches_its_row() -> None:
+    assert L.model_request_cap(400_000) == 4 * (400_000 + 12 * 100_000) + 256 * 1024
+
+
+def test_the_quick_start_is_exactly_two_commands() -> None:
+    text = README.read_text()
+    quick = text[text.index("## Quick start") :]
+    block = re.search(r"```sh\n(.*?)```", quick, re.DOTALL)
+    assert block is not None
+    commands = [line.split("#")[0].strip() for line in block.group(1).splitlines()]
+    assert [c for c in commands if c] == ["scripts/demo", "scripts/test"]
+    assert all((README.parent / c).is_file() for c in ("scripts/demo", "scripts/test"))
