@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator.config import Home, OrchestratorConfig
 from orchestrator.errors import InvalidConfig, MountRefused, OrchestratorError
-from orchestrator.group_config import GroupConfig
+from orchestrator.group_config import GroupConfig, set_option
 from orchestrator.groups import GroupStore
 from orchestrator.runtime.base import LABEL_HOME
 from orchestrator.runtime.fake import FakeBackend
@@ -199,3 +199,34 @@ def test_a_changed_project_name_recreates_under_the_new_name(runtime: GroupRunti
     assert [(a.kind, a.container) for a in renamed.plan()] == [("recreate", "t.fam")]
     renamed.reconcile()
     assert set(fake(runtime).containers) == {"newname.fam"}
+
+
+def test_start_recreates_a_container_whose_configuration_changed(runtime: GroupRuntime) -> None:
+    group = runtime.store.load("fam")
+    first = runtime.ensure_running(group)
+    set_option(group.config_file, "container.pids", "128")
+    second = runtime.ensure_running(runtime.store.load("fam"))
+    assert second.id != first.id  # a new container, not the old one started again
+    assert fake(runtime).specs["t.fam"].pids_limit == 128
+    assert ("remove", "t.fam") in fake(runtime).calls
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("session_mode", "shared"),
+        ("model", "offline-other"),
+        ("context_budget", "9000"),
+        ("container.memory", "1g"),
+        ("container.cpus", "0.5"),
+        ("container.network", "bridge"),
+    ],
+)
+def test_every_setting_the_container_runs_with_changes_its_hash(
+    runtime: GroupRuntime, key: str, value: str
+) -> None:
+    group = runtime.store.load("fam")
+    before = runtime.desired_spec(group).labels["org.orchestrator.config-hash"]
+    set_option(group.config_file, key, value)
+    after = runtime.desired_spec(runtime.store.load("fam")).labels["org.orchestrator.config-hash"]
+    assert after != before
