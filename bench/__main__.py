@@ -13,6 +13,7 @@ from bench.harness import Result, fmt, markdown, save
 BENCHMARKS: dict[str, Callable[[bool], Result]] = {
     image.NAME: image.run,
     memory.SCAFFOLD: memory.scaffold_complete,
+    memory.SCAFFOLD_CREATE: memory.scaffold_create,
     memory.LINT: memory.lint_large,
     hook.NAME: hook.run,
     runtime.COLD: runtime.cold_start,

@@ -9,6 +9,7 @@ from pathlib import Path
 from bench.harness import Result, interleaved
 
 SCAFFOLD = "scaffold-complete"
+SCAFFOLD_CREATE = "scaffold-create"
 LINT = "memory-lint"
 
 
@@ -43,6 +44,59 @@ def scaffold_complete(quick: bool) -> Result:
             floor_label="os.stat of their 3,000 files",
         )
     return Result(SCAFFOLD, t, f)
+
+
+def scaffold_create(quick: bool) -> Result:
+    """Scaffold of 200 new (empty) group folders, against making the same two folders and
+    three files each with plain writes (no exclusivity, no fsync, no descriptors)."""
+    from orchestrator.memory.scaffold import scaffold_memory
+    from orchestrator.templates import render
+
+    texts = [
+        render("memory/index.md.j2"),
+        render("memory/system/index.md.j2"),
+        render("memory/system/definition.md.j2"),
+    ]
+    count = 200
+    with tempfile.TemporaryDirectory(prefix="bench-scaffold-create-") as tmp:
+        base = Path(tmp)
+        rounds = iter(range(10**6))
+
+        def fresh() -> list[Path]:
+            folder = base / f"r{next(rounds)}"
+            groups = [folder / f"g{i:04d}" for i in range(count)]
+            for group in groups:
+                group.mkdir(parents=True)
+            return groups
+
+        def target() -> None:
+            for group in pending_target.pop():
+                scaffold_memory(group)
+
+        def floor() -> None:
+            for group in pending_floor.pop():
+                (group / "memory/system").mkdir(parents=True)
+                (group / "memory/index.md").write_text(texts[0])
+                (group / "memory/system/index.md").write_text(texts[1])
+                (group / "memory/system/definition.md").write_text(texts[2])
+
+        n = 3 if quick else 10
+        pending_target = [fresh() for _ in range(n + 1)]
+        pending_floor = [fresh() for _ in range(n + 1)]
+        t, f = interleaved(
+            target,
+            floor,
+            n,
+            target_label="scaffold 200 new groups",
+            floor_label="mkdir and write the same files",
+        )
+    return Result(
+        SCAFFOLD_CREATE,
+        t,
+        f,
+        note="the scaffold fsyncs each file and its folder (creation is durable); the floor "
+        "does not",
+    )
 
 
 def _make_tree(root: Path, files: int) -> None:
