@@ -97,3 +97,117 @@ def test_oversized_frame_is_not_sent(short_tmp: Path) -> None:
     a, b = socket.socketpair()
     with a, b, pytest.raises(wire.ProtocolError, match="exceeds"):
         wire.send_frame(a, {"text": "x" * (wire.MAX_FRAME_BYTES + 1)})
+
+
+def test_the_wire_format_is_a_length_and_compact_utf8_json() -> None:
+    a, b = socket.socketpair()
+    with a, b:
+        wire.send_frame(a, {"text": "記憶 ✓", "n": [1, 2]})
+        body = '{"text":"記憶 ✓","n":[1,2]}'.encode()
+        assert b.recv(1000) == struct.pack(">I", len(body)) + body
+
+
+def test_a_frame_larger_than_one_read_arrives_whole() -> None:
+    a, b = socket.socketpair()
+    with a, b:
+        big = {"text": "x" * 300_000}
+        threading.Thread(target=wire.send_frame, args=(a, big), daemon=True).start()
+        assert wire.recv_sized(b) == (big, 300_000 + len('{"text":""}'))
+
+
+def test_a_frame_exactly_at_the_limit_passes_and_one_byte_more_does_not() -> None:
+    a, b = socket.socketpair()
+    with a, b:
+        message = {"t": "y" * 100}
+        size = len(b'{"t":""}') + 100
+        wire.send_frame(a, message, limit=size)
+        assert wire.recv_frame(b, limit=size) == message
+        with pytest.raises(wire.ProtocolError, match=f"frame of {size + 1} bytes exceeds {size}"):
+            wire.send_frame(a, {"t": "y" * 101}, limit=size)
+        wire.send_frame(a, {"t": "y" * 101})
+        with pytest.raises(wire.ProtocolError, match=f"frame of {size + 1} bytes exceeds {size}"):
+            wire.recv_frame(b, limit=size)
+
+
+def test_a_request_is_bounded_by_one_deadline_however_the_peer_paces_bytes(
+    short_tmp: Path,
+) -> None:
+    path = short_tmp / "drip.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen(1)
+
+    def drip() -> None:
+        conn, _ = server.accept()
+        with conn:
+            wire.recv_frame(conn)
+            conn.sendall(struct.pack(">I", 100))
+            try:
+                for _ in range(100):  # a byte every 0.1 s: no single read ever times out
+                    threading.Event().wait(0.1)
+                    conn.sendall(b" ")
+            except OSError:
+                pass
+        server.close()
+
+    threading.Thread(target=drip, daemon=True).start()
+    with pytest.raises(TimeoutError, match=r"the deadline passed|timed out"):
+        wire.request(path, {"op": "ping"}, 1.0)
+
+
+def test_a_deadline_not_yet_passed_leaves_the_rest_of_it() -> None:
+    import time
+
+    a, b = socket.socketpair()
+    with a, b:
+        wire.send_frame(a, {"ok": True}, time.monotonic() + 0.5)
+        assert wire.recv_frame(b, time.monotonic() + 0.5) == {"ok": True}
+        assert 0 < (b.gettimeout() or 0) <= 0.5
+        with pytest.raises(TimeoutError, match="the deadline passed"):
+            wire.recv_frame(b, time.monotonic() - 0.001)
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        (b"[" * 50_000 + b"]" * 50_000, "frame is JSON nested too deeply"),
+        (b"[1, 2]", "frame is not a JSON object"),
+        (b"\xff\xfe", "frame is not UTF-8 JSON"),
+    ],
+)
+def test_bad_bodies_are_named(body: bytes, error: str) -> None:
+    with pytest.raises(wire.ProtocolError, match=error):
+        wire.decode(body)
+
+
+def test_a_peer_that_closes_mid_frame_or_without_answering(short_tmp: Path) -> None:
+    a, b = socket.socketpair()
+    with b:
+        a.sendall(struct.pack(">I", 10) + b"{")
+        a.close()
+        with pytest.raises(wire.ProtocolError, match="connection closed in the middle of a frame"):
+            wire.recv_frame(b)
+    serve_once(short_tmp / "quiet.sock", reply=b"")
+    with pytest.raises(
+        wire.ProtocolError, match="the peer closed the connection without answering"
+    ):
+        wire.request(short_tmp / "quiet.sock", {"op": "ping"}, 5)
+
+
+def test_refusals_carry_their_error_numbers(short_tmp: Path) -> None:
+    import errno
+
+    with pytest.raises(wire.NoPeer) as missing:
+        wire.request(short_tmp / "none.sock", {"op": "ping"}, 2)
+    assert missing.value.errno == errno.ENOENT and "nothing listens at" in str(missing.value)
+    (short_tmp / "file").write_text("x")
+    with pytest.raises(wire.NoPeer) as wrong:
+        wire.request(short_tmp / "file", {"op": "ping"}, 2)
+    assert wrong.value.errno == errno.ENOTSOCK and "is not a socket; refusing" in str(wrong.value)
+    stale = short_tmp / "stale.sock"
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(stale))
+    sock.close()  # a socket file nobody listens on
+    with pytest.raises(wire.NoPeer) as refused:
+        wire.request(stale, {"op": "ping"}, 2)
+    assert refused.value.errno == errno.ECONNREFUSED
