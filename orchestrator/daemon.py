@@ -34,6 +34,7 @@ from orchestrator.errors import (
     SenderRefused,
 )
 from orchestrator.group_config import GroupConfig
+from orchestrator.learned import CONFIRM_COMMAND, CREATOR, confirm_reply
 from orchestrator.limits import (
     DISK_CHECK_INTERVAL_SECONDS,
     DRAIN_TIMEOUT_SECONDS,
@@ -50,7 +51,7 @@ from orchestrator.runtime.lifecycle import GroupRuntime
 from orchestrator.validate import text_problem
 
 log = logging.getLogger("orchestrator.daemon")
-CREATOR, MEMBER, GUEST = "creator", "member", "guest"
+MEMBER, GUEST = "member", "guest"
 Listener = Callable[[str], None]
 
 
@@ -198,6 +199,28 @@ class Daemon:
         if pause is not None and pause.refuse_new:
             raise GroupPaused(pause.reason, hint=_resume_hint(group.folder, pause))
         session = session_key(group.config.session_mode, chat, thread)
+        if text.strip() == CONFIRM_COMMAND:
+            # Answered by the host, never by the model: a creator's own word.
+            reply = confirm_reply(
+                self.queue,
+                self.runtime.store.root,
+                group.folder,
+                trust=trust,
+                sender=sender,
+                creators=group.config.creators,
+            )
+            log.info("group %s: /confirm from %r: %s", group.folder, sender, reply)
+            return self.queue.record_done(
+                group=group.folder,
+                session=session,
+                chat=chat,
+                thread=thread,
+                sender=sender,
+                trust=trust,
+                text=text,
+                channel=channel,
+                reply=reply,
+            )
         message = self.queue.enqueue(
             group=group.folder,
             session=session,

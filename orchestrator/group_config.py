@@ -18,6 +18,7 @@ from orchestrator.limits import (
     DEFAULT_CONTEXT_BUDGET_CHARS,
     DEFAULT_GROUP_DISK_BYTES,
     DEFAULT_IDLE_TIMEOUT_SECONDS,
+    DEFAULT_LEARNED_MAX_CHARS,
     DEFAULT_NETWORK,
     DEFAULT_REQUESTS_PER_MINUTE,
     DEFAULT_TOKENS_PER_DAY,
@@ -26,6 +27,7 @@ from orchestrator.limits import (
     GROUP_NAME_MAX_CHARS,
     MAX_CONTAINER_CPUS,
     MAX_CONTAINER_PIDS,
+    MAX_LEARNED_MAX_CHARS,
     MAX_TURN_TIMEOUT_SECONDS,
     MIN_CONTAINER_MEMORY_BYTES,
     MIN_CONTAINER_PIDS,
@@ -63,6 +65,7 @@ GROUP_KEYS = (
     "context_budget",
     "turn_timeout",
     "limits",
+    "learned_max_chars",
 )
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 _DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -112,6 +115,7 @@ class GroupConfig:
     context_budget: int = DEFAULT_CONTEXT_BUDGET_CHARS
     turn_timeout_seconds: int = DEFAULT_TURN_TIMEOUT_SECONDS
     limits: ModelLimits = field(default_factory=ModelLimits)
+    learned_max_chars: int = DEFAULT_LEARNED_MAX_CHARS
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -307,6 +311,16 @@ def group_config_from_doc(
             DEFAULT_CONTEXT_BUDGET_CHARS,
         ),
         turn_timeout_seconds=problems.check(turn_timeout, DEFAULT_TURN_TIMEOUT_SECONDS),
+        learned_max_chars=problems.check(
+            lambda: reader.whole_number(
+                "learned_max_chars",
+                DEFAULT_LEARNED_MAX_CHARS,
+                1,
+                MAX_LEARNED_MAX_CHARS,
+                f"a whole number of characters from 1 to {MAX_LEARNED_MAX_CHARS}",
+            ),
+            DEFAULT_LEARNED_MAX_CHARS,
+        ),
     )
     problems.raise_if_any()
     return config

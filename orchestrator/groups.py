@@ -1,7 +1,8 @@
 """Agent groups on disk: folder names, the group store under ``groups/``, add/list/remove.
 
 A group is ``groups/<folder>/`` holding ``group.yaml``, ``memory/`` (the OKF tree),
-``sessions/``, ``files/``, ``instructions.prepend.md`` and ``learned-behaviors.md``.
+``sessions/``, ``files/``, ``instructions.prepend.md`` and ``learned-behaviors.md``
+(the last two host-owned and never mounted: the runner asks the host for them).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from orchestrator.errors import (
 )
 from orchestrator.fsatomic import fsync_dir
 from orchestrator.group_config import GROUP_FILE, GroupConfig, load_group_config
+from orchestrator.learned import INSTRUCTIONS_FILE, LEARNED_FILE
 from orchestrator.limits import FOLDER_NAME_MAX, FOLDER_NAME_PATTERN, RESERVED_FOLDER_NAMES
 from orchestrator.relay.definitions import ProviderDef
 
@@ -99,11 +101,11 @@ class Group:
 
     @property
     def instructions_file(self) -> Path:
-        return self.path / "instructions.prepend.md"
+        return self.path / INSTRUCTIONS_FILE
 
     @property
     def learned_file(self) -> Path:
-        return self.path / "learned-behaviors.md"
+        return self.path / LEARNED_FILE
 
     @property
     def config_file(self) -> Path:
@@ -249,6 +251,8 @@ class GroupStore:
         try:
             with ConfinedDir.open(self.root, folder) as group_dir:
                 group_dir.create_exclusive(GROUP_FILE, data, owner=None)
+                for name in (INSTRUCTIONS_FILE, LEARNED_FILE):  # host-owned, never mounted
+                    group_dir.make_file(name, owner=None)
             scaffold_memory(path)
         except BaseException as exc:
             with ConfinedDir.open(self.root) as groups:

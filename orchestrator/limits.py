@@ -137,3 +137,15 @@ def model_request_cap(context_budget: int) -> int:
     """Largest model.complete request accepted for a group with this context budget."""
     tools = MAX_TOOL_STEPS_PER_TURN * TOOL_READ_MAX_CHARS
     return 4 * (context_budget + tools) + RELAY_MODEL_REQUEST_SLACK_BYTES
+
+
+# Learned behaviors (groups/<folder>/learned-behaviors.md): a write's size limit (group.yaml
+# learned_max_chars), and what is injected at a fresh context (the same budget as a
+# memory file). A hand-edited file is read up to LEARNED_READ_MAX_BYTES.
+DEFAULT_LEARNED_MAX_CHARS = 16_000
+MAX_LEARNED_MAX_CHARS = 100_000
+STANDING_TEXT_BUDGET_CHARS = MEMORY_FILE_BUDGET_CHARS
+LEARNED_READ_MAX_BYTES = 1024 * 1024
+# Replies the host adds to a message itself (such as a pending-confirmation notice) are
+# numbered from here, after every reply a turn can make.
+HOST_NOTICE_SEQ = 1_000_000

@@ -73,7 +73,15 @@ CREATE TABLE IF NOT EXISTS pauses (
     expires REAL,
     PRIMARY KEY (group_folder, holder)
 );
+CREATE TABLE IF NOT EXISTS learned_pending (
+    group_folder TEXT PRIMARY KEY,
+    content TEXT NOT NULL,
+    sender TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    created REAL NOT NULL
+);
 """
+CLEAR_TEXT = "/clear"
 SQLITE_FULL = 13
 QUEUE_FILE = "queue.db"
 
@@ -107,6 +115,26 @@ class Pause:
             "refuse_new": self.refuse_new,
             "created": self.created,
             "expires": self.expires,
+        }
+
+
+@dataclass(frozen=True)
+class PendingLearned:
+    """A creator's learned-behaviors write held until a creator confirms it."""
+
+    group: str
+    content: str
+    sender: str
+    message_id: str
+    created: float
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "group": self.group,
+            "chars": len(self.content),
+            "sender": self.sender,
+            "message_id": self.message_id,
+            "created": self.created,
         }
 
 
@@ -281,6 +309,50 @@ class MessageQueue:
         )
         return message
 
+    def record_done(
+        self,
+        *,
+        group: str,
+        session: str,
+        chat: str,
+        thread: str | None,
+        sender: str,
+        trust: str,
+        text: str,
+        channel: str,
+        reply: str,
+    ) -> Message:
+        """Store a message the host answered itself (never delivered to the runner),
+        done, with its one reply; in one transaction."""
+        message = Message(
+            uuid.uuid4().hex,
+            group,
+            session,
+            chat,
+            thread,
+            sender,
+            trust,
+            text,
+            channel,
+            DONE,
+            created=time.time(),
+            replies=(reply,),
+        )
+
+        def work(db: sqlite3.Connection) -> None:
+            db.execute(
+                "INSERT INTO messages (id, group_folder, session, chat, thread, sender, trust,"
+                " text, channel, state, created, updated) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (*_row_values(message), message.created),
+            )
+            db.execute(
+                "INSERT INTO replies (message_id, seq, text, created) VALUES (?,?,?,?)",
+                (message.id, 0, reply, message.created),
+            )
+
+        self._write(work)
+        return message
+
     def recover(self) -> int:
         """After a crash: messages that were in flight are queued again."""
         return self._write(
@@ -426,6 +498,61 @@ class MessageQueue:
                 )
             )
         return _row(row, replies)
+
+    def others_in_session(self, message_id: str, trusted: str) -> int:
+        """How many messages from senders not of trust ``trusted`` came before
+        ``message_id`` in its session since the session's last completed ``/clear``:
+        text the session's context may still carry (a compaction summary carries it
+        too, so only ``/clear`` resets the count)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT seq, group_folder, session FROM messages WHERE id=?", (message_id,)
+            ).fetchone()
+            if row is None:
+                return 0
+            seq, group, session = row
+            clear = self._db.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE group_folder=? AND session=?"
+                " AND seq<? AND state=? AND trim(text)=?",
+                (group, session, seq, DONE, CLEAR_TEXT),
+            ).fetchone()[0]
+            return int(
+                self._db.execute(
+                    "SELECT COUNT(*) FROM messages WHERE group_folder=? AND session=?"
+                    " AND seq>? AND seq<? AND trust<>?",
+                    (group, session, clear, seq, trusted),
+                ).fetchone()[0]
+            )
+
+    def hold_learned(self, group: str, content: str, sender: str, message_id: str) -> None:
+        """Hold a learned-behaviors write for confirmation (replacing one held before)."""
+        self._write(
+            lambda db: db.execute(
+                "INSERT OR REPLACE INTO learned_pending"
+                " (group_folder, content, sender, message_id, created) VALUES (?,?,?,?,?)",
+                (group, content, sender, message_id, time.time()),
+            )
+        )
+
+    def pending_learned(self, group: str) -> PendingLearned | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT group_folder, content, sender, message_id, created FROM learned_pending"
+                " WHERE group_folder=?",
+                (group,),
+            ).fetchone()
+        if row is None:
+            return None
+        return PendingLearned(str(row[0]), str(row[1]), str(row[2]), str(row[3]), float(row[4]))
+
+    def drop_learned(self, group: str, message_id: str | None = None) -> bool:
+        """Forget the held write of ``group`` (only if it is still the one of
+        ``message_id``, when given); True when one was dropped."""
+        sql, args = "DELETE FROM learned_pending WHERE group_folder=?", [group]
+        if message_id is not None:
+            sql += " AND message_id=?"
+            args.append(message_id)
+        return self._write(lambda db: db.execute(sql, args).rowcount == 1)
 
     def dead_letters(self) -> list[Message]:
         with self._lock:

@@ -91,9 +91,9 @@ def test_orphan_and_exited_are_removed(runtime: GroupRuntime) -> None:
 
 def test_symlinked_mount_source_is_refused(runtime: GroupRuntime, tmp_path: Path) -> None:
     group = runtime.store.load("fam")
-    secret = tmp_path / "secret.txt"
-    secret.write_text("s3cret")
-    group.instructions_file.symlink_to(secret)
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    group.files_dir.symlink_to(secret)  # made by the container's first start
     with pytest.raises(InvalidConfig, match="is a symlink; refusing to mount"):
         runtime.ensure_running(group)
     assert fake(runtime).calls == []

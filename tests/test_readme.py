@@ -34,6 +34,12 @@ EXPECTED: dict[str, Callable[[], str]] = {
     "memory file injected at a fresh context (each of `index.md`, `system/definition.md`)": (
         lambda: f"{L.MEMORY_FILE_BUDGET_CHARS:,} characters"
     ),
+    "operator's instructions / learned behaviors injected at a fresh context (each)": (
+        lambda: f"{L.STANDING_TEXT_BUDGET_CHARS:,} characters"
+    ),
+    "learned behaviors a write may hold (default of `learned_max_chars`; its ceiling)": (
+        lambda: f"{L.DEFAULT_LEARNED_MAX_CHARS:,} characters; {L.MAX_LEARNED_MAX_CHARS:,}"
+    ),
     "group display name": lambda: f"{L.GROUP_NAME_MAX_CHARS} characters",
     "sender id": lambda: f"{L.SENDER_ID_MAX_CHARS} characters",
     "config file size": lambda: _size(L.CONFIG_FILE_MAX_BYTES),

@@ -102,10 +102,13 @@ def test_container_is_hardened(runtime) -> None:  # type: ignore[no-untyped-def]
                 fields = line.split()
                 ro[fields[4]] = 'ro' in fields[5].split(',')
             result["ro"] = {{p: ro.get(p) for p in (
-                '/', '/workspace/agent/instructions.prepend.md',
-                '/workspace/agent/learned-behaviors.md', '/workspace/skills',
+                '/', '/workspace/skills',
                 '/workspace/agent/memory', '/workspace/agent/sessions',
                 '/workspace/agent/files', '/run/orchestrator')}}
+            result["host_owned"] = [p for p in (
+                '/workspace/agent/instructions.prepend.md',
+                '/workspace/agent/learned-behaviors.md', '/workspace/agent/group.yaml')
+                if os.path.lexists(p)]
             result["sockets"] = [os.path.join(d, f) for d, _, files in os.walk('/')
                                  if not d.startswith(('/proc', '/sys'))
                                  for f in files if f == 'docker.sock']
@@ -133,14 +136,13 @@ def test_container_is_hardened(runtime) -> None:  # type: ignore[no-untyped-def]
     assert result["rootfs"] == "EROFS" and result["opt"] == "EROFS"
     assert result["ro"] == {
         "/": True,
-        "/workspace/agent/instructions.prepend.md": True,
-        "/workspace/agent/learned-behaviors.md": True,
         "/workspace/skills": True,
         "/workspace/agent/memory": False,
         "/workspace/agent/sessions": False,
         "/workspace/agent/files": False,
         "/run/orchestrator": False,
     }
+    assert result["host_owned"] == []  # never mounted, not even read-only
     assert result["sockets"] == []
     assert result["interfaces"] == ["lo"] and result["routes"] == []
     assert result["connect"] == "ECONNREFUSED"  # the host's listener is not reachable

@@ -17,6 +17,9 @@ from orchestrator import wire
 
 MODEL_COMPLETE = "model.complete"
 REPLY = "reply"
+STANDING_GET = "standing.get"
+LEARNED_READ = "learned.read"
+LEARNED_WRITE = "learned.write"
 
 
 class HostRequestFailed(Exception):

@@ -11,13 +11,16 @@ summarized, and a fresh ``compact`` context takes over.
 from __future__ import annotations
 
 import logging
+import os
+import stat
 import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from orchestrator.agent.hooks import CommandHook, load_hooks, run_session_start
-from orchestrator.agent.hostlink import HostLink
+from orchestrator.agent.hostlink import STANDING_GET, HostLink, HostRequestFailed
 from orchestrator.agent.providers import Provider, get_provider
 from orchestrator.agent.providers.base import (
     FLUSH,
@@ -30,8 +33,10 @@ from orchestrator.agent.session import Context, Session, session_key
 from orchestrator.agent.settings import AgentSettings
 from orchestrator.agent.tools import FLUSH as FLUSH_MODE
 from orchestrator.agent.tools import FileLocks, Toolbox, ToolError
+from orchestrator.learned import INSTRUCTIONS_FILE, LEARNED_FILE, cap_standing
 from orchestrator.limits import (
     COMPACTION_KEEP_MESSAGES,
+    LEARNED_READ_MAX_BYTES,
     MAX_TOOL_STEPS_PER_TURN,
     MESSAGE_MAX_CHARS,
 )
@@ -45,7 +50,6 @@ FLUSH_PROMPT = (
     "to today's daily note with append_daily, sending only text that is not there yet. "
     "Reply NO_REPLY when there is nothing to keep."
 )
-PREPEND_MAX_CHARS = 16_000
 
 
 @dataclass(frozen=True)
@@ -114,7 +118,7 @@ class Runner:
     ) -> TurnResult:
         result = TurnResult(session.key)
         if turn.text.strip() == CLEAR_COMMAND:
-            self.new_context(session, "clear", context)
+            self.new_context(session, "clear", context, host)
             result.fresh_context = "clear"
             result.replies.append("Started a fresh context; memory was loaded again.")
             return result
@@ -124,7 +128,7 @@ class Runner:
         ):
             if context is not None:  # a provider or model switch: archive the old talk
                 session.rotate()
-            context = self.new_context(session, "startup", context)
+            context = self.new_context(session, "startup", context, host)
             result.fresh_context = "startup"
         elif context.size_chars() > self.settings.context_budget_chars:
             context = self.compact(session, context, host)
@@ -140,16 +144,31 @@ class Runner:
 
     # contexts
 
-    def compose_system(self, source: str, hook_outputs: list[str]) -> str:
+    def standing(self, host: HostLink | None) -> tuple[str, str]:
+        """(the operator's instructions, the learned behaviors), each capped: from the
+        host, which keeps both outside the container; without a host (a turn run by
+        hand), from files of those names in the agent folder, if any."""
+        if host is None:
+            return tuple(  # type: ignore[return-value]
+                cap_standing(_local_text(self.settings.agent_dir / name), name)
+                for name in (INSTRUCTIONS_FILE, LEARNED_FILE)
+            )
+        try:
+            answer = host.request(STANDING_GET)
+        except HostRequestFailed as exc:
+            log.warning("standing text unavailable; the context starts without it: %s", exc)
+            return "", ""
+        return (
+            cap_standing(_text(answer.get("instructions")), INSTRUCTIONS_FILE),
+            cap_standing(_text(answer.get("learned")), LEARNED_FILE),
+        )
+
+    def compose_system(
+        self, source: str, hook_outputs: list[str], standing: tuple[str, str] = ("", "")
+    ) -> str:
         from orchestrator.templates import render
 
-        prepend = ""
-        path = self.settings.agent_dir / "instructions.prepend.md"
-        try:
-            if not path.is_symlink():
-                prepend = path.read_text(encoding="utf-8", errors="replace").strip()
-        except OSError:
-            pass
+        prepend, learned = standing
         return (
             render(
                 "agent/instructions.md.j2",
@@ -158,13 +177,21 @@ class Runner:
                 model=self.settings.model,
                 source=source,
                 created=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-                prepend=prepend[:PREPEND_MAX_CHARS],
+                prepend=prepend,
+                learned=learned,
                 hook_outputs=hook_outputs,
             ).strip()
             + "\n"
         )
 
-    def new_context(self, session: Session, source: str, previous: Context | None) -> Context:
+    def new_context(
+        self,
+        session: Session,
+        source: str,
+        previous: Context | None,
+        host: HostLink | None = None,
+    ) -> Context:
+        standing = self.standing(host)
         outputs = run_session_start(
             self.hooks, source=source, session_id=session.key, agent_dir=self.settings.agent_dir
         )
@@ -175,7 +202,7 @@ class Runner:
                 "source": source,
                 "provider": self.settings.provider,
                 "model": self.settings.model,
-                "system": self.compose_system(source, outputs),
+                "system": self.compose_system(source, outputs, standing),
             }
         )
         assert session.context is not None
@@ -196,7 +223,7 @@ class Runner:
             ).text
             or ""
         )
-        fresh = self.new_context(session, "compact", context)
+        fresh = self.new_context(session, "compact", context, host)
         note = {"role": "user", "content": f"[Summary of the earlier conversation]\n{summary}"}
         for message in (note, *kept):
             self._record(session, fresh, None, message)
@@ -271,6 +298,22 @@ class Runner:
         if final and final.strip() and final.strip() != NO_REPLY:
             replies.append(final.strip()[:MESSAGE_MAX_CHARS])
         return replies
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _local_text(path: Path) -> str:
+    """A file's text, read without following a symlink ('' when there is none)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        return handle.read(LEARNED_READ_MAX_BYTES).decode("utf-8", errors="replace")
 
 
 def _assistant(text: str | None, calls: Any) -> dict[str, Any]:

@@ -4,6 +4,10 @@ Paths are resolved (symlinks followed) and must stay inside ``/workspace/agent``
 go only to ``memory/`` and ``files/``. A write reports ``PERSISTED`` only after the data
 is on disk. During a memory flush the only write allowed is ``append_daily``, which is
 pinned to ``memory/daily/<UTC date>.md``, append-only, and drops replayed text.
+
+``memory_list``, ``memory_read`` and ``memory_write`` reach the stores the host keeps
+outside the container (the label ``learned``: the group's learned behaviors); a write
+is a request to the host, which alone decides from its record of the turn's sender.
 """
 
 from __future__ import annotations
@@ -16,10 +20,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from orchestrator.agent.hostlink import REPLY, HostLink, HostRequestFailed
+from orchestrator.agent.hostlink import (
+    LEARNED_READ,
+    LEARNED_WRITE,
+    REPLY,
+    HostLink,
+    HostRequestFailed,
+)
 from orchestrator.fsatomic import write_atomic
+from orchestrator.learned import LABEL as LEARNED_LABEL
+from orchestrator.learned import NOT_PERSISTED, PERSISTED, UNKNOWN
 from orchestrator.limits import (
     FLUSH_MAX_CHARS,
+    MAX_LEARNED_MAX_CHARS,
     MESSAGE_MAX_CHARS,
     TOOL_GREP_MAX_MATCHES,
     TOOL_READ_MAX_CHARS,
@@ -100,8 +113,28 @@ APPEND_DAILY = ToolSpec(
     _schema(["content"], content="string"),
 )
 
+MEMORY_LIST = ToolSpec(
+    "memory_list",
+    "List the memory stores kept by the orchestrator outside your files (such as "
+    "'learned', the group's learned behaviors).",
+    _schema([]),
+)
+MEMORY_READ = ToolSpec(
+    "memory_read",
+    "Read a memory store by label (see memory_list).",
+    _schema(["label"], label="string"),
+)
+MEMORY_WRITE = ToolSpec(
+    "memory_write",
+    "Replace the whole content of a memory store (not an append: read it first and send "
+    "everything that should remain). For 'learned' only a turn from one of the group's "
+    "creators is granted; the answer starts PERSISTED, NOT_PERSISTED or "
+    "PERSISTENCE_UNKNOWN.",
+    _schema(["label", "content"], label="string", content="string"),
+)
+
 TOOLS_BY_MODE = {
-    TURN: (READ, WRITE, EDIT, APPEND, LIST, GREP, SEND),
+    TURN: (READ, WRITE, EDIT, APPEND, LIST, GREP, SEND, MEMORY_LIST, MEMORY_READ, MEMORY_WRITE),
     FLUSH: (READ, LIST, GREP, APPEND_DAILY),
 }
 
@@ -136,7 +169,13 @@ class Toolbox:
     def call(self, name: str, args: dict[str, Any]) -> str:
         """Run one tool call; ToolError for anything refused."""
         if name not in {s.name for s in self.specs}:
-            if self.mode == FLUSH and name in ("write_file", "edit_file", "send_message"):
+            if self.mode == FLUSH and name in (
+                "write_file",
+                "edit_file",
+                "append_file",
+                "send_message",
+                "memory_write",
+            ):
                 raise ToolError(
                     f"{name} is refused during a memory flush: the only write "
                     "allowed is append_daily to today's daily note"
@@ -289,6 +328,57 @@ class Toolbox:
                 raise ToolError(f"the message was not sent: {exc}") from None
         self.outbox.append(text)
         return "SENT"
+
+    # stores kept by the host
+
+    @staticmethod
+    def _label(label: object) -> str:
+        if label != LEARNED_LABEL:
+            raise ToolError(f"unknown memory label {label!r}; memory_list shows the labels")
+        return LEARNED_LABEL
+
+    def _memory_list(self) -> str:
+        return (
+            f"{LEARNED_LABEL}: the group's learned behaviors, standing rules its creators "
+            "approved (in every fresh context). memory_read reads them; memory_write "
+            "replaces them whole, granted only to a turn from a creator."
+        )
+
+    def _memory_read(self, label: str) -> str:
+        self._label(label)
+        if self.host is None:
+            raise ToolError("learned behaviors are kept by the orchestrator; no host here")
+        try:
+            answer = self.host.request(LEARNED_READ)
+        except HostRequestFailed as exc:
+            raise ToolError(str(exc)) from None
+        content = answer.get("content")
+        text = content if isinstance(content, str) else ""
+        return text or "(empty: no learned behaviors yet)"
+
+    def _memory_write(self, label: str, content: str) -> str:
+        self._label(label)
+        if not isinstance(content, str):
+            raise ToolError("content must be text")
+        if len(content) > MAX_LEARNED_MAX_CHARS:
+            return f"{NOT_PERSISTED}: the content is over {MAX_LEARNED_MAX_CHARS:,} characters"
+        if self.host is None:
+            return (
+                f"{NOT_PERSISTED}: learned behaviors are written only by the orchestrator "
+                "host, and this turn has no link to it"
+            )
+        try:
+            answer = self.host.request(LEARNED_WRITE, content=content)
+        except HostRequestFailed as exc:
+            if exc.answer:  # the host answered, and did not write
+                return f"{NOT_PERSISTED}: {exc}"
+            return f"{UNKNOWN}: the request reached the host, but its answer did not: {exc}"
+        result = answer.get("result")
+        if isinstance(result, str) and result.startswith(
+            (f"{PERSISTED}:", f"{NOT_PERSISTED}:", f"{UNKNOWN}:")
+        ):
+            return result
+        return f"{UNKNOWN}: the host's answer was not understood"
 
     def daily_note(self) -> Path:
         return Path(self.agent_dir) / "memory" / DAILY_DIR / f"{self.now:%Y-%m-%d}.md"

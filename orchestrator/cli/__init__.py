@@ -63,6 +63,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Model providers groups may use (keys stay on the host).",
     ),
     "usage": ("orchestrator.cli.provider", "usage", "Model use per group and day."),
+    "learned": (
+        "orchestrator.cli.learned",
+        "learned",
+        "A group's learned behaviors: show, set, approve a waiting change.",
+    ),
     "hook": ("orchestrator.cli.agent", "hook", "SessionStart hooks (the memory hook)."),
     "agent": ("orchestrator.cli.agent", "agent", "The runner inside a group container."),
 }

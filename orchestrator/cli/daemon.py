@@ -263,6 +263,7 @@ def chat(obj: CliContext, name: str, chat: str, sender: str) -> None:
 
     \b
       /clear    start a fresh context (memory is loaded again)
+      /confirm  apply the learned-behaviors change waiting for a creator
       /status   the daemon's queue
       /exit     leave (or Ctrl-D)
     """

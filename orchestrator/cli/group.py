@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from orchestrator.cli import CliContext
@@ -120,8 +122,16 @@ def list_(obj: CliContext, as_json: bool) -> None:
 @pass_cli
 def show(obj: CliContext, name: str, as_json: bool) -> None:
     """Show a group's configuration, paths and memory size. NAME is a folder or display name."""
+    from orchestrator.learned import open_queue_if_any, report
+
     found = GroupStore(obj.home).find(name)
     size = memory_usage(found)
+    queue = open_queue_if_any(obj.home.state_dir)
+    try:
+        store = report(found.path.parent, found.folder, found.config.creators, queue)
+    finally:
+        if queue is not None:
+            queue.close()
     paths = {
         "group": str(found.path),
         "config": str(found.config_file),
@@ -138,6 +148,7 @@ def show(obj: CliContext, name: str, as_json: bool) -> None:
                 "config": found.config.to_dict(),
                 "paths": paths,
                 "memory": {"files": size.files, "bytes": size.bytes},
+                "learned_behaviors": store,
             }
         )
         return
@@ -160,12 +171,28 @@ def show(obj: CliContext, name: str, as_json: bool) -> None:
         ("mounts", ", ".join(m.name for m in config.mounts) or "-"),
         ("skills", skills),
         ("memory size", f"{plural(size.files, 'file')}, {human_bytes(size.bytes)}"),
+        ("learned behaviors", _learned_line(store)),
         *((key.replace("_", " ") + " path", value) for key, value in paths.items()),
     ]
     width = max(len(label) for label, _ in rows) + 2
     click.echo(f"{config.name} ({found.folder})")
     for label, value in rows:
         click.echo(f"  {label + ':':<{width}}{value}")
+
+
+def _learned_line(store: dict[str, Any]) -> str:
+    from datetime import UTC, datetime
+
+    writers = ", ".join(store["writers"]) or "nobody (no creators)"
+    if store["problem"]:
+        state = f"PROBLEM: {store['problem']}"
+    elif not store["exists"]:
+        state = "empty (no file yet)"
+    else:
+        when = datetime.fromtimestamp(store["modified"], UTC).strftime("%Y-%m-%d %H:%M UTC")
+        state = f"{human_bytes(store['size'])}, modified {when}"
+    pending = "; a change waits for confirmation" if store["pending"] else ""
+    return f"{state}; changed by {writers}{pending}"
 
 
 @group.command("remove")

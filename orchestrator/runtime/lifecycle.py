@@ -232,11 +232,9 @@ class GroupRuntime:
                     hint="fix or remove the entries named, then start again",
                 )
             for name in (INSTRUCTIONS, LEARNED):
-                group_dir.make_file(name, owner=None)  # host-owned, mounted read-only
+                group_dir.make_file(name, owner=None)  # host-owned, read by the host only
             for name in writable:
                 _require_real(group_dir, name, "folder")
-            for name in (INSTRUCTIONS, LEARNED):
-                _require_real(group_dir, name, "file")
             if owner is not None:
                 for name in writable:
                     hand_over(group_dir, name, owner)

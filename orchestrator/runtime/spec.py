@@ -13,6 +13,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from orchestrator.groups import Group
+from orchestrator.learned import INSTRUCTIONS_FILE, LEARNED_FILE
 from orchestrator.limits import CONTAINER_TMPFS_BYTES
 from orchestrator.runtime.base import (
     LABEL_CONFIG_HASH,
@@ -30,7 +31,10 @@ RUNTIME_DIR = "/run/orchestrator"
 CONTAINER_HOME = "/home/agent"
 # Entries of the group folder that are mounted.
 MEMORY, SESSIONS, FILES = "memory", "sessions", "files"
-INSTRUCTIONS, LEARNED = "instructions.prepend.md", "learned-behaviors.md"
+# Host-owned files of the group folder, never mounted: the runner asks the host for
+# them at each fresh context, so a host write shows there (a single-file bind mount
+# would pin the inode the host's atomic rename replaces).
+INSTRUCTIONS, LEARNED = INSTRUCTIONS_FILE, LEARNED_FILE
 # The container's main process: the runner, serving turns on /run/orchestrator/runner.sock.
 RUNNER_COMMAND = ("orchestrator", "agent", "serve")
 
@@ -69,8 +73,6 @@ def group_mounts(
         BindMount(str(group.memory_dir), f"{AGENT_DIR}/memory", read_only=False),
         BindMount(str(group.sessions_dir), f"{AGENT_DIR}/sessions", read_only=False),
         BindMount(str(group.files_dir), f"{AGENT_DIR}/files", read_only=False),
-        BindMount(str(group.instructions_file), f"{AGENT_DIR}/instructions.prepend.md", True),
-        BindMount(str(group.learned_file), f"{AGENT_DIR}/learned-behaviors.md", True),
         BindMount(str(runtime_dir), RUNTIME_DIR, read_only=False),
     ]
     if skills_root is not None:

@@ -7,6 +7,11 @@ would, with a small command set:
   links it from ``memory/facts/index.md``, which ``memory/index.md`` links to;
 - ``what do you know about <topic>`` (or ``what is <topic>?``): greps memory and answers
   from the files it finds;
+- ``from now on, <rule>``: reads the learned behaviors (``memory_read``) and replaces
+  them with the rule added (``memory_write`` on ``learned``), which the host grants only
+  to a creator's turn;
+- ``what have you learned?``: quotes the learned behaviors from its context (what a
+  fresh context was given, not the file now);
 - anything else: says what it is and what it can do.
 
 In a memory flush it appends the conversation's user messages to the daily note; as a
@@ -73,6 +78,14 @@ STOPWORDS = frozenset(
         "with",
     ]
 )
+LEARN = re.compile(
+    r"^\s*(?:please\s+)?from\s+now\s+on\s*[,:]?\s+(?P<rule>.+?)\s*$", re.IGNORECASE | re.DOTALL
+)
+LEARNED_ASK = re.compile(
+    r"^\s*what\s+(?:have\s+you\s+learned|are\s+your\s+learned\s+behaviou?rs)\s*[?.!]*\s*$",
+    re.IGNORECASE,
+)
+LEARNED_SECTION = "## Learned behaviors"
 FACTS_DIR = "memory/facts"
 NO_REPLY = "NO_REPLY"
 
@@ -81,6 +94,8 @@ INTRO = (
     "without any network and do not understand free text. I can:\n"
     "- remember that <fact>: save a fact to this group's memory\n"
     "- what do you know about <topic>: search memory and tell you what I find\n"
+    "- from now on, <rule>: add a rule to the group's learned behaviors (creators only)\n"
+    "- what have you learned?: show the learned behaviors I was given\n"
     "- /clear: start a fresh context (memory is loaded again)\n"
     "For real conversation the operator can give this group a model: "
     "`orchestrator provider add`, then provider and model in its group.yaml."
@@ -126,6 +141,10 @@ class OfflineProvider(Provider):
             last_calls = max((i for i, m in enumerate(tail) if m.get("tool_calls")), default=-1)
             latest = [m for m in tail[last_calls + 1 :] if m.get("role") == "tool"]
             return self._remember(match["fact"], step, latest)
+        if match := LEARN.match(text):
+            return self._learn(match["rule"], step, tail)
+        if LEARNED_ASK.match(text):
+            return Completion(self._learned_in(request.system))
         if match := RECALL.match(text):
             return self._recall(match["topic"], step, tail)
         return Completion(INTRO)
@@ -202,6 +221,46 @@ class OfflineProvider(Provider):
         if errors:
             return Completion(f"I could not save that to memory: {errors[0]}")
         return Completion(f"Noted: {fact}. Saved to {FACTS_DIR}/{slug}.md.")
+
+    # learned behaviors
+
+    def _learn(self, rule: str, step: int, tail: list[dict[str, Any]]) -> Completion:
+        rule = " ".join(rule.split()).rstrip(".!")
+        results = [str(m.get("content", "")) for m in tail if m.get("role") == "tool"]
+        if step == 0:
+            return Completion(None, (ToolCall("l1", "memory_read", {"label": "learned"}),))
+        if step == 1:
+            current = results[-1]
+            if current.startswith("ERROR"):
+                return Completion(f"I could not read the learned behaviors: {current}")
+            if current.startswith("(empty"):
+                current = ""
+            line = f"- From now on, {rule}."
+            if line in current:
+                return Completion("That is already one of my learned behaviors.")
+            base = current.rstrip("\n") + "\n" if current.strip() else ""
+            return Completion(
+                None,
+                (
+                    ToolCall(
+                        "l2", "memory_write", {"label": "learned", "content": base + line + "\n"}
+                    ),
+                ),
+            )
+        outcome = results[-1]
+        if outcome.startswith("PERSISTED"):
+            return Completion(f"Learned: from now on, {rule}. ({outcome})")
+        return Completion(f"I did not learn that. {outcome}")
+
+    @staticmethod
+    def _learned_in(system: str) -> str:
+        start = system.find(LEARNED_SECTION)
+        if start < 0:
+            return "I was given no learned behaviors in this context."
+        body = system[start + len(LEARNED_SECTION) :]
+        end = re.search(r"^#{1,2} ", body, re.MULTILINE)
+        text = (body[: end.start()] if end else body).strip()
+        return "The learned behaviors in my context:\n" + text
 
     # recall
 

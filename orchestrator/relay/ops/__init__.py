@@ -11,6 +11,9 @@ from types import ModuleType
 OPS: dict[str, str] = {
     "model.complete": "orchestrator.relay.ops.model",
     "reply": "orchestrator.relay.ops.reply",
+    "standing.get": "orchestrator.relay.ops.standing",
+    "learned.read": "orchestrator.relay.ops.learned_read",
+    "learned.write": "orchestrator.relay.ops.learned_write",
 }
 
 

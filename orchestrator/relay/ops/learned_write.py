@@ -1,0 +1,77 @@
+"""``learned.write``: replace the group's learned behaviors, if this turn may.
+
+The decision rests only on the host's record of the message this turn answers: its
+sender must be one of the group's ``creators`` (recorded as such and still listed).
+When the session has had messages from anyone else since its last ``/clear``, the
+context may carry their words, so the write is held until a creator confirms it
+(``/confirm``, or ``orchestrator learned approve``), and the host tells the chat so
+itself. Every answer is ``ok`` with a ``result`` beginning PERSISTED, NOT_PERSISTED or
+PERSISTENCE_UNKNOWN: a refusal is an answer for the model, not a failed turn.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.learned import (
+    CREATOR,
+    NOT_PERSISTED,
+    LearnedStore,
+    Outcome,
+    pending_notice,
+    write_refusal,
+)
+from orchestrator.limits import HOST_NOTICE_SEQ, MAX_LEARNED_MAX_CHARS, RELAY_SMALL_REQUEST_BYTES
+
+if TYPE_CHECKING:
+    from orchestrator.relay.turn import TurnRelay
+
+log = logging.getLogger("orchestrator.relay")
+
+
+def cap(turn: TurnRelay) -> int:
+    # Any text the runner lets through (at most MAX_LEARNED_MAX_CHARS characters, four
+    # UTF-8 bytes each) reaches the decision, which refuses what is over the group's
+    # own limit with a reason instead of failing the turn.
+    return 4 * MAX_LEARNED_MAX_CHARS + RELAY_SMALL_REQUEST_BYTES
+
+
+def handle(turn: TurnRelay, frame: dict[str, Any]) -> dict[str, Any]:
+    return {"ok": True, "result": str(decide(turn, frame.get("content")))}
+
+
+def decide(turn: TurnRelay, content: object) -> Outcome:
+    message, group = turn.message, turn.group
+    reason = write_refusal(
+        trust=message.trust,
+        sender=message.sender,
+        creators=group.config.creators,
+        content=content,
+        max_chars=group.config.learned_max_chars,
+    )
+    if reason is not None:
+        log.warning("group %s: learned-behaviors write refused: %s", group.folder, reason)
+        return Outcome(NOT_PERSISTED, reason)
+    assert isinstance(content, str)
+    queue = turn.context.queue
+    others = queue.others_in_session(message.id, CREATOR)
+    if others:
+        queue.hold_learned(group.folder, content, message.sender, message.id)
+        queue.add_reply(message.id, HOST_NOTICE_SEQ, pending_notice(group.folder, content))
+        turn.context.notify(message.id)
+        log.info(
+            "group %s: learned-behaviors write held for confirmation (%d messages from "
+            "others in the session)",
+            group.folder,
+            others,
+        )
+        return Outcome(
+            NOT_PERSISTED,
+            "pending confirmation: this conversation has had messages from people who are "
+            "not creators, so a creator must confirm the change (the orchestrator has asked "
+            "them in the chat; they reply /confirm)",
+        )
+    outcome = LearnedStore(group.path.parent, group.folder).replace(content)
+    log.info("group %s: learned-behaviors write by %r: %s", group.folder, message.sender, outcome)
+    return outcome
