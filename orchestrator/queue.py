@@ -685,6 +685,7 @@ class Reserve:
 
 def open_queue(home: Home) -> MessageQueue:
     """The home's queue, with its reserve file made when there is room."""
+    home.state_dir.mkdir(parents=True, exist_ok=True)  # the reserve needs its folder
     reserve = Reserve(home.state_dir)
     reserve.ensure()
     return MessageQueue(home.state_dir / QUEUE_FILE, reserve)

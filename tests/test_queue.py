@@ -206,3 +206,372 @@ def test_runnable_skips_paused_groups(queue: MessageQueue) -> None:
     assert queue.resume("a", "someone-else") == 0
     assert queue.resume("a", "operator") == 1
     assert {m.id for m in queue.runnable()} == {a.id, b.id}
+
+
+# every field goes in and comes out as it was
+
+
+def test_a_message_comes_back_exactly_as_it_was_stored(queue: MessageQueue) -> None:
+    m = queue.enqueue(
+        group="grp", session="sess", chat="chat-1", thread="th-9", sender="snd",
+        trust="creator", text="the text", channel="http",
+    )  # fmt: skip
+    got = queue.get(m.id)
+    assert got is not None
+    assert (got.id, got.group, got.session, got.chat, got.thread, got.sender) == (
+        m.id, "grp", "sess", "chat-1", "th-9", "snd",
+    )  # fmt: skip
+    assert (got.trust, got.text, got.channel, got.state, got.attempts) == (
+        "creator", "the text", "http", QUEUED, 0,
+    )  # fmt: skip
+    assert got.last_error is None and got.created == pytest.approx(m.created)
+    assert isinstance(got.attempts, int) and got.replies == ()
+    queue.claim(m.id)
+    queue.fail(m.id, "boom")
+    again = queue.get(m.id)
+    assert again is not None and (again.attempts, again.last_error) == (1, "boom")
+    assert isinstance(again.last_error, str)
+    nothread = put(queue, session="other")
+    assert queue.get(nothread.id).thread is None  # type: ignore[union-attr]
+    [listed] = [x for x in queue.runnable() if x.id == nothread.id]
+    assert listed == queue.get(nothread.id)
+    assert queue.get("no-such-id") is None
+
+
+def test_to_dict_names_every_field(queue: MessageQueue) -> None:
+    m = put(queue)
+    data = queue.get(m.id).to_dict()  # type: ignore[union-attr]
+    assert data == {
+        "id": m.id, "group": "g", "session": "s", "chat": "c", "thread": None,
+        "sender": "a", "trust": "member", "state": QUEUED, "attempts": 0, "error": None,
+        "created": pytest.approx(m.created), "replies": [],
+    }  # fmt: skip
+
+
+def test_the_queue_makes_its_folder_and_keeps_its_path(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "er" / "queue.db"
+    queue = MessageQueue(path)
+    assert queue.path == path and path.exists() and queue.reserve is None
+    queue.close()
+
+
+def test_the_queue_serves_every_thread(queue: MessageQueue) -> None:
+    """The daemon's workers share one connection: it must not be tied to its thread."""
+    import threading
+
+    m = put(queue)
+    seen: list[object] = []
+    thread = threading.Thread(target=lambda: seen.append(queue.get(m.id)))
+    thread.start()
+    thread.join()
+    assert seen and seen[0] is not None
+
+
+def test_a_failure_after_the_last_attempt_is_dead_without_backoff(queue: MessageQueue) -> None:
+    m = put(queue)
+    for _ in range(MAX_DELIVERY_ATTEMPTS):
+        queue.claim(m.id)
+        state = queue.fail(m.id, "x" * 5000)
+        if state == QUEUED:
+            queue._db.execute("UPDATE messages SET not_before=0 WHERE id=?", (m.id,))
+    assert state == DEAD
+    row = queue._db.execute("SELECT not_before FROM messages WHERE id=?", (m.id,)).fetchone()
+    assert row[0] == 0.0
+    assert len(queue.get(m.id).last_error) == 2000  # type: ignore[union-attr, arg-type]
+    assert queue.fail("unknown-id", "gone") == DEAD  # nothing to back off
+
+
+def test_runnable_at_exactly_not_before_and_next_wakeup(queue: MessageQueue) -> None:
+    assert queue.next_wakeup() is None
+    m = put(queue)
+    queue.claim(m.id)
+    queue.fail(m.id, "boom")
+    wake = queue.next_wakeup()
+    assert isinstance(wake, float)
+    assert queue.runnable(now=wake - 0.001) == []
+    assert [x.id for x in queue.runnable(now=wake)] == [m.id]  # due at not_before itself
+
+
+def test_a_retry_starts_the_attempts_over(queue: MessageQueue) -> None:
+    m = put(queue)
+    for _ in range(MAX_DELIVERY_ATTEMPTS):
+        queue.claim(m.id)
+        queue._db.execute("UPDATE messages SET not_before=0 WHERE id=?", (m.id,))
+        queue.fail(m.id, "boom")
+    assert queue.retry(m.id)
+    got = queue.get(m.id)
+    assert got is not None and (got.state, got.attempts) == (QUEUED, 0)
+    assert queue.next_wakeup() is None  # due now, not later
+
+
+def test_recover_and_release_stale_report_how_many(queue: MessageQueue) -> None:
+    assert queue.recover() == 0 and queue.release_stale(set()) == 0
+    a, b = put(queue, session="a"), put(queue, session="b")
+    queue.claim(a.id)
+    queue.claim(b.id)
+    assert queue.recover() == 2
+    assert {m.state for m in (queue.get(a.id), queue.get(b.id))} == {QUEUED}  # type: ignore[union-attr]
+
+
+def test_counts_and_dead_letters(queue: MessageQueue) -> None:
+    assert queue.counts() == {} and queue.dead_letters() == []
+    a, _b = put(queue, session="a"), put(queue, session="b")
+    queue.claim(a.id)
+    queue.complete(a.id, [])
+    assert queue.counts() == {DONE: 1, QUEUED: 1}
+
+
+def test_replies_keep_their_order_and_a_stored_one_is_not_stored_again(queue: MessageQueue) -> None:
+    m = put(queue)
+    assert queue.add_reply(m.id, 1, "second") and queue.add_reply(m.id, 0, "first")
+    assert not queue.add_reply(m.id, 0, "again")
+    queue.claim(m.id)
+    queue.complete(m.id, ["first", "second", "third"])
+    got = queue.get(m.id)
+    assert got is not None and got.replies == ("first", "second", "third")
+    assert got.state == DONE and got.last_error is None
+
+
+# pause leases
+
+
+def test_pause_leases_in_full(queue: MessageQueue) -> None:
+    lease = queue.pause("g", "disk", "over its limit", refuse_new=True, expires=None)
+    assert (lease.group, lease.holder, lease.reason, lease.refuse_new, lease.expires) == (
+        "g", "disk", "over its limit", True, None,
+    )  # fmt: skip
+    [stored] = queue.pauses("g")
+    assert stored == lease
+    assert isinstance(stored.refuse_new, bool) and isinstance(stored.created, float)
+    assert stored.to_dict() == {
+        "group": "g", "holder": "disk", "reason": "over its limit", "refuse_new": True,
+        "created": lease.created, "expires": None,
+    }  # fmt: skip
+    plain = queue.pause("h", "operator", "maintenance", expires=1000.0)
+    assert plain.refuse_new is False and plain.expires == 1000.0
+    assert queue.pauses("h", now=999.0) == [plain]
+    assert queue.pauses("h", now=1000.0) == []  # expired at its expiry
+    assert [p.group for p in queue.pauses(now=999.0)] == ["g", "h"]  # every group, oldest first
+    assert queue.pauses("nobody") == []
+    queue.pause("g", "operator", "second", expires=None)
+    assert queue.paused_groups(now=999.0) == {"g": lease, "h": plain}  # the oldest per group
+    assert queue.paused_groups(now=1000.0) == {"g": lease}
+    assert queue.resume("g") == 2 and queue.pauses("g") == []
+    assert queue.resume("g") == 0
+
+
+def test_an_expired_pause_no_longer_holds_messages(queue: MessageQueue) -> None:
+    import time
+
+    m = put(queue, group="g")
+    queue.pause("g", "operator", "briefly", expires=time.time() - 1)
+    assert [x.id for x in queue.runnable()] == [m.id]
+
+
+# a full disk, a corrupt file
+
+
+def test_a_full_disk_is_recognised_by_code_or_by_message() -> None:
+    import sqlite3
+
+    from orchestrator.queue import _is_full
+
+    coded = sqlite3.OperationalError("whatever")
+    coded.sqlite_errorcode = 13  # type: ignore[attr-defined]
+    assert _is_full(coded)
+    assert _is_full(sqlite3.OperationalError("database or disk is full"))
+    assert not _is_full(sqlite3.OperationalError("database is locked"))
+
+
+def test_the_full_disk_error_says_what_to_do(queue: MessageQueue) -> None:
+    from orchestrator.queue import QueueFull
+
+    _fill(queue)
+    with pytest.raises(QueueFull) as caught:
+        put(queue, text="x" * 20_000)
+    assert caught.value.message == f"cannot commit to {queue.path}: the disk is full"
+    assert caught.value.hint == "free some space; nothing committed is lost"
+
+
+def test_the_reserve_is_released_once_per_commit(queue: MessageQueue) -> None:
+    """A disk still full after the reserve is gone fails: it does not free more."""
+    from orchestrator.queue import QueueFull
+
+    class Empty(_ShrinkingReserve):
+        def release(self) -> bool:
+            self.released += 1
+            return True  # freed, but not enough
+
+    reserve = Empty(queue)
+    queue.reserve = reserve  # type: ignore[assignment]
+    _fill(queue)
+    with pytest.raises(QueueFull):
+        put(queue, text="x" * 20_000)
+    assert reserve.released == 1
+
+
+def test_the_reserve_file(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import os
+
+    from orchestrator.queue import RESERVE_FILE, Reserve
+
+    reserve = Reserve(tmp_path, size=1024 * 1024)
+    assert not reserve.release()  # nothing to free yet
+    assert reserve.ensure()
+    path = tmp_path / RESERVE_FILE
+    st = os.stat(path)
+    assert st.st_size == 1024 * 1024 and st.st_blocks * 512 >= 1024 * 1024  # not sparse
+    assert st.st_mode & 0o777 == 0o600
+    assert not (tmp_path / (RESERVE_FILE + ".tmp")).exists()
+    assert reserve.ensure()  # already there
+    assert reserve.release() and not path.exists()
+    # no room for twice its size: not made
+
+    class Full:
+        f_bavail, f_frsize = 2 * 1024 * 1024 - 1, 1
+
+    monkeypatch.setattr(os, "statvfs", lambda _p: Full)
+    assert not reserve.ensure() and not path.exists()
+    Full.f_bavail = 2 * 1024 * 1024  # exactly twice: made
+    assert reserve.ensure() and path.exists()
+    # a short file is made again at its full size
+    path.write_bytes(b"x")
+    assert reserve.ensure() and os.stat(path).st_size == 1024 * 1024
+    # a failure leaves no temporary file
+    reserve.release()
+
+    def no_space(*args):  # type: ignore[no-untyped-def]
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", no_space)
+    assert not reserve.ensure()
+    assert not path.exists() and not (tmp_path / (RESERVE_FILE + ".tmp")).exists()
+
+
+def test_open_queue_makes_the_reserve_and_uses_it(tmp_path: Path) -> None:
+    from orchestrator.config import Home
+    from orchestrator.queue import RESERVE_FILE, open_queue
+
+    queue = open_queue(Home(tmp_path))
+    assert queue.reserve is not None and (tmp_path / "state" / RESERVE_FILE).exists()
+    queue.close()
+
+
+def test_a_full_disk_at_open_is_queue_full(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import sqlite3
+
+    from orchestrator.queue import QueueFull
+
+    def full(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(sqlite3, "connect", full)
+    path = tmp_path / "queue.db"
+    with pytest.raises(QueueFull) as caught:
+        MessageQueue(path)
+    assert caught.value.message == f"cannot open {path}: the disk is full"
+    assert caught.value.hint == "free some space, then retry"
+
+
+def test_the_corrupt_queue_hint_in_full(tmp_path: Path) -> None:
+    from orchestrator.queue import QueueCorrupt
+
+    path = tmp_path / "queue.db"
+    path.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(QueueCorrupt) as caught:
+        MessageQueue(path)
+    assert caught.value.hint == (
+        "`orchestrator doctor` explains; `orchestrator doctor --repair-queue` moves it aside "
+        "and starts a new queue with the messages it can still read"
+    )
+
+
+def test_set_aside_moves_the_journal_files_too(tmp_path: Path) -> None:
+    import re
+
+    from orchestrator.config import Home
+    from orchestrator.queue import QUEUE_FILE, check_queue, open_queue, set_aside
+
+    home = Home(tmp_path)
+    queue = open_queue(home)
+    waiting = put(queue)
+    state = tmp_path / "state"
+    # keep the WAL and shared-memory files in place, as a crash would
+    assert (state / f"{QUEUE_FILE}-wal").exists() and (state / f"{QUEUE_FILE}-shm").exists()
+    aside, copied, problem = set_aside(home)
+    queue.close()
+    assert re.fullmatch(rf"{QUEUE_FILE}\.corrupt-\d{{8}}T\d{{6}}Z", aside.name)
+    assert (copied, problem) == (1, None)
+    assert aside.with_name(aside.name + "-wal").exists()
+    assert aside.with_name(aside.name + "-shm").exists()
+    fresh = open_queue(home)
+    got = fresh.get(waiting.id)
+    assert got is not None and got.state == QUEUED and got.text == "hi"
+    fresh.close()
+    assert check_queue(home) is None
+    assert check_queue(Home(tmp_path / "nowhere")) is None  # no queue yet is not a problem
+
+
+# what the learned-behaviors decision reads
+
+
+def _say(queue: MessageQueue, trust: str, text: str = "hi", session: str = "s", done: bool = True):  # type: ignore[no-untyped-def]
+    m = queue.enqueue(
+        group="g", session=session, chat="c", thread=None, sender=trust, trust=trust,
+        text=text, channel="cli",
+    )  # fmt: skip
+    if done:
+        queue.claim(m.id)
+        queue.complete(m.id, [])
+    return m
+
+
+def test_others_in_session_counts_since_the_last_completed_clear(queue: MessageQueue) -> None:
+    first = _say(queue, "creator")
+    assert queue.others_in_session(first.id, "creator") == 0
+    _say(queue, "member")
+    _say(queue, "guest")
+    _say(queue, "member", session="elsewhere")  # another session does not count
+    now = _say(queue, "creator", done=False)
+    assert queue.others_in_session(now.id, "creator") == 2
+    _say(queue, "member", text=" /clear ")  # anyone's /clear starts the context afresh
+    assert queue.others_in_session(_say(queue, "creator", done=False).id, "creator") == 0
+    _say(queue, "member")
+    failed_clear = _say(queue, "creator", text="/clear", done=False)  # never ran: no reset
+    later = _say(queue, "creator", done=False)
+    assert queue.others_in_session(later.id, "creator") == 1
+    assert queue.others_in_session(failed_clear.id, "creator") == 1
+    # only messages before it count
+    assert queue.others_in_session(first.id, "creator") == 0
+    assert queue.others_in_session("unknown", "creator") == 0
+
+
+def test_a_held_learned_write(queue: MessageQueue) -> None:
+    assert queue.pending_learned("g") is None
+    queue.hold_learned("g", "old text", "alice", "m1")
+    queue.hold_learned("g", "new text", "carol", "m2")  # the newer one replaces it
+    held = queue.pending_learned("g")
+    assert held is not None
+    assert (held.group, held.content, held.sender, held.message_id) == (
+        "g", "new text", "carol", "m2",
+    )  # fmt: skip
+    assert held.to_dict() == {
+        "group": "g", "chars": 8, "sender": "carol", "message_id": "m2",
+        "created": held.created,
+    }  # fmt: skip
+    assert queue.pending_learned("other") is None
+    assert not queue.drop_learned("g", "m1")  # not the one held now
+    assert queue.pending_learned("g") is not None
+    assert queue.drop_learned("g", "m2") and queue.pending_learned("g") is None
+    queue.hold_learned("g", "x", "alice", "m3")
+    assert queue.drop_learned("g") and not queue.drop_learned("g")
+
+
+def test_a_message_the_host_answered_is_stored_done(queue: MessageQueue) -> None:
+    m = queue.record_done(
+        group="g", session="s", chat="c", thread="t", sender="alice", trust="creator",
+        text="/confirm", channel="cli", reply="Confirmed.",
+    )  # fmt: skip
+    got = queue.get(m.id)
+    assert got == m and got.state == DONE and got.replies == ("Confirmed.",)
+    assert queue.runnable() == []

@@ -211,3 +211,79 @@ def test_refusals_carry_their_error_numbers(short_tmp: Path) -> None:
     with pytest.raises(wire.NoPeer) as refused:
         wire.request(stale, {"op": "ping"}, 2)
     assert refused.value.errno == errno.ECONNREFUSED
+
+
+# exact words: a test that only searches for a phrase lets a garbled message through
+
+
+def _message(raised: pytest.ExceptionInfo[BaseException]) -> str:
+    return str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        (b"[" * 50_000 + b"]" * 50_000, "frame is JSON nested too deeply"),
+        (b"[1, 2]", "frame is not a JSON object"),
+    ],
+)
+def test_bad_bodies_are_named_exactly(body: bytes, error: str) -> None:
+    with pytest.raises(wire.ProtocolError) as raised:
+        wire.decode(body)
+    assert _message(raised) == error
+
+
+def test_the_end_of_a_connection_is_named_exactly(short_tmp: Path) -> None:
+    a, b = socket.socketpair()
+    with b:
+        a.sendall(struct.pack(">I", 10) + b"{")
+        a.close()
+        with pytest.raises(wire.ProtocolError) as raised:
+            wire.recv_frame(b)
+    assert _message(raised) == "connection closed in the middle of a frame"
+    serve_once(short_tmp / "quiet.sock", reply=b"")
+    with pytest.raises(wire.ProtocolError) as raised:
+        wire.request(short_tmp / "quiet.sock", {"op": "ping"}, 5)
+    assert _message(raised) == "the peer closed the connection without answering"
+    with pytest.raises(wire.NoPeer) as raised:
+        wire.request(short_tmp / "none.sock", {"op": "ping"}, 2)
+    assert raised.value.strerror == (
+        f"nothing listens at {short_tmp / 'none.sock'} (No such file or directory)"
+    )
+
+
+def test_a_deadline_reached_exactly_has_passed(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    a, b = socket.socketpair()
+    with a, b:
+        monkeypatch.setattr(time, "monotonic", lambda: 100.0)
+        with pytest.raises(TimeoutError) as raised:
+            wire.send_frame(a, {"ok": True}, 100.0)
+        assert _message(raised) == "the deadline passed"
+
+
+def test_sending_to_a_peer_that_never_reads_meets_the_deadline() -> None:
+    import time
+
+    a, b = socket.socketpair()
+    with a, b:
+        a.settimeout(None)  # blocking: only the deadline can end the send
+        with pytest.raises(TimeoutError):
+            wire.send_frame(a, {"text": "x" * (wire.MAX_FRAME_BYTES - 100)}, time.monotonic() + 0.3)
+
+
+def test_a_request_to_a_peer_that_never_reads_meets_its_timeout(short_tmp: Path) -> None:
+    path = short_tmp / "deaf.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen(1)
+    held: list[socket.socket] = []
+    threading.Thread(target=lambda: held.append(server.accept()[0]), daemon=True).start()
+    try:
+        with pytest.raises(TimeoutError):
+            wire.request(path, {"text": "x" * (wire.MAX_FRAME_BYTES - 100)}, 0.5)
+    finally:
+        for conn in held:
+            conn.close()
+        server.close()
