@@ -7,7 +7,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from bench import hook, hostile, image, memory, messages, relay, runtime
+from bench import hook, hostile, image, memory, messages, relay, runtime, search
 from bench.harness import Result, fmt, markdown, save
 
 BENCHMARKS: dict[str, Callable[[bool], Result]] = {
@@ -22,6 +22,9 @@ BENCHMARKS: dict[str, Callable[[bool], Result]] = {
     messages.THROUGHPUT: messages.throughput,
     hostile.NAME: hostile.run,
     relay.NAME: relay.run,
+    search.BUILD: search.build,
+    search.SEARCH_1K: search.search_1k,
+    search.SEARCH_10K: search.search_10k,
 }
 
 

@@ -54,6 +54,8 @@ class OrchestratorConfig:
     per_group_concurrency: int | None = None  # turns one group may run; None: half
     providers: Mapping[str, ProviderDef] = field(default_factory=dict)
     secrets_file: Path | None = None
+    search_embedder: str | None = None  # memory_search.embedder; None: BM25 alone
+    search_vector_weight: float = 0.5  # memory_search.vector_weight
 
 
 def listen_problem(listen: str, allow_remote: bool) -> str | None:
@@ -208,8 +210,24 @@ class Home:
                     "state_dir",
                     "providers",
                     "secrets_file",
+                    "memory_search",
                 ]
             )
+            if "memory_search" in reader.data:
+                search = reader.child("memory_search")
+                search.reject_unknown(["embedder", "vector_weight"])
+                embedder = search.choice("embedder", ("none", "wordllama"), "none")
+                values["search_embedder"] = None if embedder == "none" else embedder
+                weight = search.raw("vector_weight", 0.5)
+                if (
+                    isinstance(weight, bool)
+                    or not isinstance(weight, int | float)
+                    or not 0 <= weight <= 1
+                ):
+                    raise search.fail(
+                        "vector_weight", f"got {weight!r}; expected a number from 0 to 1"
+                    )
+                values["search_vector_weight"] = float(weight)
             if "providers" in reader.data:
                 values["providers"] = parse_providers(reader.child("providers"))
             if "secrets_file" in reader.data:

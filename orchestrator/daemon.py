@@ -155,7 +155,13 @@ class Daemon:
         self.watchers: dict[str, set[threading.Event]] = {}
         self.disk_dirty: set[str] = set()
         self.started = time.time()
-        self.relay = RelayContext(config, queue, UsageStore(queue.path), notify=self._changed)
+        self.relay = RelayContext(
+            config,
+            queue,
+            UsageStore(queue.path),
+            notify=self._changed,
+            state_dir=home.state_dir,
+        )
         # set by the service that runs the daemon: reloads orchestrator.yaml
         self.on_reload: Callable[[], dict[str, Any]] | None = None
 
@@ -322,6 +328,7 @@ class Daemon:
         worker pool keeps its size until the next start)."""
         self.config = config
         self.relay.config = config
+        self.relay.forget_indexes()  # opened again with the new search settings
         self.runtime.config = config
         self.per_group = group_share(self.concurrency, config.per_group_concurrency)
         self.check_credentials()

@@ -331,7 +331,11 @@ class GroupStore:
         return self.load(folder)
 
     def remove_runtime_dir(self, folder: str) -> None:
-        """Delete state/run/<folder>/ (the container could write it: done by descriptor)."""
+        """Delete state/run/<folder>/ (the container could write it: done by descriptor)
+        and the group's search index."""
+        from orchestrator.memory.search import remove_index
+
+        remove_index(self.home.state_dir, folder)  # derived: rebuilt if the group returns
         run_root = self.home.runtime_dir(folder).parent
         if not run_root.is_dir():
             return

@@ -149,3 +149,10 @@ LEARNED_READ_MAX_BYTES = 1024 * 1024
 # Replies the host adds to a message itself (such as a pending-confirmation notice) are
 # numbered from here, after every reply a turn can make.
 HOST_NOTICE_SEQ = 1_000_000
+
+# Memory search (the host's index of each group's memory tree).
+SEARCH_CHUNK_MAX_LINES = 40  # a chunk of a file: at most this many lines ...
+SEARCH_CHUNK_MAX_CHARS = 2_000  # ... and about this many characters
+SEARCH_MAX_FILES = 100_000  # files indexed per group; more are reported, not indexed
+SEARCH_MAX_RESULTS = 50  # the most results one search returns (default 6)
+MEMORY_GET_MAX_LINES = 400  # the most lines one memory_get returns (default 60)

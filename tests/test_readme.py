@@ -87,7 +87,14 @@ EXPECTED: dict[str, Callable[[], str]] = {
     ),
     "default disk limit of a group (`container.disk`)": lambda: _size(L.DEFAULT_GROUP_DISK_BYTES),
     "reserve file in `state/`, released on a full disk": lambda: _size(L.STATE_RESERVE_BYTES),
-    "a memory file the host reads (lint)": lambda: _size(L.MEMORY_FILE_READ_MAX_BYTES),
+    "a memory file the host reads (lint, search)": lambda: _size(L.MEMORY_FILE_READ_MAX_BYTES),
+    "a search-index chunk: lines / characters": lambda: (
+        f"{L.SEARCH_CHUNK_MAX_LINES} / {L.SEARCH_CHUNK_MAX_CHARS:,}"
+    ),
+    "files indexed per group; results of one search (default 6); lines of one `memory_get` "
+    "(default 60)": lambda: (
+        f"{L.SEARCH_MAX_FILES:,}; {L.SEARCH_MAX_RESULTS}; {L.MEMORY_GET_MAX_LINES}"
+    ),
     "a transcript before it rotates; archives kept; turn ids kept": lambda: (
         f"{_size(L.TRANSCRIPT_ROTATE_BYTES)}; {L.TRANSCRIPT_ARCHIVES_KEPT}; "
         f"{L.TRANSCRIPT_TURNS_KEPT:,}"

@@ -20,6 +20,8 @@ REPLY = "reply"
 STANDING_GET = "standing.get"
 LEARNED_READ = "learned.read"
 LEARNED_WRITE = "learned.write"
+MEMORY_SEARCH_OP = "memory.search"
+MEMORY_GET_OP = "memory.get"
 
 
 class HostRequestFailed(Exception):

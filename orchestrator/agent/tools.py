@@ -23,6 +23,8 @@ from typing import Any
 from orchestrator.agent.hostlink import (
     LEARNED_READ,
     LEARNED_WRITE,
+    MEMORY_GET_OP,
+    MEMORY_SEARCH_OP,
     REPLY,
     HostLink,
     HostRequestFailed,
@@ -133,8 +135,51 @@ MEMORY_WRITE = ToolSpec(
     _schema(["label", "content"], label="string", content="string"),
 )
 
+MEMORY_SEARCH = ToolSpec(
+    "memory_search",
+    "Search the group's memory (every Markdown file under memory/, daily notes and "
+    "imports included) for the words of a query. Returns, best first, each file's best "
+    "passage: path, line range, a snippet with the matching words in **bold**, and a "
+    "score. Read more of a file with memory_get.",
+    {
+        "type": "object",
+        "required": ["query"],
+        "additionalProperties": False,
+        "properties": {"query": {"type": "string"}, "max_results": {"type": "integer"}},
+    },
+)
+MEMORY_GET = ToolSpec(
+    "memory_get",
+    "Read lines of a file of the memory tree (a path such as memory/facts/x.md, as "
+    "memory_search gives it), from from_line (default 1), at most lines lines (default "
+    "60). A file that does not exist gives an empty result.",
+    {
+        "type": "object",
+        "required": ["path"],
+        "additionalProperties": False,
+        "properties": {
+            "path": {"type": "string"},
+            "from_line": {"type": "integer"},
+            "lines": {"type": "integer"},
+        },
+    },
+)
+
 TOOLS_BY_MODE = {
-    TURN: (READ, WRITE, EDIT, APPEND, LIST, GREP, SEND, MEMORY_LIST, MEMORY_READ, MEMORY_WRITE),
+    TURN: (
+        READ,
+        WRITE,
+        EDIT,
+        APPEND,
+        LIST,
+        GREP,
+        SEND,
+        MEMORY_LIST,
+        MEMORY_READ,
+        MEMORY_WRITE,
+        MEMORY_SEARCH,
+        MEMORY_GET,
+    ),
     FLUSH: (READ, LIST, GREP, APPEND_DAILY),
 }
 
@@ -161,6 +206,7 @@ class Toolbox:
     flushed_chars: int = 0
     locks: FileLocks = field(default_factory=FileLocks)
     host: HostLink | None = None  # replies go to the host as they are made
+    memory_changed: bool = False  # memory was written since the last memory_search
 
     @property
     def specs(self) -> tuple[ToolSpec, ...]:
@@ -239,6 +285,7 @@ class Toolbox:
             raise ToolError(f"{path}: is a folder")
         target.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(target, content)
+        self.memory_changed = True
         return f"PERSISTED: {self.shown(target)} ({len(content.encode())} bytes)"
 
     def _edit_file(self, path: str, old_text: str, new_text: str) -> str:
@@ -380,6 +427,58 @@ class Toolbox:
             return result
         return f"{UNKNOWN}: the host's answer was not understood"
 
+    # search, answered by the host's index
+
+    def _memory_search(self, query: str, max_results: int = 6) -> str:
+        if not isinstance(query, str) or not query.strip():
+            raise ToolError("query must be a non-empty string")
+        if isinstance(max_results, bool) or not isinstance(max_results, int) or max_results < 1:
+            raise ToolError("max_results must be a whole number from 1")
+        if self.host is None:
+            raise ToolError("memory search is answered by the orchestrator; use grep here")
+        try:
+            answer = self.host.request(
+                MEMORY_SEARCH_OP, query=query, max_results=max_results, changed=self.memory_changed
+            )
+        except HostRequestFailed as exc:
+            raise ToolError(str(exc)) from None
+        self.memory_changed = False
+        results = answer.get("results")
+        if not isinstance(results, list) or not results:
+            return "(no results)"
+        out = []
+        for hit in results:
+            if isinstance(hit, dict):
+                out.append(
+                    f"{hit.get('path')}:{hit.get('start_line')}-{hit.get('end_line')} "
+                    f"(score {hit.get('score')})\n{hit.get('snippet')}"
+                )
+        return "\n\n".join(out)
+
+    def _memory_get(self, path: str, from_line: int = 1, lines: int = 60) -> str:
+        for name, value in (("from_line", from_line), ("lines", lines)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ToolError(f"{name} must be a whole number from 1")
+        if not isinstance(path, str):
+            raise ToolError("path must be a string")
+        if self.host is None:
+            from orchestrator.memory.search import read_lines
+
+            agent = Path(self.agent_dir)
+            try:
+                found = read_lines(agent.parent, agent.name, path, from_line, lines)
+            except (ValueError, OSError) as exc:
+                raise ToolError(str(exc)) from None
+        else:
+            try:
+                found = self.host.request(
+                    MEMORY_GET_OP, path=path, from_line=from_line, lines=lines
+                )
+            except HostRequestFailed as exc:
+                raise ToolError(str(exc)) from None
+        text = found.get("text")
+        return text if isinstance(text, str) else ""
+
     def daily_note(self) -> Path:
         return Path(self.agent_dir) / "memory" / DAILY_DIR / f"{self.now:%Y-%m-%d}.md"
 
@@ -423,4 +522,5 @@ class Toolbox:
         finally:
             os.close(fd)
         self.flushed_chars += len(new)
+        self.memory_changed = True
         return f"PERSISTED: appended {len(new)} characters to {self.shown(target)}"

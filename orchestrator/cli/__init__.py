@@ -27,7 +27,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "group",
         "Add, list, show, remove, restore, pause and resume agent groups.",
     ),
-    "memory": ("orchestrator.cli.memory", "memory", "Scaffold and lint a group's memory tree."),
+    "memory": (
+        "orchestrator.cli.memory",
+        "memory",
+        "Scaffold, lint, search and size up a group's memory tree.",
+    ),
     "image": ("orchestrator.cli.image", "image", "Build the agent image (offline when needed)."),
     "doctor": (
         "orchestrator.cli.doctor",

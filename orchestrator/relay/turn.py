@@ -15,12 +15,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from orchestrator import wire
 from orchestrator.config import OrchestratorConfig
 from orchestrator.groups import Group
 from orchestrator.limits import RELAY_OPS_PER_TURN
+from orchestrator.memory.embeddings import EmbedderUnavailable
+from orchestrator.memory.search import Hit, MemoryIndex, index_for
 from orchestrator.queue import Message, MessageQueue
 from orchestrator.relay.definitions import resolve_key
 from orchestrator.relay.ops import OPS, load_op
@@ -44,8 +47,10 @@ class RelayContext:
     usage: UsageStore
     notify: Callable[[str], None] = lambda message_id: None  # a message's replies changed
     clock: Callable[[], float] = time.time
+    state_dir: Path | None = None  # where memory indexes live (None: no search)
     _adapters: dict[str, tuple[str, HostProvider]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _indexes: dict[str, tuple[threading.Lock, MemoryIndex]] = field(default_factory=dict)
 
     def adapter(self, name: str) -> HostProvider:
         """The client of provider ``name``, made again when its definition or key
@@ -62,11 +67,45 @@ class RelayContext:
                 self._adapters[name] = known
             return known[1]
 
+    def search(self, group: Group, query: str, max_results: int, fresh: bool) -> list[Hit]:
+        """Search ``group``'s memory, updating its index first when ``fresh``."""
+        if self.state_dir is None:
+            return []
+        with self._lock:
+            known = self._indexes.get(group.folder)
+            if known is None:
+                try:
+                    index = index_for(
+                        self.state_dir,
+                        group.path.parent,
+                        group.folder,
+                        self.config.search_embedder,
+                        self.config.search_vector_weight,
+                    )
+                except EmbedderUnavailable as exc:
+                    log.warning("memory search falls back to BM25 alone: %s", exc)
+                    index = MemoryIndex(self.state_dir, group.path.parent, group.folder)
+                known = self._indexes[group.folder] = (threading.Lock(), index)
+        lock, index = known
+        with lock:
+            if fresh:
+                index.update()
+            return index.search(query, max_results)
+
+    def forget_indexes(self) -> None:
+        """Close every index (the search settings changed: they are opened again)."""
+        with self._lock:
+            indexes, self._indexes = list(self._indexes.values()), {}
+        for lock, index in indexes:
+            with lock:
+                index.close()
+
     def close(self) -> None:
         with self._lock:
             for _, adapter in self._adapters.values():
                 adapter.close()
             self._adapters.clear()
+        self.forget_indexes()
 
 
 class TurnRelay:
@@ -80,6 +119,7 @@ class TurnRelay:
         self.group = group
         self.deadline = deadline  # time.monotonic() by which the whole turn ends
         self.ops = 0
+        self.searched = False  # the memory index was brought up to date in this turn
 
     def frame_limit(self) -> int:
         """The largest request any op accepts (each is checked against its own cap)."""

@@ -10,6 +10,8 @@ would, with a small command set:
 - ``from now on, <rule>``: reads the learned behaviors (``memory_read``) and replaces
   them with the rule added (``memory_write`` on ``learned``), which the host grants only
   to a creator's turn;
+- ``search memory for <words>``: asks the host's index (``memory_search``) and lists
+  what it found;
 - ``what have you learned?``: quotes the learned behaviors from its context (what a
   fresh context was given, not the file now);
 - anything else: says what it is and what it can do.
@@ -85,6 +87,10 @@ LEARNED_ASK = re.compile(
     r"^\s*what\s+(?:have\s+you\s+learned|are\s+your\s+learned\s+behaviou?rs)\s*[?.!]*\s*$",
     re.IGNORECASE,
 )
+SEARCH = re.compile(
+    r"^\s*search\s+(?:the\s+)?memory\s+for\s+(?P<query>.+?)\s*[?.!]*\s*$",
+    re.IGNORECASE | re.DOTALL,
+)
 LEARNED_SECTION = "## Learned behaviors"
 FACTS_DIR = "memory/facts"
 NO_REPLY = "NO_REPLY"
@@ -96,6 +102,7 @@ INTRO = (
     "- what do you know about <topic>: search memory and tell you what I find\n"
     "- from now on, <rule>: add a rule to the group's learned behaviors (creators only)\n"
     "- what have you learned?: show the learned behaviors I was given\n"
+    "- search memory for <words>: search the whole memory tree, daily notes included\n"
     "- /clear: start a fresh context (memory is loaded again)\n"
     "For real conversation the operator can give this group a model: "
     "`orchestrator provider add`, then provider and model in its group.yaml."
@@ -143,6 +150,14 @@ class OfflineProvider(Provider):
             return self._remember(match["fact"], step, latest)
         if match := LEARN.match(text):
             return self._learn(match["rule"], step, tail)
+        if match := SEARCH.match(text):
+            if step == 0:
+                call = ToolCall("s1", "memory_search", {"query": match["query"]})
+                return Completion(None, (call,))
+            found = str(tail[-1].get("content", "")) if tail else ""
+            if found.startswith("ERROR") or found == "(no results)":
+                return Completion(f"Nothing in memory matches {match['query']!r}.")
+            return Completion("Found in memory:\n\n" + found)
         if LEARNED_ASK.match(text):
             return Completion(self._learned_in(request.system))
         if match := RECALL.match(text):

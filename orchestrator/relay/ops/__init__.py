@@ -14,6 +14,8 @@ OPS: dict[str, str] = {
     "standing.get": "orchestrator.relay.ops.standing",
     "learned.read": "orchestrator.relay.ops.learned_read",
     "learned.write": "orchestrator.relay.ops.learned_write",
+    "memory.search": "orchestrator.relay.ops.memory_search",
+    "memory.get": "orchestrator.relay.ops.memory_get",
 }
 
 

@@ -1,0 +1,735 @@
+"""Search over a group's memory: a derived SQLite FTS5 index, kept on the host.
+
+The index lives in ``state/index/<folder>.sqlite``, never in the memory folder: deleting
+it loses nothing, the next search rebuilds it. It covers every Markdown file of the
+memory tree (concept files, daily notes, imports), cut into chunks on line boundaries;
+each chunk keeps its path, first and last line and a content hash. Files are read only
+through the confined file layer (the container writes this tree), and a file counts as
+changed when its size, ``mtime_ns`` or ``ctime_ns`` differ (a container can set a
+file's mtime back, not its ctime); a changed file whose hash is the same only has its
+status updated.
+
+One update runs at a time per index (a lock file beside it) and in one transaction:
+a process killed midway leaves the index as it was, and the next update resumes.
+Readers never wait for it (WAL). A file that is not a usable index is moved aside and
+rebuilt; a busy database is retried. Ranking is BM25 (FTS5's own), the path weighted
+above the text; English words are stemmed (FTS5's porter tokenizer).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+import re
+import sqlite3
+import stat
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from orchestrator.confined import ConfinedDir, UnsafePath
+from orchestrator.limits import (
+    MEMORY_FILE_READ_MAX_BYTES,
+    MEMORY_GET_MAX_LINES,
+    SEARCH_CHUNK_MAX_CHARS,
+    SEARCH_CHUNK_MAX_LINES,
+    SEARCH_MAX_FILES,
+    SEARCH_MAX_RESULTS,
+    TOOL_READ_MAX_CHARS,
+)
+
+if TYPE_CHECKING:
+    from orchestrator.memory.embeddings import Embedder
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+DEFAULT_VECTOR_WEIGHT = 0.5
+SCHEMA_VERSION = "1"
+INDEX_DIR = "index"
+PATH_WEIGHT, TEXT_WEIGHT = 4.0, 1.0
+SNIPPET_TOKENS = 24
+_WORD = re.compile(r"\w+", re.UNICODE)
+_HEADING = re.compile(r"^#{1,6}\s")
+_LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS files (
+    path TEXT PRIMARY KEY,
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    ctime_ns INTEGER NOT NULL,
+    ino INTEGER NOT NULL,
+    hash TEXT NOT NULL,
+    chunks INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS chunks (
+    id INTEGER PRIMARY KEY,
+    path TEXT NOT NULL,
+    start_line INTEGER NOT NULL,
+    end_line INTEGER NOT NULL,
+    hash TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS chunks_by_path ON chunks (path);
+CREATE TABLE IF NOT EXISTS vectors (id INTEGER PRIMARY KEY, v BLOB NOT NULL);
+CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
+    path, text, tokenize = 'porter unicode61 remove_diacritics 2'
+);
+INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', '{SCHEMA_VERSION}');
+"""
+
+
+@dataclass(frozen=True)
+class Hit:
+    path: str  # relative to the agent folder: memory/...
+    start_line: int
+    end_line: int
+    snippet: str
+    score: float
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "start_line": self.start_line,
+            "end_line": self.end_line,
+            "snippet": self.snippet,
+            "score": self.score,
+        }
+
+
+@dataclass
+class UpdateReport:
+    added: int = 0
+    changed: int = 0
+    removed: int = 0
+    unchanged: int = 0
+    skipped: list[str] = field(default_factory=list)  # "path: why"
+    seconds: float = 0.0
+    rebuilt: bool = False
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "added": self.added,
+            "changed": self.changed,
+            "removed": self.removed,
+            "unchanged": self.unchanged,
+            "skipped": list(self.skipped),
+            "seconds": round(self.seconds, 4),
+            "rebuilt": self.rebuilt,
+        }
+
+
+@dataclass(frozen=True)
+class FileStat:
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    ino: int
+
+
+@dataclass(frozen=True)
+class Freshness:
+    files: int
+    chunks: int
+    updated: float | None
+    stale_files: int  # files added, changed or removed since the last update
+
+    @property
+    def stale(self) -> bool:
+        return self.updated is None or self.stale_files > 0
+
+
+def chunk_lines(text: str) -> list[tuple[int, int, str]]:
+    """(first line, last line, text) of each chunk, lines numbered from 1.
+
+    A chunk ends before a Markdown heading once it has a few lines of its own (a file's
+    frontmatter stays with its first heading), or when it reaches SEARCH_CHUNK_MAX_LINES
+    lines or SEARCH_CHUNK_MAX_CHARS characters; a single longer line is a chunk."""
+    lines = text.splitlines()
+    front_end = 0  # the last line of the frontmatter block, if the file starts with one
+    if lines and lines[0].strip() == "---":
+        front_end = next((i + 1 for i in range(1, len(lines)) if lines[i].strip() == "---"), 0)
+    chunks: list[tuple[int, int, str]] = []
+    start, size = 0, 0
+    body: list[str] = []
+    for number, line in enumerate(lines, 1):
+        heading = bool(_HEADING.match(line)) and number > front_end
+        own = [ln for i, ln in enumerate(body, start) if i > front_end and ln.strip()]
+        full = len(body) >= SEARCH_CHUNK_MAX_LINES or size + len(line) > SEARCH_CHUNK_MAX_CHARS
+        if body and (full or (heading and len(own) >= 2)):
+            chunks.append((start, number - 1, "\n".join(body)))
+            body, size = [], 0
+        if not body:
+            start = number
+        body.append(line)
+        size += len(line) + 1
+    if body:
+        chunks.append((start, len(lines), "\n".join(body)))
+    return [c for c in chunks if c[2].strip()]
+
+
+def fts_query(query: str) -> str | None:
+    """A user's words as an FTS5 query: any of them, each quoted (no operators pass
+    through); None when there is no word to look for."""
+    words = [w.lower() for w in _WORD.findall(query)]
+    if not words:
+        return None
+    unique = list(dict.fromkeys(words))[:32]
+    return " OR ".join('"' + w.replace('"', '""') + '"' for w in unique)
+
+
+def _busy(exc: BaseException) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and (
+        "locked" in str(exc) or "busy" in str(exc)
+    )
+
+
+def _retry_busy(work: Callable[[], T], attempts: int = 8) -> T:
+    """``work()``, again after a short wait while SQLite reports the database busy."""
+    import tenacity
+
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_exception(_busy),
+        stop=tenacity.stop_after_attempt(attempts),
+        wait=tenacity.wait_exponential(multiplier=0.02, max=1.0),
+        reraise=True,
+    )
+    return retrying(work)
+
+
+class MemoryIndex:
+    """The search index of one group's memory tree."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        groups_dir: Path,
+        folder: str,
+        *,
+        embedder: Embedder | None = None,
+        vector_weight: float = DEFAULT_VECTOR_WEIGHT,
+    ) -> None:
+        self.folder = folder
+        self.embedder = embedder  # None: BM25 alone
+        self.vector_weight = vector_weight
+        self._matrix: tuple[str, Any, Any] | None = None  # (generation, ids, vectors)
+        self.groups_dir = Path(groups_dir)
+        self.dir = Path(state_dir) / INDEX_DIR
+        self.path = self.dir / f"{folder}.sqlite"
+        self._db: sqlite3.Connection | None = None
+        self._checked = False  # quick_check ran on this file
+        self.rebuilt = False  # an unusable file was set aside
+
+    # the database
+
+    def _connect(self) -> sqlite3.Connection:
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        db = sqlite3.connect(self.path, isolation_level=None, timeout=5, check_same_thread=False)
+        try:
+            if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")  # derived data: a lost tail is rebuilt
+            try:
+                row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+            except sqlite3.OperationalError as exc:
+                if "no such table" not in str(exc):
+                    raise
+                db.executescript(SCHEMA)  # a new file (readers never write otherwise)
+                row = (SCHEMA_VERSION,)
+            if row is None or row[0] != SCHEMA_VERSION:
+                raise sqlite3.DatabaseError(f"schema {row[0] if row else None!r}")
+            if not self._checked:
+                check = db.execute("PRAGMA quick_check").fetchone()
+                if check is None or check[0] != "ok":
+                    raise sqlite3.DatabaseError(f"quick_check: {check[0] if check else None}")
+                self._checked = True
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        if self._db is None:
+            try:
+                self._db = _retry_busy(self._connect)
+            except sqlite3.DatabaseError as exc:
+                if _busy(exc):
+                    raise
+                self._set_aside(exc)
+                self._db = _retry_busy(self._connect)
+        return self._db
+
+    def _set_aside(self, why: BaseException) -> None:
+        """Move an unusable index aside (it is derived data: it will be rebuilt)."""
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        log.warning("search index %s is unusable (%s); rebuilding it", self.path, why)
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(f"{self.path}{suffix}", f"{self.path}.corrupt-{stamp}{suffix}")
+        self._checked = False
+        self.rebuilt = True
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def __enter__(self) -> MemoryIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def _writer(self) -> Iterator[None]:
+        """The index's update lock (one writer, across processes)."""
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.dir / f"{self.folder}.lock", _LOCK_FLAGS, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    # the memory tree
+
+    def _memory(self) -> ConfinedDir:
+        return ConfinedDir.open(self.groups_dir, f"{self.folder}/memory")
+
+    def scan(self, report: UpdateReport | None = None) -> dict[str, FileStat]:
+        """Every Markdown file of the memory tree and its status, without reading it.
+        Symlinks, special files and hidden names are left out."""
+        found: dict[str, FileStat] = {}
+        with self._memory() as memory:
+            for rel, folder, entries in memory.walk(hidden=False):
+                for entry in entries:
+                    if not entry.name.endswith(".md"):
+                        continue
+                    path = f"{rel}/{entry.name}" if rel else entry.name
+                    try:
+                        st = os.stat(entry.name, dir_fd=folder.fd, follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if not stat.S_ISREG(st.st_mode):
+                        if report is not None and not stat.S_ISDIR(st.st_mode):
+                            report.skipped.append(f"memory/{path}: not a regular file")
+                        continue
+                    if len(found) >= SEARCH_MAX_FILES:
+                        if report is not None:
+                            report.skipped.append(
+                                f"memory/{path}: over {SEARCH_MAX_FILES:,} files; not indexed"
+                            )
+                        continue
+                    found[path] = FileStat(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        return found
+
+    def _known(self) -> dict[str, FileStat]:
+        rows = self.db.execute("SELECT path, size, mtime_ns, ctime_ns, ino FROM files")
+        return {str(r[0]): FileStat(int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows}
+
+    # updating
+
+    def update(self, *, force: bool = False) -> UpdateReport:
+        """Bring the index up to date with the memory tree (all of it with ``force``)."""
+        started = time.perf_counter()
+        report = UpdateReport()
+        with self._writer():
+            try:
+                self._update(report, force)
+            except sqlite3.DatabaseError as exc:
+                if _busy(exc):
+                    raise
+                self.close()
+                self._set_aside(exc)
+                report = UpdateReport()
+                self._update(report, True)
+        report.rebuilt = report.rebuilt or self.rebuilt
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def _update(self, report: UpdateReport, force: bool) -> None:
+        current = self.scan(report)
+        known = {} if force else self._known()
+        db = self.db
+        with self._memory() as memory:
+            _retry_busy(lambda: db.execute("BEGIN IMMEDIATE"))
+            try:
+                if force:
+                    db.execute("DELETE FROM files")
+                    db.execute("DELETE FROM chunks")
+                    db.execute("DELETE FROM fts")
+                    db.execute("DELETE FROM vectors")
+                for path in sorted(set(known) - set(current)):
+                    self._drop(path)
+                    report.removed += 1
+                for path, st in sorted(current.items()):
+                    before = known.get(path)
+                    if before == st:
+                        report.unchanged += 1
+                        continue
+                    self._index(memory, path, st, before is not None, report)
+                if self.embedder is not None:
+                    self._embed_missing()
+                db.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('updated', ?)",
+                    (repr(time.time()),),
+                )
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+
+    def _drop(self, path: str) -> None:
+        db = self.db
+        ids = [r[0] for r in db.execute("SELECT id FROM chunks WHERE path=?", (path,))]
+        db.executemany("DELETE FROM fts WHERE rowid=?", [(i,) for i in ids])
+        db.executemany("DELETE FROM vectors WHERE id=?", [(i,) for i in ids])
+        db.execute("DELETE FROM chunks WHERE path=?", (path,))
+        db.execute("DELETE FROM files WHERE path=?", (path,))
+
+    def _index(
+        self, memory: ConfinedDir, path: str, st: FileStat, known: bool, report: UpdateReport
+    ) -> None:
+        db = self.db
+        try:
+            data = memory.read_bytes(path, MEMORY_FILE_READ_MAX_BYTES)
+        except (UnsafePath, OSError) as exc:
+            # swapped, grown past the limit or gone since the scan: left out for now
+            reason = exc.reason if isinstance(exc, UnsafePath) else (exc.strerror or str(exc))
+            report.skipped.append(f"memory/{path}: {reason}")
+            if known:
+                self._drop(path)
+                report.removed += 1
+            return
+        digest = hashlib.sha256(data).hexdigest()
+        if known:
+            row = db.execute("SELECT hash FROM files WHERE path=?", (path,)).fetchone()
+            if row is not None and row[0] == digest:  # touched, not changed
+                db.execute(
+                    "UPDATE files SET size=?, mtime_ns=?, ctime_ns=?, ino=? WHERE path=?",
+                    (st.size, st.mtime_ns, st.ctime_ns, st.ino, path),
+                )
+                report.unchanged += 1
+                return
+            self._drop(path)
+        text = data.decode("utf-8", errors="replace")
+        chunks = chunk_lines(text)
+        shown = f"memory/{path}"
+        for first, last, body in chunks:
+            cursor = db.execute(
+                "INSERT INTO chunks (path, start_line, end_line, hash) VALUES (?,?,?,?)",
+                (path, first, last, hashlib.sha256(body.encode()).hexdigest()),
+            )
+            db.execute(
+                "INSERT INTO fts (rowid, path, text) VALUES (?,?,?)",
+                (cursor.lastrowid, shown, body),
+            )
+        db.execute(
+            "INSERT OR REPLACE INTO files (path, size, mtime_ns, ctime_ns, ino, hash, chunks)"
+            " VALUES (?,?,?,?,?,?,?)",
+            (path, st.size, st.mtime_ns, st.ctime_ns, st.ino, digest, len(chunks)),
+        )
+        if known:
+            report.changed += 1
+        else:
+            report.added += 1
+
+    def _embed_missing(self) -> None:
+        """Vectors for every chunk without one (all of them after a change of embedder)."""
+        import numpy
+
+        assert self.embedder is not None
+        db = self.db
+        row = db.execute("SELECT value FROM meta WHERE key='embedder'").fetchone()
+        if row is None or row[0] != self.embedder.name:
+            db.execute("DELETE FROM vectors")
+            db.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('embedder', ?)",
+                (self.embedder.name,),
+            )
+        missing = db.execute(
+            "SELECT rowid, path, text FROM fts WHERE rowid NOT IN (SELECT id FROM vectors)"
+        ).fetchall()
+        for start in range(0, len(missing), 256):
+            batch = missing[start : start + 256]
+            vectors = self.embedder.embed([f"{r[1]}\n{r[2]}" for r in batch])
+            db.executemany(
+                "INSERT INTO vectors (id, v) VALUES (?, ?)",
+                [
+                    (r[0], numpy.asarray(v, dtype=numpy.float32).tobytes())
+                    for r, v in zip(batch, vectors, strict=True)
+                ],
+            )
+
+    def _vectors(self) -> tuple[Any, Any] | None:
+        """(chunk ids, their vectors as one matrix), cached until the next update."""
+        import numpy
+
+        db = self.db
+        row = db.execute("SELECT value FROM meta WHERE key='updated'").fetchone()
+        generation = str(row[0]) if row else ""
+        if self._matrix is None or self._matrix[0] != generation:
+            rows = db.execute("SELECT id, v FROM vectors ORDER BY id").fetchall()
+            if not rows:
+                return None
+            ids = numpy.array([r[0] for r in rows], dtype=numpy.int64)
+            matrix = numpy.frombuffer(b"".join(r[1] for r in rows), dtype=numpy.float32)
+            self._matrix = (generation, ids, matrix.reshape(len(rows), -1))
+        return self._matrix[1], self._matrix[2]
+
+    # reading
+
+    def search(self, query: str, max_results: int = 6) -> list[Hit]:
+        """The best chunk of each of the best files for ``query``, best first (an empty
+        list when the query has no words). BM25 alone, or blended with the cosine
+        similarity of the configured embedder."""
+        match = fts_query(query)
+        if match is None:
+            return []
+        limit = max(1, min(int(max_results), SEARCH_MAX_RESULTS))
+        if self.embedder is not None:
+            vectors = self._vectors()
+            if vectors is not None:
+                return self._hybrid(query, match, limit, *vectors)
+        sql = (
+            "SELECT c.path, c.start_line, c.end_line,"
+            f" snippet(fts, 1, '**', '**', ' ... ', {SNIPPET_TOKENS}),"
+            f" bm25(fts, {PATH_WEIGHT}, {TEXT_WEIGHT}) AS rank"
+            " FROM fts JOIN chunks c ON c.id = fts.rowid"
+            " WHERE fts MATCH ? ORDER BY rank LIMIT ?"
+        )
+        rows = _retry_busy(lambda: self.db.execute(sql, (match, limit * 4)).fetchall())
+        hits: dict[str, Hit] = {}
+        for r in rows:
+            if str(r[0]) not in hits:
+                hits[str(r[0])] = Hit(
+                    f"memory/{r[0]}", int(r[1]), int(r[2]), str(r[3]), round(-float(r[4]), 4)
+                )
+        return list(hits.values())[:limit]
+
+    def _hybrid(self, query: str, match: str, limit: int, ids: Any, matrix: Any) -> list[Hit]:
+        """Candidates from both rankings, scored (1 - w) * BM25 / best BM25 + w * cosine."""
+        import numpy
+
+        assert self.embedder is not None
+        pool = max(50, limit * 8)
+        db = self.db
+        rows = _retry_busy(
+            lambda: db.execute(
+                f"SELECT rowid, bm25(fts, {PATH_WEIGHT}, {TEXT_WEIGHT}) AS rank FROM fts"
+                " WHERE fts MATCH ? ORDER BY rank LIMIT ?",
+                (match, pool),
+            ).fetchall()
+        )
+        keyword = {int(r[0]): -float(r[1]) for r in rows}
+        cosine = matrix @ self.embedder.embed([query])[0]
+        nearest = numpy.argsort(-cosine)[:pool]
+        position = {int(i): n for n, i in enumerate(ids)}
+        candidates = set(keyword) | {int(ids[n]) for n in nearest}
+        best = max(keyword.values(), default=0.0) or 1.0
+        w = self.vector_weight
+
+        def score(chunk: int) -> float:
+            similarity = float(cosine[position[chunk]]) if chunk in position else 0.0
+            return (1 - w) * keyword.get(chunk, 0.0) / best + w * max(similarity, 0.0)
+
+        ranked = sorted(candidates, key=score, reverse=True)
+        hits: dict[str, Hit] = {}
+        for chunk in ranked:
+            found = db.execute(
+                "SELECT path, start_line, end_line FROM chunks WHERE id=?", (chunk,)
+            ).fetchone()
+            if found is None or str(found[0]) in hits:
+                continue
+            hits[str(found[0])] = Hit(
+                f"memory/{found[0]}",
+                int(found[1]),
+                int(found[2]),
+                self._snippet(chunk, match if chunk in keyword else None),
+                round(score(chunk), 4),
+            )
+            if len(hits) == limit:
+                break
+        return list(hits.values())
+
+    def _snippet(self, chunk: int, match: str | None) -> str:
+        if match is not None:
+            row = self.db.execute(
+                f"SELECT snippet(fts, 1, '**', '**', ' ... ', {SNIPPET_TOKENS}) FROM fts"
+                " WHERE fts MATCH ? AND rowid=?",
+                (match, chunk),
+            ).fetchone()
+            if row is not None:
+                return str(row[0])
+        row = self.db.execute("SELECT text FROM fts WHERE rowid=?", (chunk,)).fetchone()
+        text = " ".join(str(row[0]).split()) if row else ""
+        return text[:200] + (" ..." if len(text) > 200 else "")
+
+    def freshness(self) -> Freshness:
+        known = self._known()
+        current = self.scan()
+        stale = sum(1 for p, st in current.items() if known.get(p) != st)
+        stale += sum(1 for p in known if p not in current)
+        chunks = self.db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
+        row = self.db.execute("SELECT value FROM meta WHERE key='updated'").fetchone()
+        return Freshness(len(known), int(chunks), float(row[0]) if row else None, stale)
+
+
+def index_for(
+    state_dir: Path,
+    groups_dir: Path,
+    folder: str,
+    embedder_name: str | None = None,
+    vector_weight: float = DEFAULT_VECTOR_WEIGHT,
+) -> MemoryIndex:
+    """A group's index, with the configured embedder (EmbedderUnavailable when it is
+    named but cannot be loaded)."""
+    embedder = None
+    if embedder_name is not None:
+        from orchestrator.memory.embeddings import load_embedder
+
+        embedder = load_embedder(embedder_name, state_dir)
+    return MemoryIndex(
+        state_dir, groups_dir, folder, embedder=embedder, vector_weight=vector_weight
+    )
+
+
+def remove_index(state_dir: Path, folder: str) -> None:
+    """Delete a group's index (it is derived: nothing is lost)."""
+    base = Path(state_dir) / INDEX_DIR / f"{folder}.sqlite"
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{base}{suffix}")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(Path(state_dir) / INDEX_DIR / f"{folder}.lock")
+
+
+def memory_relative(path: str) -> str:
+    """``path`` as a path inside the memory tree ('memory/a/b.md', '/workspace/agent/
+    memory/a/b.md' and 'a/b.md' are the same); ValueError when it leaves the tree."""
+    if not isinstance(path, str) or not path.strip() or "\x00" in path:
+        raise ValueError("path must be a non-empty string")
+    text = path.strip()
+    for prefix in ("/workspace/agent/memory/", "memory/"):
+        if text.startswith(prefix):
+            text = text[len(prefix) :]
+            break
+    parts = [p for p in text.split("/") if p not in ("", ".")]
+    if text.startswith("/") or not parts or ".." in parts:
+        raise ValueError(f"{path}: not a file inside the memory tree")
+    return "/".join(parts)
+
+
+def read_lines(
+    groups_dir: Path, folder: str, path: str, from_line: int = 1, lines: int = 60
+) -> dict[str, object]:
+    """Lines ``from_line`` .. ``from_line + lines - 1`` of a memory file, read through the
+    confined file layer. A missing file is an empty result, not an error; ValueError for
+    a path outside the tree; UnsafePath for a symlink or special file on the way."""
+    rel = memory_relative(path)
+    first = max(1, int(from_line))
+    count = max(1, min(int(lines), MEMORY_GET_MAX_LINES))
+    shown = f"memory/{rel}"
+    try:
+        with ConfinedDir.open(groups_dir, f"{folder}/memory") as memory:
+            data = memory.read_bytes(rel, MEMORY_FILE_READ_MAX_BYTES, truncate=True)
+    except (FileNotFoundError, NotADirectoryError):
+        return {"path": shown, "missing": True, "from_line": first, "to_line": 0,
+                "total_lines": 0, "text": ""}  # fmt: skip
+    all_lines = data.decode("utf-8", errors="replace").splitlines()
+    picked = all_lines[first - 1 : first - 1 + count]
+    text = "\n".join(picked)
+    cut = len(text) > TOOL_READ_MAX_CHARS
+    return {
+        "path": shown,
+        "missing": False,
+        "from_line": first,
+        "to_line": first + len(picked) - 1 if picked else first - 1,
+        "total_lines": len(all_lines),
+        "text": text[:TOOL_READ_MAX_CHARS] + ("\n[cut]" if cut else ""),
+    }
+
+
+@dataclass(frozen=True)
+class Injected:
+    """One file of a fresh context: its size on disk and what the context gets."""
+
+    name: str
+    raw_chars: int
+    injected_chars: int
+    truncated: bool
+    problem: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "file": self.name,
+            "raw_chars": self.raw_chars,
+            "injected_chars": self.injected_chars,
+            "truncated": self.truncated,
+            "problem": self.problem,
+        }
+
+
+def context_report(groups_dir: Path, folder: str) -> list[Injected]:
+    """What a fresh context of the group gets, file by file: the operator's instructions
+    and the learned behaviors (which the runner asks the host for), then the memory
+    files the hook injects, with the very numbers the hook's own code produces."""
+    from orchestrator.agent.memory_hook import INJECTED_FILES, _read_inside
+    from orchestrator.learned import (
+        INSTRUCTIONS_FILE,
+        LEARNED_FILE,
+        cap_standing,
+    )
+    from orchestrator.limits import (
+        LEARNED_READ_MAX_BYTES,
+        MEMORY_FILE_BUDGET_CHARS,
+        STANDING_TEXT_BUDGET_CHARS,
+    )
+
+    out: list[Injected] = []
+    group_dir = Path(groups_dir) / folder
+    for name in (INSTRUCTIONS_FILE, LEARNED_FILE):
+        raw, problem = _raw(groups_dir, folder, name, LEARNED_READ_MAX_BYTES)
+        injected = cap_standing(raw, name) if problem is None else ""
+        out.append(
+            Injected(
+                name,
+                len(raw),
+                len(injected),
+                len(raw.strip()) > STANDING_TEXT_BUDGET_CHARS,
+                problem,
+            )
+        )
+    for rel in INJECTED_FILES:
+        raw, problem = _raw(groups_dir, f"{folder}/memory", rel, MEMORY_FILE_READ_MAX_BYTES)
+        block = _read_inside(str(group_dir), rel)
+        out.append(
+            Injected(
+                f"memory/{rel}",
+                len(raw),
+                len(block),
+                problem is None and len(raw.strip()) > MEMORY_FILE_BUDGET_CHARS,
+                problem,
+            )
+        )
+    return out
+
+
+def _raw(base: Path, folder: str, rel: str, limit: int) -> tuple[str, str | None]:
+    try:
+        with ConfinedDir.open(base, folder) as parent:
+            data = parent.read_bytes(rel, limit, truncate=True)
+    except FileNotFoundError:
+        return "", "missing"
+    except UnsafePath as exc:
+        return "", f"refused: {exc.reason}"
+    except OSError as exc:
+        return "", f"unreadable: {exc.strerror or exc}"
+    return data.decode("utf-8", errors="replace"), None
