@@ -126,6 +126,8 @@ def connect_no_follow(sock: socket.socket, path: Path) -> None:
             raise NoPeer(errno.ENOTSOCK, f"{path} is {kind}; refusing to connect")
         try:
             sock.connect(f"/proc/self/fd/{fd}")
+        except BlockingIOError as exc:  # a timeout is set: a full queue does not block
+            raise NoPeer(exc.errno, f"{path} is busy: its queue of connections is full") from None
         except OSError as exc:
             raise NoPeer(exc.errno, f"nothing listens at {path} ({exc.strerror})") from None
     finally:

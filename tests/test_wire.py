@@ -287,3 +287,38 @@ def test_a_request_to_a_peer_that_never_reads_meets_its_timeout(short_tmp: Path)
         for conn in held:
             conn.close()
         server.close()
+
+
+def test_a_full_connection_queue_fails_at_once_instead_of_waiting(short_tmp: Path) -> None:
+    import errno
+
+    path = short_tmp / "full.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen(0)  # nobody accepts: one pending connection fills the queue
+    held = []
+    try:
+        while True:
+            client = socket.socket(socket.AF_UNIX)
+            client.setblocking(False)
+            try:
+                client.connect(str(path))
+            except BlockingIOError:
+                client.close()
+                break
+            held.append(client)
+        with pytest.raises(wire.NoPeer) as raised:
+            wire.request(path, {"op": "ping"}, 30)
+        assert raised.value.errno == errno.EAGAIN
+        assert raised.value.strerror == f"{path} is busy: its queue of connections is full"
+        stale = short_tmp / "stale.sock"
+        gone = socket.socket(socket.AF_UNIX)
+        gone.bind(str(stale))
+        gone.close()
+        with pytest.raises(wire.NoPeer) as refused:
+            wire.request(stale, {"op": "ping"}, 2)
+        assert refused.value.strerror == f"nothing listens at {stale} (Connection refused)"
+    finally:
+        for client in held:
+            client.close()
+        server.close()
