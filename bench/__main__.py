@@ -7,7 +7,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from bench import hook, hostile, image, memory, messages, relay, runtime, search
+from bench import hook, hostile, image, memory, messages, relay, runtime, search, tasks
 from bench.harness import Result, fmt, markdown, save
 
 BENCHMARKS: dict[str, Callable[[bool], Result]] = {
@@ -25,6 +25,7 @@ BENCHMARKS: dict[str, Callable[[bool], Result]] = {
     search.BUILD: search.build,
     search.SEARCH_1K: search.search_1k,
     search.SEARCH_10K: search.search_10k,
+    tasks.NAME: tasks.run,
 }
 
 

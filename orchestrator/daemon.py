@@ -33,14 +33,15 @@ from orchestrator.errors import (
     OrchestratorError,
     SenderRefused,
 )
-from orchestrator.group_config import GroupConfig
-from orchestrator.learned import CONFIRM_COMMAND, CREATOR, confirm_reply
+from orchestrator.group_config import classify_sender
+from orchestrator.learned import CONFIRM_COMMAND, confirm_reply
 from orchestrator.limits import (
     DISK_CHECK_INTERVAL_SECONDS,
     DRAIN_TIMEOUT_SECONDS,
     HOUSEKEEPING_INTERVAL_SECONDS,
     INBOUND_TEXT_MAX_CHARS,
     RECONCILE_INTERVAL_SECONDS,
+    SCHEDULER_TICK_SECONDS,
     SENDER_ID_MAX_CHARS,
 )
 from orchestrator.queue import DEAD, DONE, Message, MessageQueue, Pause
@@ -48,20 +49,11 @@ from orchestrator.relay.turn import RelayContext, TurnRelay
 from orchestrator.relay.usage import UsageStore
 from orchestrator.runtime.channel import Cancel, RunnerUnavailable
 from orchestrator.runtime.lifecycle import GroupRuntime
+from orchestrator.tasks import Scheduler, TaskStore, store_lookup
 from orchestrator.validate import text_problem
 
 log = logging.getLogger("orchestrator.daemon")
-MEMBER, GUEST = "member", "guest"
 Listener = Callable[[str], None]
-
-
-def classify_sender(config: GroupConfig, sender: str) -> str | None:
-    """The trust level of ``sender`` in a group, or None when the sender is refused."""
-    if sender in config.creators:
-        return CREATOR
-    if sender in config.members:
-        return MEMBER
-    return GUEST if config.unknown_senders == "allow" else None
 
 
 def fair_order(candidates: list[Message], last_served: dict[str, float]) -> list[Message]:
@@ -162,6 +154,8 @@ class Daemon:
             notify=self._changed,
             state_dir=home.state_dir,
         )
+        self.tasks = TaskStore(queue)
+        self.scheduler = Scheduler(self.tasks, store_lookup(runtime.store))
         # set by the service that runs the daemon: reloads orchestrator.yaml
         self.on_reload: Callable[[], dict[str, Any]] | None = None
 
@@ -318,6 +312,7 @@ class Daemon:
             (self._dispatch_loop, "dispatch"),
             (self._reconcile_loop, "reconcile"),
             (self._housekeeping_loop, "housekeeping"),
+            (self._scheduler_loop, "scheduler"),
         ):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
@@ -509,6 +504,24 @@ class Daemon:
                         )
             except Exception as exc:
                 log.warning("reconcile failed: %s", exc)
+
+    def _scheduler_loop(self) -> None:
+        while not self.stopping.wait(SCHEDULER_TICK_SECONDS):
+            try:
+                self.run_due_tasks()
+            except Exception as exc:
+                log.warning("the scheduler failed; trying again: %s", exc)
+
+    def run_due_tasks(self, now: float | None = None) -> int:
+        """Queue the messages of tasks due at ``now``; returns how many were queued.
+        Not while draining: a task due then runs at the next start (within its grace)."""
+        if not self.accepting:
+            return 0
+        queued = [r for r in self.scheduler.tick(now) if r.message_id is not None]
+        if queued:
+            with self.cond:
+                self.cond.notify_all()
+        return len(queued)
 
     def _housekeeping_loop(self) -> None:
         last_full = 0.0

@@ -21,6 +21,9 @@ from orchestrator.limits import (
     DEFAULT_LEARNED_MAX_CHARS,
     DEFAULT_NETWORK,
     DEFAULT_REQUESTS_PER_MINUTE,
+    DEFAULT_TASK_GRACE_SECONDS,
+    DEFAULT_TASK_MIN_INTERVAL_SECONDS,
+    DEFAULT_TASKS_PER_GROUP,
     DEFAULT_TOKENS_PER_DAY,
     DEFAULT_TOKENS_PER_TURN,
     DEFAULT_TURN_TIMEOUT_SECONDS,
@@ -28,6 +31,7 @@ from orchestrator.limits import (
     MAX_CONTAINER_CPUS,
     MAX_CONTAINER_PIDS,
     MAX_LEARNED_MAX_CHARS,
+    MAX_TASKS_PER_GROUP,
     MAX_TURN_TIMEOUT_SECONDS,
     MIN_CONTAINER_MEMORY_BYTES,
     MIN_CONTAINER_PIDS,
@@ -66,7 +70,10 @@ GROUP_KEYS = (
     "turn_timeout",
     "limits",
     "learned_max_chars",
+    "tasks",
 )
+CREATOR, MEMBER, GUEST = "creator", "member", "guest"  # trust levels, most trusted first
+TASK_SCHEDULERS = (CREATOR, MEMBER)  # guests never schedule
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 _DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -101,6 +108,17 @@ class ModelLimits:
 
 
 @dataclass(frozen=True)
+class TaskSettings:
+    """Scheduled tasks of the group (group.yaml ``tasks``)."""
+
+    allowed: tuple[str, ...] = TASK_SCHEDULERS  # trust levels that may schedule
+    max_tasks: int = DEFAULT_TASKS_PER_GROUP
+    min_interval_seconds: int = DEFAULT_TASK_MIN_INTERVAL_SECONDS
+    grace_seconds: int = DEFAULT_TASK_GRACE_SECONDS
+    timezone: str = "UTC"
+
+
+@dataclass(frozen=True)
 class GroupConfig:
     name: str
     provider: str = DEFAULT_PROVIDER
@@ -116,6 +134,7 @@ class GroupConfig:
     turn_timeout_seconds: int = DEFAULT_TURN_TIMEOUT_SECONDS
     limits: ModelLimits = field(default_factory=ModelLimits)
     learned_max_chars: int = DEFAULT_LEARNED_MAX_CHARS
+    tasks: TaskSettings = field(default_factory=TaskSettings)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -124,6 +143,7 @@ class GroupConfig:
         data["mounts"] = [asdict(m) for m in self.mounts]
         data["skills"] = self.skills if isinstance(self.skills, str) else list(self.skills)
         data["limits"]["models"] = list(self.limits.models)
+        data["tasks"]["allowed"] = list(self.tasks.allowed)
         return data
 
 
@@ -247,6 +267,53 @@ def _limits(reader: MappingReader) -> ModelLimits:
     )
 
 
+def classify_sender(config: GroupConfig, sender: str) -> str | None:
+    """The trust level of ``sender`` in a group, or None when the sender is refused."""
+    if sender in config.creators:
+        return CREATOR
+    if sender in config.members:
+        return MEMBER
+    return GUEST if config.unknown_senders == "allow" else None
+
+
+def _tasks(reader: MappingReader) -> TaskSettings:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    reader.reject_unknown(["allowed", "max", "min_interval", "grace", "timezone"])
+    allowed = reader.id_list("allowed", max_chars=20) if "allowed" in reader.data else None
+    if allowed is not None:
+        for index, level in enumerate(allowed):
+            if level not in TASK_SCHEDULERS:
+                raise reader.child_fail(
+                    "allowed", index, f"got {level!r}; expected creator or member (guests never)"
+                )
+
+    def duration(key: str, default: int, minimum: int) -> int:
+        value = parse_duration(reader.raw(key, default))
+        if value is None or value < minimum:
+            raise reader.fail(
+                key, f"got {reader.data.get(key)!r}; expected a duration of at least {minimum}s"
+            )
+        return value
+
+    zone = reader.text("timezone", "UTC", max_chars=64)
+    try:
+        ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise reader.fail(
+            "timezone", f"got {zone!r}; expected an IANA time zone such as Europe/Lisbon"
+        ) from None
+    return TaskSettings(
+        allowed=tuple(dict.fromkeys(allowed)) if allowed is not None else TASK_SCHEDULERS,
+        max_tasks=reader.whole_number(
+            "max", DEFAULT_TASKS_PER_GROUP, 0, MAX_TASKS_PER_GROUP, f"0 to {MAX_TASKS_PER_GROUP}"
+        ),
+        min_interval_seconds=duration("min_interval", DEFAULT_TASK_MIN_INTERVAL_SECONDS, 1),
+        grace_seconds=duration("grace", DEFAULT_TASK_GRACE_SECONDS, 0),
+        timezone=zone,
+    )
+
+
 def group_config_from_doc(
     doc: YamlDocument, providers: Mapping[str, ProviderDef] | None = None
 ) -> GroupConfig:
@@ -321,6 +388,7 @@ def group_config_from_doc(
             ),
             DEFAULT_LEARNED_MAX_CHARS,
         ),
+        tasks=problems.check(lambda: _tasks(reader.child("tasks")), defaults.tasks),
     )
     problems.raise_if_any()
     return config

@@ -156,3 +156,11 @@ SEARCH_CHUNK_MAX_CHARS = 2_000  # ... and about this many characters
 SEARCH_MAX_FILES = 100_000  # files indexed per group; more are reported, not indexed
 SEARCH_MAX_RESULTS = 50  # the most results one search returns (default 6)
 MEMORY_GET_MAX_LINES = 400  # the most lines one memory_get returns (default 60)
+
+# Scheduled tasks (group.yaml `tasks`).
+DEFAULT_TASKS_PER_GROUP = 50
+MAX_TASKS_PER_GROUP = 10_000
+DEFAULT_TASK_MIN_INTERVAL_SECONDS = 60
+DEFAULT_TASK_GRACE_SECONDS = 3600  # a task due while the daemon was down runs if this late
+SCHEDULER_TICK_SECONDS = 1.0  # the most a due task waits for the scheduler
+TASK_TEXT_MAX_CHARS = 4_000

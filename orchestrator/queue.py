@@ -73,6 +73,34 @@ CREATE TABLE IF NOT EXISTS pauses (
     expires REAL,
     PRIMARY KEY (group_folder, holder)
 );
+CREATE TABLE IF NOT EXISTS tasks (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    group_folder TEXT NOT NULL,
+    chat TEXT NOT NULL,
+    thread TEXT,
+    channel TEXT NOT NULL,
+    text TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    spec TEXT NOT NULL,
+    tz TEXT NOT NULL,
+    author TEXT NOT NULL,
+    author_trust TEXT NOT NULL,
+    state TEXT NOT NULL,
+    created REAL NOT NULL,
+    next_run REAL,
+    last_run REAL,
+    last_outcome TEXT,
+    runs INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS tasks_due ON tasks (state, next_run);
+CREATE TABLE IF NOT EXISTS task_runs (
+    task_id INTEGER NOT NULL,
+    due REAL NOT NULL,
+    message_id TEXT,
+    outcome TEXT NOT NULL,
+    at REAL NOT NULL,
+    PRIMARY KEY (task_id, due)
+);
 CREATE TABLE IF NOT EXISTS learned_pending (
     group_folder TEXT PRIMARY KEY,
     content TEXT NOT NULL,
@@ -287,27 +315,27 @@ class MessageQueue:
         channel: str,
     ) -> Message:
         """Store a message; returns once it is committed to disk."""
-        message = Message(
-            uuid.uuid4().hex,
-            group,
-            session,
-            chat,
-            thread,
-            sender,
-            trust,
-            text,
-            channel,
-            QUEUED,
-            created=time.time(),
+        message = new_message(
+            group=group,
+            session=session,
+            chat=chat,
+            thread=thread,
+            sender=sender,
+            trust=trust,
+            text=text,
+            channel=channel,
         )
-        self._write(
-            lambda db: db.execute(
-                "INSERT INTO messages (id, group_folder, session, chat, thread, sender, trust,"
-                " text, channel, state, created, updated) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                (*_row_values(message), message.created),
-            )
-        )
+        self._write(lambda db: insert_message(db, message))
         return message
+
+    def transaction(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``work(db)`` in one write transaction (as the queue's own writes are:
+        a full disk releases the reserve once)."""
+        return self._write(work)
+
+    def read(self, sql: str, args: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+        with self._lock:
+            return list(self._db.execute(sql, args).fetchall())
 
     def record_done(
         self,
@@ -623,6 +651,41 @@ class MessageQueue:
         for lease in self.pauses(now=now):
             out.setdefault(lease.group, lease)
         return out
+
+
+def new_message(
+    *,
+    group: str,
+    session: str,
+    chat: str,
+    thread: str | None,
+    sender: str,
+    trust: str,
+    text: str,
+    channel: str,
+) -> Message:
+    return Message(
+        uuid.uuid4().hex,
+        group,
+        session,
+        chat,
+        thread,
+        sender,
+        trust,
+        text,
+        channel,
+        QUEUED,
+        created=time.time(),
+    )
+
+
+def insert_message(db: sqlite3.Connection, message: Message) -> None:
+    """Insert ``message`` inside a transaction the caller holds."""
+    db.execute(
+        "INSERT INTO messages (id, group_folder, session, chat, thread, sender, trust,"
+        " text, channel, state, created, updated) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+        (*_row_values(message), message.created),
+    )
 
 
 def delivery_backoff(attempts: int) -> float:

@@ -23,6 +23,14 @@ def home(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
+def served(home: Path):  # type: ignore[no-untyped-def]
+    """A daemon and one real runner (offline provider) for group fam (tests/served.py)."""
+    from tests.served import serve_fam
+
+    yield from serve_fam(home)
+
+
+@pytest.fixture
 def run(home: Path, test_project: str):  # type: ignore[no-untyped-def]
     """Invoke the CLI against the test home and test project; returns click's Result."""
     runner = CliRunner(env={"ORCHESTRATOR_PROJECT": test_project})

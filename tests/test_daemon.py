@@ -4,21 +4,29 @@ turns, cancellation, disk pauses and inbound checks. No engine needed."""
 from __future__ import annotations
 
 import re
+import socket
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from orchestrator import wire
 from orchestrator.config import Home, OrchestratorConfig
 from orchestrator.daemon import Daemon, check_inbound, choose, group_share
 from orchestrator.errors import BadInput, GroupPaused
 from orchestrator.group_config import GroupConfig, set_option
 from orchestrator.groups import GroupStore
 from orchestrator.queue import DONE, INFLIGHT, QUEUED, Message, open_queue
-from orchestrator.runtime.channel import Cancel, RunnerClient, TurnFailed
+from orchestrator.runtime.channel import (
+    UNRELAYED_REQUESTS_PER_TURN,
+    Cancel,
+    RunnerClient,
+    TurnFailed,
+)
 from orchestrator.runtime.fake import FakeBackend
 from orchestrator.runtime.lifecycle import GroupRuntime
 from tests.fakerunner import FakeRunner, drip, silent
@@ -79,6 +87,48 @@ def test_a_dripping_runner_cannot_outlast_the_turn_deadline(tmp_path: Path) -> N
             RunnerClient(runner.path).turn({"turn_id": "x", "text": "hi"}, timeout=1)
     finally:
         runner.close()
+
+
+def asks_then_answers(conn: socket.socket, request: dict[str, Any]) -> None:
+    wire.send_frame(conn, {"req": 1, "op": "standing.get"})
+    answer = wire.recv_frame(conn)
+    wire.send_frame(conn, {"ok": True, "turn_id": "x", "replies": [answer]})
+
+
+def asks_forever(conn: socket.socket, request: dict[str, Any]) -> None:
+    number = 0
+    while True:
+        number += 1
+        wire.send_frame(conn, {"req": number, "op": "standing.get"})
+        if wire.recv_frame(conn) is None:
+            return
+
+
+def test_a_turn_delivered_without_a_relay_refuses_requests_and_finishes(tmp_path: Path) -> None:
+    runner = FakeRunner(tmp_path / "r.sock", asks_then_answers)
+    try:
+        result = RunnerClient(runner.path).turn({"turn_id": "x"}, timeout=10)
+    finally:
+        runner.close()
+    assert result["replies"] == [
+        {
+            "req": 1,
+            "ok": False,
+            "error": "no host relay on this turn (it was not delivered by the daemon)",
+        }
+    ]
+
+
+def test_a_turn_without_a_relay_fails_a_runner_that_keeps_asking(tmp_path: Path) -> None:
+    runner = FakeRunner(tmp_path / "r.sock", asks_forever)
+    try:
+        with pytest.raises(TurnFailed) as failed:
+            RunnerClient(runner.path).turn({"turn_id": "x"}, timeout=10)
+    finally:
+        runner.close()
+    assert failed.value.message.endswith(
+        f"more than {UNRELAYED_REQUESTS_PER_TURN} requests on a turn without a relay"
+    )
 
 
 def test_a_turn_can_be_cancelled_from_another_thread(tmp_path: Path) -> None:

@@ -366,3 +366,62 @@ def test_cli_send_and_refused_sender(daemon) -> None:  # type: ignore[no-untyped
     )
     assert chat.exit_code == 0, chat.output
     assert "the sky is blue" in chat.stdout.lower() and "queue:" in chat.stdout
+
+
+def test_a_reminder_set_in_a_chat_arrives_in_that_chat(daemon) -> None:  # type: ignore[no-untyped-def]
+    """`orchestrator chat` through the CLI channel, the offline provider in a container:
+    a reminder set in the chat fires (its due time moved to now, as ten minutes passing
+    would) and its reply shows in that open chat, marked with its task."""
+    import queue as lines_queue
+    import sqlite3
+    import threading
+
+    GroupStore(daemon.home).add(GroupConfig(name="Fam", members=("bob",)))
+    daemon.start()
+    env = {**os.environ, "ORCHESTRATOR_PROJECT": daemon.project}
+    chat = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "--home", str(daemon.home.root), "chat", "fam",
+         "--chat", "kitchen", "--sender", "bob"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=env,
+    )  # fmt: skip
+    assert chat.stdin is not None and chat.stdout is not None
+    out: lines_queue.Queue[str] = lines_queue.Queue()
+    reader = threading.Thread(target=lambda: [out.put(line) for line in chat.stdout], daemon=True)  # type: ignore[union-attr]
+    reader.start()
+
+    def wait_for(prefix: str, timeout: float = 120) -> str:
+        deadline = time.monotonic() + timeout
+        seen = []
+        while time.monotonic() < deadline:
+            try:
+                line = out.get(timeout=1).strip()
+            except lines_queue.Empty:
+                continue
+            seen.append(line)
+            if line.startswith(prefix):
+                return line
+        raise AssertionError(
+            f"no line starting {prefix!r}; got {seen}; log: {daemon.log.read_text()[-2000:]}"
+        )
+
+    try:
+        chat.stdin.write("remind me in 10 minutes to stretch\n")
+        chat.stdin.flush()
+        scheduled = wait_for("Scheduled task ")
+        task_id = int(scheduled.split()[2].rstrip(":"))
+        queue_file = daemon.home.state_dir / "queue.db"
+        with sqlite3.connect(queue_file, timeout=30) as db:
+            row = db.execute("SELECT chat, author, state FROM tasks WHERE id=?", (task_id,))
+            assert row.fetchone() == ("kitchen", "bob", "active")
+            db.execute("UPDATE tasks SET next_run=? WHERE id=?", (time.time(), task_id))
+        assert wait_for("[task ") == f"[task {task_id}] Reminder: stretch"
+        with sqlite3.connect(queue_file, timeout=30) as db:
+            row = db.execute("SELECT state, runs FROM tasks WHERE id=?", (task_id,))
+            assert row.fetchone() == ("done", 1)
+    finally:
+        chat.stdin.close()
+        chat.wait(30)
+        reader.join(10)
+        chat.stdout.close()
+    assert chat.returncode == 0

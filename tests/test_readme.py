@@ -116,6 +116,14 @@ EXPECTED: dict[str, Callable[[], str]] = {
         f"{_s(L.RELAY_RETRY_MAX_WAIT_SECONDS)} a wait"
     ),
     "tmpfs for `/tmp` and `$HOME` in a container": lambda: f"{_size(L.CONTAINER_TMPFS_BYTES)} each",
+    "scheduled tasks per group (default of `tasks.max`; its ceiling)": lambda: (
+        f"{L.DEFAULT_TASKS_PER_GROUP}; {L.MAX_TASKS_PER_GROUP:,}"
+    ),
+    "a task's shortest interval (default of `tasks.min_interval`) / grace (`tasks.grace`)": (
+        lambda: f"{_s(L.DEFAULT_TASK_MIN_INTERVAL_SECONDS)} / {_s(L.DEFAULT_TASK_GRACE_SECONDS)}"
+    ),
+    "the scheduler looks for due tasks": lambda: f"every {_s(L.SCHEDULER_TICK_SECONDS)}",
+    "a task's text": lambda: f"{L.TASK_TEXT_MAX_CHARS:,} characters",
 }
 
 

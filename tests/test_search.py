@@ -30,7 +30,7 @@ from orchestrator.memory.search import (
     read_lines,
 )
 from tests.searchcorpus import FILES, QUERIES, write_corpus
-from tests.test_learned import say, served  # noqa: F401 (a fixture)
+from tests.served import say
 
 ALL = len(FILES) + 2  # and the scaffold's system/index.md and system/definition.md
 
@@ -430,7 +430,7 @@ def test_the_cli_searches_indexes_and_reports(run, home: Path) -> None:  # type:
     assert "stale: 1 file changed since" in run("memory", "status", "fam").output
 
 
-def test_the_model_searches_through_its_tool(served) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_the_model_searches_through_its_tool(served) -> None:  # type: ignore[no-untyped-def]
     """The runner's memory_search tool, the relay and the host's index, end to end (the
     offline provider's `search memory for`)."""
     write_corpus(served["group"].memory_dir)

@@ -22,6 +22,9 @@ LEARNED_READ = "learned.read"
 LEARNED_WRITE = "learned.write"
 MEMORY_SEARCH_OP = "memory.search"
 MEMORY_GET_OP = "memory.get"
+TASK_SCHEDULE = "task.schedule"
+TASK_LIST = "task.list"
+TASK_CANCEL = "task.cancel"
 
 
 class HostRequestFailed(Exception):

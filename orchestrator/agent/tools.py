@@ -8,6 +8,8 @@ pinned to ``memory/daily/<UTC date>.md``, append-only, and drops replayed text.
 ``memory_list``, ``memory_read`` and ``memory_write`` reach the stores the host keeps
 outside the container (the label ``learned``: the group's learned behaviors); a write
 is a request to the host, which alone decides from its record of the turn's sender.
+``schedule_task``, ``list_tasks`` and ``cancel_task`` ask the host too: it keeps the
+tasks, and aims each at the chat of the turn that made it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from orchestrator.agent.hostlink import (
     MEMORY_GET_OP,
     MEMORY_SEARCH_OP,
     REPLY,
+    TASK_CANCEL,
+    TASK_LIST,
+    TASK_SCHEDULE,
     HostLink,
     HostRequestFailed,
 )
@@ -165,6 +170,39 @@ MEMORY_GET = ToolSpec(
     },
 )
 
+SCHEDULE_TASK = ToolSpec(
+    "schedule_task",
+    "Schedule a turn for later in this chat: at that time the text comes back to you as "
+    "a message beginning '[scheduled task N]', and you do what it says. Give exactly one "
+    "of at (a delay such as 20m, 2h, 1d, or a time such as 2026-12-24T18:00), every (an "
+    "interval such as 1h) or cron (five fields: minute hour day month weekday, such as "
+    "'0 8 * * 1-5'). timezone is an IANA name (default: the group's).",
+    {
+        "type": "object",
+        "required": ["text"],
+        "additionalProperties": False,
+        "properties": {
+            "text": {"type": "string"},
+            "at": {"type": "string"},
+            "every": {"type": "string"},
+            "cron": {"type": "string"},
+            "timezone": {"type": "string"},
+        },
+    },
+)
+LIST_TASKS = ToolSpec("list_tasks", "List the tasks scheduled in this chat.", _schema([]))
+CANCEL_TASK = ToolSpec(
+    "cancel_task",
+    "Cancel a scheduled task by its number (see list_tasks). Its author or a creator of "
+    "the group may cancel it.",
+    {
+        "type": "object",
+        "required": ["id"],
+        "additionalProperties": False,
+        "properties": {"id": {"type": "integer"}},
+    },
+)
+
 TOOLS_BY_MODE = {
     TURN: (
         READ,
@@ -179,6 +217,9 @@ TOOLS_BY_MODE = {
         MEMORY_WRITE,
         MEMORY_SEARCH,
         MEMORY_GET,
+        SCHEDULE_TASK,
+        LIST_TASKS,
+        CANCEL_TASK,
     ),
     FLUSH: (READ, LIST, GREP, APPEND_DAILY),
 }
@@ -524,3 +565,50 @@ class Toolbox:
         self.flushed_chars += len(new)
         self.memory_changed = True
         return f"PERSISTED: appended {len(new)} characters to {self.shown(target)}"
+
+    # scheduled tasks, kept by the host
+
+    def _task_request(self, op: str, **fields: Any) -> dict[str, Any]:
+        if self.host is None:
+            raise ToolError("scheduled tasks are kept by the orchestrator; no host here")
+        try:
+            return self.host.request(op, **fields)
+        except HostRequestFailed as exc:
+            raise ToolError(str(exc)) from None
+
+    def _schedule_task(
+        self,
+        text: str,
+        at: str | None = None,
+        every: str | None = None,
+        cron: str | None = None,
+        timezone: str | None = None,
+    ) -> str:
+        if not isinstance(text, str) or not text.strip():
+            raise ToolError("text must be a non-empty string")
+        given = [(k, v) for k, v in (("at", at), ("every", every), ("cron", cron)) if v]
+        if len(given) != 1 or not isinstance(given[0][1], str):
+            raise ToolError("give exactly one of at, every or cron, as text")
+        if timezone is not None and not isinstance(timezone, str):
+            raise ToolError("timezone must be text, such as Europe/Lisbon")
+        kind, spec = given[0]
+        answer = self._task_request(
+            TASK_SCHEDULE, text=text, kind=kind, spec=spec, timezone=timezone
+        )
+        return str(answer.get("result") or "scheduled")
+
+    def _list_tasks(self) -> str:
+        tasks = self._task_request(TASK_LIST).get("tasks")
+        if not isinstance(tasks, list) or not tasks:
+            return "(no tasks scheduled in this chat)"
+        return "\n".join(
+            f"{t.get('id')}: {t.get('text')} ({t.get('schedule')}; next {t.get('next')}; "
+            f"{t.get('state')})"
+            for t in tasks
+            if isinstance(t, dict)
+        )
+
+    def _cancel_task(self, id: int) -> str:
+        if isinstance(id, bool) or not isinstance(id, int):
+            raise ToolError("id must be a task number")
+        return str(self._task_request(TASK_CANCEL, id=id).get("result") or "cancelled")

@@ -167,6 +167,20 @@ class ControlChannel(Channel):
                     if ok
                     else f"no dead-lettered message with id {request.get('id')!r}",
                 }
+            if op == "follow":
+                # the task runs of a chat since a time: `orchestrator chat` shows their
+                # replies as they arrive (a reminder firing while the chat is open)
+                group = daemon.runtime.store.find(str(request.get("group", "")))
+                since = request.get("since")
+                if isinstance(since, bool) or not isinstance(since, int | float):
+                    return {"ok": False, "error": "follow needs since, a time in seconds"}
+                runs = daemon.tasks.runs_in_chat(group.folder, str(request.get("chat")), since)
+                shown = []
+                for task_id, message_id in runs:
+                    run = daemon.queue.get(message_id)
+                    if run is not None:
+                        shown.append({"task": task_id, **run.to_dict()})
+                return {"ok": True, "runs": shown}
             if op == "status":
                 return {
                     "ok": True,

@@ -72,6 +72,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "learned",
         "A group's learned behaviors: show, set, approve a waiting change.",
     ),
+    "task": (
+        "orchestrator.cli.task",
+        "task",
+        "Scheduled tasks: add, list, pause, resume, remove, run now.",
+    ),
     "hook": ("orchestrator.cli.agent", "hook", "SessionStart hooks (the memory hook)."),
     "agent": ("orchestrator.cli.agent", "agent", "The runner inside a group container."),
 }

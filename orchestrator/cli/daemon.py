@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
+import time
 
 import click
 
@@ -12,6 +14,8 @@ from orchestrator.cli.output import print_error, print_json, safe_text
 from orchestrator.errors import EXIT_FAILED
 
 pass_cli = click.make_pass_decorator(CliContext)
+FOLLOW_INTERVAL_SECONDS = 1.0  # how often `chat` looks for replies of scheduled tasks
+_OUTPUT = threading.Lock()  # one writer to the terminal at a time
 
 
 @click.command()
@@ -266,6 +270,9 @@ def chat(obj: CliContext, name: str, chat: str, sender: str) -> None:
       /confirm  apply the learned-behaviors change waiting for a creator
       /status   the daemon's queue
       /exit     leave (or Ctrl-D)
+
+    Replies of scheduled tasks that run in this chat while it is open (a reminder
+    set with "remind me in 10 minutes to ...") show as they arrive, marked [task N].
     """
     from orchestrator.groups import GroupStore
     from orchestrator.service import control_request
@@ -276,6 +283,57 @@ def chat(obj: CliContext, name: str, chat: str, sender: str) -> None:
     if interactive:
         _line_editing(obj)
     click.echo(f"chatting with {folder} as {sender!r} (chat {chat!r}); /exit or Ctrl-D to leave")
+    stop = threading.Event()
+    follower = threading.Thread(
+        target=_follow,
+        args=(obj, folder, chat, time.time(), stop, f"{sender}> " if interactive else ""),
+        name="follow",
+        daemon=True,
+    )
+    follower.start()
+    try:
+        _chat_loop(obj, folder, chat, sender, interactive)
+    finally:
+        stop.set()
+        follower.join(5)
+
+
+def _follow(
+    obj: CliContext, folder: str, chat: str, since: float, stop: threading.Event, prompt: str
+) -> None:
+    """Print the replies of scheduled tasks that run in this chat, as they arrive."""
+    from orchestrator.errors import OrchestratorError
+    from orchestrator.service import control_request
+
+    shown: dict[str, int] = {}
+    finished: set[str] = set()
+    while not stop.wait(FOLLOW_INTERVAL_SECONDS):
+        try:
+            answer = control_request(
+                obj.home, {"op": "follow", "group": folder, "chat": chat, "since": since}
+            )
+        except (OrchestratorError, OSError):
+            continue  # the daemon restarting: the next poll catches up
+        for run in answer.get("runs") or []:
+            message_id = str(run.get("id"))
+            if message_id in finished:
+                continue
+            replies = [str(r) for r in run.get("replies") or []]
+            new = replies[shown.get(message_id, 0) :]
+            if new:
+                with _OUTPUT:
+                    for reply in new:
+                        click.echo(f"\r[task {run.get('task')}] {safe_text(reply)}")
+                    if prompt:
+                        click.echo(prompt, nl=False)
+            shown[message_id] = len(replies)
+            if run.get("state") in ("done", "dead"):
+                finished.add(message_id)
+
+
+def _chat_loop(obj: CliContext, folder: str, chat: str, sender: str, interactive: bool) -> None:
+    from orchestrator.service import control_request
+
     while True:
         try:
             text = input(f"{sender}> ") if interactive else sys.stdin.readline()
@@ -300,7 +358,9 @@ def chat(obj: CliContext, name: str, chat: str, sender: str) -> None:
                 f"flight, {counts.get('done', 0)} done, {counts.get('dead', 0)} dead"
             )
             continue
-        _print_outcome(_send(obj, folder, text, chat, sender, None, 300.0))
+        message = _send(obj, folder, text, chat, sender, None, 300.0)
+        with _OUTPUT:
+            _print_outcome(message)
 
 
 def _line_editing(obj: CliContext) -> None:

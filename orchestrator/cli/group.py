@@ -209,8 +209,9 @@ def remove(obj: CliContext, name: str, purge: bool, yes: bool, as_json: bool) ->
     The group's container is removed first. Without --purge nothing else is deleted:
     groups/<folder>/ (group.yaml, memory, sessions, files) moves to
     groups/.removed/<folder>-<UTC time>/, where it stays until you delete it; move it
-    back to restore the group. With --purge the folder is deleted for good,
-    after a confirmation unless --yes is given.
+    back to restore the group (its scheduled tasks pause until then). With --purge the
+    folder and its scheduled tasks are deleted for good, after a confirmation unless
+    --yes is given.
     """
     store = GroupStore(obj.home)
     found = store.find(name)
@@ -221,12 +222,31 @@ def remove(obj: CliContext, name: str, purge: bool, yes: bool, as_json: bool) ->
         )
     _remove_container(obj, found.folder)
     archived = store.remove(found, purge=purge)
+    if purge:
+        _remove_tasks(obj, found.folder)
     if as_json:
         print_json({"folder": found.folder, "archived": str(archived) if archived else None})
     elif archived is None:
         click.echo(f"deleted {found.path}")
     else:
         click.echo(f"removed group {found.config.name!r}; its data is kept in {archived}")
+
+
+def _remove_tasks(obj: CliContext, folder: str) -> None:
+    """A purged group's scheduled tasks go with it (an archived group's stay, and pause
+    at their next due time until it is restored)."""
+    from orchestrator.learned import open_queue_if_any
+    from orchestrator.tasks import TaskStore
+
+    queue = open_queue_if_any(obj.home.state_dir)
+    if queue is None:
+        return
+    try:
+        removed = TaskStore(queue).remove_group(folder)
+    finally:
+        queue.close()
+    if removed:
+        click.echo(f"removed {removed} scheduled task(s) of {folder}", err=True)
 
 
 def _remove_container(obj: CliContext, folder: str) -> None:

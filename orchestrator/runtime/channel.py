@@ -25,6 +25,29 @@ PING_TIMEOUT_SECONDS = 2.0
 # goes back on the same connection. Anything else is the turn's result.
 REQUEST_KEY = "req"
 RequestHandler = Callable[[dict[str, Any], int], dict[str, Any]]  # (frame, its bytes)
+# Requests answered on a connection with no relay (a turn delivered by hand, not by the
+# daemon) before the turn is failed: enough for a runner that degrades, not a loop.
+UNRELAYED_REQUESTS_PER_TURN = 16
+
+
+def no_relay() -> RequestHandler:
+    """A handler that refuses every request: the runner carries on without the host."""
+    seen = 0
+
+    def refuse(frame: dict[str, Any], size: int) -> dict[str, Any]:
+        nonlocal seen
+        seen += 1
+        if seen > UNRELAYED_REQUESTS_PER_TURN:
+            raise wire.ProtocolError(
+                f"more than {UNRELAYED_REQUESTS_PER_TURN} requests on a turn without a relay"
+            )
+        return {
+            REQUEST_KEY: frame.get(REQUEST_KEY),
+            "ok": False,
+            "error": "no host relay on this turn (it was not delivered by the daemon)",
+        }
+
+    return refuse
 
 
 class RunnerUnavailable(OrchestratorError):
@@ -87,7 +110,8 @@ class RunnerClient:
         """Deliver ``turn`` and return its result frame, within ``timeout`` seconds.
 
         Frames carrying ``req`` before the result are requests: ``handle(frame, size)``
-        answers each (a runner that sends one without a handler fails the turn; a
+        answers each (without a handler, each is refused with an error answer, up to
+        UNRELAYED_REQUESTS_PER_TURN, so the runner carries on without the host; a
         handler refuses a frame by raising wire.ProtocolError, which fails the turn).
         ``request_limit`` gives the largest frame accepted next. RunnerUnavailable when
         nothing listens; TurnFailed for everything after the connection was made.
@@ -96,6 +120,7 @@ class RunnerClient:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(timeout)
         cancel = cancel or Cancel()
+        handle = handle or no_relay()
         try:
             try:
                 wire.connect_no_follow(sock, self.socket_path)
@@ -111,8 +136,6 @@ class RunnerClient:
                     frame, size = received
                     if REQUEST_KEY not in frame:
                         return frame
-                    if handle is None:
-                        raise wire.ProtocolError("the runner sent a request nobody handles")
                     wire.send_frame(sock, handle(frame, size), deadline)
             except TimeoutError:
                 raise TurnFailed(f"the turn did not finish within {timeout:g}s") from None

@@ -12,6 +12,10 @@ would, with a small command set:
   to a creator's turn;
 - ``search memory for <words>``: asks the host's index (``memory_search``) and lists
   what it found;
+- ``remind me in <n> minutes to <something>``, ``every day at HH:MM <something>``,
+  ``list my reminders`` and ``cancel reminder <n>``: scheduled tasks, kept by the host
+  (``schedule_task``, ``list_tasks``, ``cancel_task``); when a task comes due, its text
+  comes back as a message beginning ``[scheduled task <n>]``, which it says in the chat;
 - ``what have you learned?``: quotes the learned behaviors from its context (what a
   fresh context was given, not the file now);
 - anything else: says what it is and what it can do.
@@ -91,6 +95,24 @@ SEARCH = re.compile(
     r"^\s*search\s+(?:the\s+)?memory\s+for\s+(?P<query>.+?)\s*[?.!]*\s*$",
     re.IGNORECASE | re.DOTALL,
 )
+REMIND = re.compile(
+    r"^\s*remind\s+me\s+in\s+(?P<n>\d+)\s*(?P<unit>seconds?|secs?|minutes?|mins?|hours?|"
+    r"days?|[smhd])\s+(?:to\s+|that\s+|about\s+)?(?P<what>.+?)\s*[.!]*\s*$",
+    re.IGNORECASE | re.DOTALL,
+)
+DAILY = re.compile(
+    r"^\s*every\s+day\s+at\s+(?P<h>[01]?\d|2[0-3])[:.](?P<m>[0-5]\d)\s*[,:]?\s+"
+    r"(?P<what>.+?)\s*$",
+    re.IGNORECASE | re.DOTALL,
+)
+LIST_TASKS = re.compile(
+    r"^\s*(?:list|show)\s+(?:my\s+|the\s+)?(?:reminders|tasks|scheduled\s+tasks)\s*[?.!]*\s*$",
+    re.IGNORECASE,
+)
+CANCEL_TASK = re.compile(
+    r"^\s*cancel\s+(?:the\s+)?(?:reminder|task)\s+#?(?P<id>\d+)\s*[.!]*\s*$", re.IGNORECASE
+)
+TASK_RUN = re.compile(r"^\[scheduled task (?P<id>\d+)\]\s*(?P<text>.*)$", re.DOTALL)
 LEARNED_SECTION = "## Learned behaviors"
 FACTS_DIR = "memory/facts"
 NO_REPLY = "NO_REPLY"
@@ -103,6 +125,8 @@ INTRO = (
     "- from now on, <rule>: add a rule to the group's learned behaviors (creators only)\n"
     "- what have you learned?: show the learned behaviors I was given\n"
     "- search memory for <words>: search the whole memory tree, daily notes included\n"
+    "- remind me in 10 minutes to <something>; every day at 08:00 <something>\n"
+    "- list my reminders; cancel reminder <n>\n"
     "- /clear: start a fresh context (memory is loaded again)\n"
     "For real conversation the operator can give this group a model: "
     "`orchestrator provider add`, then provider and model in its group.yaml."
@@ -158,11 +182,40 @@ class OfflineProvider(Provider):
             if found.startswith("ERROR") or found == "(no results)":
                 return Completion(f"Nothing in memory matches {match['query']!r}.")
             return Completion("Found in memory:\n\n" + found)
+        if match := TASK_RUN.match(text):
+            return Completion(match["text"].strip() or NO_REPLY)
+        if match := REMIND.match(text):
+            unit = match["unit"].lower()[0]
+            what = " ".join(match["what"].split())
+            args = {"text": f"Reminder: {what}", "at": f"{int(match['n'])}{unit}"}
+            return self._task_call(step, tail, "schedule_task", args)
+        if match := DAILY.match(text):
+            spec = f"{int(match['m'])} {int(match['h'])} * * *"
+            args = {"text": " ".join(match["what"].split()), "cron": spec}
+            return self._task_call(step, tail, "schedule_task", args)
+        if LIST_TASKS.match(text):
+            return self._task_call(step, tail, "list_tasks", {})
+        if match := CANCEL_TASK.match(text):
+            return self._task_call(step, tail, "cancel_task", {"id": int(match["id"])})
         if LEARNED_ASK.match(text):
             return Completion(self._learned_in(request.system))
         if match := RECALL.match(text):
             return self._recall(match["topic"], step, tail)
         return Completion(INTRO)
+
+    # scheduled tasks
+
+    @staticmethod
+    def _task_call(
+        step: int, tail: list[dict[str, Any]], tool: str, args: dict[str, Any]
+    ) -> Completion:
+        """One tool call, then its result said in the chat."""
+        if step == 0:
+            return Completion(None, (ToolCall("t1", tool, args),))
+        result = str(tail[-1].get("content", "")) if tail else ""
+        if result.startswith("ERROR"):
+            return Completion(f"I could not do that. {result}")
+        return Completion(result[:1].upper() + result[1:])
 
     # remember
 

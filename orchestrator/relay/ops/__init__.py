@@ -16,6 +16,9 @@ OPS: dict[str, str] = {
     "learned.write": "orchestrator.relay.ops.learned_write",
     "memory.search": "orchestrator.relay.ops.memory_search",
     "memory.get": "orchestrator.relay.ops.memory_get",
+    "task.schedule": "orchestrator.relay.ops.task_schedule",
+    "task.list": "orchestrator.relay.ops.task_list",
+    "task.cancel": "orchestrator.relay.ops.task_cancel",
 }
 
 

@@ -1,0 +1,42 @@
+"""``task.cancel``: end a task of this turn's group. Its author may, and so may a
+creator of the group; a task of another group is answered as if it did not exist."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.learned import CREATOR
+from orchestrator.limits import RELAY_SMALL_REQUEST_BYTES
+from orchestrator.tasks import DONE, TaskStore
+
+if TYPE_CHECKING:
+    from orchestrator.relay.turn import TurnRelay
+
+log = logging.getLogger("orchestrator.relay")
+
+
+def cap(turn: TurnRelay) -> int:
+    return RELAY_SMALL_REQUEST_BYTES
+
+
+def handle(turn: TurnRelay, frame: dict[str, Any]) -> dict[str, Any]:
+    from orchestrator.relay.turn import RelayViolation
+
+    number = frame.get("id")
+    if isinstance(number, bool) or not isinstance(number, int):
+        raise RelayViolation("task.cancel.id must be a whole number")
+    message, group = turn.message, turn.group
+    store = TaskStore(turn.context.queue)
+    task = store.get(number)
+    if task is None or task.group != group.folder or task.state == DONE:
+        return {"ok": False, "error": f"no task {number} in this group"}
+    is_creator = message.trust == CREATOR and message.sender in group.config.creators
+    if task.author != message.sender and not is_creator:
+        return {
+            "ok": False,
+            "error": f"task {number} is {task.author!r}'s; only they or a creator may cancel it",
+        }
+    store.cancel(number, f"cancelled by {message.sender!r}")
+    log.info("group %s: task %d cancelled by %r", group.folder, number, message.sender)
+    return {"ok": True, "result": f"cancelled task {number} ({task.text})"}

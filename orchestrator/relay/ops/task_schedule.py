@@ -1,0 +1,60 @@
+"""``task.schedule``: make a scheduled task in the chat of the turn that asks.
+
+Group, chat, thread, channel, author and the author's trust all come from the host's
+record of the message this turn answers; the request gives only the text and the
+schedule. A refusal (who may schedule, the limits, a bad schedule) is an error answer
+for the model, not a failed turn.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.limits import RELAY_SMALL_REQUEST_BYTES, TASK_TEXT_MAX_CHARS
+from orchestrator.tasks import KINDS, TaskRefused, TaskStore
+
+if TYPE_CHECKING:
+    from orchestrator.relay.turn import TurnRelay
+
+log = logging.getLogger("orchestrator.relay")
+
+
+def cap(turn: TurnRelay) -> int:
+    return 4 * TASK_TEXT_MAX_CHARS + RELAY_SMALL_REQUEST_BYTES
+
+
+def handle(turn: TurnRelay, frame: dict[str, Any]) -> dict[str, Any]:
+    from orchestrator.relay.turn import RelayViolation
+
+    text, kind, spec, tz = (frame.get(k) for k in ("text", "kind", "spec", "timezone"))
+    if not isinstance(text, str) or not isinstance(spec, str) or kind not in KINDS:
+        raise RelayViolation(
+            f"task.schedule needs text and spec as text and kind one of {', '.join(KINDS)}"
+        )
+    if tz is not None and not isinstance(tz, str):
+        raise RelayViolation("task.schedule.timezone must be text or absent")
+    message, group = turn.message, turn.group
+    try:
+        task = TaskStore(turn.context.queue).add(
+            group=group.folder,
+            chat=message.chat,
+            thread=message.thread,
+            channel=message.channel,
+            text=text,
+            kind=kind,
+            spec=spec,
+            tz=tz or None,
+            author=message.sender,
+            author_trust=message.trust,
+            settings=group.config.tasks,
+            now=turn.context.clock(),
+        )
+    except TaskRefused as exc:
+        log.info("group %s: task refused for %r: %s", group.folder, message.sender, exc.message)
+        return {"ok": False, "error": exc.message + (f" ({exc.hint})" if exc.hint else "")}
+    return {
+        "ok": True,
+        "id": task.id,
+        "result": f"scheduled task {task.id}: {task.schedule}; next run {task.next_local}",
+    }
