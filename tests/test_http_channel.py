@@ -85,39 +85,97 @@ def test_bearer_scheme_is_case_insensitive() -> None:
     ("headers", "body", "status", "error"),
     [
         ({}, {"text": "hi", "sender": "alice"}, 401, "missing or wrong bearer token"),
-        ({"Authorization": "Bearer wrong"}, {"text": "x", "sender": "alice"}, 401, "wrong"),
+        ({"Authorization": "Bearer wrong"}, {"text": "x", "sender": "alice"}, 401,
+         "missing or wrong bearer token"),
         ({"Authorization": f"bEaReR {TOKEN}"}, {"text": "hi", "sender": "alice"}, 202, None),
-        (AUTH, {"text": "hi", "sender": "mallory"}, 403, "may not talk to group"),
+        (AUTH, {"text": "hi", "sender": "mallory"}, 403,
+         "sender 'mallory' may not talk to group 'fam'"),
         (AUTH, {"text": "hi"}, 400, "text and sender are required strings"),
-        (AUTH, {"text": "x" * 32_001, "sender": "alice"}, 400, "at most 32000"),
-        (AUTH, {"text": "hi", "sender": "alice", "chat": 5}, 400, "chat and thread"),
-        (AUTH, {"text": "hi", "sender": "a" * 201}, 400, "sender must be 1..200"),
-        (AUTH, ["a list"], 400, "must be a JSON object"),
+        (AUTH, {"sender": "alice"}, 400, "text and sender are required strings"),
+        (AUTH, {"text": "x" * 32_001, "sender": "alice"}, 400,
+         "the message is 32001 characters; at most 32000 are accepted"),
+        (AUTH, {"text": "hi", "sender": "alice", "chat": 5}, 400,
+         "chat and thread must be strings"),
+        (AUTH, {"text": "hi", "sender": "alice", "thread": 5}, 400,
+         "chat and thread must be strings"),
+        (AUTH, {"text": "hi", "sender": "a" * 201}, 400,
+         "sender must be 1..200 characters (got 201 characters)"),
+        (AUTH, ["a list"], 400, "the body must be a JSON object"),
     ],
-)
+)  # fmt: skip
 def test_post_message_status_codes(daemon, headers, body, status, error) -> None:  # type: ignore[no-untyped-def]
     code, answer = call(daemon, "POST", "/v1/groups/fam/messages", json=body, headers=headers)
     assert code == status, answer
     if error:
-        assert error in answer["error"]
+        assert answer == {"error": error}
+        assert daemon.queue.counts() == {}
     else:
-        assert answer["state"] == "queued"
+        assert answer["state"] == "queued" and set(answer) == {"id", "state"}
+        message = daemon.queue.get(answer["id"])
+        assert message is not None
+        assert (message.chat, message.thread, message.sender, message.channel) == (
+            "alice",  # the chat defaults to the sender
+            None,
+            "alice",
+            "http",
+        )
 
 
 @pytest.mark.parametrize(
-    ("raw", "error"),
+    ("raw", "status", "error"),
     [
-        (b"{not json", "not valid JSON"),
-        (b'{"text": "\\ud800", "sender": "alice"}', "not valid Unicode"),
-        (b"[" * 100_000 + b"]" * 100_000, "request body over"),
-        (b"[" * 20_000 + b"]" * 20_000, "nested too deeply"),
-        (b'{"text": "hi", "sender": "alice"}\xff', "not valid JSON"),
+        (b"{not json", 400, "the body is not valid JSON (UTF-8)"),
+        (b'{"text": "\\ud800", "sender": "alice"}', 400,
+         "the message text is not valid Unicode (a lone surrogate at character 1)"),
+        (b"[" * 100_000 + b"]" * 100_000, 413, "request body over 65536 bytes"),
+        (b"[" * 20_000 + b"]" * 20_000, 400, "the body is JSON nested too deeply"),
+        (b'{"text": "hi", "sender": "alice"}\xff', 400, "the body is not valid JSON (UTF-8)"),
     ],
-)
-def test_bad_bodies_are_4xx_never_500(daemon, raw: bytes, error: str) -> None:  # type: ignore[no-untyped-def]
+)  # fmt: skip
+def test_bad_bodies_are_4xx_never_500(daemon, raw: bytes, status: int, error: str) -> None:  # type: ignore[no-untyped-def]
     code, answer = call(daemon, "POST", "/v1/groups/fam/messages", data=raw, headers=AUTH)
-    assert 400 <= code < 500 and error in answer["error"], answer
+    assert (code, answer) == (status, {"error": error})
     assert daemon.queue.counts() == {}
+
+
+def test_a_thread_and_chat_are_kept_and_a_stopping_daemon_refuses(daemon) -> None:  # type: ignore[no-untyped-def]
+    body = {"text": "hi", "sender": "alice", "chat": "c1", "thread": "t1"}
+    code, answer = call(daemon, "POST", "/v1/groups/fam/messages", json=body, headers=AUTH)
+    message = daemon.queue.get(answer["id"])
+    assert code == 202 and message is not None and (message.chat, message.thread) == ("c1", "t1")
+    daemon.accepting = False
+    code, answer = call(daemon, "POST", "/v1/groups/fam/messages", json=body, headers=AUTH)
+    assert (code, answer) == (
+        503,
+        {"error": "the daemon is shutting down and accepts no new messages"},
+    )
+    assert call(daemon, "GET", "/healthz") == (200, {"ok": True, "accepting": False})
+
+
+def test_message_lookups_and_unknown_routes(daemon) -> None:  # type: ignore[no-untyped-def]
+    body = {"text": "hi", "sender": "alice"}
+    _, posted = call(daemon, "POST", "/v1/groups/fam/messages", json=body, headers=AUTH)
+    code, found = call(daemon, "GET", f"/v1/messages/{posted['id']}", headers=AUTH)
+    assert code == 200 and found == daemon.queue.get(posted["id"]).to_dict()
+    assert call(daemon, "GET", f"/v1/messages/{posted['id']}?after=1", headers=AUTH)[0] == 200
+    assert call(daemon, "GET", "/v1/messages/x?after=one", headers=AUTH) == (
+        400,
+        {"error": "after must be a whole number of replies"},
+    )
+    assert call(daemon, "GET", "/v1/messages/x?wait=abc", headers=AUTH) == (
+        400,
+        {"error": "wait must be a number of seconds from 0"},
+    )
+    assert call(daemon, "GET", "/v1/messages/none", headers=AUTH) == (
+        404,
+        {"error": "no message 'none'"},
+    )
+    assert call(daemon, "GET", "/v1/nothing", headers=AUTH) == (404, {"error": "Not Found"})
+    assert call(daemon, "DELETE", "/v1/groups", headers=AUTH) == (
+        405,
+        {"error": "Method Not Allowed"},
+    )
+    assert call(daemon, "GET", "/v1/groups")[0] == 401  # only /healthz is open
 
 
 def test_unknown_group_paused_group_and_message_lookups(daemon) -> None:  # type: ignore[no-untyped-def]
@@ -125,7 +183,7 @@ def test_unknown_group_paused_group_and_message_lookups(daemon) -> None:  # type
     assert call(daemon, "POST", "/v1/groups/nope/messages", json=body, headers=AUTH)[0] == 404
     daemon.queue.pause("fam", "disk", "over its disk limit", refuse_new=True)
     code, answer = call(daemon, "POST", "/v1/groups/fam/messages", json=body, headers=AUTH)
-    assert code == 503 and "over its disk limit" in answer["error"]
+    assert (code, answer) == (503, {"error": "over its disk limit"})
     assert call(daemon, "GET", "/v1/messages/none", headers=AUTH)[0] == 404
     assert call(daemon, "GET", "/v1/messages/x?wait=abc", headers=AUTH)[0] == 400
     assert call(daemon, "GET", "/v1/groups", headers=AUTH)[1] == [

@@ -67,6 +67,43 @@ def test_every_finding_kind(tree: Path) -> None:
     assert ("type-missing", "people/ada.md") not in kinds(report)
 
 
+def test_every_finding_says_exactly_what_and_whether_fix_repairs_it(tree: Path) -> None:
+    report = lint_memory(tree)
+    found = [(f.path, f.kind, f.message, f.fixable) for f in report.findings]  # report order
+    unreachable = "not reachable by links from index.md; link it from its folder index"
+    no_type = "frontmatter has no non-empty string 'type'"
+    assert found == [
+        ("link.md", "symlink", "symlink to '/etc/hostname'; memory must hold real files "
+         "(the hook and the host never follow symlinks)", False),
+        ("orphan.md", "unreachable", unreachable, False),
+        ("people/bob.md", "frontmatter-missing", "no YAML frontmatter; OKF needs one with a "
+         "type", True),
+        ("people/cy.md", "type-missing", no_type, True),
+        ("people/dee.md", "frontmatter-invalid", "frontmatter cannot be parsed: did not find "
+         "expected ',' or ']' (frontmatter line 2)", True),
+        ("people/eve.md", "type-missing", no_type, True),
+        ("people/fay.md", "not-utf8", "not UTF-8 text (invalid byte at offset 21); save it as "
+         "UTF-8", False),
+        ("people/gus.md", "type-missing", f"{no_type} (got ['a', 'b']; set it by hand)", False),
+        ("people/gus.md", "unreachable", unreachable, False),
+        ("system/definition.md", "over-budget", "16006 characters; only the first 16000 are "
+         "injected. Move detail into linked files", False),
+    ]  # fmt: skip
+    assert report.files_checked == 12
+
+
+def test_a_missing_or_symlinked_memory_folder_is_one_finding(tmp_path: Path) -> None:
+    missing = lint_memory(tmp_path / "memory")
+    assert [(f.kind, f.path, f.message) for f in missing.findings] == [
+        ("unreadable", ".", "memory folder is missing; run: orchestrator memory scaffold")
+    ]
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "memory").symlink_to(tmp_path / "elsewhere")
+    linked = lint_memory(tmp_path / "memory")
+    assert [(f.kind, f.path) for f in linked.findings] == [("symlink", ".")]
+    assert linked.findings[0].message == "memory is a symlink, not a folder"
+
+
 def test_fix_repairs_metadata_and_keeps_everything_else(tree: Path) -> None:
     cy_before = (tree / "people/cy.md").read_text()
     report = lint_memory(tree, fix=True)

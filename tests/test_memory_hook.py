@@ -148,3 +148,86 @@ def test_help_and_bad_argument(agent_dir: Path) -> None:
     assert "Usage: orchestrator hook session-start" in hook(None, "", "--help").stdout
     bad = hook(None, "", "--frobnicate")
     assert bad.returncode == 2 and "unexpected argument" in bad.stderr
+
+
+def run_main(monkeypatch, capsys, stdin: str, *argv: str) -> tuple[int, str, str]:  # type: ignore[no-untyped-def]
+    """The hook's entry point in this process (the subprocess tests above run it whole)."""
+    import io
+
+    from orchestrator.agent import memory_hook
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    code = memory_hook.main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_the_whole_block_is_exact(tmp_path: Path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "memory/system").mkdir(parents=True)
+    (tmp_path / "memory/index.md").write_text("\n  # Map\n\n- [a](a.md)\n\n")
+    (tmp_path / "memory/system/definition.md").write_text("D" * (BUDGET + 1))
+    event = json.dumps({"source": "compact", "agent_dir": "/ignored"})
+    code, out, err = run_main(monkeypatch, capsys, event, f"--agent-dir={tmp_path}")
+    assert (code, err) == (0, "")
+    memory = tmp_path / "memory"
+    assert out == (
+        "## Memory\n\n"
+        f"Your durable memory is a folder of plain Markdown files at {memory}/, an Open\n"
+        "Knowledge Format (OKF) v0.1 bundle. The files on disk are authoritative: they are "
+        "what\nyou know, people may edit them directly, and you may read and edit them with "
+        "your file\ntools. Below are the map (index.md) and the memory doctrine "
+        "(system/definition.md);\nlinks from the index lead to more detailed files, which you "
+        "read when they become\nrelevant.\n\n"
+        "### memory/index.md\n\n# Map\n\n- [a](a.md)\n\n"
+        "### memory/system/definition.md\n\n" + "D" * BUDGET + "\n[truncated: memory/system/"
+        "definition.md is longer than 16,000 characters and only its beginning was loaded. "
+        "Slim this file: keep headlines and links here and move the detail into linked "
+        "files.]\n"
+    )
+
+
+def test_the_agent_dir_comes_from_the_option_then_the_event_then_the_default(
+    tmp_path: Path,
+    monkeypatch,
+    capsys,  # type: ignore[no-untyped-def]
+) -> None:
+    event = {"source": "startup", "agent_dir": str(tmp_path / "from-event")}
+    _, out, _ = run_main(monkeypatch, capsys, json.dumps(event), "--agent-dir", str(tmp_path))
+    assert f"files at {tmp_path / 'memory'}/," in out
+    _, out, _ = run_main(monkeypatch, capsys, json.dumps(event))
+    assert f"files at {tmp_path / 'from-event' / 'memory'}/," in out
+    for given in ("", 5, None):
+        _, out, _ = run_main(monkeypatch, capsys, json.dumps({**event, "agent_dir": given}))
+        assert "files at /workspace/agent/memory/," in out
+    assert out.count("(memory/index.md is missing; nothing was loaded)") == 1
+
+
+def test_help_and_bad_arguments_in_process(monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    code, out, _ = run_main(monkeypatch, capsys, "", "-h")
+    assert code == 0 and out == (
+        "Usage: orchestrator hook session-start [--agent-dir DIR]\n\n"
+        "  Print the group's memory for a fresh context. Reads the SessionStart\n"
+        '  event JSON on stdin: {"source": "startup|clear|compact|resume", ...}.\n'
+        "  DIR defaults to the event's agent_dir, else /workspace/agent.\n"
+    )
+    assert run_main(monkeypatch, capsys, "", "--frobnicate") == (
+        2,
+        "",
+        "error: unexpected argument '--frobnicate'\n",
+    )
+    # --agent-dir with no value is an unexpected argument, not a crash
+    assert run_main(monkeypatch, capsys, "", "--agent-dir")[0] == 2
+    for source in ("resume", "other"):
+        event = json.dumps({"source": source})
+        assert run_main(monkeypatch, capsys, event, "--agent-dir", "/x") == (0, "", "")
+
+
+def test_an_unreadable_file_says_why(agent_dir: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.confined import ConfinedDir
+
+    def fail(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(ConfinedDir, "read_bytes", fail)
+    text = render_memory(str(agent_dir))
+    assert "(memory/index.md is unreadable: Permission denied; nothing was loaded)" in text

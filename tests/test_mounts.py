@@ -209,3 +209,80 @@ def test_the_allowlists_own_folder_is_never_mounted(setup, tmp_path: Path) -> No
     (allowlist.parent / "notes").mkdir()
     message = refusal(setup, MountRequest(str(allowlist.parent / "notes"), "n"))
     assert "overlaps" in message and "orchestrator's own files" in message
+
+
+def _refused(setup, request: MountRequest) -> tuple[str, str | None]:  # type: ignore[no-untyped-def]
+    with pytest.raises(MountRefused) as info:
+        resolve(setup, request)
+    return info.value.message, info.value.hint
+
+
+def test_each_refusal_says_exactly_why_and_what_to_do(setup, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    home, shared, allowlist = setup
+    docs, outside = shared / "docs", tmp_path / "outside"
+    outside.mkdir()
+    (shared / "secret").mkdir()
+    (shared / "secret" / "id_rsa").write_text("k")
+    assert _refused(setup, MountRequest(f"{docs}/../docs", "d")) == (
+        f"mount 'd' ({docs}/../docs): '..' is not allowed in a mount path",
+        "write the path without '..'",
+    )
+    assert _refused(setup, MountRequest(str(shared / "secret"), "s")) == (
+        f"mount 's' ({shared / 'secret'}): {shared / 'secret'} holds 'id_rsa', which is "
+        "never mounted",
+        "mount a folder that holds no secrets",
+    )
+    assert _refused(setup, MountRequest(str(outside), "o")) == (
+        f"mount 'o' ({outside}): {outside} is not under an allowlisted root ({shared}, "
+        f"{shared / 'rw'})",
+        f"add a root to {allowlist}",
+    )
+    assert _refused(setup, MountRequest(str(docs), "d", writable=True)) == (
+        f"mount 'd' ({docs}): writable requested, but root {shared} allows read-only mounts only",
+        f"set writable: true on that root in {allowlist}, or drop writable",
+    )
+    allowlist.write_text(f"roots:\n  - path: {tmp_path}\n")
+    assert _refused(setup, MountRequest(str(home), "h")) == (
+        f"mount 'h' ({home}): {home} overlaps {home}, the orchestrator's own files",
+        "mount a folder outside the orchestrator home and config",
+    )
+    allowlist.write_text("roots: []\n")
+    assert _refused(setup, MountRequest(str(outside), "o"))[0].endswith(
+        f"{outside} is not under an allowlisted root (none listed)"
+    )
+    allowlist.unlink()
+    assert _refused(setup, MountRequest(str(docs), "d")) == (
+        f"mount 'd' ({docs}): no mount allowlist at {allowlist}, so no extra mounts are allowed",
+        "list allowed roots in that file (see README, Extra mounts)",
+    )
+
+
+def test_the_allowlist_file_is_checked_exactly(setup, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    home, shared, allowlist = setup
+    inside = home / "allow.yaml"
+    inside.write_text(f"roots: [{{path: {shared}}}]\n")
+    with pytest.raises(InvalidConfig) as info:
+        resolve_mounts((MountRequest(str(shared), "s"),), allowlist_path=inside, home_root=home)
+    assert (info.value.message, info.value.hint) == (
+        f"{inside}: the mount allowlist must live outside the orchestrator home {home}",
+        "move it, e.g. to ~/.config/orchestrator/mount-allowlist.yaml",
+    )
+    for body, problem in (
+        ("roots: {path: /srv}\n", "1: roots: must be a list of {path, writable} mappings"),
+        (f"roots:\n  - path: {'/x' * 2048}y\n", "2: roots[0].path: "),  # 4,097 characters
+    ):
+        allowlist.write_text(body)
+        with pytest.raises(InvalidConfig) as info:
+            resolve(setup, MountRequest(str(shared), "s"))
+        assert info.value.message.startswith(f"{allowlist}:{problem}"), info.value.message
+    allowlist.write_text(f"roots:\n  - path: {'/x' * 2048}\n")  # 4,096 characters: loads
+    assert _refused(setup, MountRequest(str(shared), "s"))[0].endswith(
+        f"is not under an allowlisted root ({'/x' * 2048})"
+    )
+    # a missing roots key allows nothing; a root may be given from the home folder (~)
+    allowlist.write_text("{}\n")
+    assert _refused(setup, MountRequest(str(shared), "s"))[0].endswith("(none listed)")
+    allowlist.write_text("roots:\n  - path: ~/\n")
+    assert _refused(setup, MountRequest(str(shared), "s"))[0].endswith(
+        f"is not under an allowlisted root ({Path.home().resolve()})"
+    )

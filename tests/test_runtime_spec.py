@@ -76,6 +76,37 @@ def test_hardening_and_limits() -> None:
     assert spec(bridge).network_mode == "bridge"
 
 
+def test_the_runners_environment_and_filesystem_are_exact() -> None:
+    """What the runner reads at start (AgentSettings.from_env) and where it runs."""
+    s = spec()
+    assert s.environment == {
+        "HOME": "/home/agent",
+        "ORCHESTRATOR_GROUP": "fam",
+        "ORCHESTRATOR_AGENT_DIR": "/workspace/agent",
+        "ORCHESTRATOR_RUNTIME_DIR": "/run/orchestrator",
+        "ORCHESTRATOR_PROVIDER": "offline",
+        "ORCHESTRATOR_MODEL": "offline-rules",
+        "ORCHESTRATOR_SESSION_MODE": "per-chat",
+        "ORCHESTRATOR_CONTEXT_BUDGET": "400000",
+    }
+    assert s.tmpfs == {
+        "/tmp": "rw,nosuid,nodev,size=67108864,mode=1777",
+        "/home/agent": "rw,nosuid,nodev,size=67108864,mode=0700,uid=1000,gid=1000",
+    }
+    assert (s.working_dir, s.hostname) == ("/workspace/agent", "fam")
+    group = replace(GROUP, config=replace(GROUP.config, skills=("search",)))
+    skills = [(m.source, m.target) for m in spec(group).mounts if "skills" in m.target]
+    assert skills == [("/src/skills/search", "/workspace/skills/search")]
+
+
+def test_the_config_hash_is_stable_across_versions() -> None:
+    """A changed encoding of the hash would recreate every group's container at the next
+    start after an upgrade, running or not: the hash of a fixed spec is pinned."""
+    assert config_hash(spec()) == (
+        "4c09d1b1c9ddd61d1800aca530a1dc07a53e203072f849fdeae8659bcc78c999"
+    )
+
+
 def test_labels_and_config_hash() -> None:
     s = spec()
     assert s.labels["org.orchestrator.project"] == "orchestrator"
@@ -185,3 +216,79 @@ def test_reconcile_plan() -> None:
         ("remove-orphan", "p-nolabel"),
     ]
     assert plan_reconcile([], desired, last_activity={}, idle_timeouts={}, now=0) == []
+
+
+def test_reconcile_reasons_folders_and_the_idle_boundary() -> None:
+    from orchestrator.runtime.reconcile import Action
+
+    containers = [
+        info("p-a", "a"),
+        info("p-b", "b", digest="old"),
+        info("p-c", "c", state="exited"),
+        info("p-d", "d"),
+        info("p-gone", "gone"),
+        info("p-e", "e", started=1000.0),
+        info("p-f", "f", started=1400.0),
+        info("p-g", "g", started=1000.0),
+    ]
+    legacy = [info("old-z", "z"), info("old-y", "y")]
+    desired = {"a": "h1", "b": "h1", "c": "h1", "d": None, "e": "h1", "f": "h1", "g": "h1"}
+    plan = plan_reconcile(
+        containers,
+        desired,
+        # e: the last message at 1300 is later than its start; idle exactly the timeout
+        # f: started after its last message: idle counts from the start, 1 s short
+        # g: no activity recorded and no timeout: never stopped
+        last_activity={"e": 1300.0, "f": 1000.0},
+        idle_timeouts={"a": 60, "e": 700, "f": 601},
+        now=2000.0,
+        legacy=legacy,
+    )
+    assert plan == [
+        Action("replace-legacy", "old-y", "y", "old naming scheme; made again when needed"),
+        Action("replace-legacy", "old-z", "z", "old naming scheme; made again when needed"),
+        Action("stop-idle", "p-a", "a", "idle for 1000s"),
+        Action("recreate", "p-b", "b", "config changed"),
+        Action("remove", "p-c", "c", "container is exited"),
+        Action("adopt", "p-d", "d", "desired config unavailable; kept"),
+        Action("stop-idle", "p-e", "e", "idle for 700s"),
+        Action("adopt", "p-f", "f", "running and current"),
+        Action("adopt", "p-g", "g", "running and current"),
+        Action("remove-orphan", "p-gone", "gone", "its group no longer exists"),
+    ]
+
+
+def test_apply_plan_does_what_each_action_says() -> None:
+    from orchestrator.runtime.reconcile import Action, apply_plan
+
+    done: list[tuple[str, ...]] = []
+
+    class Ops:
+        def recreate_container(self, folder: str, old_name: str) -> None:
+            done.append(("recreate", folder, old_name))
+
+        def remove_container(self, name: str) -> None:
+            done.append(("remove", name))
+
+        def stop_container(self, name: str) -> None:
+            done.append(("stop", name))
+
+    apply_plan(
+        [
+            Action("adopt", "p-a", "a", ""),
+            Action("recreate", "p-b", "b", ""),
+            Action("recreate", "p-x", None, ""),  # no folder: nothing to make again
+            Action("remove", "p-c", "c", ""),
+            Action("remove-orphan", "p-o", None, ""),
+            Action("replace-legacy", "old-l", "l", ""),
+            Action("stop-idle", "p-e", "e", ""),
+        ],
+        Ops(),
+    )
+    assert done == [
+        ("recreate", "b", "p-b"),
+        ("remove", "p-c"),
+        ("remove", "p-o"),
+        ("remove", "old-l"),
+        ("stop", "p-e"),
+    ]

@@ -158,3 +158,44 @@ def test_cli_scaffold_reports_created_and_nothing(run, home: Path) -> None:  # t
     result = run("memory", "scaffold", "fam")
     assert result.exit_code == 1
     assert "memory/index.md is a symlink" in result.stderr
+
+
+def test_a_group_folder_that_cannot_be_opened_is_a_problem(tmp_path: Path) -> None:
+    missing = scaffold_memory(tmp_path / "gone")
+    assert missing.problems == [
+        f"{tmp_path / 'gone'}: cannot open the group folder (No such file or directory)"
+    ]
+    assert (missing.created, missing.complete) == ([], False)
+    (tmp_path / "real").mkdir()
+    (tmp_path / "linked").symlink_to(tmp_path / "real")
+    linked = scaffold_memory(tmp_path / "linked")
+    assert linked.problems == [
+        f"{tmp_path / 'linked'}: cannot open the group folder (is a symlink, not a folder)"
+    ]
+    assert list((tmp_path / "real").iterdir()) == []
+
+
+def test_a_complete_tree_is_recognised_without_making_anything(
+    group_dir: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.confined import ConfinedDir
+
+    first = scaffold_memory(group_dir)
+    assert first.complete and len(first.created) == 5
+
+    def refuse(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("the fast path should have answered")
+
+    monkeypatch.setattr(ConfinedDir, "make_dir", refuse)
+    monkeypatch.setattr(ConfinedDir, "create_exclusive", refuse)
+    again = scaffold_memory(group_dir)
+    assert (again.created, again.problems, again.complete) == ([], [], True)
+    for name in ("memory/index.md", "memory/system/index.md", "memory/system/definition.md"):
+        target = group_dir / name
+        text = target.read_text()
+        target.unlink()
+        target.mkdir()  # not a regular file: the fast path must not take the tree as complete
+        with pytest.raises(AssertionError, match="the fast path should have answered"):
+            scaffold_memory(group_dir)
+        target.rmdir()
+        target.write_text(text)
