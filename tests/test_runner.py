@@ -400,3 +400,156 @@ def test_compaction_keeps_the_last_4_messages_verbatim(settings: AgentSettings) 
     summary, *kept = fresh.messages
     assert summary["content"].startswith("[Summary of the earlier conversation]")
     assert kept == before[-4:] and kept[0]["role"] == "user"
+
+
+class Scripted:
+    """A provider that answers from a script and keeps every request it was sent."""
+
+    def __init__(self, *answers: object) -> None:
+        from dataclasses import replace
+
+        from orchestrator.agent.providers.base import Provider
+
+        self.answers = list(answers)
+        self.requests: list[object] = []
+        outer = self
+
+        class _P(Provider):
+            name = "scripted"
+
+            def complete(self, request, host=None):  # type: ignore[no-untyped-def]
+                # a snapshot: the runner goes on appending to the live context's list
+                outer.requests.append(replace(request, messages=list(request.messages)))
+                answer = outer.answers.pop(0)
+                if isinstance(answer, Exception):
+                    raise answer
+                return answer
+
+        self.provider = _P("m")
+
+
+def _events(settings: AgentSettings, key: str) -> list[dict[str, object]]:
+    """The session's events, without their time stamps."""
+    return [
+        {k: v for k, v in e.items() if k != "ts"}
+        for e in Session(settings.sessions_dir, key).events()
+    ]
+
+
+def test_one_turn_is_recorded_exactly(settings: AgentSettings) -> None:
+    from orchestrator.agent.providers.base import Completion, ToolCall
+
+    (settings.agent_dir / "files" / "a.txt").write_text("alpha")
+    script = Scripted(
+        Completion(
+            "looking",
+            (
+                ToolCall("c1", "read_file", {"path": "files/a.txt"}),
+                ToolCall("c2", "read_file", {"path": "../outside"}),
+                ToolCall("c3", "send_message", {"text": "working on it"}),
+            ),
+        ),
+        Completion("  " + "z" * 32_010 + "  "),
+    )
+    r = Runner(settings, provider=script.provider, hooks=[])
+    result = r.handle(Turn("t1", "k", "read it", sender="bob", trust="member"))
+    assert (result.session, result.fresh_context, result.compacted, result.duplicate) == (
+        "chat-k",
+        "startup",
+        False,
+        False,
+    )
+    assert result.replies == ["working on it", "z" * 32_000]  # the final one cut at 32,000
+    events = _events(settings, "chat-k")
+    assert [e["t"] for e in events] == ["context", "msg", "msg", "msg", "msg", "msg", "msg", "done"]
+    assert {k: events[0][k] for k in ("context_id", "source", "provider", "model")} == {
+        "context_id": 1,
+        "source": "startup",
+        "provider": settings.provider,
+        "model": settings.model,
+    }
+    user, assistant, read, refused, sent, final = (
+        {k: v for k, v in e.items() if k != "t"} for e in events[1:7]
+    )
+    assert user == {
+        "turn_id": "t1",
+        "role": "user",
+        "content": "read it",
+        "sender": "bob",
+        "trust": "member",
+    }
+    assert assistant == {
+        "turn_id": "t1",
+        "role": "assistant",
+        "content": "looking",
+        "tool_calls": [
+            {"id": "c1", "name": "read_file", "arguments": {"path": "files/a.txt"}},
+            {"id": "c2", "name": "read_file", "arguments": {"path": "../outside"}},
+            {"id": "c3", "name": "send_message", "arguments": {"text": "working on it"}},
+        ],
+    }
+    assert read == {
+        "turn_id": "t1",
+        "role": "tool",
+        "tool_call_id": "c1",
+        "name": "read_file",
+        "content": "alpha",
+    }
+    assert refused["tool_call_id"] == "c2" and str(refused["content"]).startswith("ERROR: ")
+    assert sent["content"] == "SENT"
+    assert final == {"turn_id": "t1", "role": "assistant", "content": "  " + "z" * 32_010 + "  "}
+    assert events[7] == {"t": "done", "turn_id": "t1", "replies": result.replies}
+    first, second = script.requests
+    assert first.purpose == second.purpose == "turn"  # type: ignore[attr-defined]
+    assert first.system == events[0]["system"]  # type: ignore[attr-defined]
+    assert [m["role"] for m in second.messages] == [  # type: ignore[attr-defined]
+        "user", "assistant", "tool", "tool", "tool"
+    ]  # fmt: skip
+    assert {t.name for t in first.tools} >= {"read_file", "send_message"}  # type: ignore[attr-defined]
+
+
+def test_no_reply_blank_replies_and_a_tool_that_fails_on_the_disk(
+    settings: AgentSettings, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.agent.providers.base import Completion, ToolCall
+
+    def broken(self, path: str) -> str:  # type: ignore[no-untyped-def]
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(Toolbox, "_read_file", broken)
+    script = Scripted(
+        Completion(None, (ToolCall("c1", "read_file", {"path": "files/x"}),)),
+        Completion(" NO_REPLY "),
+        Completion("   "),
+    )
+    r = Runner(settings, provider=script.provider, hooks=[])
+    assert r.handle(Turn("t1", "k", "x")).replies == []
+    tool = next(e for e in _events(settings, "chat-k") if e.get("role") == "tool")
+    assert tool["content"] == "ERROR: read_file failed: Input/output error"
+    assert r.handle(Turn("t2", "k", "y")).replies == []
+
+
+def test_clear_a_budget_and_a_repeated_turn_id(settings: AgentSettings) -> None:
+    from orchestrator.agent.providers.base import BudgetExhausted, Completion
+
+    script = Scripted(
+        Completion("one"),
+        BudgetExhausted("This group has used its model budget for today."),
+        Completion("three"),
+    )
+    r = Runner(settings, provider=script.provider, hooks=[])
+    assert r.handle(Turn("t1", "k", "a")).replies == ["one"]
+    cleared = r.handle(Turn("t2", "k", " /clear "))
+    assert (cleared.replies, cleared.fresh_context) == (
+        ["Started a fresh context; memory was loaded again."],
+        "clear",
+    )
+    spent = r.handle(Turn("t3", "k", "b"))
+    assert spent.replies == ["This group has used its model budget for today."]
+    assert r.handle(Turn("t4", "k", "c")).replies == ["three"]
+    again = r.handle(Turn("t3", "k", "b"))
+    assert (again.replies, again.duplicate) == (spent.replies, True)
+    contexts_ = [e for e in _events(settings, "chat-k") if e["t"] == "context"]
+    assert [(c["context_id"], c["source"]) for c in contexts_] == [(1, "startup"), (2, "clear")]
+    done = [e["turn_id"] for e in _events(settings, "chat-k") if e["t"] == "done"]
+    assert done == ["t1", "t2", "t3", "t4"]
