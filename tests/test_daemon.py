@@ -3,7 +3,6 @@ turns, cancellation, disk pauses and inbound checks. No engine needed."""
 
 from __future__ import annotations
 
-import re
 import socket
 import threading
 import time
@@ -69,14 +68,25 @@ def test_inbound_checks_name_the_field_that_is_wrong() -> None:
         "sender must be 1..200 characters (got 201 characters)": {"sender": "x" * 201},
         "chat must be 1..200 characters (got 201 characters)": {"chat": "x" * 201},
         "the message is 32001 characters; at most 32000 are accepted": {"text": "x" * 32_001},
-        "the message text is not valid Unicode": {"text": "bad \ud800 text"},
+        "the message text is not valid Unicode (a lone surrogate at character 5)": {
+            "text": "bad \ud800 text"
+        },
         "sender contains the control character U+001B": {"sender": "a\x1b[31m"},
-        "thread must be 1..200 characters": {"thread": ""},
+        "thread must be 1..200 characters (got 0 characters)": {"thread": ""},
         "the message text is empty": {"text": "   "},
+        "chat must be 1..200 characters (got None)": {"chat": None},
+        "sender must be 1..200 characters (got 7)": {"sender": 7},
+        "thread contains the control character U+0000": {"thread": "t\x00"},
+        "chat contains a line break": {"chat": "a\nb"},
+        "the message text contains the control character U+0007": {"text": "a\x07b"},
     }
     for expected, change in cases.items():
-        with pytest.raises(BadInput, match=re.escape(expected)):
+        with pytest.raises(BadInput) as refused:
             check_inbound(**{**ok, **change})
+        assert refused.value.message == expected
+    with pytest.raises(BadInput) as refused:
+        check_inbound(**{**ok, "text": 5})
+    assert refused.value.message == "the message text is empty"
     check_inbound(**{**ok, "text": "x" * 32_000, "thread": "t"})
 
 
@@ -320,3 +330,48 @@ def test_no_more_turns_run_at_once_than_the_concurrency(home: Path) -> None:
             runner.close()
         daemon.relay.usage.close()
         daemon.queue.close()
+
+
+def test_submit_refusals_say_exactly_why_and_what_to_do(setup) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.errors import DaemonStopping, SenderRefused
+
+    daemon, _runners = setup
+    with pytest.raises(SenderRefused) as refused:
+        daemon.submit("good", "hi", chat="c", sender="mallory", channel="cli")
+    assert (refused.value.message, refused.value.hint) == (
+        "sender 'mallory' may not talk to group 'good'",
+        "add the sender to creators or members in its group.yaml",
+    )
+    daemon.queue.pause("good", "operator", "maintenance", refuse_new=True)
+    with pytest.raises(GroupPaused) as paused:
+        daemon.submit("good", "hi", chat="c", sender="op", channel="cli")
+    assert (paused.value.message, paused.value.hint) == (
+        "maintenance",
+        "resume it with: orchestrator group resume good",
+    )
+    daemon.queue.resume("good")
+    daemon.queue.pause("good", "disk", "over its disk limit", refuse_new=True)
+    with pytest.raises(GroupPaused) as paused:
+        daemon.submit("good", "hi", chat="c", sender="op", channel="cli")
+    assert (paused.value.message, paused.value.hint) == (
+        "over its disk limit",
+        "free space in groups/good/ (see: orchestrator status)",
+    )
+    daemon.queue.resume("good")
+    # a pause that does not refuse new messages holds them instead
+    daemon.queue.pause("good", "operator", "hold")
+    held = daemon.submit("good", "hi", chat="c", sender="op", channel="cli")
+    assert (held.state, held.session, held.trust, held.channel) == (
+        "queued",
+        "chat-c",
+        "creator",
+        "cli",
+    )
+    daemon.queue.resume("good")
+    daemon.accepting = False
+    with pytest.raises(DaemonStopping) as stopping:
+        daemon.submit("good", "hi", chat="c", sender="op", channel="cli")
+    assert (stopping.value.message, stopping.value.hint) == (
+        "the daemon is shutting down and accepts no new messages",
+        "send again once it is back",
+    )
