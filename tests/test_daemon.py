@@ -375,3 +375,61 @@ def test_submit_refusals_say_exactly_why_and_what_to_do(setup) -> None:  # type:
         "the daemon is shutting down and accepts no new messages",
         "send again once it is back",
     )
+
+
+def _until(check, timeout: float = 30.0):  # type: ignore[no-untyped-def]
+    """Poll ``check()`` until it returns something true (a state-based wait)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.02)
+    raise AssertionError("the state was never reached")
+
+
+@pytest.mark.parametrize(
+    ("answer", "error"),
+    [
+        ({"ok": False, "error": "boom"}, "boom"),
+        ({"ok": False}, "the runner refused the turn"),
+        ({"ok": True, "replies": "not a list"}, "the runner's answer has no list of text replies"),
+        ({"ok": True, "replies": ["a", 5]}, "the runner's answer has no list of text replies"),
+        ({"ok": True}, "the runner's answer has no list of text replies"),
+    ],
+)
+def test_a_runner_answer_that_is_not_a_result_is_a_failed_delivery(
+    setup, answer: dict[str, Any], error: str
+) -> None:  # type: ignore[no-untyped-def]
+    daemon, runners = setup
+
+    def refuse(conn: socket.socket, request: dict[str, Any]) -> None:
+        wire.send_frame(conn, answer)
+
+    runners["good"].behaviour = refuse
+    message = daemon.submit("good", "hi", chat="c", sender="op", channel="cli", thread="t1")
+    failed = _until(
+        lambda: (m := daemon.queue.get(message.id)) is not None and m.attempts == 1 and m
+    )
+    assert (failed.state, failed.last_error) == (QUEUED, error)
+    assert runners["good"].turns[0] == {
+        "turn_id": message.id,
+        "chat": "c",
+        "thread": "t1",
+        "sender": "op",
+        "trust": "creator",
+        "text": "hi",
+    }
+    _until(lambda: daemon.stats.failed >= 1)
+    assert daemon.stats.delivered == 0
+
+
+def test_a_delivered_turn_is_counted_and_its_group_measured(setup) -> None:  # type: ignore[no-untyped-def]
+    daemon, _runners = setup
+    message = daemon.submit("good", "hi", chat="c", sender="op", channel="cli")
+    done = daemon.wait(message.id, 30)
+    assert done is not None and (done.state, done.replies) == (DONE, ("echo: hi",))
+    _until(lambda: daemon.stats.delivered == 1)
+    assert daemon.stats.failed == 0 and daemon.inflight == 0
+    with daemon.cond:
+        assert daemon.running.get("good") == 0 and not daemon.busy
