@@ -433,3 +433,58 @@ def test_a_delivered_turn_is_counted_and_its_group_measured(setup) -> None:  # t
     assert daemon.stats.failed == 0 and daemon.inflight == 0
     with daemon.cond:
         assert daemon.running.get("good") == 0 and not daemon.busy
+
+
+def test_missing_credentials_are_reported_per_provider_in_use(
+    home: Path, monkeypatch, caplog
+) -> None:  # type: ignore[no-untyped-def]
+    import logging
+
+    monkeypatch.delenv("NOPE_KEY_FOR_TEST", raising=False)
+    (home / "orchestrator.yaml").write_text(
+        "providers:\n"
+        "  used:\n    kind: openai\n    base_url: http://127.0.0.1:9/v1\n"
+        "    key_env: NOPE_KEY_FOR_TEST\n    models: [m]\n"
+        "  unused:\n    kind: openai\n    base_url: http://127.0.0.1:9/v1\n"
+        "    key_env: ALSO_MISSING_FOR_TEST\n    models: [m]\n"
+    )
+    h = Home(home)
+    GroupStore(h).add(GroupConfig(name="fam", provider="used", model="m"))
+    config = h.load_config()
+    runtime = GroupRuntime(h, config, FakeBackend(), lambda: "img:1", ready=lambda _: True)
+    daemon = Daemon(h, config, runtime, open_queue(h), concurrency=4)
+    try:
+        with caplog.at_level(logging.WARNING, logger="orchestrator.daemon"):
+            problems = daemon.check_credentials()
+        assert problems == ["provider 'used': environment variable NOPE_KEY_FOR_TEST is not set"]
+        assert (
+            "provider 'used': environment variable NOPE_KEY_FOR_TEST is not set; turns of "
+            "groups using it will fail"
+        ) in caplog.text
+        monkeypatch.setenv("NOPE_KEY_FOR_TEST", "k")
+        assert daemon.check_credentials() == []
+        # a reloaded configuration applies at once: the per-group share among them
+        assert daemon.per_group == 2
+        daemon.apply_config(replace(config, per_group_concurrency=3))
+        assert daemon.per_group == 3
+        assert daemon.relay.config.per_group_concurrency == 3
+        assert daemon.runtime.config.per_group_concurrency == 3
+    finally:
+        daemon.relay.close()
+        daemon.relay.usage.close()
+        daemon.queue.close()
+
+
+def test_retry_watch_and_listeners(setup) -> None:  # type: ignore[no-untyped-def]
+    daemon, _runners = setup
+    seen: list[str] = []
+    daemon.add_listener(seen.append)
+    daemon.add_listener(lambda message_id: 1 / 0)  # a failing listener harms no other
+    message = daemon.submit("good", "hi", chat="c", sender="op", channel="cli")
+    snapshots = list(daemon.watch(message.id, 30))
+    assert snapshots[-1].state == DONE and snapshots[-1].replies == ("echo: hi",)
+    assert message.id in seen
+    assert list(daemon.watch("no-such-id", 30)) == []
+    assert daemon.retry(message.id) is False  # only a dead letter can be retried
+    with daemon.cond:
+        assert daemon.watchers == {}  # every watcher cleaned up
