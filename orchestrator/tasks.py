@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import re
 import sqlite3
 import time
@@ -230,8 +231,8 @@ def next_due(task: Task, after: float) -> float | None:
     if task.kind == EVERY:
         seconds = parse_duration(task.spec) or 60
         due = task.next_run if task.next_run is not None else after
-        while due <= after:
-            due += seconds
+        if due <= after:  # whole intervals on from the last due time (no loop: a long
+            due += (math.floor((after - due) / seconds) + 1) * seconds  # downtime is cheap)
         return due
     return cron_next(task.spec, task.tz, after)
 

@@ -692,3 +692,17 @@ def test_store_lookup_reads_the_groups_own_configuration(home: Path) -> None:
 def test_cron_next_is_strictly_after() -> None:
     start = at(2026, 5, 1, 8)
     assert cron_next("0 8 * * *", "Europe/Lisbon", start) == at(2026, 5, 2, 8)
+
+
+def test_an_interval_after_a_long_downtime_lands_on_its_own_grid(tasks) -> None:  # type: ignore[no-untyped-def]
+    store, scheduler, lookup = tasks
+    lookup.settings = replace(SETTINGS, min_interval_seconds=1, grace_seconds=10**9)
+    now = at(2026, 5, 1, 9)
+    task = add(store, "every", "1s", now, settings=lookup.settings)
+    year = 365 * 86400
+    [ran] = scheduler.tick(now + year + 0.5)  # one run, however many were missed
+    assert ran.due == now + 1
+    assert store.require(task.id).next_run == now + year + 1
+    assert scheduler.tick(now + year + 0.9) == []
+    [ran] = scheduler.tick(now + year + 1)
+    assert ran.due == now + year + 1
