@@ -164,3 +164,4 @@ DEFAULT_TASK_MIN_INTERVAL_SECONDS = 60
 DEFAULT_TASK_GRACE_SECONDS = 3600  # a task due while the daemon was down runs if this late
 SCHEDULER_TICK_SECONDS = 1.0  # the most a due task waits for the scheduler
 TASK_TEXT_MAX_CHARS = 4_000
+HTTP_CHAT_MESSAGES_MAX = 100  # messages one GET of a chat's messages returns (the newest)

@@ -527,6 +527,24 @@ class MessageQueue:
             )
         return _row(row, replies)
 
+    def chat_messages(
+        self, group: str, chat: str, since: float = 0.0, limit: int = 100
+    ) -> list[Message]:
+        """The messages of one chat of a group created at or after ``since``, the oldest
+        first, at most ``limit`` (the newest of them): what a channel polls to show what
+        arrived on its own, such as a scheduled task's run."""
+        with self._lock:
+            ids = [
+                r[0]
+                for r in self._db.execute(
+                    "SELECT id FROM messages WHERE group_folder=? AND chat=? AND created>=?"
+                    " ORDER BY created DESC LIMIT ?",
+                    (group, chat, since, limit),
+                )
+            ]
+        found = (self.get(message_id) for message_id in reversed(ids))
+        return [m for m in found if m is not None]
+
     def others_in_session(self, message_id: str, trusted: str) -> int:
         """How many messages from senders not of trust ``trusted`` came before
         ``message_id`` in its session since the session's last completed ``/clear``:

@@ -293,3 +293,41 @@ def test_a_long_poll_with_after_returns_at_the_next_reply(served) -> None:  # ty
     poll.join(30)
     [(code, body)] = results
     assert code == 200 and body["state"] == "queued" and body["replies"] == ["working on it"]
+
+
+def test_a_chats_messages_since_a_time_with_task_runs_marked(daemon) -> None:  # type: ignore[no-untyped-def]
+    first = daemon.submit("fam", "one", chat="kitchen", sender="alice", channel="http")
+    other = daemon.submit("fam", "elsewhere", chat="hall", sender="alice", channel="http")
+    task = daemon.tasks.add(
+        group="fam", chat="kitchen", thread=None, channel="http", text="stretch", kind="at",
+        spec="1m", tz=None, author="alice", author_trust="creator",
+        settings=daemon.runtime.store.load("fam").config.tasks,
+    )  # fmt: skip
+    [ran] = daemon.scheduler.tick(float(task.next_run or 0))
+    path = "/v1/groups/fam/chats/kitchen/messages"
+    code, answer = call(daemon, "GET", path, headers=AUTH)
+    assert code == 200
+    listed = answer["messages"]
+    assert [(m["id"], m["task"]) for m in listed] == [(first.id, None), (ran.message_id, task.id)]
+    assert listed[1]["replies"] == [] and listed[1]["chat"] == "kitchen"
+    assert other.id not in {m["id"] for m in listed}
+    ran_at = daemon.queue.get(str(ran.message_id)).created  # type: ignore[union-attr]
+    code, answer = call(daemon, "GET", f"{path}?since={ran_at}", headers=AUTH)
+    assert [m["id"] for m in answer["messages"]] == [ran.message_id]
+    for bad in ("soon", "-1", "nan", "inf"):
+        assert call(daemon, "GET", f"{path}?since={bad}", headers=AUTH) == (
+            400,
+            {"error": "since must be a time in seconds (Unix time) from 0"},
+        )
+    code, answer = call(daemon, "GET", "/v1/groups/nope/chats/kitchen/messages", headers=AUTH)
+    assert code == 404 and answer["error"].startswith("no group named 'nope'")
+    assert call(daemon, "GET", path)[0] == 401
+
+
+def test_a_chats_messages_are_the_newest_hundred(daemon) -> None:  # type: ignore[no-untyped-def]
+    sent = [
+        daemon.submit("fam", f"m{n}", chat="k", sender="alice", channel="http").id
+        for n in range(103)
+    ]
+    _, answer = call(daemon, "GET", "/v1/groups/fam/chats/k/messages", headers=AUTH)
+    assert [m["id"] for m in answer["messages"]] == sent[3:]

@@ -24,6 +24,7 @@ import contextlib
 import hmac
 import json
 import logging
+import math
 import socket
 import threading
 from collections.abc import Callable
@@ -43,6 +44,7 @@ from orchestrator.errors import (
 from orchestrator.limits import (
     HTTP_BODY_MAX_BYTES,
     HTTP_BODY_TIMEOUT_SECONDS,
+    HTTP_CHAT_MESSAGES_MAX,
     HTTP_HEADER_TIMEOUT_SECONDS,
     HTTP_LONG_POLL_MAX_SECONDS,
     HTTP_MAX_CONNECTIONS,
@@ -141,6 +143,7 @@ class HttpChannel(Channel):
         app.router.add_get("/v1/groups", self.groups)
         app.router.add_post("/v1/groups/{name}/messages", self.post_message)
         app.router.add_get("/v1/messages/{id}", self.get_message)
+        app.router.add_get("/v1/groups/{name}/chats/{chat}/messages", self.chat_messages)
         return app
 
     @web.middleware
@@ -223,6 +226,35 @@ class HttpChannel(Channel):
         except OrchestratorError as exc:
             return _error(503, exc.message)
         return web.json_response({"id": message.id, "state": message.state}, status=202)
+
+    async def chat_messages(self, request: web.Request) -> web.Response:
+        """A chat's messages since a time (scheduled tasks' runs among them, marked with
+        their task): a bridge polls this to pass on what arrived on its own."""
+        try:
+            since = float(request.query.get("since", "0"))
+        except ValueError:
+            since = math.nan
+        if not math.isfinite(since) or since < 0:
+            return _error(400, "since must be a time in seconds (Unix time) from 0")
+        try:
+            group = await asyncio.to_thread(
+                self.daemon.runtime.store.find, request.match_info["name"]
+            )
+        except GroupNotFound as exc:
+            return _error(404, exc.message)
+        chat = request.match_info["chat"]
+        messages = await asyncio.to_thread(
+            self.daemon.queue.chat_messages, group.folder, chat, since, HTTP_CHAT_MESSAGES_MAX
+        )
+        tasks = dict(
+            (mid, tid)
+            for tid, mid in await asyncio.to_thread(
+                self.daemon.tasks.runs_in_chat, group.folder, chat, since, HTTP_CHAT_MESSAGES_MAX
+            )
+        )
+        return web.json_response(
+            {"messages": [{**m.to_dict(), "task": tasks.get(m.id)} for m in messages]}
+        )
 
     async def get_message(self, request: web.Request) -> web.Response:
         message_id = request.match_info["id"]
