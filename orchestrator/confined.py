@@ -436,6 +436,48 @@ class ConfinedDir:
                     continue
         return changed
 
+    def move(self, source: str, target: str) -> None:
+        """Rename ``source`` to ``target`` (both relative here, the folders on the way
+        walked without following links); the entry moves as it is (a symlink as a link).
+        FileExistsError when ``target`` exists: nothing is replaced."""
+        with (
+            self._at(source) as (src_fd, src_name, _),
+            self._at(target) as (
+                dst_fd,
+                dst_name,
+                shown,
+            ),
+        ):
+            try:
+                os.stat(dst_name, dir_fd=dst_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                pass
+            else:
+                raise FileExistsError(errno.EEXIST, f"{shown} exists; nothing was moved")
+            os.rename(src_name, dst_name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+            os.fsync(dst_fd)
+            os.fsync(src_fd)
+
+    def unlink(self, relative: str) -> None:
+        """Remove the file (or link) at ``relative``; a folder is refused."""
+        with self._at(relative) as (dir_fd, name, _):
+            os.unlink(name, dir_fd=dir_fd)
+            os.fsync(dir_fd)
+
+    def remove_empty_dir(self, relative: str) -> bool:
+        """Remove the folder at ``relative`` if it is empty; False when it is missing or
+        holds something."""
+        try:
+            with self._at(relative) as (dir_fd, name, _):
+                os.rmdir(name, dir_fd=dir_fd)
+        except (FileNotFoundError, UnsafePath, NotADirectoryError):
+            return False
+        except OSError as exc:
+            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                return False
+            raise
+        return True
+
     def remove_tree(self, name: str) -> bool:
         """Delete the entry ``name`` in this folder and, for a folder, all it holds.
         Symlinks are removed, never followed; an entry swapped while we work is looked

@@ -231,3 +231,34 @@ def test_an_unreadable_file_says_why(agent_dir: Path, monkeypatch) -> None:  # t
     monkeypatch.setattr(ConfinedDir, "read_bytes", fail)
     text = render_memory(str(agent_dir))
     assert "(memory/index.md is unreadable: Permission denied; nothing was loaded)" in text
+
+
+def test_the_event_is_read_up_to_64_kib_and_must_be_an_object(
+    tmp_path: Path,
+    monkeypatch,
+    capsys,  # type: ignore[no-untyped-def]
+) -> None:
+    (tmp_path / "memory").mkdir()
+    event = '{"source": "startup"}'
+    exact = event + " " * (65536 - len(event))  # the JSON ends at the limit: read whole
+    assert run_main(monkeypatch, capsys, exact + "x", "--agent-dir", str(tmp_path))[1]
+    longer = event + " " * 70_000 + "not json"  # what is past the limit is never read
+    assert run_main(monkeypatch, capsys, longer, "--agent-dir", str(tmp_path))[1]
+    for not_an_object in ("[]", '"startup"', "3"):
+        assert run_main(monkeypatch, capsys, not_an_object, "--agent-dir", str(tmp_path)) == (
+            0,
+            "",
+            "",
+        )
+    code, out, _ = run_main(monkeypatch, capsys, "", "--help")
+    assert code == 0 and out.startswith("Usage: orchestrator hook session-start")
+    odd = tmp_path / "a=b"
+    (odd / "memory").mkdir(parents=True)
+    _, out, _ = run_main(monkeypatch, capsys, event, f"--agent-dir={odd}")
+    assert f"files at {odd / 'memory'}/," in out
+
+
+def test_bytes_that_are_not_utf8_are_replaced_not_fatal(agent_dir: Path) -> None:
+    (agent_dir / "memory/index.md").write_bytes(b"caf\xe9 \xff ok")
+    text = render_memory(str(agent_dir))
+    assert "caf\ufffd \ufffd ok" in text

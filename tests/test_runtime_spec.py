@@ -292,3 +292,12 @@ def test_apply_plan_does_what_each_action_says() -> None:
         ("remove", "old-l"),
         ("stop", "p-e"),
     ]
+
+
+def test_a_container_never_active_is_idle_since_the_epoch() -> None:
+    never = info("p-n", "n")
+    never = dataclasses.replace(never, started_at=None)
+    plan = plan_reconcile(
+        [never], {"n": "h1"}, last_activity={}, idle_timeouts={"n": 2000}, now=2000.0
+    )
+    assert [(a.kind, a.reason) for a in plan] == [("stop-idle", "idle for 2000s")]

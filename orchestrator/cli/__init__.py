@@ -77,6 +77,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "task",
         "Scheduled tasks: add, list, pause, resume, remove, run now.",
     ),
+    "skill": (
+        "orchestrator.cli.skill",
+        "skill",
+        "Built-in skills; run migrate-memory on a group.",
+    ),
     "hook": ("orchestrator.cli.agent", "hook", "SessionStart hooks (the memory hook)."),
     "agent": ("orchestrator.cli.agent", "agent", "The runner inside a group container."),
 }
