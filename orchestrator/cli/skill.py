@@ -152,11 +152,20 @@ def run(
         done = _paused(obj, group, lambda: migrate.rollback(group.path))
         _say(as_json, {"rolled_back": done}, "\n".join(done) + f"\nrolled back ({len(done)} steps)")
         return
+    splitter = None
+    if group.config.provider != "offline":  # the group's model proposes the concepts
+        config = obj.home.load_config()
+        splitter = migrate.model_splitter(
+            config, group.config.provider, group.config.model, group.config.turn_timeout_seconds
+        )
     outcome = _paused(
         obj,
         group,
         lambda: migrate.run(
-            group.path, froms, step=lambda what: None if as_json else click.echo(what, err=True)
+            group.path,
+            froms,
+            step=lambda what: None if as_json else click.echo(what, err=True),
+            splitter=splitter,
         ),
     )
     if as_json:
