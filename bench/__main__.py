@@ -7,7 +7,18 @@ import sys
 import time
 from collections.abc import Callable
 
-from bench import hook, hostile, image, memory, messages, relay, runtime, search, tasks
+from bench import (
+    history,
+    hook,
+    hostile,
+    image,
+    memory,
+    messages,
+    relay,
+    runtime,
+    search,
+    tasks,
+)
 from bench.harness import Result, fmt, markdown, save
 
 BENCHMARKS: dict[str, Callable[[bool], Result]] = {
@@ -26,6 +37,9 @@ BENCHMARKS: dict[str, Callable[[bool], Result]] = {
     search.SEARCH_1K: search.search_1k,
     search.SEARCH_10K: search.search_10k,
     tasks.NAME: tasks.run,
+    history.NAMES[100]: history.check_100,
+    history.NAMES[1000]: history.check_1k,
+    history.NAMES[10_000]: history.check_10k,
 }
 
 

@@ -44,6 +44,7 @@ from orchestrator.limits import (
     SCHEDULER_TICK_SECONDS,
     SENDER_ID_MAX_CHARS,
 )
+from orchestrator.memory.history import TURN, History, Provenance
 from orchestrator.queue import DEAD, DONE, Message, MessageQueue, Pause
 from orchestrator.relay.turn import RelayContext, TurnRelay
 from orchestrator.relay.usage import UsageStore
@@ -154,6 +155,7 @@ class Daemon:
             notify=self._changed,
             state_dir=home.state_dir,
         )
+        self.histories: dict[str, History] = {}  # memory history per group, opened lazily
         self.tasks = TaskStore(queue)
         self.scheduler = Scheduler(self.tasks, store_lookup(runtime.store))
         # set by the service that runs the daemon: reloads orchestrator.yaml
@@ -428,6 +430,7 @@ class Daemon:
             else:
                 self._record_failure(message, exc)
         finally:
+            self._record_turn(message)
             with self.cond:
                 self.busy.discard((message.group, message.session))
                 self.active.pop(message.id, None)
@@ -439,6 +442,52 @@ class Daemon:
                 self.disk_dirty.add(message.group)
                 self.cond.notify_all()
             self._changed(message.id)
+
+    def history(self, folder: str) -> History:
+        with self.cond:
+            found = self.histories.get(folder)
+            if found is None:
+                found = self.histories[folder] = History(self.runtime.store.root, folder)
+            return found
+
+    def _record_turn(self, message: Message) -> None:
+        """Record what the turn changed in memory, attributed to its message (and to the
+        other turns of the group in flight at that moment: turns of one group may
+        overlap, and a change is never attributed to fewer turns than could have made
+        it)."""
+        try:
+            with self.cond:
+                also = tuple(
+                    d.message.id
+                    for d in self.active.values()
+                    if d.message.group == message.group and d.message.id != message.id
+                )
+            group = self.runtime.store.load(message.group)
+            self.history(message.group).record(
+                Provenance(
+                    TURN,
+                    sender=message.sender,
+                    trust=message.trust,
+                    message_id=message.id,
+                    channel=message.channel,
+                    chat=message.chat,
+                    session=message.session,
+                    provider=group.config.provider,
+                    model=group.config.model,
+                    also=also,
+                )
+            )
+        except Exception as exc:  # the history must never fail a delivery
+            log.warning("memory history of %s not recorded after a turn: %s", message.group, exc)
+
+    def _record_outside(self, group_folder: str, container_name: str) -> None:
+        """Before a turn: record a change made since the last one (outside any turn)."""
+        try:
+            history = self.history(group_folder)
+            if history.changed():
+                history.record_outside(self.runtime.backend.inspect(container_name))
+        except Exception as exc:
+            log.warning("memory history of %s not checked before a turn: %s", group_folder, exc)
 
     def _record_failure(self, message: Message, exc: Exception) -> None:
         reason = (
@@ -469,6 +518,7 @@ class Daemon:
             "text": message.text,
         }
         self.runtime.activity.touch(group.folder)
+        self._record_outside(group.folder, self.runtime.container_name(group))
         relay = TurnRelay(self.relay, message, group, deadline)
 
         def deliver(seconds: float) -> dict[str, Any]:

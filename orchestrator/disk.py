@@ -17,7 +17,7 @@ from orchestrator.confined import ConfinedDir
 from orchestrator.runtime.spec import FILES, MEMORY, SESSIONS
 
 DISK_HOLDER = "disk"  # the holder name of disk pause leases
-GROUP_DATA = (MEMORY, SESSIONS, FILES)
+GROUP_DATA = (MEMORY, SESSIONS, FILES, ".history")  # the history counts toward the limit
 
 
 def group_disk_usage(groups_dir: Path, folder: str) -> int:

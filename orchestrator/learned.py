@@ -266,7 +266,9 @@ def pending_notice(folder: str, content: str) -> str:
 CONFIRM_COMMAND = "/confirm"
 
 
-def apply_pending(queue: MessageQueue, groups_dir: Path, folder: str) -> Outcome | None:
+def apply_pending(
+    queue: MessageQueue, groups_dir: Path, folder: str, confirmed_by: str = ""
+) -> Outcome | None:
     """Apply the write held for ``folder`` (None when nothing is held). It stays held
     unless it was persisted, so a failed attempt can be confirmed again."""
     pending = queue.pending_learned(folder)
@@ -275,6 +277,19 @@ def apply_pending(queue: MessageQueue, groups_dir: Path, folder: str) -> Outcome
     outcome = LearnedStore(groups_dir, folder).replace(pending.content)
     if outcome.persisted:
         queue.drop_learned(folder, pending.message_id)
+        from orchestrator.memory.history import LEARNED_WRITE, Provenance, record_quietly
+
+        record_quietly(
+            groups_dir,
+            folder,
+            Provenance(
+                LEARNED_WRITE,
+                sender=pending.sender,
+                trust=CREATOR,
+                message_id=pending.message_id,
+                note=f"held write confirmed{' by ' + confirmed_by if confirmed_by else ''}",
+            ),
+        )
     return outcome
 
 
@@ -290,7 +305,7 @@ def confirm_reply(
     """The host's answer to ``/confirm`` in a chat."""
     if trust != CREATOR or sender not in creators:
         return "Only this group's creators can confirm a change to its learned behaviors."
-    outcome = apply_pending(queue, groups_dir, folder)
+    outcome = apply_pending(queue, groups_dir, folder, confirmed_by=sender)
     if outcome is None:
         return "Nothing is waiting for confirmation."
     if outcome.persisted:

@@ -165,3 +165,6 @@ DEFAULT_TASK_GRACE_SECONDS = 3600  # a task due while the daemon was down runs i
 SCHEDULER_TICK_SECONDS = 1.0  # the most a due task waits for the scheduler
 TASK_TEXT_MAX_CHARS = 4_000
 HTTP_CHAT_MESSAGES_MAX = 100  # messages one GET of a chat's messages returns (the newest)
+
+# Memory history (groups/<folder>/.history/).
+HISTORY_FILE_MAX_BYTES = 4 * 1024 * 1024  # a larger file is recorded by its hash only

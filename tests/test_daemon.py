@@ -408,10 +408,10 @@ def test_a_runner_answer_that_is_not_a_result_is_a_failed_delivery(
 
     runners["good"].behaviour = refuse
     message = daemon.submit("good", "hi", chat="c", sender="op", channel="cli", thread="t1")
-    failed = _until(
-        lambda: (m := daemon.queue.get(message.id)) is not None and m.attempts == 1 and m
+    failed = _until(  # the failure is recorded: attempts counted and the error kept
+        lambda: (m := daemon.queue.get(message.id)) is not None and m.last_error and m
     )
-    assert (failed.state, failed.last_error) == (QUEUED, error)
+    assert (failed.state, failed.attempts, failed.last_error) == (QUEUED, 1, error)
     assert runners["good"].turns[0] == {
         "turn_id": message.id,
         "chat": "c",

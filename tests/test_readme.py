@@ -124,6 +124,9 @@ EXPECTED: dict[str, Callable[[], str]] = {
     ),
     "the scheduler looks for due tasks": lambda: f"every {_s(L.SCHEDULER_TICK_SECONDS)}",
     "a task's text": lambda: f"{L.TASK_TEXT_MAX_CHARS:,} characters",
+    "a file the memory history records whole (larger: by hash only)": lambda: _size(
+        L.HISTORY_FILE_MAX_BYTES
+    ),
     "messages one `GET .../chats/{chat}/messages` returns (the newest)": lambda: str(
         L.HTTP_CHAT_MESSAGES_MAX
     ),

@@ -30,7 +30,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "memory": (
         "orchestrator.cli.memory",
         "memory",
-        "Scaffold, lint, search and size up a group's memory tree.",
+        "A group's memory tree: scaffold, lint, search, history.",
     ),
     "image": ("orchestrator.cli.image", "image", "Build the agent image (offline when needed)."),
     "doctor": (

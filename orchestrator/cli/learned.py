@@ -136,6 +136,11 @@ def set_(obj: CliContext, name: str, source: Path, as_json: bool) -> None:
     outcome = LearnedStore(group.path.parent, group.folder).replace(text)
     if not outcome.persisted:
         raise OrchestratorError(f"{group.learned_file}: {outcome}")
+    from orchestrator.memory.history import OPERATOR, Provenance, record_quietly
+
+    record_quietly(
+        group.path.parent, group.folder, Provenance(OPERATOR, note=f"learned set from {source}")
+    )
     if as_json:
         print_json({"folder": group.folder, "status": outcome.status, "chars": len(text)})
         return
@@ -156,7 +161,11 @@ def approve(obj: CliContext, name: str, as_json: bool) -> None:
     group = GroupStore(obj.home).find(name)
     queue = open_queue_if_any(obj.home.state_dir)
     try:
-        outcome = apply_pending(queue, group.path.parent, group.folder) if queue else None
+        outcome = (
+            apply_pending(queue, group.path.parent, group.folder, confirmed_by="operator")
+            if queue
+            else None
+        )
     finally:
         if queue is not None:
             queue.close()

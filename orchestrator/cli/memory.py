@@ -14,7 +14,8 @@ pass_cli = click.make_pass_decorator(CliContext)
 
 @click.group()
 def memory() -> None:
-    """A group's memory tree (groups/<folder>/memory/): scaffold, lint, search, status."""
+    """A group's memory tree (groups/<folder>/memory/): scaffold, lint, search, status,
+    and its history: log, show, diff, blame, revert."""
 
 
 @memory.command("scaffold")
@@ -240,3 +241,20 @@ def status(obj: CliContext, name: str, as_json: bool) -> None:
             for item in report
         ],
     )
+
+
+def _attach_history() -> None:
+    from orchestrator.cli import history
+
+    for command in (
+        history.log,
+        history.show,
+        history.diff,
+        history.blame,
+        history.revert,
+        history.prune,
+    ):
+        memory.add_command(command)
+
+
+_attach_history()

@@ -145,7 +145,7 @@ def run(
         )
         return
     if apply_instructions:
-        target = migrate.apply_instructions(group.path)
+        target = migrate.apply_instructions(group.path)  # not memory: no history change
         _say(as_json, {"applied": target}, f"appended the proposed instructions to {target}")
         return
     if rollback:
@@ -260,7 +260,15 @@ def _paused(obj: CliContext, group: object, work):  # type: ignore[no-untyped-de
             open_runtime(obj).stop(group)
         except EngineUnreachable as exc:
             click.echo(f"note: {exc.message}; the container, if any, was not stopped", err=True)
-        return work()
+        done = work()
+        from orchestrator.memory.history import MIGRATION, Provenance, record_quietly
+
+        record_quietly(
+            group.path.parent,
+            group.folder,
+            Provenance(MIGRATION, sender="operator", note="migrate-memory"),
+        )
+        return done
     finally:
         queue.resume(group.folder, migrate.PAUSE_HOLDER)
         queue.close()

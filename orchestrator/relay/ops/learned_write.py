@@ -23,6 +23,7 @@ from orchestrator.learned import (
     write_refusal,
 )
 from orchestrator.limits import HOST_NOTICE_SEQ, MAX_LEARNED_MAX_CHARS, RELAY_SMALL_REQUEST_BYTES
+from orchestrator.memory.history import LEARNED_WRITE, Provenance, record_quietly
 
 if TYPE_CHECKING:
     from orchestrator.relay.turn import TurnRelay
@@ -73,5 +74,21 @@ def decide(turn: TurnRelay, content: object) -> Outcome:
             "them in the chat; they reply /confirm)",
         )
     outcome = LearnedStore(group.path.parent, group.folder).replace(content)
+    if outcome.persisted:
+        record_quietly(
+            group.path.parent,
+            group.folder,
+            Provenance(
+                LEARNED_WRITE,
+                sender=message.sender,
+                trust=message.trust,
+                message_id=message.id,
+                channel=message.channel,
+                chat=message.chat,
+                session=message.session,
+                provider=group.config.provider,
+                model=group.config.model,
+            ),
+        )
     log.info("group %s: learned-behaviors write by %r: %s", group.folder, message.sender, outcome)
     return outcome

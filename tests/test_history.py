@@ -1,0 +1,237 @@
+"""Memory history: every change recorded with who made it, the cheap check, blame,
+revert (by change and by sender), conflicts, attribution outside turns, the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.config import Home
+from orchestrator.daemon import Daemon
+from orchestrator.group_config import GroupConfig
+from orchestrator.groups import GroupStore
+from orchestrator.memory.history import (
+    BASELINE,
+    HOST,
+    POINTER,
+    TURN,
+    UNATTRIBUTED,
+    History,
+    HistoryError,
+    Provenance,
+)
+from orchestrator.runtime.base import ContainerInfo
+from tests.served import say
+
+
+@pytest.fixture
+def history(home: Path) -> History:
+    group = GroupStore(Home(home)).add(GroupConfig(name="fam"))
+    made = History(group.path.parent, group.folder)
+    assert made.record_outside(None) is not None  # the baseline
+    return made
+
+
+def write(history: History, path: str, text: str) -> None:
+    target = history.groups_dir / history.folder / path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+
+
+def turn(sender: str, trust: str = "member", message_id: str = "m") -> Provenance:
+    return Provenance(
+        TURN, sender=sender, trust=trust, message_id=message_id, channel="cli", chat="c"
+    )
+
+
+def test_a_turn_that_writes_is_one_change_and_one_that_does_not_is_none(served) -> None:  # type: ignore[no-untyped-def]
+    daemon: Daemon = served["daemon"]
+    say(served, "hello", "bob", chat="k")  # the first turn: the baseline, then nothing
+    history = daemon.history("fam")
+    assert [c.provenance.kind for c in history.log()] == [BASELINE]
+    say(served, "remember that Ada studies in Lisbon", "bob", chat="k")
+    changes = history.log()
+    assert [c.provenance.kind for c in changes] == [TURN, BASELINE]
+    made = changes[0]
+    message = daemon.queue.chat_messages("fam", "k")[-1]
+    assert (made.provenance.sender, made.provenance.trust, made.provenance.message_id) == (
+        "bob",
+        "member",
+        message.id,
+    )
+    assert (made.provenance.channel, made.provenance.chat, made.provenance.session) == (
+        "cli",
+        "k",
+        "chat-k",
+    )
+    assert (made.provenance.provider, made.provenance.model) == ("offline", "offline-rules")
+    assert made.paths == (
+        "memory/facts/ada-studies-in-lisbon.md",
+        "memory/facts/index.md",
+        "memory/index.md",
+    )
+    say(served, "what do you know about Ada?", "bob", chat="k")  # reads only
+    assert len(history.log()) == 2
+
+
+def test_the_check_reads_nothing_when_nothing_changed(history: History, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.confined import ConfinedDir
+
+    def no_reads(*args: Any, **kwargs: Any) -> bytes:
+        raise AssertionError("a file was read")
+
+    monkeypatch.setattr(ConfinedDir, "read_bytes", no_reads)
+    assert history.changed() is False
+    assert history.record(turn("bob")) is None
+
+
+def test_a_hand_edit_is_the_hosts_when_the_container_was_stopped(history: History) -> None:
+    history.record(turn("bob"), container_running=False)  # the snapshot saw it stopped
+    write(history, "memory/notes.md", "---\ntype: note\n---\nby hand\n")
+    [change] = [history.record_outside(None)]
+    assert change is not None
+    assert (change.provenance.kind, change.provenance.sender) == (HOST, "operator")
+    # a container that ran since (or runs now) could have written it: unattributed
+    write(history, "memory/notes.md", "---\ntype: note\n---\nby whom?\n")
+    running = ContainerInfo("p.fam", "id", "running", {}, started_at=1.0)
+    assert history.record_outside(running).provenance.kind == UNATTRIBUTED  # type: ignore[union-attr]
+    write(history, "memory/notes.md", "---\ntype: note\n---\nagain\n")
+    assert history.record_outside("unknown").provenance.kind == UNATTRIBUTED  # type: ignore[union-attr]
+
+
+def test_a_change_the_record_missed_is_unattributed_at_the_next_check(history: History) -> None:
+    write(history, "memory/facts/x.md", "---\ntype: fact\n---\nwritten by a turn\n")
+    # the daemon died between the turn and its record: the next check finds it
+    running = ContainerInfo("p.fam", "id", "running", {}, started_at=1.0)
+    change = history.record_outside(running)
+    assert change is not None and change.provenance.kind == UNATTRIBUTED
+    assert change.paths == ("memory/facts/x.md",)
+
+
+def test_blame_and_revert_by_sender(history: History) -> None:
+    write(history, "memory/facts/a.md", "---\ntype: fact\n---\nAda studies in Lisbon.\n")
+    history.record(turn("bob", message_id="m1"))
+    write(
+        history, "memory/facts/a.md", "---\ntype: fact\n---\nAda studies in Lisbon.\nAda is evil.\n"
+    )
+    write(history, "memory/facts/e.md", "---\ntype: fact\n---\nEve is always right.\n")
+    history.record(turn("eve", "guest", message_id="m2"))
+    write(history, "memory/facts/c.md", "---\ntype: fact\n---\nCy likes tea.\n")
+    history.record(turn("cy", message_id="m3"))
+    blamed = [
+        (text, change.provenance.sender) for text, change in history.blame("memory/facts/a.md")
+    ]
+    assert blamed == [
+        ("---", "bob"),
+        ("type: fact", "bob"),
+        ("---", "bob"),
+        ("Ada studies in Lisbon.", "bob"),
+        ("Ada is evil.", "eve"),
+    ]
+    revs = [c.rev for c in history.log(sender="eve")]
+    content, conflicts = history.revert_plan(revs)
+    assert conflicts == []
+    change = history.apply(content, Provenance("revert", sender="operator", note="eve"))
+    assert change is not None and change.paths == ("memory/facts/a.md", "memory/facts/e.md")
+    root = history.groups_dir / history.folder / "memory/facts"
+    assert (root / "a.md").read_text() == "---\ntype: fact\n---\nAda studies in Lisbon.\n"
+    assert not (root / "e.md").exists()
+    assert (root / "c.md").read_text() == "---\ntype: fact\n---\nCy likes tea.\n"  # kept
+    assert [c.provenance.kind for c in history.log()][:2] == ["revert", TURN]
+
+
+def test_a_conflicting_revert_changes_nothing(history: History) -> None:
+    write(history, "memory/facts/a.md", "---\ntype: fact\n---\none\n")
+    history.record(turn("eve", "guest"))
+    eve = history.log()[0].rev
+    write(history, "memory/facts/a.md", "---\ntype: fact\n---\none\ntwo\n")
+    history.record(turn("bob"))
+    _content, conflicts = history.revert_plan([eve])
+    assert conflicts == ["memory/facts/a.md"]
+
+
+def test_show_diff_and_a_large_file_by_hash(history: History) -> None:
+    write(history, "memory/facts/a.md", "---\ntype: fact\n---\nfirst\n")
+    first = history.record(turn("bob"))
+    write(history, "memory/facts/a.md", "---\ntype: fact\n---\nsecond\n")
+    second = history.record(turn("bob"))
+    assert first is not None and second is not None
+    assert history.show(first.rev[:8], "memory/facts/a.md") == b"---\ntype: fact\n---\nfirst\n"
+    assert "memory/facts/a.md" in history.show(first.rev)  # type: ignore[operator]
+    assert history.diff().splitlines()[-2:] == ["-first", "+second"]
+    with pytest.raises(HistoryError) as unknown:
+        history.resolve("ffff")
+    assert unknown.value.message == "no change 'ffff' in the history of 'fam'"
+    small = History(history.groups_dir, history.folder, max_file_bytes=10)
+    write(history, "memory/big.md", "x" * 11)
+    big = small.record(turn("bob"))
+    assert big is not None and big.hashed_only == ("memory/big.md",)
+    assert small.show("HEAD", "memory/big.md").startswith(POINTER)  # type: ignore[union-attr]
+    assert small.log()[0].hashed_only == ("memory/big.md",)
+
+
+def test_git_reads_the_history(history: History) -> None:
+    write(history, "memory/facts/a.md", "---\ntype: fact\n---\nfirst\n")
+    history.record(turn("bob"))
+    out = subprocess.run(
+        ["git", "--git-dir", str(history.path), "log", "--format=%an %s"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert out == [
+        "bob turn m by bob (member) via cli:c",
+        "baseline baseline: the memory as first recorded",
+    ]
+
+
+def test_memory_commands(run, home: Path) -> None:  # type: ignore[no-untyped-def]
+    assert run("group", "add", "Fam").exit_code == 0
+    facts = home / "groups/fam/memory/facts"
+    assert (
+        json.loads(run("memory", "log", "fam", "--json").stdout)["changes"][0]["kind"] == BASELINE
+    )
+    facts.mkdir()
+    (facts / "a.md").write_text("---\ntype: fact\n---\nby hand\n")
+    logged = json.loads(run("memory", "log", "fam", "memory/facts", "--json").stdout)["changes"]
+    assert [c["paths"] for c in logged] == [["memory/facts/a.md"]]
+    rev = logged[0]["rev"]
+    assert run("memory", "show", "fam", f"{rev[:8]}:memory/facts/a.md").stdout.endswith("by hand\n")
+    blamed = run("memory", "blame", "fam", "memory/facts/a.md").stdout.splitlines()
+    assert blamed[-1].startswith(rev[:10]) and blamed[-1].endswith("| by hand")
+    reverted = run("memory", "revert", "fam", rev[:8])
+    assert reverted.exit_code == 0, reverted.output
+    assert not (facts / "a.md").exists()
+    both = run("memory", "revert", "fam", rev[:8], "--sender", "x")
+    assert both.exit_code == 2 and "give a change (REV) or --sender, one of them" in both.output
+    nobody = run("memory", "revert", "fam", "--sender", "mallory")
+    assert nobody.exit_code == 2 and "no recorded change by 'mallory'" in nobody.output
+    assert "changed again since" in run("memory", "revert", "fam", rev[:8]).output
+    assert run("memory", "diff", "fam").stdout.startswith("--- a/memory/facts/a.md")
+
+
+def test_prune_folds_old_changes_only_on_request(history: History) -> None:
+    import time as clock
+
+    old = clock.time() - 40 * 86400
+    for n in range(3):
+        write(history, "memory/facts/a.md", f"---\ntype: fact\n---\nold {n}\n")
+        history.record(Provenance(TURN, sender=f"s{n}", time=old + n))
+    write(history, "memory/facts/a.md", "---\ntype: fact\n---\nnew\n")
+    history.record(turn("bob"))
+    assert len(history.log()) == 5  # baseline, three old, one new
+    folded, _freed = history.prune(clock.time() - 30 * 86400)
+    assert folded == 4  # the old ones and the baseline before them
+    changes = history.log()
+    assert [c.provenance.sender for c in changes] == ["bob", ""]
+    assert (
+        changes[1].provenance.kind == BASELINE and "4 changes before" in changes[1].provenance.note
+    )
+    assert history.show("HEAD", "memory/facts/a.md") == b"---\ntype: fact\n---\nnew\n"
+    assert history.show(changes[1].rev, "memory/facts/a.md") == b"---\ntype: fact\n---\nold 2\n"
+    assert history.record(turn("bob")) is None  # the snapshot still matches memory
+    assert history.prune(clock.time() - 30 * 86400) == (0, 0)
