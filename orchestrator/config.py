@@ -20,6 +20,7 @@ from orchestrator.limits import (
     DEFAULT_HTTP_LISTEN,
     DEFAULT_UNPRIVILEGED_GID,
     DEFAULT_UNPRIVILEGED_UID,
+    HISTORY_FILE_MAX_BYTES,
 )
 from orchestrator.relay.definitions import ProviderDef, parse_providers
 from orchestrator.validate import MappingReader
@@ -56,6 +57,7 @@ class OrchestratorConfig:
     secrets_file: Path | None = None
     search_embedder: str | None = None  # memory_search.embedder; None: BM25 alone
     search_vector_weight: float = 0.5  # memory_search.vector_weight
+    history_max_file_bytes: int = HISTORY_FILE_MAX_BYTES  # history.max_file_bytes
 
 
 def listen_problem(listen: str, allow_remote: bool) -> str | None:
@@ -211,8 +213,22 @@ class Home:
                     "providers",
                     "secrets_file",
                     "memory_search",
+                    "history",
                 ]
             )
+            if "history" in reader.data:
+                from orchestrator.group_config import parse_size
+
+                history = reader.child("history")
+                history.reject_unknown(["max_file_bytes"])
+                size = parse_size(history.raw("max_file_bytes", HISTORY_FILE_MAX_BYTES))
+                if size is None or not 1024 <= size <= 1024**3:
+                    raise history.fail(
+                        "max_file_bytes",
+                        f"got {history.data.get('max_file_bytes')!r}; expected a size from 1k "
+                        "to 1g (such as 4m)",
+                    )
+                values["history_max_file_bytes"] = size
             if "memory_search" in reader.data:
                 search = reader.child("memory_search")
                 search.reject_unknown(["embedder", "vector_weight"])

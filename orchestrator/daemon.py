@@ -447,7 +447,9 @@ class Daemon:
         with self.cond:
             found = self.histories.get(folder)
             if found is None:
-                found = self.histories[folder] = History(self.runtime.store.root, folder)
+                found = self.histories[folder] = History(
+                    self.runtime.store.root, folder, self.config.history_max_file_bytes
+                )
             return found
 
     def _record_turn(self, message: Message) -> None:

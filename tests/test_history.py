@@ -235,3 +235,16 @@ def test_prune_folds_old_changes_only_on_request(history: History) -> None:
     assert history.show(changes[1].rev, "memory/facts/a.md") == b"---\ntype: fact\n---\nold 2\n"
     assert history.record(turn("bob")) is None  # the snapshot still matches memory
     assert history.prune(clock.time() - 30 * 86400) == (0, 0)
+
+
+def test_the_size_limit_is_a_setting(home: Path) -> None:
+    from orchestrator.errors import InvalidConfig
+
+    (home / "orchestrator.yaml").write_text("history:\n  max_file_bytes: 64k\n")
+    assert Home(home).load_config().history_max_file_bytes == 65536
+    (home / "orchestrator.yaml").write_text("history:\n  max_file_bytes: lots\n")
+    with pytest.raises(InvalidConfig) as bad:
+        Home(home).load_config()
+    assert bad.value.message.endswith(
+        "history.max_file_bytes: got 'lots'; expected a size from 1k to 1g (such as 4m)"
+    )

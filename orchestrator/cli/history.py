@@ -21,7 +21,9 @@ def _history(obj: CliContext, name: str):  # type: ignore[no-untyped-def]
     from orchestrator.memory.history import History
 
     group = GroupStore(obj.home).find(name)
-    history = History(group.path.parent, group.folder)
+    history = History(
+        group.path.parent, group.folder, obj.home.load_config().history_max_file_bytes
+    )
     if history.changed():
         history.record_outside(_container(obj, group))
     return group, history

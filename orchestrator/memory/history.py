@@ -689,13 +689,18 @@ def outside_turn(history: History, container: Any | None) -> Provenance:
     return Provenance(UNATTRIBUTED, note="made outside a turn while the container could run")
 
 
-def record_quietly(groups_dir: Path, folder: str, provenance: Provenance) -> Change | None:
+def record_quietly(
+    groups_dir: Path,
+    folder: str,
+    provenance: Provenance,
+    max_file_bytes: int = HISTORY_FILE_MAX_BYTES,
+) -> Change | None:
     """Record a change made by the host (a learned-behaviors write, a migration, a
     command); a failure is logged, never raised: the change itself has happened."""
     import logging
 
     try:
-        change: Change | None = History(groups_dir, folder).record(provenance)
+        change: Change | None = History(groups_dir, folder, max_file_bytes).record(provenance)
         return change
     except Exception as exc:
         logging.getLogger("orchestrator.history").warning(

@@ -89,6 +89,7 @@ def decide(turn: TurnRelay, content: object) -> Outcome:
                 provider=group.config.provider,
                 model=group.config.model,
             ),
+            turn.context.config.history_max_file_bytes,
         )
     log.info("group %s: learned-behaviors write by %r: %s", group.folder, message.sender, outcome)
     return outcome
