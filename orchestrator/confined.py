@@ -270,6 +270,29 @@ class ConfinedDir:
         finally:
             os.close(fd)
 
+    def sha256(self, relative: str) -> tuple[str, int]:
+        """(the sha256 hex digest, the size) of a regular file, read in pieces: a file of
+        any size costs no more memory than a piece. Refuses what read_bytes refuses."""
+        import hashlib
+
+        with self._at(relative) as (dir_fd, name, shown):
+            try:
+                fd = os.open(name, _READ, dir_fd=dir_fd)
+            except OSError as exc:
+                raise self._refusal(dir_fd, name, shown, exc, "a regular file") from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                kind = kind_of(st.st_mode)
+                raise UnsafePath(shown, f"is {kind}, not a regular file", kind=kind)
+            digest, size = hashlib.sha256(), 0
+            while chunk := os.read(fd, 1 << 20):
+                digest.update(chunk)
+                size += len(chunk)
+            return digest.hexdigest(), size
+        finally:
+            os.close(fd)
+
     def read_text(self, relative: str, limit: int, *, truncate: bool = False) -> str:
         """As read_bytes, decoded as UTF-8 (UnicodeDecodeError when it is not)."""
         return self.read_bytes(relative, limit, truncate=truncate).decode("utf-8")

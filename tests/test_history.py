@@ -168,10 +168,15 @@ def test_show_diff_and_a_large_file_by_hash(history: History) -> None:
     assert unknown.value.message == "no change 'ffff' in the history of 'fam'"
     small = History(history.groups_dir, history.folder, max_file_bytes=10)
     write(history, "memory/big.md", "x" * 11)
+    with open(history.groups_dir / "fam/memory/sparse.bin", "wb") as handle:
+        handle.truncate(512 * 1024**2)  # holes: hashed in pieces, never held whole
     big = small.record(turn("bob"))
-    assert big is not None and big.hashed_only == ("memory/big.md",)
+    assert big is not None and big.hashed_only == ("memory/big.md", "memory/sparse.bin")
     assert small.show("HEAD", "memory/big.md").startswith(POINTER)  # type: ignore[union-attr]
-    assert small.log()[0].hashed_only == ("memory/big.md",)
+    assert small.show("HEAD", "memory/sparse.bin").endswith(  # type: ignore[union-attr]
+        b"; 536870912 bytes\n"
+    )
+    assert small.log()[0].hashed_only == ("memory/big.md", "memory/sparse.bin")
 
 
 def test_git_reads_the_history(history: History) -> None:

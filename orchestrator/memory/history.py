@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import difflib
 import fcntl
-import hashlib
 import json
 import os
 import stat
@@ -226,13 +225,13 @@ class History:
                     fresh[path] = list(known)
                     continue
                 try:
-                    data = group.read_bytes(path, self.max_file_bytes + 1)
+                    data = group.read_bytes(path, self.max_file_bytes + 1, truncate=True)
+                    if len(data) > self.max_file_bytes:
+                        digest, size = group.sha256(path)
+                        data = POINTER + f"sha256 {digest}; {size} bytes\n".encode()
+                        hashed_only.append(path)
                 except (OSError, UnsafePath):
                     continue  # gone, or not a regular file now: left out
-                if len(data) > self.max_file_bytes:
-                    digest = _file_digest(group, path)
-                    data = POINTER + f"sha256 {digest}\n".encode()
-                    hashed_only.append(path)
                 blob = Blob.from_string(data)
                 repo.object_store.add_object(blob)
                 blobs[path] = blob.id
@@ -534,9 +533,12 @@ class History:
         with ConfinedDir.open(self.groups_dir, self.folder) as group:
             for path in self.scan():
                 try:
-                    data = group.read_bytes(path, self.max_file_bytes + 1)
+                    data = group.read_bytes(path, self.max_file_bytes + 1, truncate=True)
                 except OSError:
                     continue
+                if len(data) > self.max_file_bytes:
+                    digest, size = group.sha256(path)
+                    data = POINTER + f"sha256 {digest}; {size} bytes\n".encode()
                 blob = Blob.from_string(data)
                 repo.object_store.add_object(blob)
                 out[path] = bytes(blob.id)
@@ -586,14 +588,6 @@ def _disk_bytes(root: Path) -> int:
             except OSError:
                 continue
     return total
-
-
-def _file_digest(group: ConfinedDir, path: str) -> str:
-    """The sha256 of a large file, read in pieces through the confined layer."""
-    digest = hashlib.sha256()
-    data = group.read_bytes(path, 1 << 40)
-    digest.update(data)
-    return digest.hexdigest()
 
 
 def _tree(repo: Any, blobs: dict[str, bytes]) -> bytes:
