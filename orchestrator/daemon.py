@@ -29,6 +29,7 @@ from orchestrator.disk import DISK_HOLDER, group_disk_usage, over_limit_reason
 from orchestrator.errors import (
     BadInput,
     DaemonStopping,
+    EngineUnreachable,
     GroupPaused,
     OrchestratorError,
     SenderRefused,
@@ -38,6 +39,7 @@ from orchestrator.learned import CONFIRM_COMMAND, confirm_reply
 from orchestrator.limits import (
     DISK_CHECK_INTERVAL_SECONDS,
     DRAIN_TIMEOUT_SECONDS,
+    ENGINE_AWAY_RETRY_SECONDS,
     HOUSEKEEPING_INTERVAL_SECONDS,
     INBOUND_TEXT_MAX_CHARS,
     RECONCILE_INTERVAL_SECONDS,
@@ -427,6 +429,9 @@ class Daemon:
         except Exception as exc:
             if delivery.cancel.cancelled and self.stopping.is_set():
                 outcome = "cancelled"  # left in flight: queued again at the next start
+            elif isinstance(exc, EngineUnreachable):
+                outcome = "deferred"  # not the message's fault: try again, uncounted
+                self._defer(message, exc)
             else:
                 self._record_failure(message, exc)
         finally:
@@ -490,6 +495,20 @@ class Daemon:
                 history.record_outside(self.runtime.backend.inspect(container_name))
         except Exception as exc:
             log.warning("memory history of %s not checked before a turn: %s", group_folder, exc)
+
+    def _defer(self, message: Message, exc: EngineUnreachable) -> None:
+        try:
+            self.queue.defer(message.id, ENGINE_AWAY_RETRY_SECONDS, exc.message)
+        except Exception as commit_error:  # housekeeping queues it again later
+            log.error("could not defer %s: %s", message.id, commit_error)
+            return
+        log.warning(
+            "the engine is away (%s); message %s to %s waits %gs, its attempts not counted",
+            exc.message,
+            message.id,
+            message.group,
+            ENGINE_AWAY_RETRY_SECONDS,
+        )
 
     def _record_failure(self, message: Message, exc: Exception) -> None:
         reason = (

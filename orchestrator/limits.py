@@ -166,5 +166,9 @@ SCHEDULER_TICK_SECONDS = 1.0  # the most a due task waits for the scheduler
 TASK_TEXT_MAX_CHARS = 4_000
 HTTP_CHAT_MESSAGES_MAX = 100  # messages one GET of a chat's messages returns (the newest)
 
+# While the engine is away, a message waits this long between tries, its attempts not
+# counted (an engine restart never dead-letters a message).
+ENGINE_AWAY_RETRY_SECONDS = 5.0
+
 # Memory history (groups/<folder>/.history/).
 HISTORY_FILE_MAX_BYTES = 4 * 1024 * 1024  # a larger file is recorded by its hash only

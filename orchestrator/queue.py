@@ -485,6 +485,21 @@ class MessageQueue:
 
         return self._write(work)
 
+    def defer(self, message_id: str, seconds: float, reason: str) -> bool:
+        """Queue an in-flight message again after ``seconds`` without counting the
+        attempt: the fault was not the message's (the engine was away)."""
+        return self._write(
+            lambda db: (
+                db.execute(
+                    "UPDATE messages SET state=?, attempts=MAX(attempts-1, 0), last_error=?,"
+                    " not_before=?, updated=? WHERE id=? AND state=?",
+                    (QUEUED, reason[:2000], time.time() + seconds, time.time(), message_id,
+                     INFLIGHT),
+                ).rowcount
+                == 1
+            )
+        )  # fmt: skip
+
     def retry(self, message_id: str) -> bool:
         """Queue a dead-lettered message again with fresh attempts."""
         return self._write(

@@ -488,3 +488,47 @@ def test_retry_watch_and_listeners(setup) -> None:  # type: ignore[no-untyped-de
     assert daemon.retry(message.id) is False  # only a dead letter can be retried
     with daemon.cond:
         assert daemon.watchers == {}  # every watcher cleaned up
+
+
+def test_an_engine_away_never_dead_letters_a_message(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator import daemon as daemon_module
+    from orchestrator.errors import EngineUnreachable
+
+    monkeypatch.setattr(daemon_module, "ENGINE_AWAY_RETRY_SECONDS", 0.05)
+
+    class Away(FakeBackend):
+        away = True
+        asked = 0
+
+        def inspect(self, name: str):  # type: ignore[no-untyped-def]
+            if self.away:
+                Away.asked += 1
+                raise EngineUnreachable("the engine is not answering")
+            return super().inspect(name)
+
+    h = Home(home)
+    GroupStore(h).add(GroupConfig(name="good", creators=("op",)))
+    config = OrchestratorConfig(project="t", mount_allowlist=home / "none.yaml")
+    backend = Away()
+    runtime = GroupRuntime(h, config, backend, lambda: "img:1", ready=lambda _: True)
+    daemon = Daemon(h, config, runtime, open_queue(h), concurrency=1)
+    daemon.start()
+    runner = None
+    try:
+        message = daemon.submit("good", "hi", chat="c", sender="op", channel="cli")
+        _until(lambda: Away.asked >= 8)  # tried again and again, well past 5 attempts
+        waiting = daemon.queue.get(message.id)
+        assert waiting is not None and waiting.state in (QUEUED, INFLIGHT)
+        assert waiting.attempts <= 1  # never counted
+        _until(lambda: (m := daemon.queue.get(message.id)) and m.last_error)
+        assert daemon.queue.get(message.id).last_error == "the engine is not answering"  # type: ignore[union-attr]
+        runner = FakeRunner(h.runtime_dir("good") / "runner.sock")
+        backend.away = False
+        done = daemon.wait(message.id, 30)
+        assert done is not None and (done.state, done.replies) == (DONE, ("echo: hi",))
+        assert daemon.stats.failed == 0
+    finally:
+        daemon.drain(1)
+        if runner is not None:
+            runner.close()
+        daemon.queue.close()

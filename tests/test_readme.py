@@ -60,6 +60,9 @@ EXPECTED: dict[str, Callable[[], str]] = {
         f"{L.MAX_DELIVERY_ATTEMPTS} (backoff {_s(L.DELIVERY_BACKOFF_FIRST_SECONDS)} doubling, "
         f"at most {_s(L.DELIVERY_BACKOFF_MAX_SECONDS)})"
     ),
+    "wait between tries while the engine is away (attempts not counted)": lambda: _s(
+        L.ENGINE_AWAY_RETRY_SECONDS
+    ),
     "one turn, from delivery to replies (default of `turn_timeout`)": lambda: _s(
         L.DEFAULT_TURN_TIMEOUT_SECONDS
     ),
