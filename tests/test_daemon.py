@@ -532,3 +532,101 @@ def test_an_engine_away_never_dead_letters_a_message(home: Path, monkeypatch) ->
         if runner is not None:
             runner.close()
         daemon.queue.close()
+
+
+def test_failures_are_logged_with_their_reason(setup, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
+    import logging
+    import sqlite3
+
+    daemon, runners = setup
+
+    def refuse(conn: socket.socket, request: dict[str, Any]) -> None:
+        wire.send_frame(conn, {"ok": False, "error": "boom"})
+
+    runners["good"].behaviour = refuse
+    with caplog.at_level(logging.WARNING, logger="orchestrator.daemon"):
+        message = daemon.submit("good", "hi", chat="c", sender="op", channel="cli")
+        _until(lambda: (m := daemon.queue.get(message.id)) is not None and m.last_error)
+        _until(lambda: "now queued" in caplog.text)
+    assert f"delivery of {message.id} to good failed (boom); now queued" in caplog.text
+
+    def broken_turn(message, cancel):  # type: ignore[no-untyped-def]
+        raise ValueError("not a frame")
+
+    monkeypatch.setattr(daemon, "_turn", broken_turn)
+    second = daemon.submit("good", "again", chat="d", sender="op", channel="cli")
+    failed = _until(lambda: (m := daemon.queue.get(second.id)) is not None and m.last_error and m)
+    assert failed.last_error == "ValueError: not a frame"
+
+    def no_commit(message_id: str, error: str) -> str:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(daemon.queue, "fail", no_commit)
+    caplog.clear()
+    with caplog.at_level(logging.ERROR, logger="orchestrator.daemon"):
+        third = daemon.submit("good", "third", chat="e", sender="op", channel="cli")
+        _until(lambda: "could not record" in caplog.text)
+    assert f"could not record the failure of {third.id}: disk I/O error" in caplog.text
+    assert daemon.queue.get(third.id).state == INFLIGHT  # type: ignore[union-attr]
+
+
+def test_disk_limits_pause_and_resume_at_the_limit(setup, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
+    import logging
+
+    from orchestrator import daemon as daemon_module
+
+    daemon, _runners = setup
+    limit = daemon.runtime.store.load("good").config.container.disk_bytes
+    used = {"good": limit, "evil": 0}
+    monkeypatch.setattr(daemon_module, "group_disk_usage", lambda root, folder: used[folder])
+    assert daemon.check_disk("good") is False  # at the limit is not over it
+    assert daemon.pause_of("good") is None
+    used["good"] = limit + 1
+    with caplog.at_level(logging.INFO, logger="orchestrator.daemon"):
+        assert daemon.check_disk("good") is True
+        pause = daemon.pause_of("good")
+        assert pause is not None and pause.holder == "disk" and pause.refuse_new
+        assert f"paused good: {pause.reason}" in caplog.text
+        assert daemon.check_disk("good") is True  # paused once, not again
+        assert [p.holder for p in daemon.queue.pauses("good")] == ["disk"]
+        daemon.queue.pause("good", "operator", "also held by hand")
+        used["good"] = limit
+        assert daemon.check_disk("good") is False
+        assert "resumed good: its disk use is under its limit again" in caplog.text
+    assert [p.holder for p in daemon.queue.pauses("good")] == ["operator"]  # only its own
+    assert daemon.check_disk("no-such-group") is False
+
+
+def test_housekeeping_checks_the_groups_that_ran_or_every_group(setup, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator import daemon as daemon_module
+
+    daemon, _runners = setup
+    checked: list[str] = []
+    monkeypatch.setattr(daemon, "check_disk", lambda folder: checked.append(folder) or False)
+    monkeypatch.setattr(daemon_module, "group_disk_usage", lambda root, folder: 0)
+    with daemon.cond:
+        daemon.disk_dirty = {"good"}
+    daemon.housekeeping()
+    assert checked == ["good"]
+    checked.clear()
+    daemon.housekeeping()
+    assert checked == []  # nothing ran since
+    daemon.queue.pause("evil", "disk", "over", refuse_new=True)
+    daemon.queue.pause("good", "operator", "by hand")
+    daemon.housekeeping()
+    assert checked == ["evil"]  # a disk-paused group is looked at every round
+    checked.clear()
+    daemon.housekeeping(all_groups=True)
+    assert checked == ["evil", "good"]
+
+
+def test_wait_and_watch_end_at_their_timeout(setup) -> None:  # type: ignore[no-untyped-def]
+    daemon, _runners = setup
+    assert daemon.wait("no-such-id", 0.1) is None
+    daemon.queue.pause("good", "operator", "hold")
+    held = daemon.submit("good", "hi", chat="c", sender="op", channel="cli")
+    snapshots = list(daemon.watch(held.id, 0.3))  # returns once the timeout passes
+    assert snapshots and all(s.state == QUEUED for s in snapshots)
+    assert daemon.run_due_tasks() == 0
+    daemon.accepting = False
+    assert daemon.run_due_tasks(time.time() + 10**9) == 0
