@@ -575,3 +575,54 @@ def test_a_message_the_host_answered_is_stored_done(queue: MessageQueue) -> None
     got = queue.get(m.id)
     assert got == m and got.state == DONE and got.replies == ("Confirmed.",)
     assert queue.runnable() == []
+
+
+def test_a_message_the_host_answered_keeps_every_field(queue: MessageQueue) -> None:
+    import time as clock
+
+    before = clock.time()
+    stored = queue.record_done(
+        group="g", session="thread-t", chat="c", thread="t", sender="a", trust="creator",
+        text="/confirm", channel="cli", reply="Confirmed.",
+    )  # fmt: skip
+    found = queue.get(stored.id)
+    assert found is not None
+    assert (found.thread, found.state, found.replies, found.trust) == (
+        "t", "done", ("Confirmed.",), "creator",
+    )  # fmt: skip
+    assert before <= found.created <= clock.time()
+    seqs = queue.read("SELECT seq FROM replies WHERE message_id=?", (stored.id,))
+    assert seqs == [(0,)]
+
+
+def test_runnable_at_a_time_sees_pauses_as_they_are_then(queue: MessageQueue) -> None:
+    import time as clock
+
+    waiting = put(queue)
+    queue.pause("g", "operator", "an hour", expires=clock.time() + 3600)
+    assert queue.runnable() == []
+    assert [m.id for m in queue.runnable(clock.time() + 7200)] == [waiting.id]
+
+
+def test_a_chats_messages_by_default_the_newest_hundred(queue: MessageQueue) -> None:
+    sent = [put(queue, session=f"s{n}").id for n in range(101)]
+    assert [m.id for m in queue.chat_messages("g", "c")] == sent[1:]
+
+
+def test_set_aside_queues_again_what_was_in_flight(tmp_path: Path) -> None:
+    from orchestrator.config import Home
+    from orchestrator.queue import open_queue, set_aside
+
+    home = Home(tmp_path)
+    queue = open_queue(home)
+    flying = put(queue)
+    assert queue.claim(flying.id)
+    queue.close()
+    _aside, copied, problem = set_aside(home)
+    assert (copied, problem) == (1, None)
+    fresh = open_queue(home)
+    try:
+        moved = fresh.get(flying.id)
+        assert moved is not None and moved.state == "queued"
+    finally:
+        fresh.close()
