@@ -77,6 +77,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "task",
         "Scheduled tasks: add, list, pause, resume, remove, run now.",
     ),
+    "service": (
+        "orchestrator.cli.service",
+        "service",
+        "Run the daemon as a systemd service (install, uninstall, status).",
+    ),
     "skill": (
         "orchestrator.cli.skill",
         "skill",
