@@ -30,6 +30,12 @@ CONFIG_FILE = "orchestrator.yaml"
 PROJECT_ENV = "ORCHESTRATOR_PROJECT"
 STATE_DIR_ENV = "ORCHESTRATOR_STATE_DIR"
 HTTP_TOKEN_ENV = "ORCHESTRATOR_HTTP_TOKEN"
+# Where the engine sees this home, when the daemon runs in a container of its own (the
+# sources of group containers' bind mounts are the engine's paths, not ours).
+HOST_HOME_ENV = "ORCHESTRATOR_HOST_HOME"
+# The HTTP API's address, over http.listen: compose.yaml listens on every interface of the
+# daemon's own container (and publishes the port on the host's loopback only).
+HTTP_LISTEN_ENV = "ORCHESTRATOR_HTTP_LISTEN"
 DEFAULT_PROJECT = "orchestrator"
 # No '.': container names are <project>.<folder>, and neither part may hold the dot.
 PROJECT_PATTERN = r"[a-z0-9][a-z0-9_-]{0,39}"
@@ -58,6 +64,7 @@ class OrchestratorConfig:
     search_embedder: str | None = None  # memory_search.embedder; None: BM25 alone
     search_vector_weight: float = 0.5  # memory_search.vector_weight
     history_max_file_bytes: int = HISTORY_FILE_MAX_BYTES  # history.max_file_bytes
+    host_home: Path | None = None  # env ORCHESTRATOR_HOST_HOME: the home as the engine sees it
 
 
 def listen_problem(listen: str, allow_remote: bool) -> str | None:
@@ -307,6 +314,22 @@ class Home:
                     hint="use a long random token, such as: openssl rand -hex 24",
                 )
             values["http_token"] = token
+        env_listen = os.environ.get(HTTP_LISTEN_ENV)
+        if env_listen:
+            allow = bool(values.get("http_allow_remote")) or bool(os.environ.get(HOST_HOME_ENV))
+            problem = listen_problem(env_listen, allow)
+            if problem:
+                raise InvalidConfig(f"{HTTP_LISTEN_ENV}: {problem}")
+            values["http_listen"] = env_listen
+            values["http_allow_remote"] = allow
+        host_home = os.environ.get(HOST_HOME_ENV)
+        if host_home:
+            if not os.path.isabs(host_home):
+                raise InvalidConfig(
+                    f"{HOST_HOME_ENV}={host_home!r}: not an absolute path",
+                    hint="give the home's path on the host, as the engine sees it",
+                )
+            values["host_home"] = Path(host_home)
         env_project = os.environ.get(PROJECT_ENV)
         if env_project:
             if not re.fullmatch(PROJECT_PATTERN, env_project):

@@ -217,8 +217,10 @@ def serve(home: Home, concurrency: int | None = None) -> None:
     _LOCK.append(_take_lock(home))
     config = home.load_config()
     raise_file_limit()
-    queue = open_queue(home)
     client = connect()
+    if config.host_home is not None:
+        check_host_home(home, config.host_home, client, agent_image_ref(client, config.image))
+    queue = open_queue(home)
     runtime = GroupRuntime(
         home,
         config,
@@ -452,3 +454,54 @@ def down(
         f"daemon {pid} still holds the lock after SIGKILL",
         hint=f"it may be stuck in the kernel (a hung file system); see: ps -o stat,wchan -p {pid}",
     )
+
+
+def check_host_home(home: Home, host_home: Path, client: Any, image: str) -> None:
+    """Refuse to start when ORCHESTRATOR_HOST_HOME is not this home as the engine sees
+    it: a token written here must be what a container mounting that host path reads.
+    Nothing else is made first, so a wrong mapping creates nothing in the wrong place."""
+    import secrets
+
+    from orchestrator.errors import InvalidConfig
+    from orchestrator.runtime.engine import call_engine
+
+    state = home.state_dir.resolve()
+    root = home.root.resolve()
+    if root not in state.parents:
+        raise InvalidConfig(
+            f"state/ ({state}) is outside the home {root}; with ORCHESTRATOR_HOST_HOME "
+            "it must be inside it",
+            hint="unset ORCHESTRATOR_STATE_DIR when the daemon runs in a container",
+        )
+    token = secrets.token_hex(16)
+    check = home.state_dir / "host-home-check"
+    write_atomic(check, token + "\n")
+    source = host_home / state.relative_to(root)
+    try:
+        out = call_engine(
+            "check the host path of the home",
+            lambda: client.containers.run(
+                image,
+                ["python3", "-c", "print(open('/check/host-home-check').read().strip())"],
+                volumes={str(source): {"bind": "/check", "mode": "ro"}},
+                network_mode="none",
+                read_only=True,
+                remove=True,
+                stderr=True,
+                labels={"org.orchestrator.role": "host-home-check"},
+            ),
+        )
+        seen = out.decode(errors="replace").strip()
+    except Exception as exc:  # the engine could not even mount it
+        seen = f"(nothing: {getattr(exc, 'message', exc)})"
+    finally:
+        check.unlink(missing_ok=True)
+    if seen != token:
+        raise InvalidConfig(
+            f"ORCHESTRATOR_HOST_HOME={host_home} is not this home ({root}) as the engine "
+            f"sees it: a container mounting {source} read {seen[:200]!r}, not the token "
+            "written here; refusing to start",
+            hint="mount the home into the daemon's container and set ORCHESTRATOR_HOST_HOME "
+            "to its path on the host (compose.yaml does both)",
+        )
+    log.info("the home is %s on the host (checked)", host_home)

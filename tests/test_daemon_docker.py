@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -425,3 +426,92 @@ def test_a_reminder_set_in_a_chat_arrives_in_that_chat(daemon) -> None:  # type:
         reader.join(10)
         chat.stdout.close()
     assert chat.returncode == 0
+
+
+class EngineProxy:
+    """A Unix socket that forwards to the engine's, which a test can cut and restore, as
+    an engine restart would look to the daemon (the machine's engine is never touched)."""
+
+    def __init__(self, path: Path, engine: str = "/var/run/docker.sock") -> None:
+        import threading
+
+        self.path, self.engine = path, engine
+        self.conns: list[socket.socket] = []
+        self.lock = threading.Lock()
+        self.server: socket.socket | None = None
+        self.restore()
+
+    def restore(self) -> None:
+        import threading
+
+        self.path.unlink(missing_ok=True)
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(str(self.path))
+        server.listen(64)
+        self.server = server
+        threading.Thread(target=self._accept, args=(server,), daemon=True).start()
+
+    def cut(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        self.path.unlink(missing_ok=True)
+        with self.lock:
+            for conn in self.conns:
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+                    conn.close()
+            self.conns.clear()
+
+    def _accept(self, server: socket.socket) -> None:
+        import threading
+
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return
+            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            upstream.connect(self.engine)
+            with self.lock:
+                self.conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                sink.shutdown(socket.SHUT_WR)
+
+
+def test_an_engine_restart_loses_nothing_and_answers_once(daemon, docker_client, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The daemon talks to the engine through a proxy; the proxy is cut (the engine
+    restarting) while a message needs a container; the message waits, its attempts not
+    counted, and once the engine is back it is answered exactly once."""
+    proxy = EngineProxy(tmp_path / "engine.sock")
+    os.environ["DOCKER_HOST"] = f"unix://{proxy.path}"
+    try:
+        GroupStore(daemon.home).add(GroupConfig(name="Fam", creators=("operator",)))
+        daemon.start()
+    finally:
+        del os.environ["DOCKER_HOST"]
+    first = daemon.send("fam", "remember that the engine restarts at night", wait=True)
+    assert first["state"] == "done", first
+    proxy.cut()
+    docker_client.containers.get(f"{daemon.project}.fam").stop(timeout=5)  # it needs a start
+    sent = daemon.send("fam", "what do you know about the engine?")
+    deadline = time.monotonic() + 180
+    while daemon.log.read_text().count("the engine is away") < 2:
+        assert time.monotonic() < deadline, daemon.log.read_text()[-3000:]
+        time.sleep(0.5)
+    waiting = daemon.get(sent["id"])
+    assert waiting["state"] in ("queued", "inflight") and waiting["attempts"] <= 1, waiting
+    proxy.restore()
+    final = wait_all(daemon, [sent["id"]], timeout=180)[sent["id"]]
+    assert final["state"] == "done", final
+    assert len(final["replies"]) == 1 and "restarts at night" in final["replies"][0]

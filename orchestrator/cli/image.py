@@ -32,11 +32,19 @@ def image() -> None:
 )
 @click.option("--force", is_flag=True, help="Rebuild even when the inputs are unchanged.")
 @click.option(
+    "--daemon",
+    is_flag=True,
+    help="Also build the daemon's image (orchestrator-daemon), to run it with compose.",
+)
+@click.option(
     "--json", "as_json", is_flag=True, help="Print the outcome as JSON (progress on stderr)."
 )
 @pass_cli
-def build(obj: CliContext, offline: bool, base: str | None, force: bool, as_json: bool) -> None:
-    """Build the agent image from images/agent/, or do nothing when it is current.
+def build(
+    obj: CliContext, offline: bool, base: str | None, force: bool, daemon: bool, as_json: bool
+) -> None:
+    """Build the agent image from images/agent/, or do nothing when it is current
+    (with --daemon, also the daemon's image from images/daemon/, for compose.yaml).
 
     The image is tagged with a hash of its inputs (Dockerfile, package sources, what the
     base is made of). Python packages come from wheels downloaded on this host; the
@@ -58,6 +66,16 @@ def build(obj: CliContext, offline: bool, base: str | None, force: bool, as_json
         mirror=config.debian_mirror,
     )
     elapsed = time.monotonic() - started
+    daemon_result = None
+    if daemon:
+        from orchestrator.image.agent import build_daemon_image
+
+        daemon_result = build_daemon_image(
+            client,
+            base=result.base,
+            force=force,
+            progress=(lambda line: click.echo(line, err=True)) if as_json else click.echo,
+        )
     if as_json:
         print_json(
             {
@@ -67,11 +85,18 @@ def build(obj: CliContext, offline: bool, base: str | None, force: bool, as_json
                 "base": result.base,
                 "built": result.built,
                 "seconds": round(elapsed, 1),
+                "daemon": None
+                if daemon_result is None
+                else {"tag": daemon_result.tag, "built": daemon_result.built},
             }
         )
+        return
     elif result.built:
         click.echo(
             f"built {result.tag} (also {config.image}:latest) on {result.base} in {elapsed:.1f}s"
         )
     else:
         click.echo(f"{result.tag} is up to date (base {result.base}); nothing to build")
+    if daemon_result is not None:
+        state = "built" if daemon_result.built else "is up to date"
+        click.echo(f"daemon image {daemon_result.tag} {state} (also orchestrator-daemon:latest)")

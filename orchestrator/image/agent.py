@@ -136,8 +136,11 @@ def resolve_base(
     return ensure_offline_base(client, progress, mirror)
 
 
-def _download_wheels(root: Path, wheels: Path, arch: str, progress: Progress) -> str:
-    """Put this project's wheel, its dependencies and pip's wheel into ``wheels``."""
+def _download_wheels(
+    root: Path, wheels: Path, arch: str, progress: Progress, extra: str = ""
+) -> str:
+    """Put this project's wheel, its dependencies (with ``extra``, such as "[host]")
+    and pip's wheel into ``wheels``."""
     platforms = _PLATFORMS.get(arch)
     if platforms is None:
         raise ImageBuildFailed(
@@ -167,7 +170,7 @@ def _download_wheels(root: Path, wheels: Path, arch: str, progress: Progress) ->
             *platform_args,
             "-d",
             str(wheels),
-            str(project_wheel),
+            f"{project_wheel}{extra}",
             "pip",
         ],
         "downloading wheels",
@@ -294,6 +297,7 @@ def _docker_build(
     pip_wheel: str,
     digest: str,
     progress: Progress,
+    role: str = "agent",
 ) -> str:
     from docker.errors import APIError
 
@@ -308,7 +312,7 @@ def _docker_build(
             decode=True,
             network_mode="none",
             buildargs={"BASE_IMAGE": base_ref, "PIP_WHEEL": pip_wheel},
-            labels={ROLE_LABEL: "agent", INPUTS_LABEL: digest},
+            labels={ROLE_LABEL: role, INPUTS_LABEL: digest},
         )
         image_id = None
         for chunk in stream:
@@ -343,3 +347,47 @@ def _prune_old(client: docker.DockerClient, repository: str, keep: str, progress
                     progress(f"removed old image {old}")
                 except (APIError, OrchestratorError):
                     pass
+
+
+DAEMON_REPOSITORY = "orchestrator-daemon"
+
+
+def daemon_inputs_hash(root: Path, base_identity_: str) -> str:
+    digest = hashlib.sha256(b"daemon\n")
+    digest.update(inputs_hash(root, base_identity_).encode())
+    digest.update(hashlib.sha256((root / "images/daemon/Dockerfile").read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def build_daemon_image(
+    client: docker.DockerClient,
+    *,
+    base: str | None = None,
+    offline: bool = False,
+    force: bool = False,
+    progress: Progress = lambda _: None,
+    mirror: str | None = None,
+) -> BuildResult:
+    """Build (or find current) the daemon image, as the agent image is built: the same
+    base, wheels downloaded on the host (with the host extra), no network in the build."""
+    root = source_root()
+    base_ref = resolve_base(client, base=base, offline=offline, progress=progress, mirror=mirror)
+    digest = daemon_inputs_hash(root, base_identity(client, base_ref))
+    tag = agent_tag(DAEMON_REPOSITORY, digest)
+    existing = _image_id(client, tag)
+    if existing and not force:
+        call_engine("tag image", lambda: client.api.tag(existing, DAEMON_REPOSITORY, "latest"))
+        return BuildResult(tag, existing, digest, base_ref, built=False)
+    progress(f"building {tag} on {base_ref}")
+    with tempfile.TemporaryDirectory(prefix="orchestrator-image-") as tmp:
+        context = Path(tmp)
+        shutil.copytree(root / "images/daemon", context, dirs_exist_ok=True)
+        wheels = context / "wheels"
+        wheels.mkdir()
+        arch = str(call_engine("engine info", client.info).get("Architecture", "x86_64"))
+        pip_wheel = _download_wheels(root, wheels, arch, progress, extra="[host]")
+        image_id = _docker_build(
+            client, context, tag, base_ref, pip_wheel, digest, progress, role="daemon"
+        )
+    call_engine("tag image", lambda: client.api.tag(image_id, DAEMON_REPOSITORY, "latest"))
+    return BuildResult(tag, image_id, digest, base_ref, built=True)

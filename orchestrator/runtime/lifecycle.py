@@ -7,6 +7,7 @@ found again by labels; the only host state is the last-activity time of each gro
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import stat
@@ -39,6 +40,7 @@ from orchestrator.runtime.spec import (
     LEARNED,
     MEMORY,
     SESSIONS,
+    config_hash,
     container_name,
     container_spec,
     run_as,
@@ -200,7 +202,7 @@ class GroupRuntime:
             allowlist_path=self.config.mount_allowlist,
             home_root=self.home.root,
         )
-        return container_spec(
+        spec = container_spec(
             project=self.config.project,
             home_id=self.home.identity,
             group=group,
@@ -209,6 +211,26 @@ class GroupRuntime:
             runtime_dir=self.home.runtime_dir(group.folder),
             skills_root=self.skills_root,
             extra_mounts=extra,
+        )
+        return self.on_host(spec)
+
+    def on_host(self, spec: ContainerSpec) -> ContainerSpec:
+        """The spec with mount sources in this home given as the engine sees them
+        (ORCHESTRATOR_HOST_HOME, when the daemon runs in a container); unchanged
+        otherwise. Mounts from elsewhere are the engine's paths already."""
+        host = self.config.host_home
+        if host is None:
+            return spec
+        root = self.home.root.resolve()
+        mounts = []
+        for mount in spec.mounts:
+            source = Path(mount.source)
+            if source == root or root in source.parents:
+                source = host / source.relative_to(root)
+            mounts.append(dataclasses.replace(mount, source=str(source)))
+        moved = dataclasses.replace(spec, mounts=tuple(mounts))
+        return dataclasses.replace(
+            moved, labels={**moved.labels, LABEL_CONFIG_HASH: config_hash(moved)}
         )
 
     def prepare_host(self, group: Group, spec: ContainerSpec) -> None:
