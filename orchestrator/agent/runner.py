@@ -310,9 +310,10 @@ def _local_text(path: Path) -> str:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return ""
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a folder, FIFO or device: nothing
+        os.close(fd)
+        return ""
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return ""
         return handle.read(LEARNED_READ_MAX_BYTES).decode("utf-8", errors="replace")
 
 
