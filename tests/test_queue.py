@@ -626,3 +626,57 @@ def test_set_aside_queues_again_what_was_in_flight(tmp_path: Path) -> None:
         assert moved is not None and moved.state == "queued"
     finally:
         fresh.close()
+
+
+def test_check_queue_names_what_sqlite_found(tmp_path: Path) -> None:
+    import sqlite3
+
+    from orchestrator.config import Home
+    from orchestrator.queue import check_queue
+
+    home = Home(tmp_path)
+    (tmp_path / "state").mkdir()
+    path = tmp_path / "state/queue.db"
+    path.write_bytes(b"garbage" * 1000)
+    assert check_queue(home) == "file is not a database"
+    path.unlink()
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE t (a TEXT)")
+    db.execute("CREATE INDEX i ON t (a)")
+    db.executemany("INSERT INTO t VALUES (?)", [(str(n) * 50,) for n in range(2000)])
+    db.commit()
+    db.close()
+    assert check_queue(home) is None
+    data = bytearray(path.read_bytes())
+    data[4096 * 10 + 100 : 4096 * 10 + 600] = b"A" * 500  # one page damaged, not the header
+    path.write_bytes(bytes(data))
+    found = check_queue(home)
+    assert found is not None and found.startswith("*** in database main ***")
+
+
+def test_a_held_learned_write_keeps_its_time(queue: MessageQueue) -> None:
+    import time as clock
+
+    before = clock.time()
+    queue.hold_learned("g", "rules", "alice", "m1")
+    held = queue.pending_learned("g")
+    assert held is not None and before <= held.created <= clock.time()
+
+
+def test_set_aside_names_the_file_in_utc(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import time as clock
+
+    from orchestrator.config import Home
+    from orchestrator.queue import open_queue, set_aside
+
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    clock.tzset()
+    try:
+        home = Home(tmp_path)
+        open_queue(home).close()
+        before = clock.strftime("%Y%m%dT%H", clock.gmtime())
+        aside, _, _ = set_aside(home)
+        assert aside.name.startswith(f"queue.db.corrupt-{before}")
+    finally:
+        monkeypatch.delenv("TZ")
+        clock.tzset()
