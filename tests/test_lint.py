@@ -219,3 +219,49 @@ def test_index_over_budget_and_an_unreadable_file_are_findings(tmp_path: Path, m
     assert ("over-budget", "index.md") in found and ("unreadable", "broken.md") in found
     over = next(f for f in report.findings if f.kind == "over-budget")
     assert "only the first 16000 are injected" in over.message
+
+
+def test_links_are_resolved_like_a_markdown_reader_would() -> None:
+    from orchestrator.memory.lint import _links, _Scanned
+
+    scanned = _Scanned()
+    scanned.folders.update({"", "dir", "dir/sub"})
+    text = (
+        "[a](b.md#x#y) [q](c.md?v=1?w) [h](#anchor) [e](https://example.com/x.md) "
+        "[m](mailto:someone@example.com) [empty](?only) [abs](/top.md) [up](../other.md) "
+        "[out](../../escape.md) [folder](sub) [sp](my%20file.md) [self](./peer.md)\n"
+        "[ref]: refd.md\n"
+    )
+    assert _links(text, "dir/x.md", scanned) == [
+        "dir/b.md",
+        "dir/c.md",
+        "top.md",
+        "other.md",
+        "dir/sub/index.md",
+        "dir/my file.md",
+        "dir/peer.md",
+        "dir/refd.md",
+    ]
+    assert _links("[root](.) [here](./) [parent](..)", "x.md", scanned) == [
+        "index.md",
+        "index.md",
+    ]
+
+
+def test_derived_types_and_the_report_as_json(tmp_path: Path) -> None:
+    assert [derived_type(p) for p in ("news/x.md", "bus/x.md", "-dash-/x.md", "x.md")] == [
+        "new",
+        "bus",
+        "dash",
+        "note",
+    ]
+    scaffold_memory(tmp_path)
+    (tmp_path / "memory/.hidden.md").write_text("no frontmatter, never checked\n")
+    report = lint_memory(tmp_path / "memory")
+    assert report.files_checked == 3 and report.findings == []
+    assert report.to_dict() == {
+        "memory_dir": str(tmp_path / "memory"),
+        "files_checked": 3,
+        "findings": [],
+        "fixed": [],
+    }
