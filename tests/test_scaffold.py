@@ -199,3 +199,53 @@ def test_a_complete_tree_is_recognised_without_making_anything(
             scaffold_memory(group_dir)
         target.rmdir()
         target.write_text(text)
+
+
+@pytest.mark.parametrize(
+    ("planted", "kind"), [("fifo", "a FIFO"), ("folder", "a folder"), ("nothing", "missing")]
+)
+def test_an_entry_that_appears_while_creating_is_reported(
+    group_dir: Path, monkeypatch, planted: str, kind: str
+) -> None:  # type: ignore[no-untyped-def]
+    """A container can race the scaffold: between the look and the create, something
+    else takes the name. It is reported, never written through."""
+    from orchestrator.confined import ConfinedDir
+
+    real = ConfinedDir.create_exclusive
+
+    def racing(self, relative, data, **kwargs):  # type: ignore[no-untyped-def]
+        if relative == "index.md" and self.shown.endswith("/memory"):
+            target = Path(f"/proc/self/fd/{self.fd}") / relative
+            if planted == "fifo":
+                os.mkfifo(target)
+            elif planted == "folder":
+                target.mkdir()
+            return False
+        return real(self, relative, data, **kwargs)
+
+    monkeypatch.setattr(ConfinedDir, "create_exclusive", racing)
+    report = scaffold_memory(group_dir)
+    assert report.problems == [f"memory/index.md appeared as {kind}; left untouched"]
+    assert sorted(report.created) == sorted(
+        ["memory/", "memory/system/", "memory/system/index.md", "memory/system/definition.md"]
+    )
+
+
+def test_new_files_and_folders_get_the_owner_asked_for(group_dir: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("giving files to another user needs root")
+    report = scaffold_memory(group_dir, owner=(4242, 4343))
+    assert report.complete
+    for path in ("memory", "memory/system", "memory/index.md", "memory/system/definition.md"):
+        st = os.stat(group_dir / path)
+        assert (st.st_uid, st.st_gid) == (4242, 4343), path
+
+
+def test_a_refused_system_folder_still_lets_the_index_be_made(
+    group_dir: Path, tmp_path: Path
+) -> None:
+    (group_dir / "memory").mkdir()
+    (group_dir / "memory/system").write_text("a file where a folder should be")
+    report = scaffold_memory(group_dir)
+    assert report.created == ["memory/index.md"]
+    assert report.problems == ["memory/system is a regular file, not a folder; left untouched"]
