@@ -249,3 +249,17 @@ def test_a_refused_system_folder_still_lets_the_index_be_made(
     report = scaffold_memory(group_dir)
     assert report.created == ["memory/index.md"]
     assert report.problems == ["memory/system is a regular file, not a folder; left untouched"]
+
+
+@pytest.mark.parametrize("name", ["memory/index.md", "memory/system/definition.md"])
+def test_a_symlink_to_a_real_file_is_not_taken_as_complete(
+    group_dir: Path, tmp_path: Path, name: str
+) -> None:
+    scaffold_memory(group_dir)
+    outside = tmp_path / "outside.md"
+    outside.write_text("someone else's file")
+    (group_dir / name).unlink()
+    (group_dir / name).symlink_to(outside)
+    report = scaffold_memory(group_dir)
+    assert report.problems == [f"{name} is a symlink, not a regular file; left untouched"]
+    assert outside.read_text() == "someone else's file"
