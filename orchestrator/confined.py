@@ -235,6 +235,22 @@ class ConfinedDir:
 
     # reading
 
+    def _open_regular(self, relative: str) -> tuple[int, os.stat_result, str]:
+        """(a descriptor, its status, how to show it) of the regular file at
+        ``relative``, opened without following a link or waiting on a FIFO; the
+        caller closes it. UnsafePath for anything but a regular file."""
+        with self._at(relative) as (dir_fd, name, shown):
+            try:
+                fd = os.open(name, _READ, dir_fd=dir_fd)
+            except OSError as exc:
+                raise self._refusal(dir_fd, name, shown, exc, "a regular file") from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            kind = kind_of(st.st_mode)
+            raise UnsafePath(shown, f"is {kind}, not a regular file", kind=kind)
+        return fd, st, shown
+
     def read_bytes(self, relative: str, limit: int, *, truncate: bool = False) -> bytes:
         """A regular file's bytes, at most ``limit`` of them.
 
@@ -242,16 +258,8 @@ class ConfinedDir:
         A symlink, FIFO, socket or device is UnsafePath (a FIFO never blocks);
         FileNotFoundError when missing.
         """
-        with self._at(relative) as (dir_fd, name, shown):
-            try:
-                fd = os.open(name, _READ, dir_fd=dir_fd)
-            except OSError as exc:
-                raise self._refusal(dir_fd, name, shown, exc, "a regular file") from None
+        fd, st, shown = self._open_regular(relative)
         try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                kind = kind_of(st.st_mode)
-                raise UnsafePath(shown, f"is {kind}, not a regular file", kind=kind)
             if st.st_size > limit and not truncate:
                 raise UnsafePath(
                     shown, f"is {st.st_size:,} bytes, over the {limit:,}-byte read limit"
@@ -275,16 +283,8 @@ class ConfinedDir:
         any size costs no more memory than a piece. Refuses what read_bytes refuses."""
         import hashlib
 
-        with self._at(relative) as (dir_fd, name, shown):
-            try:
-                fd = os.open(name, _READ, dir_fd=dir_fd)
-            except OSError as exc:
-                raise self._refusal(dir_fd, name, shown, exc, "a regular file") from None
+        fd, _st, _shown = self._open_regular(relative)
         try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                kind = kind_of(st.st_mode)
-                raise UnsafePath(shown, f"is {kind}, not a regular file", kind=kind)
             digest, size = hashlib.sha256(), 0
             while chunk := os.read(fd, 1 << 20):
                 digest.update(chunk)

@@ -275,18 +275,33 @@ def build_agent_image(
         call_engine("tag image", lambda: client.api.tag(existing, repository, "latest"))
         return BuildResult(tag, existing, digest, base_ref, built=False)
 
-    progress(f"building {tag} on {base_ref}")
-    with tempfile.TemporaryDirectory(prefix="orchestrator-image-") as tmp:
-        context = Path(tmp)
-        shutil.copytree(root / "images/agent", context, dirs_exist_ok=True)
-        wheels = context / "wheels"
-        wheels.mkdir()
-        arch = str(call_engine("engine info", client.info).get("Architecture", "x86_64"))
-        pip_wheel = _download_wheels(root, wheels, arch, progress)
-        image_id = _docker_build(client, context, tag, base_ref, pip_wheel, digest, progress)
+    image_id = _build_from(client, root, "agent", tag, base_ref, digest, progress)
     call_engine("tag image", lambda: client.api.tag(image_id, repository, "latest"))
     _prune_old(client, repository, keep=tag, progress=progress)
     return BuildResult(tag, image_id, digest, base_ref, built=True)
+
+
+def _build_from(
+    client: docker.DockerClient,
+    root: Path,
+    role: str,
+    tag: str,
+    base_ref: str,
+    digest: str,
+    progress: Progress,
+    extra: str = "",
+) -> str:
+    """Build images/<role>/ as ``tag`` on ``base_ref``: wheels (with ``extra``)
+    downloaded here, the build itself without network. The new image's id."""
+    progress(f"building {tag} on {base_ref}")
+    with tempfile.TemporaryDirectory(prefix="orchestrator-image-") as tmp:
+        context = Path(tmp)
+        shutil.copytree(root / "images" / role, context, dirs_exist_ok=True)
+        wheels = context / "wheels"
+        wheels.mkdir()
+        arch = str(call_engine("engine info", client.info).get("Architecture", "x86_64"))
+        pip_wheel = _download_wheels(root, wheels, arch, progress, extra=extra)
+        return _docker_build(client, context, tag, base_ref, pip_wheel, digest, progress, role)
 
 
 def _docker_build(
@@ -378,16 +393,6 @@ def build_daemon_image(
     if existing and not force:
         call_engine("tag image", lambda: client.api.tag(existing, DAEMON_REPOSITORY, "latest"))
         return BuildResult(tag, existing, digest, base_ref, built=False)
-    progress(f"building {tag} on {base_ref}")
-    with tempfile.TemporaryDirectory(prefix="orchestrator-image-") as tmp:
-        context = Path(tmp)
-        shutil.copytree(root / "images/daemon", context, dirs_exist_ok=True)
-        wheels = context / "wheels"
-        wheels.mkdir()
-        arch = str(call_engine("engine info", client.info).get("Architecture", "x86_64"))
-        pip_wheel = _download_wheels(root, wheels, arch, progress, extra="[host]")
-        image_id = _docker_build(
-            client, context, tag, base_ref, pip_wheel, digest, progress, role="daemon"
-        )
+    image_id = _build_from(client, root, "daemon", tag, base_ref, digest, progress, "[host]")
     call_engine("tag image", lambda: client.api.tag(image_id, DAEMON_REPOSITORY, "latest"))
     return BuildResult(tag, image_id, digest, base_ref, built=True)
