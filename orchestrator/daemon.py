@@ -202,7 +202,16 @@ class Daemon:
         pause = self.pause_of(group.folder)
         if pause is not None and pause.refuse_new:
             raise GroupPaused(pause.reason, hint=_resume_hint(group.folder, pause))
-        session = session_key(group.config.session_mode, chat, thread)
+        fields = {
+            "group": group.folder,
+            "session": session_key(group.config.session_mode, chat, thread),
+            "chat": chat,
+            "thread": thread,
+            "sender": sender,
+            "trust": trust,
+            "text": text,
+            "channel": channel,
+        }
         if text.strip() == CONFIRM_COMMAND:
             # Answered by the host, never by the model: a creator's own word.
             reply = confirm_reply(
@@ -214,27 +223,8 @@ class Daemon:
                 creators=group.config.creators,
             )
             log.info("group %s: /confirm from %r: %s", group.folder, sender, reply)
-            return self.queue.record_done(
-                group=group.folder,
-                session=session,
-                chat=chat,
-                thread=thread,
-                sender=sender,
-                trust=trust,
-                text=text,
-                channel=channel,
-                reply=reply,
-            )
-        message = self.queue.enqueue(
-            group=group.folder,
-            session=session,
-            chat=chat,
-            thread=thread,
-            sender=sender,
-            trust=trust,
-            text=text,
-            channel=channel,
-        )
+            return self.queue.record_done(**fields, reply=reply)  # type: ignore[arg-type]
+        message = self.queue.enqueue(**fields)  # type: ignore[arg-type]
         with self.cond:
             self.cond.notify_all()
         return message
@@ -471,18 +461,7 @@ class Daemon:
                 )
             group = self.runtime.store.load(message.group)
             self.history(message.group).record(
-                Provenance(
-                    TURN,
-                    sender=message.sender,
-                    trust=message.trust,
-                    message_id=message.id,
-                    channel=message.channel,
-                    chat=message.chat,
-                    session=message.session,
-                    provider=group.config.provider,
-                    model=group.config.model,
-                    also=also,
-                )
+                Provenance.of_turn(TURN, message, group.config, also=also)
             )
         except Exception as exc:  # the history must never fail a delivery
             log.warning("memory history of %s not recorded after a turn: %s", message.group, exc)

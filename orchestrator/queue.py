@@ -352,27 +352,17 @@ class MessageQueue:
     ) -> Message:
         """Store a message the host answered itself (never delivered to the runner),
         done, with its one reply; in one transaction."""
-        message = Message(
-            uuid.uuid4().hex,
-            group,
-            session,
-            chat,
-            thread,
-            sender,
-            trust,
-            text,
-            channel,
-            DONE,
-            created=time.time(),
+        message = replace(
+            new_message(
+                group=group, session=session, chat=chat, thread=thread, sender=sender,
+                trust=trust, text=text, channel=channel,
+            ),
+            state=DONE,
             replies=(reply,),
-        )
+        )  # fmt: skip
 
         def work(db: sqlite3.Connection) -> None:
-            db.execute(
-                "INSERT INTO messages (id, group_folder, session, chat, thread, sender, trust,"
-                " text, channel, state, created, updated) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                (*_row_values(message), message.created),
-            )
+            insert_message(db, message)
             db.execute(
                 "INSERT INTO replies (message_id, seq, text, created) VALUES (?,?,?,?)",
                 (message.id, 0, reply, message.created),

@@ -67,6 +67,25 @@ class Provenance:
     time: float = field(default_factory=time.time)
     also: tuple[str, ...] = ()  # other turns that overlapped this one
 
+    @classmethod
+    def of_turn(
+        cls, kind: str, message: Any, config: Any, also: tuple[str, ...] = ()
+    ) -> Provenance:
+        """The provenance of a change made during the turn answering ``message`` (a
+        queue Message) in a group configured by ``config``."""
+        return cls(
+            kind,
+            sender=message.sender,
+            trust=message.trust,
+            message_id=message.id,
+            channel=message.channel,
+            chat=message.chat,
+            session=message.session,
+            provider=config.provider,
+            model=config.model,
+            also=also,
+        )
+
     def summary(self) -> str:
         if self.kind == TURN:
             who = f"{self.sender} ({self.trust})" if self.trust else self.sender

@@ -78,17 +78,7 @@ def decide(turn: TurnRelay, content: object) -> Outcome:
         record_quietly(
             group.path.parent,
             group.folder,
-            Provenance(
-                LEARNED_WRITE,
-                sender=message.sender,
-                trust=message.trust,
-                message_id=message.id,
-                channel=message.channel,
-                chat=message.chat,
-                session=message.session,
-                provider=group.config.provider,
-                model=group.config.model,
-            ),
+            Provenance.of_turn(LEARNED_WRITE, message, group.config),
             turn.context.config.history_max_file_bytes,
         )
     log.info("group %s: learned-behaviors write by %r: %s", group.folder, message.sender, outcome)
