@@ -14,6 +14,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from orchestrator.channels.accounts import (
+    ChannelAccount,
+    HttpToken,
+    parse_channel_accounts,
+    parse_http_tokens,
+)
 from orchestrator.errors import HomeNotWritable, InvalidConfig
 from orchestrator.limits import (
     CONFIG_FILE_MAX_BYTES,
@@ -65,6 +71,8 @@ class OrchestratorConfig:
     search_vector_weight: float = 0.5  # memory_search.vector_weight
     history_max_file_bytes: int = HISTORY_FILE_MAX_BYTES  # history.max_file_bytes
     host_home: Path | None = None  # env ORCHESTRATOR_HOST_HOME: the home as the engine sees it
+    channel_accounts: Mapping[str, ChannelAccount] = field(default_factory=dict)  # channels
+    http_tokens: Mapping[str, HttpToken] = field(default_factory=dict)  # http.tokens
 
 
 def listen_problem(listen: str, allow_remote: bool) -> str | None:
@@ -221,8 +229,11 @@ class Home:
                     "secrets_file",
                     "memory_search",
                     "history",
+                    "channels",
                 ]
             )
+            if "channels" in reader.data:
+                values["channel_accounts"] = parse_channel_accounts(reader.child("channels"))
             if "history" in reader.data:
                 from orchestrator.group_config import parse_size
 
@@ -289,7 +300,9 @@ class Home:
                 )
             if "http" in reader.data:
                 http = reader.child("http")
-                http.reject_unknown(["listen", "token", "allow_remote"])
+                http.reject_unknown(["listen", "token", "allow_remote", "tokens"])
+                if "tokens" in http.data:
+                    values["http_tokens"] = parse_http_tokens(http.child("tokens"))
                 allow_remote = http.boolean("allow_remote", False)
                 values["http_allow_remote"] = allow_remote
                 if "listen" in http.data:

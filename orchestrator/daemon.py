@@ -14,8 +14,10 @@ cancelled and delivered again at the next start).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.agent.session import session_key
+from orchestrator.channels.chats import ChatStore
 from orchestrator.config import Home, OrchestratorConfig
 from orchestrator.disk import DISK_HOLDER, group_disk_usage, over_limit_reason
 from orchestrator.errors import (
@@ -57,6 +60,7 @@ from orchestrator.validate import text_problem
 
 log = logging.getLogger("orchestrator.daemon")
 Listener = Callable[[str], None]
+Claim = Callable[[sqlite3.Connection, Message], str | None]
 
 
 def fair_order(candidates: list[Message], last_served: dict[str, float]) -> list[Message]:
@@ -159,7 +163,13 @@ class Daemon:
         )
         self.histories: dict[str, History] = {}  # memory history per group, opened lazily
         self.tasks = TaskStore(queue)
-        self.scheduler = Scheduler(self.tasks, store_lookup(runtime.store))
+        self.chats = ChatStore(queue)
+        self.scheduler = Scheduler(
+            self.tasks,
+            store_lookup(
+                runtime.store, lambda folder, chat: self.chats.bound_trust(folder, None, chat)
+            ),
+        )
         # set by the service that runs the daemon: reloads orchestrator.yaml
         self.on_reload: Callable[[], dict[str, Any]] | None = None
 
@@ -178,8 +188,14 @@ class Daemon:
         sender: str,
         channel: str,
         thread: str | None = None,
+        bound: str | None = None,
+        claim: Claim | None = None,
     ) -> Message:
-        """Accept one inbound message; returns after it is committed to the queue."""
+        """Accept one inbound message; returns after it is committed to the queue.
+
+        ``bound``: the trust the chat's binding gives its people (a chat app's channel
+        passes it). ``claim``: recorded in the same transaction (MessageQueue.enqueue):
+        an update a chat app delivers twice is queued once."""
         if not self.accepting:
             raise DaemonStopping(
                 "the daemon is shutting down and accepts no new messages",
@@ -187,7 +203,7 @@ class Daemon:
             )
         check_inbound(text=text, chat=chat, sender=sender, thread=thread)
         group = self.runtime.store.find(name)
-        trust = classify_sender(group.config, sender)
+        trust = classify_sender(group.config, sender, bound)
         if trust is None:
             log.warning(
                 "refused a message from %r to group %s via %s: unknown sender",
@@ -224,7 +240,7 @@ class Daemon:
             )
             log.info("group %s: /confirm from %r: %s", group.folder, sender, reply)
             return self.queue.record_done(**fields, reply=reply)  # type: ignore[arg-type]
-        message = self.queue.enqueue(**fields)  # type: ignore[arg-type]
+        message = self.queue.enqueue(**fields, claim=claim)  # type: ignore[arg-type]
         with self.cond:
             self.cond.notify_all()
         return message
@@ -271,6 +287,10 @@ class Daemon:
         """Call ``listener(message_id)`` (from a worker thread) whenever a message's state
         or replies change: event loops wait on this instead of holding a thread."""
         self.listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        with contextlib.suppress(ValueError):
+            self.listeners.remove(listener)
 
     def _changed(self, message_id: str) -> None:
         with self.cond:
@@ -403,6 +423,7 @@ class Daemon:
                 return
         for message in chosen:
             self.pool.submit(self._deliver, message)
+            self._changed(message.id)  # in flight now: a chat app shows it is typing
 
     def _deliver(self, message: Message) -> None:
         delivery = self.active[message.id]

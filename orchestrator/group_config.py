@@ -267,12 +267,16 @@ def _limits(reader: MappingReader) -> ModelLimits:
     )
 
 
-def classify_sender(config: GroupConfig, sender: str) -> str | None:
-    """The trust level of ``sender`` in a group, or None when the sender is refused."""
+def classify_sender(config: GroupConfig, sender: str, bound: str | None = None) -> str | None:
+    """The trust level of ``sender`` in a group, or None when the sender is refused.
+    ``bound``: the trust a chat binding gives everyone in the chat the message came from
+    (creators are still named one by one)."""
     if sender in config.creators:
         return CREATOR
     if sender in config.members:
         return MEMBER
+    if bound is not None:
+        return bound
     return GUEST if config.unknown_senders == "allow" else None
 
 

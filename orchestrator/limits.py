@@ -172,3 +172,17 @@ ENGINE_AWAY_RETRY_SECONDS = 5.0
 
 # Memory history (groups/<folder>/.history/).
 HISTORY_FILE_MAX_BYTES = 4 * 1024 * 1024  # a larger file is recorded by its hash only
+
+# Chat apps (channel accounts in orchestrator.yaml `channels`).
+PAIRING_CODE_TTL_SECONDS = 3600  # a pairing code is good for an hour, once
+PAIRINGS_PENDING_MAX = 20  # codes waiting per channel account; more chats get none
+DEFAULT_ATTACHMENT_MAX_BYTES = 10 * 1024 * 1024  # photos and documents stored per message
+DEFAULT_SENDER_RATE_MESSAGES = 20  # a sender's messages to one group per window ...
+DEFAULT_SENDER_RATE_SECONDS = 600  # ... of this many seconds
+CHANNEL_POLL_TIMEOUT_SECONDS = 25  # long poll of getUpdates
+CHANNEL_BACKOFF_MAX_SECONDS = 60.0  # a failing poll loop waits at most this between tries
+CHANNEL_RETRY_AFTER_MAX_SECONDS = 600.0  # the longest 429 retry_after honored per call
+CHANNEL_SWEEP_SECONDS = 5.0  # how often unsent replies are looked for (events come first)
+CHANNEL_TYPING_SECONDS = 4.0  # a typing indicator is sent again this often during a turn
+CHANNEL_KEEP_SECONDS = 7 * 86400  # inbound update ids and sent-reply records are kept
+TELEGRAM_TEXT_MAX = 4096  # Telegram's limit on one message's text (UTF-16 code units)

@@ -101,6 +101,56 @@ CREATE TABLE IF NOT EXISTS task_runs (
     at REAL NOT NULL,
     PRIMARY KEY (task_id, due)
 );
+CREATE INDEX IF NOT EXISTS messages_channel ON messages (channel, updated);
+CREATE TABLE IF NOT EXISTS bindings (
+    account TEXT NOT NULL,
+    chat TEXT NOT NULL,
+    group_folder TEXT NOT NULL,
+    activation TEXT NOT NULL,
+    trust TEXT NOT NULL,
+    title TEXT,
+    created REAL NOT NULL,
+    PRIMARY KEY (account, chat)
+);
+CREATE TABLE IF NOT EXISTS pairings (
+    code TEXT PRIMARY KEY,
+    account TEXT NOT NULL,
+    chat TEXT NOT NULL,
+    title TEXT,
+    requested_by TEXT,
+    state TEXT NOT NULL,
+    created REAL NOT NULL,
+    expires REAL NOT NULL,
+    group_folder TEXT,
+    decided REAL
+);
+CREATE INDEX IF NOT EXISTS pairings_chat ON pairings (account, chat, state);
+CREATE TABLE IF NOT EXISTS channel_inbound (
+    account TEXT NOT NULL,
+    update_id TEXT NOT NULL,
+    message_id TEXT,
+    platform_chat TEXT,
+    platform_message TEXT,
+    at REAL NOT NULL,
+    PRIMARY KEY (account, update_id)
+);
+CREATE INDEX IF NOT EXISTS channel_inbound_message ON channel_inbound (message_id);
+CREATE TABLE IF NOT EXISTS channel_outbound (
+    message_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    account TEXT NOT NULL,
+    state TEXT NOT NULL,
+    platform_ids TEXT,
+    error TEXT,
+    at REAL NOT NULL,
+    PRIMARY KEY (message_id, seq)
+);
+CREATE TABLE IF NOT EXISTS channel_state (
+    account TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (account, key)
+);
 CREATE TABLE IF NOT EXISTS learned_pending (
     group_folder TEXT PRIMARY KEY,
     content TEXT NOT NULL,
@@ -313,8 +363,14 @@ class MessageQueue:
         trust: str,
         text: str,
         channel: str,
+        claim: Callable[[sqlite3.Connection, Message], str | None] | None = None,
     ) -> Message:
-        """Store a message; returns once it is committed to disk."""
+        """Store a message; returns once it is committed to disk.
+
+        ``claim(db, message)`` runs in the same transaction first: it records where the
+        message came from (a chat app's update id) and returns the id of a message
+        stored for it already, which is then returned instead (nothing new is stored):
+        an update read twice is queued once."""
         message = new_message(
             group=group,
             session=session,
@@ -325,7 +381,18 @@ class MessageQueue:
             text=text,
             channel=channel,
         )
-        self._write(lambda db: insert_message(db, message))
+
+        def work(db: sqlite3.Connection) -> str | None:
+            earlier = claim(db, message) if claim is not None else None
+            if earlier is None:
+                insert_message(db, message)
+            return earlier
+
+        earlier = self._write(work)
+        if earlier is not None:
+            found = self.get(earlier)
+            if found is not None:
+                return found
         return message
 
     def transaction(self, work: Callable[[sqlite3.Connection], T]) -> T:

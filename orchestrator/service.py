@@ -61,8 +61,11 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(data)
 
 
-def setup_logging(log_format: str) -> None:
+def setup_logging(log_format: str, debug: bool = False) -> None:
+    """Log lines on stderr (INFO, or DEBUG with ``debug``), rate-limited per kind, with
+    every secret the daemon knows redacted and HTTP clients' URL lines kept out."""
     from orchestrator.lograte import RateLimitFilter
+    from orchestrator.redact import RedactingFilter, quiet_clients
 
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
@@ -70,10 +73,12 @@ def setup_logging(log_format: str) -> None:
         if log_format == "json"
         else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
+    handler.addFilter(RedactingFilter())
     handler.addFilter(RateLimitFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(logging.INFO)
+    root.setLevel(logging.DEBUG if debug else logging.INFO)
+    quiet_clients()
 
 
 def lock_holder(home: Home) -> int | None:

@@ -569,8 +569,11 @@ class Scheduler:
         return self.store.queue.transaction(work)
 
 
-def store_lookup(groups: GroupStore) -> GroupLookup:
-    """The lookup the scheduler needs, from the groups' own configuration."""
+def store_lookup(
+    groups: GroupStore, bound: Callable[[str, str], str | None] | None = None
+) -> GroupLookup:
+    """The lookup the scheduler needs, from the groups' own configuration; ``bound(folder,
+    chat)`` is the trust a chat binding gives the people of that chat."""
 
     def lookup(
         folder: str, author: str, chat: str, thread: str | None
@@ -581,7 +584,7 @@ def store_lookup(groups: GroupStore) -> GroupLookup:
             return None
         return (
             group.config.tasks,
-            classify_sender(group.config, author),
+            classify_sender(group.config, author, bound(folder, chat) if bound else None),
             session_key(group.config.session_mode, chat, thread),
         )
 

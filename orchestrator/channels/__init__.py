@@ -11,6 +11,7 @@ from orchestrator.channels.base import Channel
 REGISTRY: dict[str, str] = {
     "cli": "orchestrator.channels.control:ControlChannel",
     "http": "orchestrator.channels.http:HttpChannel",
+    "telegram": "orchestrator.channels.telegram:TelegramChannel",
 }
 
 

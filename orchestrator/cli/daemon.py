@@ -37,13 +37,16 @@ _OUTPUT = threading.Lock()  # one writer to the terminal at a time
 def serve(obj: CliContext, log_format: str, concurrency: int | None) -> None:
     """Run the daemon in the foreground: channels, queue, delivery into containers.
 
+    With --debug (before the command: orchestrator --debug serve) it logs at DEBUG;
+    tokens and keys are redacted from every line either way.
+
     Reconciles containers at start. SIGTERM drains: no new messages, turns in flight
     finish (or are delivered again at the next start), then it exits.
     """
     from orchestrator.service import serve as run
     from orchestrator.service import setup_logging
 
-    setup_logging(log_format)
+    setup_logging(log_format, debug=obj.debug)
     run(obj.home, concurrency)
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.errors import BadInput, OrchestratorError
+from orchestrator.redact import register_secret
 
 if TYPE_CHECKING:
     from orchestrator.validate import MappingReader
@@ -186,6 +187,7 @@ def resolve_key(provider: ProviderDef, secrets_file: Path | None) -> str | None:
                 f"provider {provider.name!r}: environment variable {provider.key_env} is not set",
                 hint=f"export {provider.key_env}=... for the daemon, or use key_secret",
             )
+        register_secret(value)
         return value
     if provider.key_secret:
         if secrets_file is None:
@@ -199,5 +201,6 @@ def resolve_key(provider: ProviderDef, secrets_file: Path | None) -> str | None:
             raise MissingCredential(
                 f"provider {provider.name!r}: {secrets_file} has no entry {provider.key_secret!r}"
             )
+        register_secret(value)
         return value
     return None

@@ -1,0 +1,253 @@
+"""Chat-app accounts (``channels`` in orchestrator.yaml) and the HTTP API's named tokens.
+
+    channels:
+      familybot:
+        kind: telegram
+        token_env: TELEGRAM_FAMILY_TOKEN   # or token_secret: NAME (an entry of secrets_file)
+        api_url: http://127.0.0.1:8081     # optional: a self-hosted Bot API server
+        attachments_max_bytes: 10m         # photos and documents stored per message
+        sender_rate: {messages: 20, per: 10m}   # per sender and group
+    http:
+      tokens:
+        slack-bridge:
+          token_env: SLACK_BRIDGE_TOKEN
+          senders: "slack:"               # the only sender ids this token may name
+
+A token is read on the host when the channel starts; it never enters a container, a
+log line or a stored error (the log handlers redact every token they know of).
+
+Sender ids are namespaced by the channel's kind: ``telegram:123456`` is that Telegram
+user whichever bot sees them, and it is what a group's ``creators`` and ``members`` hold.
+A channel produces ids under its own prefix only; an HTTP token names senders under its
+own prefix only; only the operator's token (``http.token``) may name any sender.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.errors import OrchestratorError
+from orchestrator.limits import (
+    DEFAULT_ATTACHMENT_MAX_BYTES,
+    DEFAULT_SENDER_RATE_MESSAGES,
+    DEFAULT_SENDER_RATE_SECONDS,
+)
+from orchestrator.redact import register_secret
+
+if TYPE_CHECKING:
+    from orchestrator.validate import MappingReader
+
+ACCOUNT_NAME_PATTERN = r"[a-z0-9][a-z0-9_-]{0,39}"
+ENV_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
+CHANNEL_KINDS = ("telegram",)
+# Prefixes no HTTP token but the operator's may name: each belongs to a channel of the
+# daemon's own (or to the operator and the scheduler).
+RESERVED_PREFIXES = ("telegram:", "matrix:", "operator", "task:", "cli:")
+SENDER_PREFIX_PATTERN = r"[a-z][a-z0-9_-]{0,30}:"
+
+
+class MissingToken(OrchestratorError):
+    """A token reference points at nothing."""
+
+
+@dataclass(frozen=True)
+class ChannelAccount:
+    name: str
+    kind: str
+    token_env: str | None = None
+    token_secret: str | None = None
+    api_url: str | None = None
+    attachments_max_bytes: int = DEFAULT_ATTACHMENT_MAX_BYTES
+    rate_messages: int = DEFAULT_SENDER_RATE_MESSAGES
+    rate_seconds: int = DEFAULT_SENDER_RATE_SECONDS
+
+    @property
+    def prefix(self) -> str:
+        """The sender ids this account produces start with this."""
+        return f"{self.kind}:"
+
+    @property
+    def channel(self) -> str:
+        """The ``channel`` of the messages it queues."""
+        return f"{self.kind}:{self.name}"
+
+    def token_reference(self) -> str:
+        return f"env {self.token_env}" if self.token_env else f"secret {self.token_secret}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """For people and JSON: never the token, only where it comes from."""
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "token": self.token_reference(),
+            "api_url": self.api_url,
+            "attachments_max_bytes": self.attachments_max_bytes,
+            "sender_rate": {"messages": self.rate_messages, "per_seconds": self.rate_seconds},
+        }
+
+
+@dataclass(frozen=True)
+class HttpToken:
+    """A named token of the HTTP API, allowed to name senders under one prefix."""
+
+    name: str
+    senders: str
+    token_env: str | None = None
+    token_secret: str | None = None
+
+    def token_reference(self) -> str:
+        return f"env {self.token_env}" if self.token_env else f"secret {self.token_secret}"
+
+
+def _token_source(item: MappingReader) -> tuple[str | None, str | None]:
+    token_env = (
+        item.text("token_env", pattern=ENV_NAME_PATTERN) if "token_env" in item.data else None
+    )
+    token_secret = (
+        item.text("token_secret", pattern=ACCOUNT_NAME_PATTERN)
+        if "token_secret" in item.data
+        else None
+    )
+    if bool(token_env) == bool(token_secret):
+        raise item.fail("token_env", "give token_env or token_secret (one of them)")
+    return token_env, token_secret
+
+
+def parse_channel_accounts(reader: MappingReader) -> dict[str, ChannelAccount]:
+    """The ``channels`` mapping of orchestrator.yaml, validated."""
+    from orchestrator.group_config import parse_duration, parse_size
+
+    out: dict[str, ChannelAccount] = {}
+    for name in reader.data:
+        if not isinstance(name, str) or not re.fullmatch(ACCOUNT_NAME_PATTERN, name):
+            raise reader.fail(
+                str(name),
+                "channel account names are 1-40 of a-z, 0-9, '-' and '_', starting with a "
+                "letter or digit",
+            )
+        item = reader.child(name)
+        item.reject_unknown(
+            ["kind", "token_env", "token_secret", "api_url", "attachments_max_bytes", "sender_rate"]
+        )
+        kind = item.choice("kind", CHANNEL_KINDS, item.raw("kind"))
+        token_env, token_secret = _token_source(item)
+        api_url = (
+            item.text("api_url", pattern=r"https?://[^\s/]+(/\S*)?", max_chars=512).rstrip("/")
+            if "api_url" in item.data
+            else None
+        )
+        size = parse_size(item.raw("attachments_max_bytes", DEFAULT_ATTACHMENT_MAX_BYTES))
+        if size is None or not 0 <= size <= 2 * 1024**3:
+            raise item.fail(
+                "attachments_max_bytes",
+                f"got {item.data.get('attachments_max_bytes')!r}; expected a size up to 2g "
+                "(such as 10m; 0 refuses every file)",
+            )
+        messages, seconds = DEFAULT_SENDER_RATE_MESSAGES, DEFAULT_SENDER_RATE_SECONDS
+        if "sender_rate" in item.data:
+            rate = item.child("sender_rate")
+            rate.reject_unknown(["messages", "per"])
+            messages = rate.whole_number(
+                "messages", DEFAULT_SENDER_RATE_MESSAGES, 1, 100_000, "1 to 100000"
+            )
+            per = parse_duration(rate.raw("per", DEFAULT_SENDER_RATE_SECONDS))
+            if per is None or not 1 <= per <= 86_400:
+                raise rate.fail(
+                    "per", f"got {rate.data.get('per')!r}; expected a duration from 1s to 1d"
+                )
+            seconds = per
+        out[name] = ChannelAccount(
+            name, kind, token_env, token_secret, api_url, size, messages, seconds
+        )
+    return out
+
+
+def parse_http_tokens(reader: MappingReader) -> dict[str, HttpToken]:
+    """``http.tokens``: named tokens, each with the sender prefix it may name."""
+    out: dict[str, HttpToken] = {}
+    for name in reader.data:
+        if not isinstance(name, str) or not re.fullmatch(ACCOUNT_NAME_PATTERN, name):
+            raise reader.fail(
+                str(name), "token names are 1-40 of a-z, 0-9, '-' and '_', starting with one"
+            )
+        item = reader.child(name)
+        item.reject_unknown(["token_env", "token_secret", "senders"])
+        token_env, token_secret = _token_source(item)
+        senders = item.text("senders", max_chars=32)
+        if not re.fullmatch(SENDER_PREFIX_PATTERN, senders):
+            raise item.fail(
+                "senders",
+                f"got {senders!r}; expected a prefix such as 'slack:' (lowercase, ending in ':')",
+            )
+        if any(senders.startswith(p) or p.startswith(senders) for p in RESERVED_PREFIXES):
+            raise item.fail(
+                "senders",
+                f"{senders!r} belongs to a channel of the daemon's own or to the operator; "
+                "a bridge names its own app's senders (such as 'slack:')",
+            )
+        out[name] = HttpToken(name, senders, token_env, token_secret)
+    return out
+
+
+def resolve_token(
+    owner: str, token_env: str | None, token_secret: str | None, secrets_file: Path | None
+) -> str:
+    """A token from the environment or the secrets file; MissingToken says which is
+    missing (never the token)."""
+    from orchestrator.relay.definitions import read_secrets
+
+    if token_env:
+        value = os.environ.get(token_env)
+        if not value:
+            raise MissingToken(
+                f"{owner}: environment variable {token_env} is not set",
+                hint=f"export {token_env}=... for the daemon, or use token_secret",
+            )
+        register_secret(value)
+        return value
+    if secrets_file is None:
+        raise MissingToken(
+            f"{owner} names secret {token_secret!r} but no secrets_file is configured",
+            hint="set secrets_file in orchestrator.yaml",
+        )
+    value = read_secrets(secrets_file).get(str(token_secret))
+    if not value:
+        raise MissingToken(f"{owner}: {secrets_file} has no entry {token_secret!r}")
+    register_secret(value)
+    return value
+
+
+def account_token(account: ChannelAccount, secrets_file: Path | None) -> str:
+    return resolve_token(
+        f"channel account {account.name!r}", account.token_env, account.token_secret, secrets_file
+    )
+
+
+def http_tokens(
+    tokens: Mapping[str, HttpToken], secrets_file: Path | None
+) -> tuple[dict[str, HttpToken], list[str]]:
+    """token value -> definition for the named tokens that can be found, and a line
+    for each that cannot."""
+    found: dict[str, HttpToken] = {}
+    problems = []
+    for definition in tokens.values():
+        try:
+            value = resolve_token(
+                f"HTTP token {definition.name!r}",
+                definition.token_env,
+                definition.token_secret,
+                secrets_file,
+            )
+        except OrchestratorError as exc:
+            problems.append(exc.message)
+            continue
+        if len(value) < 16:
+            problems.append(f"HTTP token {definition.name!r} is shorter than 16 characters")
+            continue
+        found[value] = definition
+    return found, problems
