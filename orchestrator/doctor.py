@@ -301,6 +301,79 @@ def check_providers(home: Home) -> list[Check]:
     return checks
 
 
+def check_channels(home: Home) -> list[Check]:
+    """Each channel account: its token can be found (never shown), the daemon's last word
+    on its connection, and Telegram's privacy mode where it hides group messages."""
+    from orchestrator.channels.accounts import account_token
+    from orchestrator.channels.chats import ChatStore
+    from orchestrator.learned import open_queue_if_any
+
+    config = home.load_config()
+    if not config.channel_accounts:
+        return []
+    queue = open_queue_if_any(home.state_dir)
+    chats = ChatStore(queue) if queue is not None else None
+    checks = []
+    try:
+        for account in sorted(config.channel_accounts.values(), key=lambda a: a.name):
+            name = f"channel {account.name}"
+            try:
+                account_token(account, config.secrets_file)
+            except OrchestratorError as exc:
+                checks.append(Check(name, FAIL, exc.message, exc.hint or ""))
+                continue
+            health = chats.health(account.name) if chats else None
+            bound = chats.bindings(account=account.name) if chats else []
+            if not health:
+                checks.append(
+                    Check(
+                        name,
+                        OK,
+                        f"{account.kind}; token: {account.token_reference()}; not started yet",
+                    )
+                )
+                continue
+            if health.get("state") == "error":
+                checks.append(
+                    Check(
+                        name,
+                        FAIL,
+                        f"cannot reach {account.kind}: {health.get('last_error')}",
+                        "check the token and the network (the daemon keeps retrying)",
+                    )
+                )
+                continue
+            in_groups = [b for b in bound if b.chat.startswith("-")]  # group chat ids
+            if health.get("can_read_all_group_messages") is False and in_groups:
+                checks.append(
+                    Check(
+                        name,
+                        WARN,
+                        f"@{health.get('bot')} has Telegram's privacy mode on: in the "
+                        f"{len(in_groups)} group chats bound it is sent only commands "
+                        "(/...), replies to its own messages and service messages, not "
+                        "the rest of the conversation",
+                        "to let it see every message: @BotFather, /setprivacy, Disable, "
+                        "then remove the bot from those groups and add it again (or make it "
+                        "a group admin)",
+                    )
+                )
+                continue
+            checks.append(
+                Check(
+                    name,
+                    OK,
+                    f"{account.kind} @{health.get('bot')} {health.get('state')}; "
+                    f"{len(bound)} chats bound; {health.get('messages_in', 0)} in, "
+                    f"{health.get('messages_out', 0)} out",
+                )
+            )
+    finally:
+        if queue is not None:
+            queue.close()
+    return checks
+
+
 def run_checks(home: Home) -> list[Check]:
     checks = [check_home(home)]
     try:
@@ -331,6 +404,7 @@ def run_checks(home: Home) -> list[Check]:
     checks.append(check_queue(home))
     checks.extend(check_disk(home))
     checks.extend(check_providers(home))
+    checks.extend(check_channels(home))
     checks.extend(check_groups(home))
     engine, client = check_engine()
     checks.append(engine)

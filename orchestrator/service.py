@@ -367,7 +367,7 @@ class UpResult:
     facts: dict[str, Any] = field(default_factory=dict)
 
 
-def up(home: Home, timeout: float = 60.0) -> UpResult:
+def up(home: Home, timeout: float = 60.0, debug: bool = False) -> UpResult:
     """Start the daemon in the background, unless one runs; refuses while a process
     holds the lock without answering (it may still be stopping)."""
     facts = daemon_facts(home)
@@ -384,7 +384,15 @@ def up(home: Home, timeout: float = 60.0) -> UpResult:
     with open(log_path, "ab") as log_file:
         offset = log_file.tell()
         process = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator", "--home", str(home.root), "serve"],
+            [
+                sys.executable,
+                "-m",
+                "orchestrator",
+                "--home",
+                str(home.root),
+                *(["--debug"] if debug else []),
+                "serve",
+            ],
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=log_file,

@@ -331,3 +331,73 @@ def test_a_chats_messages_are_the_newest_hundred(daemon) -> None:  # type: ignor
     ]
     _, answer = call(daemon, "GET", "/v1/groups/fam/chats/k/messages", headers=AUTH)
     assert [m["id"] for m in answer["messages"]] == sent[3:]
+
+
+def test_a_named_token_speaks_only_for_its_own_senders(daemon, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    from orchestrator.channels.accounts import HttpToken, http_tokens
+
+    GroupStore(daemon.home).add(
+        GroupConfig(name="shop", creators=("telegram:1",), members=("slack:U1", "slack:U2"))
+    )
+    monkeypatch.setenv("SLACK_BRIDGE", "s" * 24)
+    daemon.config = replace(
+        daemon.config,
+        http_tokens={"slack": HttpToken("slack", "slack:", token_env="SLACK_BRIDGE")},
+    )
+    channel = HttpChannel(daemon)
+    channel.named, problems = http_tokens(daemon.config.http_tokens, None)
+    assert problems == []
+    bridge = {"Authorization": "Bearer " + "s" * 24}
+
+    async def go() -> list[tuple[int, Any]]:
+        out = []
+        async with TestClient(TestServer(channel.app())) as client:
+            for headers, sender in (
+                (bridge, "telegram:1"),  # a bridge cannot name a Telegram creator
+                (bridge, "operator"),
+                (bridge, "slack:U1"),
+                (AUTH, "telegram:1"),  # the operator's token may name anyone
+            ):
+                response = await client.post(
+                    "/v1/groups/shop/messages",
+                    json={"text": "hi", "sender": sender},
+                    headers=headers,
+                )
+                out.append((response.status, await response.json()))
+            operator_message = out[-1][1]["id"]
+            response = await client.get(f"/v1/messages/{operator_message}", headers=bridge)
+            out.append((response.status, await response.json()))
+            response = await client.get("/v1/groups/shop/chats/slack:U1/messages", headers=bridge)
+            out.append((response.status, await response.json()))
+            response = await client.get("/v1/groups", headers={"Authorization": "Bearer nope"})
+            out.append((response.status, await response.json()))
+        return out
+
+    results = asyncio.run(go())
+    assert results[0] == (
+        403,
+        {"error": "token 'slack' may name senders starting with 'slack:' only; got 'telegram:1'"},
+    )
+    assert results[1][0] == 403
+    assert results[2][0] == 202 and results[3][0] == 202
+    assert results[4][0] == 404, "a bridge does not read messages of other senders"
+    assert [m["sender"] for m in results[5][1]["messages"]] == ["slack:U1"]
+    assert results[6][0] == 401
+    senders = [r[0] for r in daemon.queue.read("SELECT sender FROM messages ORDER BY seq")]
+    assert senders == ["slack:U1", "telegram:1"], "nothing queued for the refused ones"
+
+
+def test_named_token_prefixes_of_the_daemons_own_channels_are_refused(home: Path) -> None:
+    from orchestrator.errors import InvalidConfig
+
+    for prefix, message in (
+        ("telegram:", "belongs to a channel of the daemon's own"),
+        ("Slack", "expected a prefix such as 'slack:'"),
+    ):
+        (home / "orchestrator.yaml").write_text(
+            f"http:\n  tokens:\n    b:\n      token_env: X\n      senders: '{prefix}'\n"
+        )
+        with pytest.raises(InvalidConfig, match=message):
+            Home(home).load_config()

@@ -7,8 +7,11 @@
     GET  /healthz                      liveness, no token needed
 
 Bad input gets a 4xx with a JSON body {"error": ...}; nothing is queued.
-Enabled when a token is configured (orchestrator.yaml http.token or
-ORCHESTRATOR_HTTP_TOKEN).
+Enabled when a token is configured: the operator's (orchestrator.yaml http.token or
+ORCHESTRATOR_HTTP_TOKEN), which may name any sender, or named ones (http.tokens), each
+allowed one sender prefix (a bridge for one app names that app's senders only: a token
+naming a sender outside its prefix gets 403 and nothing is queued; it reads only
+messages of senders under its prefix).
 
 It cannot be starved: a connection must send its request head within
 HTTP_HEADER_TIMEOUT_SECONDS (aiohttp's keep-alive timer covers a connection that has not
@@ -33,6 +36,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from orchestrator.channels.accounts import HttpToken, http_tokens
 from orchestrator.channels.base import Channel
 from orchestrator.errors import (
     BadInput,
@@ -121,16 +125,23 @@ class HttpChannel(Channel):
     def __init__(self, daemon: Any) -> None:
         super().__init__(daemon)
         self.waiters: dict[str, set[asyncio.Event]] = {}
+        self.named: dict[str, HttpToken] = {}  # token value -> its definition
         self.refused_connections = 0
         self.open_connections = 0  # touched only on the event loop
 
     @classmethod
     def enabled(cls, daemon: Any) -> bool:
-        return bool(daemon.config.http_token)
+        return bool(daemon.config.http_token or daemon.config.http_tokens)
 
     @classmethod
     def settings(cls, config: Any) -> tuple[object, ...]:
-        return (config.http_listen, config.http_token, config.http_allow_remote)
+        return (
+            config.http_listen,
+            config.http_token,
+            config.http_allow_remote,
+            tuple(sorted(config.http_tokens.items())),
+            config.secrets_file,
+        )
 
     def where(self) -> str:
         return f"http://{self.daemon.config.http_listen}"
@@ -161,11 +172,34 @@ class HttpChannel(Channel):
     async def _auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path == "/healthz":
             return await handler(request)
-        given = bearer_token(request.headers.get("Authorization", ""))
-        expected = str(self.daemon.config.http_token)
-        if given is None or not hmac.compare_digest(given.encode(), expected.encode()):
+        if self.principal(request) is False:
             return _error(401, "missing or wrong bearer token")
         return await handler(request)
+
+    def principal(self, request: web.Request) -> HttpToken | bool | None:
+        """Whose the request's bearer token is: None for the operator's, the named
+        token's definition, or False for no token we know (each compared in constant
+        time, every one of them)."""
+        given = bearer_token(request.headers.get("Authorization", ""))
+        if given is None:
+            return False
+        operator = self.daemon.config.http_token
+        found: HttpToken | None = None
+        is_operator = bool(operator) and hmac.compare_digest(given.encode(), str(operator).encode())
+        for value, definition in self.named.items():
+            if hmac.compare_digest(given.encode(), value.encode()):
+                found = definition
+        if is_operator:
+            return None
+        return found if found is not None else False
+
+    def may_name(self, request: web.Request, sender: str) -> bool:
+        """Whether the request's token may speak for (or read the messages of) ``sender``:
+        the operator's may name anyone, a named token senders under its prefix."""
+        token = self.principal(request)
+        if token is None:
+            return True
+        return isinstance(token, HttpToken) and sender.startswith(token.senders)
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"ok": True, "accepting": self.daemon.accepting})
@@ -205,6 +239,19 @@ class HttpChannel(Channel):
         thread = body.get("thread")
         if not isinstance(chat, str) or (thread is not None and not isinstance(thread, str)):
             return _error(400, "chat and thread must be strings")
+        token = self.principal(request)
+        if isinstance(token, HttpToken) and not self.may_name(request, sender):
+            log.warning(
+                "HTTP token %r named sender %r outside its prefix %r; refused",
+                token.name,
+                sender,
+                token.senders,
+            )
+            return _error(
+                403,
+                f"token {token.name!r} may name senders starting with {token.senders!r} only; "
+                f"got {sender!r}",
+            )
         try:
             message = await asyncio.to_thread(
                 self.daemon.submit,
@@ -253,7 +300,13 @@ class HttpChannel(Channel):
             )
         )
         return web.json_response(
-            {"messages": [{**m.to_dict(), "task": tasks.get(m.id)} for m in messages]}
+            {
+                "messages": [
+                    {**m.to_dict(), "task": tasks.get(m.id)}
+                    for m in messages
+                    if self.may_name(request, m.sender)
+                ]
+            }
         )
 
     async def get_message(self, request: web.Request) -> web.Response:
@@ -266,7 +319,7 @@ class HttpChannel(Channel):
         except ValueError:
             return _error(400, "after must be a whole number of replies")
         message = await self._wait(message_id, wait, after)
-        if message is None:
+        if message is None or not self.may_name(request, message.sender):
             return _error(404, f"no message {message_id!r}")
         return web.json_response(message.to_dict())
 
@@ -319,6 +372,10 @@ class HttpChannel(Channel):
         self.open_connections -= 1
 
     def start(self) -> None:
+        config = self.daemon.config
+        self.named, problems = http_tokens(config.http_tokens, config.secrets_file)
+        for problem in problems:
+            log.warning("%s; that token is not accepted", problem)
         host, _, port = (self.daemon.config.http_listen or "").rpartition(":")
         host = host.strip("[]") or "127.0.0.1"
         self.loop = asyncio.new_event_loop()

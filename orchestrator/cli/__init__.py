@@ -87,6 +87,18 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "skill",
         "Built-in skills; run migrate-memory on a group.",
     ),
+    "channel": (
+        "orchestrator.cli.channel",
+        "channel",
+        "Chat-app accounts (Telegram): add, list, remove.",
+    ),
+    "bind": ("orchestrator.cli.channel", "bind", "Bind a chat of a channel account to a group."),
+    "unbind": ("orchestrator.cli.channel", "unbind", "Unbind a chat from its group."),
+    "pair": (
+        "orchestrator.cli.channel",
+        "pair",
+        "Approve (or list, reject) the pairing code of a chat.",
+    ),
     "hook": ("orchestrator.cli.agent", "hook", "SessionStart hooks (the memory hook)."),
     "agent": ("orchestrator.cli.agent", "agent", "The runner inside a group container."),
 }

@@ -71,14 +71,15 @@ def describe_daemon(facts: dict[str, object]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @pass_cli
 def up(obj: CliContext, as_json: bool) -> None:
-    """Start the daemon in the background (log: state/orchestrator.log).
+    """Start the daemon in the background (log: state/orchestrator.log; at DEBUG with
+    orchestrator --debug up).
 
     When a daemon already runs for this home it says so and starts nothing; while a
     daemon is stopping (it holds the home's lock but does not answer) it refuses.
     """
     from orchestrator.service import up as start
 
-    result = start(obj.home)
+    result = start(obj.home, debug=obj.debug)
     if as_json:
         print_json({"pid": result.pid, "started": result.started, "daemon": result.facts})
     elif result.started:

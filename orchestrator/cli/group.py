@@ -122,6 +122,7 @@ def list_(obj: CliContext, as_json: bool) -> None:
 @pass_cli
 def show(obj: CliContext, name: str, as_json: bool) -> None:
     """Show a group's configuration, paths and memory size. NAME is a folder or display name."""
+    from orchestrator.channels.chats import ChatStore
     from orchestrator.learned import open_queue_if_any, report
 
     found = GroupStore(obj.home).find(name)
@@ -129,6 +130,7 @@ def show(obj: CliContext, name: str, as_json: bool) -> None:
     queue = open_queue_if_any(obj.home.state_dir)
     try:
         store = report(found.path.parent, found.folder, found.config.creators, queue)
+        bindings = [] if queue is None else ChatStore(queue).bindings(group=found.folder)
     finally:
         if queue is not None:
             queue.close()
@@ -149,6 +151,7 @@ def show(obj: CliContext, name: str, as_json: bool) -> None:
                 "paths": paths,
                 "memory": {"files": size.files, "bytes": size.bytes},
                 "learned_behaviors": store,
+                "bindings": [b.to_dict() for b in bindings],
             }
         )
         return
@@ -159,6 +162,11 @@ def show(obj: CliContext, name: str, as_json: bool) -> None:
         ("provider", f"{config.provider} / {config.model}"),
         ("creators", ", ".join(config.creators) or "-"),
         ("members", ", ".join(config.members) or "-"),
+        (
+            "chats",
+            ", ".join(f"{b.account}:{b.chat} ({b.activation}, {b.trust}s)" for b in bindings)
+            or "- (orchestrator bind, or pair)",
+        ),
         ("unknown senders", config.unknown_senders),
         ("session mode", config.session_mode),
         (

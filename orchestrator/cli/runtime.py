@@ -140,6 +140,18 @@ def status(obj: CliContext, as_json: bool) -> None:
             f"queue: {counts.get('queued', 0)} queued, {counts.get('inflight', 0)} "
             f"in flight, {counts.get('done', 0)} done, {counts.get('dead', 0)} dead\n"
         )
+    if queue is not None and queue.get("channels"):
+        from orchestrator.cli.channel import describe_health
+
+        for item in queue["channels"]:
+            health = item["health"] or {}
+            line = f"channel {item['account']} ({item['kind']}): {describe_health(health or None)}"
+            if health:
+                line += f"; {health.get('messages_in', 0)} in, {health.get('messages_out', 0)} out"
+            if health.get("last_error"):
+                line += f"; last error: {safe_line(health['last_error'])[:120]}"
+            click.echo(line)
+        click.echo("")
     if not rows and not invalid:
         click.echo("no groups; add one with: orchestrator group add NAME")
         return
@@ -202,9 +214,26 @@ def _queue_summary(obj: CliContext) -> dict[str, Any] | None:
             "counts": queue.counts(),
             "dead": [m.to_dict() for m in queue.dead_letters()],
             "pauses": [p.to_dict() for p in queue.pauses()],
+            "channels": channel_health(obj, queue),
         }
     finally:
         queue.close()
+
+
+def channel_health(obj: CliContext, queue: Any) -> list[dict[str, Any]]:
+    """Each channel account of orchestrator.yaml with the health its daemon recorded."""
+    from orchestrator.channels.chats import ChatStore
+    from orchestrator.errors import OrchestratorError
+
+    try:
+        accounts = obj.home.load_config().channel_accounts
+    except OrchestratorError:
+        return []
+    chats = ChatStore(queue)
+    return [
+        {"account": name, "kind": a.kind, "health": chats.health(name)}
+        for name, a in sorted(accounts.items())
+    ]
 
 
 @click.command()
