@@ -65,7 +65,7 @@ def split_message(text: str, limit: int) -> list[str]:
         else:
             pieces.append(head)
             reopen = ""
-    return [p for p in pieces if p.strip()]
+    return [p.rstrip() for p in pieces if p.strip()]
 
 
 _INLINE = re.compile(
