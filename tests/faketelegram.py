@@ -102,6 +102,7 @@ class FakeTelegram:
         self.fail_next: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         self.reject_entities = 0  # the next N HTML messages are refused as bad entities
         self.polls_served = 0
+        self.served: set[int] = set()  # update ids a getUpdates has returned
         self.lock = threading.Lock()
         self.loop = asyncio.new_event_loop()
         self.new_update = asyncio.Event()
@@ -289,6 +290,7 @@ class FakeTelegram:
                 self.new_update.clear()
             if ready or time.monotonic() >= deadline:
                 self.polls_served += 1
+                self.served.update(u["update_id"] for u in ready)
                 return ready[: int(params.get("limit") or 100)]
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.new_update.wait(), deadline - time.monotonic())
