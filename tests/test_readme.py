@@ -133,6 +133,21 @@ EXPECTED: dict[str, Callable[[], str]] = {
     "messages one `GET .../chats/{chat}/messages` returns (the newest)": lambda: str(
         L.HTTP_CHAT_MESSAGES_MAX
     ),
+    "a pairing code's life; codes waiting per channel account": lambda: (
+        f"{_s(L.PAIRING_CODE_TTL_SECONDS)}; {L.PAIRINGS_PENDING_MAX}"
+    ),
+    "a chat app's long poll; its longest wait between failed polls": lambda: (
+        f"{_s(L.CHANNEL_POLL_TIMEOUT_SECONDS)}; {_s(L.CHANNEL_BACKOFF_MAX_SECONDS)}"
+    ),
+    "a 429's `retry_after` honored per call (at most)": lambda: _s(
+        L.CHANNEL_RETRY_AFTER_MAX_SECONDS
+    ),
+    "unsent replies looked for (besides events); typing indicator refreshed": lambda: (
+        f"every {_s(L.CHANNEL_SWEEP_SECONDS)}; every {_s(L.CHANNEL_TYPING_SECONDS)}"
+    ),
+    "Telegram message text (UTF-16 code units; longer replies are split)": lambda: str(
+        L.TELEGRAM_TEXT_MAX
+    ),
 }
 
 

@@ -496,3 +496,55 @@ def test_a_typing_indicator_is_sent_while_a_turn_runs(rig: Rig) -> None:
     wait_for(lambda: rig.server.sent(ALICE))
     actions = rig.server.calls_of("sendChatAction")
     assert actions and actions[0].params == {"chat_id": str(ALICE), "action": "typing"}
+
+
+def test_a_message_that_could_not_be_answered_gets_an_apology_once(rig: Rig) -> None:
+    bind(rig, PRIVATE)
+    queue = rig.daemon.queue
+    message = queue.enqueue(
+        group="nosuchgroup",  # never runnable: no container answers for it
+        session="s",
+        chat=str(ALICE),
+        thread=None,
+        sender=f"telegram:{ALICE}",
+        trust="member",
+        text="x",
+        channel="telegram:fambot",
+    )
+    queue.transaction(
+        lambda db: db.execute(
+            "UPDATE messages SET state='dead', attempts=5 WHERE id=?", (message.id,)
+        )
+    )
+    rig.daemon._changed(message.id)
+    rig.daemon._changed(message.id)
+    sent = wait_for(lambda: rig.server.sent(ALICE))
+    time.sleep(0.5)
+    assert len(rig.server.sent(ALICE)) == 1
+    assert sent[0].params["text"].startswith("Sorry, I could not answer that message.")
+
+
+def test_doctor_reports_a_missing_token_and_privacy_mode(
+    home: Path, monkeypatch: pytest.MonkeyPatch, server: FakeTelegram
+) -> None:
+    from orchestrator.doctor import FAIL, WARN, check_channels
+
+    (home / "orchestrator.yaml").write_text(
+        "channels:\n"
+        f"  fambot:\n    kind: telegram\n    token_env: TG_TOKEN\n    api_url: {server.url}\n"
+        "  other:\n    kind: telegram\n    token_env: TG_MISSING\n"
+    )
+    monkeypatch.delenv("TG_MISSING", raising=False)
+    rig = make_rig(home, monkeypatch, server)
+    try:
+        bind(rig, GROUP_CHAT)
+        wait_for(lambda: (rig.daemon.chats.health("fambot") or {}).get("state") == "connected")
+        checks = {c.name: c for c in check_channels(Home(home))}
+    finally:
+        close_rig(rig)
+    assert checks["channel other"].status == FAIL
+    assert "environment variable TG_MISSING is not set" in checks["channel other"].detail
+    privacy = checks["channel fambot"]
+    assert privacy.status == WARN and "privacy mode on" in privacy.detail
+    assert "/setprivacy" in privacy.hint
+    assert TOKEN not in repr(checks)
