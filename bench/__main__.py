@@ -18,6 +18,7 @@ from bench import (
     runtime,
     search,
     tasks,
+    telegram,
 )
 from bench.harness import Result, fmt, markdown, save
 
@@ -37,6 +38,8 @@ BENCHMARKS: dict[str, Callable[[bool], Result]] = {
     search.SEARCH_1K: search.search_1k,
     search.SEARCH_10K: search.search_10k,
     tasks.NAME: tasks.run,
+    telegram.INBOUND: telegram.inbound,
+    telegram.OUTBOUND: telegram.outbound,
     history.NAMES[100]: history.check_100,
     history.NAMES[1000]: history.check_1k,
     history.NAMES[10_000]: history.check_10k,

@@ -103,6 +103,8 @@ class FakeTelegram:
         self.reject_entities = 0  # the next N HTML messages are refused as bad entities
         self.polls_served = 0
         self.served: set[int] = set()  # update ids a getUpdates has returned
+        self.send_event = threading.Event()  # set at each sendMessage that succeeds
+        self.last_send = 0.0  # time.perf_counter() of the last one
         self.lock = threading.Lock()
         self.loop = asyncio.new_event_loop()
         self.new_update = asyncio.Event()
@@ -338,6 +340,8 @@ class FakeTelegram:
         }
         if params.get("message_thread_id"):
             message["message_thread_id"] = int(params["message_thread_id"])
+        self.last_send = time.perf_counter()
+        self.send_event.set()
         return message
 
     async def _m_sendChatAction(self, params: dict[str, Any]) -> Any:
