@@ -624,6 +624,12 @@ class Daemon:
         folders |= {p.group for p in self.queue.pauses() if p.holder == DISK_HOLDER}
         for folder in sorted(folders):
             self.check_disk(folder)
+        if all_groups:
+            pruned = self.chats.prune()
+            if pruned:
+                log.debug(
+                    "forgot %d old chat-app records (update ids, sent replies, codes)", pruned
+                )
 
     def check_disk(self, folder: str) -> bool:
         """Pause ``folder`` (refusing new messages) while it is over its disk limit, and
