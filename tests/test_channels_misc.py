@@ -81,9 +81,9 @@ def test_idle_and_excess_cli_connections_are_closed(home: Path, monkeypatch) -> 
     daemon = SimpleNamespace(home=h)
     channel = ControlChannel(daemon)  # type: ignore[arg-type]
     channel.start()
+    idle: list[socket.socket] = []
     try:
         path = h.state_dir / "orchestrator.sock"
-        idle = []
         for _ in range(2):
             s = socket.socket(socket.AF_UNIX)
             s.connect(str(path))
