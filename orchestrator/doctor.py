@@ -301,6 +301,12 @@ def check_providers(home: Home) -> list[Check]:
     return checks
 
 
+def _handle(bot: object) -> str:
+    """A bot as people write it: @name on Telegram; a Matrix user id has its @ already."""
+    text = str(bot or "?")
+    return text if text.startswith("@") else f"@{text}"
+
+
 def check_channels(home: Home) -> list[Check]:
     """Each channel account: its token can be found (never shown), the daemon's last word
     on its connection, and Telegram's privacy mode where it hides group messages."""
@@ -349,7 +355,7 @@ def check_channels(home: Home) -> list[Check]:
                     Check(
                         name,
                         WARN,
-                        f"@{health.get('bot')} has Telegram's privacy mode on: in the "
+                        f"{_handle(health.get('bot'))} has Telegram's privacy mode on: in the "
                         f"{len(in_groups)} group chats bound it is sent only commands "
                         "(/...), replies to its own messages and service messages, not "
                         "the rest of the conversation",
@@ -363,7 +369,7 @@ def check_channels(home: Home) -> list[Check]:
                 Check(
                     name,
                     OK,
-                    f"{account.kind} @{health.get('bot')} {health.get('state')}; "
+                    f"{account.kind} {_handle(health.get('bot'))} {health.get('state')}; "
                     f"{len(bound)} chats bound; {health.get('messages_in', 0)} in, "
                     f"{health.get('messages_out', 0)} out",
                 )

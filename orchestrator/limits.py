@@ -186,3 +186,6 @@ CHANNEL_SWEEP_SECONDS = 5.0  # how often unsent replies are looked for (events c
 CHANNEL_TYPING_SECONDS = 4.0  # a typing indicator is sent again this often during a turn
 CHANNEL_KEEP_SECONDS = 7 * 86400  # inbound update ids and sent-reply records are kept
 TELEGRAM_TEXT_MAX = 4096  # Telegram's limit on one message's text (UTF-16 code units)
+# A Matrix event is at most 64 KiB with its HTML rendering beside the text: a reply is
+# sent in pieces of at most this many UTF-16 code units.
+MATRIX_TEXT_MAX = 6000

@@ -16,7 +16,7 @@ REDACTED = "[redacted]"
 _MIN_SECRET_CHARS = 8  # shorter strings would redact ordinary words
 _lock = threading.Lock()
 _secrets: frozenset[str] = frozenset()
-CLIENT_LOGGERS = ("httpx", "httpcore", "telegram", "hpack", "urllib3", "aiohttp.client")
+CLIENT_LOGGERS = ("httpx", "httpcore", "telegram", "hpack", "urllib3", "aiohttp.client", "nio")
 
 
 def register_secret(value: str | None) -> None:

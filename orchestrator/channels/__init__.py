@@ -12,6 +12,7 @@ REGISTRY: dict[str, str] = {
     "cli": "orchestrator.channels.control:ControlChannel",
     "http": "orchestrator.channels.http:HttpChannel",
     "telegram": "orchestrator.channels.telegram:TelegramChannel",
+    "matrix": "orchestrator.channels.matrix:MatrixChannel",
 }
 
 

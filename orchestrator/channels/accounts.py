@@ -44,7 +44,8 @@ if TYPE_CHECKING:
 
 ACCOUNT_NAME_PATTERN = r"[a-z0-9][a-z0-9_-]{0,39}"
 ENV_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
-CHANNEL_KINDS = ("telegram",)
+CHANNEL_KINDS = ("telegram", "matrix")
+MATRIX_USER_PATTERN = r"@[a-z0-9._=/+-]+:[A-Za-z0-9.:\[\]-]+"
 # Prefixes no HTTP token but the operator's may name: each belongs to a channel of the
 # daemon's own (or to the operator and the scheduler).
 RESERVED_PREFIXES = ("telegram:", "matrix:", "operator", "task:", "cli:")
@@ -65,6 +66,9 @@ class ChannelAccount:
     attachments_max_bytes: int = DEFAULT_ATTACHMENT_MAX_BYTES
     rate_messages: int = DEFAULT_SENDER_RATE_MESSAGES
     rate_seconds: int = DEFAULT_SENDER_RATE_SECONDS
+    homeserver: str | None = None  # matrix: the homeserver's base URL
+    user_id: str | None = None  # matrix: the bot's user id (@bot:example.org)
+    allow_inviters: tuple[str, ...] = ()  # matrix: whose invites the bot accepts
 
     @property
     def prefix(self) -> str:
@@ -88,6 +92,15 @@ class ChannelAccount:
             "api_url": self.api_url,
             "attachments_max_bytes": self.attachments_max_bytes,
             "sender_rate": {"messages": self.rate_messages, "per_seconds": self.rate_seconds},
+            **(
+                {
+                    "homeserver": self.homeserver,
+                    "user_id": self.user_id,
+                    "allow_inviters": list(self.allow_inviters),
+                }
+                if self.kind == "matrix"
+                else {}
+            ),
         }
 
 
@@ -131,10 +144,25 @@ def parse_channel_accounts(reader: MappingReader) -> dict[str, ChannelAccount]:
                 "letter or digit",
             )
         item = reader.child(name)
-        item.reject_unknown(
-            ["kind", "token_env", "token_secret", "api_url", "attachments_max_bytes", "sender_rate"]
-        )
         kind = item.choice("kind", CHANNEL_KINDS, item.raw("kind"))
+        common = ["kind", "token_env", "token_secret", "sender_rate"]
+        if kind == "matrix":
+            item.reject_unknown([*common, "homeserver", "user_id", "allow_inviters"])
+        else:
+            item.reject_unknown([*common, "api_url", "attachments_max_bytes"])
+        homeserver = user_id = None
+        inviters: tuple[str, ...] = ()
+        if kind == "matrix":
+            homeserver = item.text(
+                "homeserver", pattern=r"https?://[^\s/]+(/\S*)?", max_chars=512
+            ).rstrip("/")
+            user_id = item.text("user_id", pattern=MATRIX_USER_PATTERN, max_chars=255)
+            inviters = item.id_list("allow_inviters", max_chars=255)
+            for inviter in inviters:
+                if not re.fullmatch(MATRIX_USER_PATTERN, inviter):
+                    raise item.fail(
+                        "allow_inviters", f"{inviter!r} is not a Matrix user id (@name:server)"
+                    )
         token_env, token_secret = _token_source(item)
         api_url = (
             item.text("api_url", pattern=r"https?://[^\s/]+(/\S*)?", max_chars=512).rstrip("/")
@@ -162,7 +190,17 @@ def parse_channel_accounts(reader: MappingReader) -> dict[str, ChannelAccount]:
                 )
             seconds = per
         out[name] = ChannelAccount(
-            name, kind, token_env, token_secret, api_url, size, messages, seconds
+            name,
+            kind,
+            token_env,
+            token_secret,
+            api_url,
+            size,
+            messages,
+            seconds,
+            homeserver,
+            user_id,
+            inviters,
         )
     return out
 

@@ -461,6 +461,17 @@ class ChatStore:
         )
         return [str(r[0]) for r in rows]
 
+    def in_flight_sends(self, account: str) -> list[tuple[str, int]]:
+        """Replies claimed and not confirmed: for a platform whose sends are idempotent
+        (Matrix transaction ids), they are simply sent again."""
+        return [
+            (str(r[0]), int(r[1]))  # type: ignore[call-overload]
+            for r in self.queue.read(
+                "SELECT message_id, seq FROM channel_outbound WHERE account=? AND state=?",
+                (account, SENDING),
+            )
+        ]
+
     def unconfirmed(self, account: str) -> list[tuple[str, int]]:
         """Replies claimed but not confirmed sent: a crash came between the claim and the
         platform's answer. They are marked unknown and never sent again."""

@@ -220,6 +220,8 @@ class TelegramChannel(Channel):
 
     def stop(self) -> None:
         self.daemon.remove_listener(self._changed)
+        if self.loop.is_closed() or self.thread is None:
+            return  # stopped already (or never started)
 
         async def close() -> None:
             await asyncio.gather(*(a.stop() for a in self.accounts.values()))

@@ -58,6 +58,9 @@ def channel() -> None:
     \b
     Examples:
       orchestrator channel add telegram familybot --token-env TELEGRAM_FAMILY_TOKEN
+      orchestrator channel add matrix helper --homeserver https://matrix.example.org \\
+          --user-id @helper:example.org --token-env MATRIX_TOKEN \\
+          --allow-inviter @me:example.org
       orchestrator pair --list
       orchestrator pair K7QM-2XPR family
       orchestrator bind family familybot:-1001234567890 --activation mention
@@ -65,7 +68,7 @@ def channel() -> None:
 
 
 @channel.command("add")
-@click.argument("kind", type=click.Choice(["telegram"]))
+@click.argument("kind", type=click.Choice(["telegram", "matrix"]))
 @click.argument("name")
 @click.option("--token-env", default=None, metavar="VAR", help="Read the bot token from $VAR.")
 @click.option(
@@ -87,6 +90,20 @@ def channel() -> None:
     metavar="SIZE",
     help="The largest photo or document stored per message (default 10m; 0 refuses files).",
 )
+@click.option(
+    "--homeserver", default=None, metavar="URL", help="Matrix: the homeserver's base URL."
+)
+@click.option(
+    "--user-id", default=None, metavar="ID", help="Matrix: the bot's user id (@bot:example.org)."
+)
+@click.option(
+    "--allow-inviter",
+    "inviters",
+    multiple=True,
+    metavar="ID",
+    help="Matrix: a user whose invites the bot accepts (repeatable); other invites get a "
+    "pairing code.",
+)
 @click.option("--replace", is_flag=True, help="Replace an account of that name.")
 @pass_cli
 def add(
@@ -97,12 +114,33 @@ def add(
     token_secret: str | None,
     api_url: str | None,
     attachments_max: str | None,
+    homeserver: str | None,
+    user_id: str | None,
+    inviters: tuple[str, ...],
     replace: bool,
 ) -> None:
     """Define channel account NAME of KIND in orchestrator.yaml (comments and order are
-    kept); a running daemon starts it at once."""
+    kept); a running daemon starts it at once.
+
+    \b
+    Telegram: a bot token from @BotFather.
+    Matrix: the bot's user, an access token of it (from logging it in once), its
+    homeserver; --allow-inviter names whose invites it accepts.
+    """
     from orchestrator.configedit import edit_config
     from orchestrator.errors import BadInput
+
+    if kind == "matrix":
+        if not homeserver or not user_id:
+            raise BadInput(
+                "a matrix account needs --homeserver URL and --user-id @bot:server",
+                hint="such as --homeserver https://matrix.example.org --user-id "
+                "@helper:example.org",
+            )
+        if api_url or attachments_max is not None:
+            raise BadInput("--api-url and --attachments-max are for telegram accounts")
+    elif homeserver or user_id or inviters:
+        raise BadInput("--homeserver, --user-id and --allow-inviter are for matrix accounts")
 
     if bool(token_env) == bool(token_secret):
         raise BadInput(
@@ -119,6 +157,12 @@ def add(
         entry["api_url"] = api_url
     if attachments_max is not None:
         entry["attachments_max_bytes"] = attachments_max
+    if homeserver:
+        entry["homeserver"] = homeserver
+    if user_id:
+        entry["user_id"] = user_id
+    if inviters:
+        entry["allow_inviters"] = list(inviters)
 
     def change(data: dict[str, object]) -> None:
         channels = data.setdefault("channels", {})
@@ -238,7 +282,8 @@ def describe_health(health: dict[str, Any] | None) -> str:
     if not health:
         return "never started"
     state = str(health.get("state", "?"))
-    parts = [state + (f" as @{health['bot']}" if health.get("bot") else "")]
+    bot = str(health.get("bot") or "")
+    parts = [state + (f" as {bot if bot.startswith('@') else '@' + bot}" if bot else "")]
     if health.get("last_poll"):
         parts.append(f"polled {human_seconds(time.time() - float(health['last_poll']))} ago")
     return ", ".join(parts)
