@@ -83,3 +83,21 @@ def agent_image(docker_client) -> str:  # type: ignore[no-untyped-def]
         docker_client, DEFAULT_IMAGE_REPOSITORY, offline=True, progress=print
     )
     return result.tag
+
+
+@pytest.fixture(scope="session")
+def homeserver():  # type: ignore[no-untyped-def]
+    """A real Matrix homeserver on loopback (tests/homeserver.py). Skipped with the reason
+    when Synapse's virtual environment is missing; under CI=true that is a failure."""
+    from tests.homeserver import Homeserver, synapse_python
+
+    python = synapse_python()
+    if python is None:
+        reason = "no Matrix homeserver: run scripts/setup-synapse (installs Synapse from PyPI)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason + "; under CI=true the Matrix tests must run")
+        pytest.skip(reason)
+    server = Homeserver(python)
+    server.start()
+    yield server
+    server.stop()

@@ -8,7 +8,6 @@ that reason; under CI=true its absence is a failure."""
 from __future__ import annotations
 
 import itertools
-import os
 import socket
 import time
 from collections.abc import Iterator
@@ -29,23 +28,9 @@ from orchestrator.queue import open_queue
 from orchestrator.runtime.fake import FakeBackend
 from orchestrator.runtime.lifecycle import GroupRuntime
 from tests.fakerunner import FakeRunner
-from tests.homeserver import Homeserver, User, synapse_python
+from tests.homeserver import Homeserver, User
 
 NAMES = itertools.count()
-
-
-@pytest.fixture(scope="session")
-def homeserver() -> Iterator[Homeserver]:
-    python = synapse_python()
-    if python is None:
-        reason = "no Matrix homeserver: run scripts/setup-synapse (installs Synapse from PyPI)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason + "; under CI=true the Matrix tests must run")
-        pytest.skip(reason)
-    server = Homeserver(python)
-    server.start()
-    yield server
-    server.stop()
 
 
 def answer(conn: socket.socket, request: dict[str, Any]) -> None:
