@@ -148,6 +148,7 @@ EXPECTED: dict[str, Callable[[], str]] = {
     "Telegram message text (UTF-16 code units; longer replies are split)": lambda: str(
         L.TELEGRAM_TEXT_MAX
     ),
+    "a Matrix reply piece (UTF-16 code units)": lambda: str(L.MATRIX_TEXT_MAX),
 }
 
 
