@@ -290,3 +290,68 @@ def test_channel_bind_and_pair_commands(home: Path) -> None:
     code, out = run(home, "channel", "remove", "bot", "--unbind")
     assert code == 0 and "removed channel account bot" in out
     assert json.loads(run(home, "group", "show", "fam", "--json")[1])["bindings"] == []
+
+
+def test_matrix_transaction_ids_and_relations() -> None:
+    from orchestrator.channels.matrix import notice_content, relation, txn_id
+
+    assert txn_id("abc", 0, 0) == "orch.abc.0.0"
+    assert txn_id("abc", -1, 2) == "orch.abc.m1.2"
+    assert txn_id("abc", 1, 0) != txn_id("abc", 0, 1)
+    assert relation(None, None) is None
+    assert relation(None, "$e") == {"m.in_reply_to": {"event_id": "$e"}}
+    assert relation("$root", "$e") == {
+        "rel_type": "m.thread",
+        "event_id": "$root",
+        "is_falling_back": False,
+        "m.in_reply_to": {"event_id": "$e"},
+    }
+    assert relation("$root", None)["is_falling_back"] is True  # type: ignore[index]
+    content = notice_content("**hi** <b>", None, "$e")
+    assert content["msgtype"] == "m.notice" and content["body"] == "**hi** <b>"
+    assert content["formatted_body"] == "<b>hi</b> &lt;b&gt;"
+
+
+def test_matrix_accounts_are_validated(home: Path) -> None:
+    base = "channels:\n  m:\n    kind: matrix\n    token_env: X\n"
+    cases = {
+        base + "    user_id: '@b:s'\n": "homeserver",
+        base + "    homeserver: http://h\n": "user_id",
+        base + "    homeserver: http://h\n    user_id: bob\n": "user_id",
+        base + "    homeserver: http://h\n    user_id: '@b:s'\n    allow_inviters: [eve]\n": (
+            "'eve' is not a Matrix user id"
+        ),
+        base + "    homeserver: http://h\n    user_id: '@b:s'\n    api_url: http://x\n": "api_url",
+    }
+    for text, expected in cases.items():
+        (home / "orchestrator.yaml").write_text(text)
+        with pytest.raises(InvalidConfig, match=expected):
+            Home(home).load_config()
+    (home / "orchestrator.yaml").write_text(
+        base + "    homeserver: http://h:8008/\n    user_id: '@b:s'\n"
+        "    allow_inviters: ['@op:s']\n"
+    )
+    account = Home(home).load_config().channel_accounts["m"]
+    assert (account.homeserver, account.user_id, account.allow_inviters) == (
+        "http://h:8008",
+        "@b:s",
+        ("@op:s",),
+    )
+    assert account.to_dict()["allow_inviters"] == ["@op:s"]
+
+
+def test_channel_add_matrix(home: Path) -> None:
+    code, out = run(home, "channel", "add", "matrix", "mx", "--token-env", "T")
+    assert code == 2 and "needs --homeserver URL and --user-id" in out
+    code, out = run(
+        home, "channel", "add", "telegram", "tg", "--token-env", "T", "--user-id", "@b:s"
+    )
+    assert code == 2 and "are for matrix accounts" in out
+    code, out = run(
+        home, "channel", "add", "matrix", "mx", "--token-env", "T", "--homeserver",
+        "http://127.0.0.1:8008", "--user-id", "@bot:localhost", "--allow-inviter", "@op:localhost",
+    )  # fmt: skip
+    assert code == 0, out
+    listing = json.loads(run(home, "channel", "list", "--json")[1])
+    assert listing[0]["user_id"] == "@bot:localhost"
+    assert listing[0]["allow_inviters"] == ["@op:localhost"]
