@@ -73,6 +73,7 @@ class OrchestratorConfig:
     host_home: Path | None = None  # env ORCHESTRATOR_HOST_HOME: the home as the engine sees it
     channel_accounts: Mapping[str, ChannelAccount] = field(default_factory=dict)  # channels
     http_tokens: Mapping[str, HttpToken] = field(default_factory=dict)  # http.tokens
+    http_dashboard: bool = False  # http.dashboard: the operators' pages under /ui/
 
 
 def listen_problem(listen: str, allow_remote: bool) -> str | None:
@@ -300,7 +301,8 @@ class Home:
                 )
             if "http" in reader.data:
                 http = reader.child("http")
-                http.reject_unknown(["listen", "token", "allow_remote", "tokens"])
+                http.reject_unknown(["listen", "token", "allow_remote", "tokens", "dashboard"])
+                values["http_dashboard"] = http.boolean("dashboard", False)
                 if "tokens" in http.data:
                     values["http_tokens"] = parse_http_tokens(http.child("tokens"))
                 allow_remote = http.boolean("allow_remote", False)

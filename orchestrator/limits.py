@@ -189,3 +189,6 @@ TELEGRAM_TEXT_MAX = 4096  # Telegram's limit on one message's text (UTF-16 code 
 # A Matrix event is at most 64 KiB with its HTML rendering beside the text: a reply is
 # sent in pieces of at most this many UTF-16 code units.
 MATRIX_TEXT_MAX = 6000
+
+# The operators' dashboard (http.dashboard).
+DASHBOARD_SESSION_SECONDS = 12 * 3600  # a login lasts this long (sessions live in memory)

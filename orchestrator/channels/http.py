@@ -141,15 +141,23 @@ class HttpChannel(Channel):
             config.http_allow_remote,
             tuple(sorted(config.http_tokens.items())),
             config.secrets_file,
+            config.http_dashboard,
         )
 
     def where(self) -> str:
         return f"http://{self.daemon.config.http_listen}"
 
     def app(self) -> web.Application:
-        app = web.Application(
-            client_max_size=HTTP_BODY_MAX_BYTES, middlewares=[self._errors, self._auth]
-        )
+        middlewares = [self._errors, self._auth]
+        dashboard = None
+        if self.daemon.config.http_dashboard:
+            from orchestrator.dashboard.app import Dashboard
+
+            dashboard = self.dashboard = Dashboard(self.daemon)
+            middlewares.append(dashboard.middleware)
+        app = web.Application(client_max_size=HTTP_BODY_MAX_BYTES, middlewares=middlewares)
+        if dashboard is not None:
+            dashboard.add_routes(app)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/v1/groups", self.groups)
         app.router.add_post("/v1/groups/{name}/messages", self.post_message)
@@ -159,6 +167,8 @@ class HttpChannel(Channel):
 
     @web.middleware
     async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path.startswith("/ui/"):
+            return await handler(request)  # the dashboard's pages answer for themselves
         try:
             return await handler(request)
         except web.HTTPRequestEntityTooLarge:
@@ -170,8 +180,11 @@ class HttpChannel(Channel):
 
     @web.middleware
     async def _auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path == "/healthz":
-            return await handler(request)
+        if request.path == "/healthz" or (
+            self.daemon.config.http_dashboard
+            and (request.path == "/ui" or request.path.startswith("/ui/"))
+        ):
+            return await handler(request)  # the dashboard checks its own sessions
         if self.principal(request) is False:
             return _error(401, "missing or wrong bearer token")
         return await handler(request)

@@ -716,10 +716,13 @@ class MatrixAccount:
             self._error(f"send failed: {self._describe(exc)}")
             log.warning(
                 "Matrix account %s: cannot reach the homeserver to send a reply (%s); "
-                "trying again shortly",
+                "trying again in %.0fs",
                 self.name,
                 self.health.last_error,
+                CHANNEL_SWEEP_SECONDS,
             )
+            # The claim stays: the next try sends the same transaction id again.
+            self.loop.call_later(CHANNEL_SWEEP_SECONDS, self.wake_soon, message.id)
             return
         await asyncio.to_thread(self.chats.finish_send, message.id, seq, SENT, platform_ids=ids)
         self.health.messages_out += 1

@@ -1,0 +1,84 @@
+"""What the dashboard shows that came from a container or a chat: memory files rendered
+from Markdown with raw HTML escaped and only safe link schemes kept (markdown-it-py with
+``html`` off validates every link and image URL), and the usage chart as SVG built from
+numbers only."""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass
+
+_FRONT = re.compile(r"\A---\n(.*?)\n---\n?", re.DOTALL)
+
+
+def _markdown() -> object:
+    from markdown_it import MarkdownIt
+
+    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
+    md.enable("table")
+    md.disable("image")  # no picture is fetched from anywhere a memory file names
+    default_validate = md.validateLink
+
+    def validate(url: str) -> bool:
+        # markdown-it refuses javascript:, vbscript:, file: and data: (but for some
+        # images); we keep only http(s), mailto and links inside the page or tree.
+        scheme = re.match(r"\s*([a-zA-Z][a-zA-Z0-9+.-]*):", url)
+        if scheme and scheme[1].lower() not in ("http", "https", "mailto"):
+            return False
+        return bool(default_validate(url))
+
+    md.validateLink = validate  # type: ignore[method-assign]
+    return md
+
+
+_MD = None
+
+
+def render_markdown(text: str) -> tuple[str, str | None]:
+    """(safe HTML of the body, the frontmatter as text or None). Raw HTML in the file is
+    shown as text; a link or image with another scheme stays Markdown source."""
+    global _MD
+    if _MD is None:
+        _MD = _markdown()
+    front = None
+    match = _FRONT.match(text)
+    if match:
+        front, text = match[1], text[match.end() :]
+    rendered: str = _MD.render(text)  # type: ignore[attr-defined]
+    return rendered, front
+
+
+@dataclass(frozen=True)
+class Bar:
+    label: str
+    value: int
+
+
+def bar_chart(title: str, bars: list[Bar], *, width: int = 640, height: int = 180) -> str:
+    """An SVG bar chart: every piece of text in it escaped, every number computed here."""
+    top = max((b.value for b in bars), default=0) or 1
+    slot = width / max(len(bars), 1)
+    parts = [
+        f'<svg class="chart" viewBox="0 0 {width} {height + 40}" role="img" '
+        f'aria-label="{html.escape(title)}" xmlns="http://www.w3.org/2000/svg">',
+        f"<title>{html.escape(title)}</title>",
+    ]
+    for index, bar in enumerate(bars):
+        h = round(height * bar.value / top)
+        x = round(index * slot + slot * 0.15)
+        w = max(1, round(slot * 0.7))
+        parts.append(
+            f'<rect x="{x}" y="{height - h}" width="{w}" height="{h}">'
+            f"<title>{html.escape(bar.label)}: {bar.value:,}</title></rect>"
+        )
+        parts.append(
+            f'<text x="{x + w // 2}" y="{height + 14}" text-anchor="middle">'
+            f"{html.escape(bar.label[-5:])}</text>"
+        )
+        parts.append(
+            f'<text x="{x + w // 2}" y="{max(12, height - h - 4)}" text-anchor="middle">'
+            f"{bar.value:,}</text>"
+        )
+    parts.append("</svg>")
+    return "".join(parts)
