@@ -149,6 +149,7 @@ EXPECTED: dict[str, Callable[[], str]] = {
         L.TELEGRAM_TEXT_MAX
     ),
     "a Matrix reply piece (UTF-16 code units)": lambda: str(L.MATRIX_TEXT_MAX),
+    "a dashboard login": lambda: _s(L.DASHBOARD_SESSION_SECONDS),
 }
 
 

@@ -92,6 +92,7 @@ def _environment() -> Any:
     )
     env.filters["ago"] = _ago
     env.filters["size"] = _size
+    env.filters["duration"] = _duration
     return env
 
 
@@ -101,6 +102,12 @@ def _ago(t: float | None) -> str:
     from orchestrator.cli.output import human_seconds
 
     return human_seconds(max(0.0, time.time() - float(t))) + " ago"
+
+
+def _duration(seconds: float) -> str:
+    from orchestrator.cli.output import human_seconds
+
+    return human_seconds(float(seconds))
 
 
 def _size(n: int | None) -> str:
