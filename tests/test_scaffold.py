@@ -263,3 +263,41 @@ def test_a_symlink_to_a_real_file_is_not_taken_as_complete(
     report = scaffold_memory(group_dir)
     assert report.problems == [f"{name} is a symlink, not a regular file; left untouched"]
     assert outside.read_text() == "someone else's file"
+
+
+def test_files_made_in_existing_folders_get_the_owner_asked_for(group_dir: Path) -> None:
+    """The owner asked for applies to each file made, not only through the folders
+    made with it: folders that exist already (the operator's) keep theirs."""
+    if os.geteuid() != 0:
+        pytest.skip("giving files to another user needs root")
+    (group_dir / "memory" / "system").mkdir(parents=True)
+    report = scaffold_memory(group_dir, owner=(4242, 4343))
+    assert sorted(report.created) == [
+        "memory/index.md",
+        "memory/system/definition.md",
+        "memory/system/index.md",
+    ]
+    for path in ("memory/index.md", "memory/system/index.md", "memory/system/definition.md"):
+        st = os.stat(group_dir / path)
+        assert (st.st_uid, st.st_gid) == (4242, 4343), path
+    assert os.stat(group_dir / "memory").st_uid == os.geteuid()
+
+
+def test_a_folder_that_cannot_be_opened_is_reported_with_the_reason(
+    group_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from orchestrator.confined import ConfinedDir
+
+    real = ConfinedDir.open_dir
+
+    def failing(self: ConfinedDir, relative: str, **kw: object) -> ConfinedDir:
+        if relative == "memory":
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real(self, relative, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ConfinedDir, "open_dir", failing)
+    report = scaffold_memory(group_dir)
+    assert report.problems == ["memory: cannot open (Input/output error)"]
+    assert not report.complete
