@@ -265,3 +265,113 @@ def test_derived_types_and_the_report_as_json(tmp_path: Path) -> None:
         "findings": [],
         "fixed": [],
     }
+
+
+def test_fixing_an_unparsable_frontmatter_keeps_it_whole_in_a_fenced_block(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time as time_module
+
+    monkeypatch.setattr(
+        time_module, "gmtime", lambda *a: time_module.struct_time((2026, 1, 2, 3, 4, 5, 4, 2, 0))
+    )
+    mem = tmp_path / "memory"
+    (mem / "people").mkdir(parents=True)
+    (mem / "index.md").write_text("---\ntype: index\n---\n[x](people/x.md)\n")
+    text = "---\n  title: [unclosed\nnote: ```inline```\n---\n\n\n  indented body\n"
+    (mem / "people" / "x.md").write_text(text)
+    report = lint_memory(mem, fix=True)
+    assert report.fixed == ["people/x.md"]
+    assert (mem / "people" / "x.md").read_text() == (
+        "---\ntype: people\n---\n\n"
+        "> Note (2026-01-02): the frontmatter of this file could not be parsed and was "
+        "moved here unchanged by `memory lint --fix`.\n\n"
+        "````yaml\n  title: [unclosed\nnote: ```inline```\n````\n\n  indented body\n"
+    )
+    plain = "---\ntitle: [unclosed\n---\nbody\n"
+    (mem / "people" / "y.md").write_text(plain)
+    lint_memory(mem, fix=True)
+    assert "```yaml\ntitle: [unclosed\n```\n\nbody\n" in (mem / "people" / "y.md").read_text()
+
+
+def test_derived_types_keep_a_double_s_and_links_keep_their_first_letter() -> None:
+    from orchestrator.memory.lint import _links, _Scanned
+
+    assert derived_type("business/x.md") == "business"
+    assert derived_type("Classes/x.md") == "classe"
+    scanned = _Scanned()
+    scanned.folders.add("")
+    assert _links("[x](/Xray.md) [y](/dir/Xy.md)", "a/b.md", scanned) == ["Xray.md", "dir/Xy.md"]
+
+
+def test_the_budget_itself_is_not_over_it(tmp_path: Path) -> None:
+    from orchestrator.limits import MEMORY_FILE_BUDGET_CHARS
+
+    scaffold_memory(tmp_path)
+    mem = tmp_path / "memory"
+    (mem / "index.md").write_text("x" * MEMORY_FILE_BUDGET_CHARS + "\n")
+    over = [f for f in lint_memory(mem).findings if f.kind == "over-budget"]
+    assert over == []
+    (mem / "index.md").write_text("x" * (MEMORY_FILE_BUDGET_CHARS + 1) + "\n")
+    over = [f for f in lint_memory(mem).findings if f.kind == "over-budget"]
+    assert [f.path for f in over] == ["index.md"]
+
+
+def test_an_empty_type_is_fixable_and_its_message_says_so(tmp_path: Path) -> None:
+    scaffold_memory(tmp_path)
+    mem = tmp_path / "memory"
+    (mem / "e.md").write_text('---\ntype: ""\n---\nx\n')
+    (mem / "n.md").write_text("---\ntype: 5\n---\nx\n")
+    found = {f.path: f for f in lint_memory(mem).findings if f.kind == "type-missing"}
+    assert found["e.md"].fixable is True
+    assert found["e.md"].message == "frontmatter has no non-empty string 'type'"
+    assert found["n.md"].fixable is False
+    assert found["n.md"].message == (
+        "frontmatter has no non-empty string 'type' (got 5; set it by hand)"
+    )
+
+
+def test_special_files_and_files_that_change_under_the_scan_say_what_they_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.confined import ConfinedDir, UnsafePath
+
+    scaffold_memory(tmp_path)
+    mem = tmp_path / "memory"
+    os.mkfifo(mem / "pipe.md")
+    (mem / "swapped.md").write_text("---\ntype: note\n---\n")
+    (mem / "gone.md").write_text("---\ntype: note\n---\n")
+    real = ConfinedDir.read_bytes
+
+    def racing(self, relative, limit, *, truncate=False):  # type: ignore[no-untyped-def]
+        if relative == "swapped.md":  # a FIFO put there between the listing and the read
+            raise UnsafePath(relative, "is a FIFO, not a regular file", kind="a FIFO")
+        if relative == "gone.md":
+            raise OSError(5, "Input/output error")
+        return real(self, relative, limit, truncate=truncate)
+
+    monkeypatch.setattr(ConfinedDir, "read_bytes", racing)
+    found = {f.path: (f.kind, f.message) for f in lint_memory(mem).findings}
+    assert found["pipe.md"] == (
+        "not-regular",
+        "a FIFO; memory holds only regular files and folders",
+    )
+    assert found["swapped.md"] == ("not-regular", "is a FIFO, not a regular file")
+    assert found["gone.md"] == ("unreadable", "Input/output error")
+
+
+def test_fix_goes_on_past_files_it_leaves_and_files_take_their_folders_owner(
+    tmp_path: Path,
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("files of another owner need root")
+    scaffold_memory(tmp_path)
+    mem = tmp_path / "memory"
+    (mem / "a.md").write_text("---\ntype: [a, b]\n---\nnot fixable\n")  # first, left
+    (mem / "b.md").write_text("---\ntype: x\n---\n")
+    (mem / "c.md").write_text("no frontmatter\n")
+    os.chown(mem, 4242, 4343)
+    report = lint_memory(mem, fix=True)
+    assert report.fixed == ["c.md"]
+    st = os.stat(mem / "c.md")
+    assert (st.st_uid, st.st_gid) == (4242, 4343)
