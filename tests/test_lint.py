@@ -375,3 +375,34 @@ def test_fix_goes_on_past_files_it_leaves_and_files_take_their_folders_owner(
     assert report.fixed == ["c.md"]
     st = os.stat(mem / "c.md")
     assert (st.st_uid, st.st_gid) == (4242, 4343)
+
+
+def test_fix_goes_on_past_a_file_it_cannot_repair_or_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.confined import ConfinedDir
+
+    scaffold_memory(tmp_path)
+    mem = tmp_path / "memory"
+    # Two empty type lines: which one to fill is not clear, so it is left as it is.
+    (mem / "a.md").write_text("---\ntype:\ntype:\n---\nambiguous\n")
+    (mem / "b.md").write_text("Xylophone first, no frontmatter\n")
+    (mem / "c.md").write_text("no frontmatter either\n")
+    (mem / "d.md").write_text("---\ntitle: [unclosed\n---\nXanadu\n")
+    (mem / "e.md").write_text("and one more\n")
+    real_lstat, real_write = ConfinedDir.lstat, ConfinedDir.write_atomic
+
+    def lstat(self, relative):  # type: ignore[no-untyped-def]
+        return None if relative == "b.md" else real_lstat(self, relative)  # gone since the scan
+
+    def write(self, relative, data, **kw):  # type: ignore[no-untyped-def]
+        if relative == "c.md":
+            raise OSError(28, "No space left on device")
+        return real_write(self, relative, data, **kw)
+
+    monkeypatch.setattr(ConfinedDir, "lstat", lstat)
+    monkeypatch.setattr(ConfinedDir, "write_atomic", write)
+    report = lint_memory(mem, fix=True)
+    assert report.fixed == ["d.md", "e.md"]
+    assert (mem / "a.md").read_text() == "---\ntype:\ntype:\n---\nambiguous\n"
+    assert (mem / "d.md").read_text().endswith("```\n\nXanadu\n")
