@@ -180,7 +180,8 @@ def test_message_lookups_and_unknown_routes(daemon) -> None:  # type: ignore[no-
 
 def test_unknown_group_paused_group_and_message_lookups(daemon) -> None:  # type: ignore[no-untyped-def]
     body = {"text": "hi", "sender": "alice"}
-    assert call(daemon, "POST", "/v1/groups/nope/messages", json=body, headers=AUTH)[0] == 404
+    code, answer = call(daemon, "POST", "/v1/groups/nope/messages", json=body, headers=AUTH)
+    assert code == 404 and answer["error"].startswith("no group named 'nope'")
     daemon.queue.pause("fam", "disk", "over its disk limit", refuse_new=True)
     code, answer = call(daemon, "POST", "/v1/groups/fam/messages", json=body, headers=AUTH)
     assert (code, answer) == (503, {"error": "over its disk limit"})
@@ -333,7 +334,7 @@ def test_a_chats_messages_are_the_newest_hundred(daemon) -> None:  # type: ignor
     assert [m["id"] for m in answer["messages"]] == sent[3:]
 
 
-def test_a_named_token_speaks_only_for_its_own_senders(daemon, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_named_token_speaks_only_for_its_own_senders(daemon, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
     from dataclasses import replace
 
     from orchestrator.channels.accounts import HttpToken, http_tokens
@@ -375,7 +376,12 @@ def test_a_named_token_speaks_only_for_its_own_senders(daemon, monkeypatch) -> N
             out.append((response.status, await response.json()))
         return out
 
-    results = asyncio.run(go())
+    with caplog.at_level("WARNING", logger="orchestrator.channels.http"):
+        results = asyncio.run(go())
+    assert (
+        "HTTP token 'slack' named sender 'telegram:1' outside its prefix 'slack:'; refused"
+        in caplog.messages
+    )
     assert results[0] == (
         403,
         {"error": "token 'slack' may name senders starting with 'slack:' only; got 'telegram:1'"},
