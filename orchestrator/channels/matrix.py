@@ -36,7 +36,6 @@ import contextlib
 import json
 import logging
 import re
-import threading
 import time
 import urllib.parse
 from collections import OrderedDict
@@ -44,7 +43,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.channels.accounts import ChannelAccount, account_token
-from orchestrator.channels.base import Channel
+from orchestrator.channels.chatapp import ChatAppChannel
 from orchestrator.channels.chats import FAILED, SENT, Binding
 from orchestrator.channels.telegram import Health, SenderRate
 from orchestrator.channels.textfmt import markdown_to_html, split_message
@@ -112,66 +111,14 @@ def notice_content(text: str, thread: str | None, reply_to: str | None) -> dict[
     return content
 
 
-class MatrixChannel(Channel):
+class MatrixChannel(ChatAppChannel):
     """All Matrix accounts of the configuration, in one event loop thread."""
 
-    name = "matrix"
+    name = KIND
+    kind = KIND
 
-    def __init__(self, daemon: Daemon) -> None:
-        super().__init__(daemon)
-        self.accounts: dict[str, MatrixAccount] = {}
-        self.loop = asyncio.new_event_loop()
-        self.thread: threading.Thread | None = None
-
-    @staticmethod
-    def wanted(config: Any) -> list[ChannelAccount]:
-        return sorted(
-            (a for a in config.channel_accounts.values() if a.kind == KIND), key=lambda a: a.name
-        )
-
-    @classmethod
-    def enabled(cls, daemon: Any) -> bool:
-        return bool(cls.wanted(daemon.config))
-
-    @classmethod
-    def settings(cls, config: Any) -> tuple[object, ...]:
-        return (tuple(cls.wanted(config)), config.secrets_file)
-
-    def where(self) -> str:
-        return ", ".join(self.accounts) or "no account"
-
-    def start(self) -> None:
-        for definition in self.wanted(self.daemon.config):
-            self.accounts[definition.name] = MatrixAccount(self.daemon, definition, self.loop)
-        self.daemon.add_listener(self._changed)
-        self.thread = threading.Thread(
-            target=self.loop.run_forever, name="matrix-channel", daemon=True
-        )
-        self.thread.start()
-        for account in self.accounts.values():
-            asyncio.run_coroutine_threadsafe(account.start(), self.loop).result(timeout=10)
-        log.info("Matrix channel started: %s", self.where())
-
-    def _changed(self, message_id: str) -> None:
-        for account in self.accounts.values():
-            account.wake_soon(message_id)
-
-    def stop(self) -> None:
-        self.daemon.remove_listener(self._changed)
-        if self.loop.is_closed() or self.thread is None:
-            return  # stopped already (or never started)
-
-        async def close() -> None:
-            await asyncio.gather(*(a.stop() for a in self.accounts.values()))
-
-        try:
-            asyncio.run_coroutine_threadsafe(close(), self.loop).result(timeout=15)
-        finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            if self.thread is not None:
-                self.thread.join(timeout=5)
-                if not self.thread.is_alive():
-                    self.loop.close()
+    def make_account(self, definition: ChannelAccount) -> MatrixAccount:
+        return MatrixAccount(self.daemon, definition, self.loop)
 
 
 class MatrixAccount:

@@ -34,7 +34,6 @@ import logging
 import os
 import re
 import secrets
-import threading
 import time
 import warnings
 from collections import deque
@@ -43,7 +42,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from orchestrator.channels.accounts import ChannelAccount, account_token
-from orchestrator.channels.base import Channel
+from orchestrator.channels.chatapp import ChatAppChannel
 from orchestrator.channels.chats import FAILED, SENT, UNKNOWN, Binding
 from orchestrator.channels.textfmt import markdown_to_html, split_message
 from orchestrator.errors import (
@@ -174,66 +173,14 @@ class Refusal:
     text: str
 
 
-class TelegramChannel(Channel):
+class TelegramChannel(ChatAppChannel):
     """All Telegram accounts of the configuration, in one event loop thread."""
 
-    name = "telegram"
+    name = KIND
+    kind = KIND
 
-    def __init__(self, daemon: Daemon) -> None:
-        super().__init__(daemon)
-        self.accounts: dict[str, TelegramAccount] = {}
-        self.loop = asyncio.new_event_loop()
-        self.thread: threading.Thread | None = None
-
-    @staticmethod
-    def wanted(config: Any) -> list[ChannelAccount]:
-        return sorted(
-            (a for a in config.channel_accounts.values() if a.kind == KIND), key=lambda a: a.name
-        )
-
-    @classmethod
-    def enabled(cls, daemon: Any) -> bool:
-        return bool(cls.wanted(daemon.config))
-
-    @classmethod
-    def settings(cls, config: Any) -> tuple[object, ...]:
-        return (tuple(cls.wanted(config)), config.secrets_file)
-
-    def where(self) -> str:
-        return ", ".join(self.accounts) or "no account"
-
-    def start(self) -> None:
-        for definition in self.wanted(self.daemon.config):
-            self.accounts[definition.name] = TelegramAccount(self.daemon, definition, self.loop)
-        self.daemon.add_listener(self._changed)
-        self.thread = threading.Thread(
-            target=self.loop.run_forever, name="telegram-channel", daemon=True
-        )
-        self.thread.start()
-        for account in self.accounts.values():
-            asyncio.run_coroutine_threadsafe(account.start(), self.loop).result(timeout=10)
-        log.info("Telegram channel started: %s", self.where())
-
-    def _changed(self, message_id: str) -> None:
-        for account in self.accounts.values():
-            account.wake_soon(message_id)
-
-    def stop(self) -> None:
-        self.daemon.remove_listener(self._changed)
-        if self.loop.is_closed() or self.thread is None:
-            return  # stopped already (or never started)
-
-        async def close() -> None:
-            await asyncio.gather(*(a.stop() for a in self.accounts.values()))
-
-        try:
-            asyncio.run_coroutine_threadsafe(close(), self.loop).result(timeout=15)
-        finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            if self.thread is not None:
-                self.thread.join(timeout=5)
-                if not self.thread.is_alive():
-                    self.loop.close()
+    def make_account(self, definition: ChannelAccount) -> TelegramAccount:
+        return TelegramAccount(self.daemon, definition, self.loop)
 
 
 class TelegramAccount:
