@@ -22,6 +22,24 @@ TRUST_HELP = (
 )
 
 
+def binding_options(command: Any) -> Any:
+    """--activation and --trust, as `bind` and `pair` take them."""
+    command = click.option(
+        "--trust",
+        type=click.Choice(["member", "guest"]),
+        default="member",
+        show_default=True,
+        help=TRUST_HELP,
+    )(command)
+    return click.option(
+        "--activation",
+        type=click.Choice(["mention", "always"]),
+        default="mention",
+        show_default=True,
+        help=ACTIVATION_HELP,
+    )(command)
+
+
 def _chats(obj: CliContext) -> Any:
     from orchestrator.channels.chats import ChatStore
     from orchestrator.queue import open_queue
@@ -292,20 +310,7 @@ def describe_health(health: dict[str, Any] | None) -> str:
 @click.command()
 @click.argument("group")
 @click.argument("chat_ref", metavar="ACCOUNT:CHAT_ID")
-@click.option(
-    "--activation",
-    type=click.Choice(["mention", "always"]),
-    default="mention",
-    show_default=True,
-    help=ACTIVATION_HELP,
-)
-@click.option(
-    "--trust",
-    type=click.Choice(["member", "guest"]),
-    default="member",
-    show_default=True,
-    help=TRUST_HELP,
-)
+@binding_options
 @pass_cli
 def bind(obj: CliContext, group: str, chat_ref: str, activation: str, trust: str) -> None:
     """Bind chat CHAT_ID of channel account ACCOUNT to GROUP (a running daemon routes its
@@ -365,20 +370,7 @@ def unbind(obj: CliContext, chat_ref: str) -> None:
 @click.option("--list", "listing", is_flag=True, help="List the codes waiting.")
 @click.option("--all", "everything", is_flag=True, help="With --list: decided and expired too.")
 @click.option("--reject", "reject_code", default=None, metavar="CODE", help="Refuse a code.")
-@click.option(
-    "--activation",
-    type=click.Choice(["mention", "always"]),
-    default="mention",
-    show_default=True,
-    help=ACTIVATION_HELP,
-)
-@click.option(
-    "--trust",
-    type=click.Choice(["member", "guest"]),
-    default="member",
-    show_default=True,
-    help=TRUST_HELP,
-)
+@binding_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_cli
 def pair(
