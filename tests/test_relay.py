@@ -19,7 +19,12 @@ from orchestrator.config import Home
 from orchestrator.daemon import Daemon
 from orchestrator.group_config import GroupConfig, ModelLimits
 from orchestrator.groups import GroupStore
-from orchestrator.limits import RELAY_OPS_PER_TURN, model_request_cap
+from orchestrator.limits import (
+    MAX_DELIVERY_ATTEMPTS,
+    RELAY_OPS_PER_TURN,
+    RELAY_PROVIDER_ATTEMPTS,
+    model_request_cap,
+)
 from orchestrator.queue import DONE, open_queue
 from orchestrator.relay.budget import budget_refusal
 from orchestrator.relay.turn import RelayViolation, TurnRelay
@@ -260,7 +265,13 @@ def test_a_tool_call_writes_memory_and_replies_arrive_in_order(served, provider)
     )
 
 
-def test_a_provider_that_stays_down_dead_letters_with_the_reason(served, provider) -> None:  # type: ignore[no-untyped-def]
+def test_a_provider_that_stays_down_dead_letters_with_the_reason(
+    served: dict[str, Any], provider: FakeProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The waits themselves are tested in test_relay_providers and test_queue; here only the
+    # path to the dead letter counts, so every wait is short.
+    monkeypatch.setattr("orchestrator.relay.retry.retry_wait", lambda failure, attempt: 0.01)
+    monkeypatch.setattr("orchestrator.queue.delivery_backoff", lambda attempts: 0.01)
     provider.default = Error(503, "overloaded")
     daemon: Daemon = served["daemon"]
     message = daemon.submit("work", "hello", chat="c", sender="bob", channel="cli")
@@ -271,6 +282,8 @@ def test_a_provider_that_stays_down_dead_letters_with_the_reason(served, provide
     assert "HTTP 503: overloaded" in str(current.last_error)
     assert "Traceback" not in str(current.last_error) and KEY not in str(current.last_error)
     assert current.replies == ()
+    assert current.attempts == MAX_DELIVERY_ATTEMPTS
+    assert len(provider.seen) == MAX_DELIVERY_ATTEMPTS * RELAY_PROVIDER_ATTEMPTS
 
 
 def test_an_exhausted_budget_is_one_plain_reply(served, provider) -> None:  # type: ignore[no-untyped-def]
