@@ -60,6 +60,13 @@ def call(daemon: Daemon, method: str, path: str, **kwargs: Any) -> tuple[int, An
     return asyncio.run(go())
 
 
+def _wait_until(predicate: Any, what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
@@ -287,8 +294,7 @@ def test_a_long_poll_with_after_returns_at_the_next_reply(served) -> None:  # ty
     )
     poll.start()
     channel = daemon.listeners[0].__self__  # type: ignore[attr-defined]
-    while not channel.waiters:
-        time.sleep(0.02)
+    _wait_until(lambda: channel.waiters, "the poll is waiting")
     daemon.queue.add_reply(message.id, 0, "working on it")  # what the reply op does
     daemon._changed(message.id)
     poll.join(30)
@@ -407,3 +413,87 @@ def test_named_token_prefixes_of_the_daemons_own_channels_are_refused(home: Path
         )
         with pytest.raises(InvalidConfig, match=message):
             Home(home).load_config()
+
+
+def test_connections_are_counted_refused_over_the_cap_and_released(served, caplog) -> None:  # type: ignore[no-untyped-def]
+    daemon, port = served
+    channel = daemon.listeners[0].__self__
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(40)]
+    _wait_until(lambda: channel.open_connections == 40, "the server counted 40 connections")
+    extras = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+    for extra in extras:
+        extra.settimeout(30)
+        assert extra.recv(100) == b""  # over the cap: closed at once
+        extra.close()
+    assert channel.refused_connections == 2 and channel.open_connections == 40
+    refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert refusals == ["HTTP connection refused: 40 already open"] * 2
+    # The 40th connection, inside the cap, is served.
+    last = idle[-1]
+    last.settimeout(30)
+    last.sendall(
+        f"GET /healthz HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n".encode()
+    )
+    assert last.recv(100).startswith(b"HTTP/1.1 200 ")
+    for sock in idle:
+        sock.close()
+    _wait_until(lambda: channel.open_connections == 0, "every closed connection was released")
+    assert channel.refused_connections == 2
+    assert _request(port, "GET", "/healthz")[0] == 200
+
+
+def test_a_long_poll_returns_as_it_is_at_its_wait_and_leaves_no_waiter(served) -> None:  # type: ignore[no-untyped-def]
+    daemon, port = served
+    message = daemon.submit("fam", "slow", chat="c", sender="alice", channel="http")
+    code, body = _request(port, "GET", f"/v1/messages/{message.id}?wait=0.2")
+    assert code == 200 and body["state"] == "queued" and body["replies"] == []
+    channel = daemon.listeners[0].__self__
+    assert channel.waiters == {}
+
+
+def test_a_long_poll_after_n_waits_for_reply_n_plus_one(served) -> None:  # type: ignore[no-untyped-def]
+    daemon, port = served
+    message = daemon.submit("fam", "long task", chat="c", sender="alice", channel="http")
+    daemon.queue.add_reply(message.id, 0, "one")
+    results: list[tuple[int, Any]] = []
+    poll = threading.Thread(
+        target=lambda: results.append(
+            _request(port, "GET", f"/v1/messages/{message.id}?wait=60&after=1")
+        )
+    )
+    poll.start()
+    channel = daemon.listeners[0].__self__
+    _wait_until(lambda: channel.waiters.get(message.id), "the poll is waiting")
+    daemon._changed(message.id)  # a change that adds no reply does not end the poll
+    time.sleep(0.2)
+    assert not results and channel.waiters.get(message.id)
+    daemon.queue.add_reply(message.id, 1, "two")
+    daemon._changed(message.id)
+    poll.join(30)
+    [(code, body)] = results
+    assert code == 200 and body["replies"] == ["one", "two"]
+    assert channel.waiters == {}
+
+
+@pytest.mark.parametrize("listen", ["[::1]:{port}", ":{port}"])
+def test_the_listen_address_forms(daemon: Daemon, listen: str, caplog) -> None:  # type: ignore[no-untyped-def]
+    import dataclasses
+
+    port = _free_port()
+    daemon.config = dataclasses.replace(daemon.config, http_listen=listen.format(port=port))
+    channel = HttpChannel(daemon)
+    with caplog.at_level("INFO", logger="orchestrator.channels.http"):
+        channel.start()
+    try:
+        host = "[::1]" if listen.startswith("[") else "127.0.0.1"
+        req = urllib.request.Request(f"http://{host}:{port}/healthz")
+        with urllib.request.urlopen(req, timeout=30) as response:
+            assert response.status == 200
+        assert f"HTTP API listening on {listen.format(port=port)}" in caplog.messages
+    finally:
+        channel.stop()
+    assert not channel.thread.is_alive() and channel.loop.is_closed()
+    with socket.socket(socket.AF_INET6 if host != "127.0.0.1" else socket.AF_INET) as again:
+        again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        again.bind((host.strip("[]"), port))  # nothing listens there after stop
+        again.listen()
