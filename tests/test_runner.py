@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -673,3 +674,264 @@ def test_local_standing_files_are_read_safely(tmp_path: Path) -> None:
     big = tmp_path / "big.md"
     big.write_bytes(b"x" * (LEARNED_READ_MAX_BYTES + 10))
     assert len(_local_text(big)) == LEARNED_READ_MAX_BYTES
+
+
+class StandingHost:
+    """A host link whose standing.get answers the given texts, or fails."""
+
+    def __init__(self, instructions: str = "", learned: str = "", fail: str = "") -> None:
+        self.answer = {"ok": True, "instructions": instructions, "learned": learned}
+        self.fail = fail
+        self.ops: list[str] = []
+
+    def request(self, op: str, **fields: object) -> dict[str, object]:
+        from orchestrator.agent.hostlink import HostRequestFailed
+
+        self.ops.append(op)
+        if self.fail:
+            raise HostRequestFailed(self.fail)
+        return self.answer
+
+
+def test_the_default_provider_and_hooks_come_from_the_settings(
+    settings: AgentSettings, tmp_path: Path
+) -> None:
+    from dataclasses import replace as copy
+
+    hooks_file = tmp_path / "hooks.json"
+    command = [sys.executable, "-c", "print('FROM-THE-HOOKS-FILE')"]
+    hooks_file.write_text(json.dumps({"SessionStart": [{"command": command}]}))
+    configured = copy(settings, hooks_file=hooks_file)
+    assert Runner(configured).provider.model == settings.model
+    assert len(Runner(configured).hooks) == 1
+    assert Runner(configured, hooks=[]).hooks == []  # given hooks win over the file
+    r = Runner(configured)
+    r.handle(Turn("t1", "k", "hi"))
+    assert "FROM-THE-HOOKS-FILE" in str(contexts(settings, "chat-k")[0]["system"])
+
+
+@pytest.fixture
+def far_zone() -> Iterator[None]:
+    """A local zone 14 hours ahead of UTC (POSIX writes it XST-14): a local time shows."""
+    import os
+    import time
+
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = "XST-14"
+    time.tzset()
+    yield
+    if before is None:
+        del os.environ["TZ"]
+    else:
+        os.environ["TZ"] = before
+    time.tzset()
+
+
+@pytest.mark.usefixtures("far_zone")
+def test_the_system_prompt_names_its_folder_provider_model_source_and_time(
+    settings: AgentSettings,
+) -> None:
+    r = Runner(settings, hooks=[])
+    before = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    system = r.compose_system("clear", ["HOOK BLOCK"])
+    after = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    assert f"files under {settings.agent_dir}:" in system
+    line = next(ln for ln in system.splitlines() if ln.startswith("Provider: "))
+    assert line in (
+        f"Provider: {settings.provider} ({settings.model}). Context created: clear, {before}.",
+        f"Provider: {settings.provider} ({settings.model}). Context created: clear, {after}.",
+    )
+    assert system.endswith("HOOK BLOCK\n") and not system.endswith("\n\n")
+
+
+def test_every_fresh_context_takes_its_standing_text_from_the_host(
+    settings: AgentSettings,
+) -> None:
+    from dataclasses import replace as copy
+
+    from orchestrator.agent.providers.base import Completion
+
+    host = StandingHost(instructions="Speak French.", learned="Say please.")
+    script = Scripted(*[Completion("ok")] * 12)  # turns, flushes and summaries
+    r = Runner(copy(settings, context_budget_chars=10), provider=script.provider, hooks=[])
+    r.handle(Turn("t1", "k", "x"), host)  # type: ignore[arg-type]  # startup
+    r.handle(Turn("t2", "k", "/clear"), host)  # type: ignore[arg-type]
+    r.handle(Turn("t3", "k", "y" * 50), host)  # type: ignore[arg-type]  # over 10: compaction
+    made = contexts(settings, "chat-k")
+    assert [c["source"] for c in made] == ["startup", "clear", "compact"]
+    assert host.ops == ["standing.get"] * 3
+    for context in made:
+        system = str(context["system"])
+        assert "## Standing instructions from the operator\n\nSpeak French." in system
+        assert "## Learned behaviors\n\nSay please." in system
+
+
+def test_standing_text_over_its_budget_is_cut_with_a_notice_naming_it(
+    settings: AgentSettings,
+) -> None:
+    from orchestrator.learned import INSTRUCTIONS_FILE, LEARNED_FILE
+    from orchestrator.limits import STANDING_TEXT_BUDGET_CHARS
+
+    long = "w" * (STANDING_TEXT_BUDGET_CHARS + 5)
+    r = Runner(settings, hooks=[])
+    prepend, learned = r.standing(StandingHost(instructions=long, learned=long))  # type: ignore[arg-type]
+    assert f"[truncated: {INSTRUCTIONS_FILE} is longer" in prepend
+    assert f"[truncated: {LEARNED_FILE} is longer" in learned
+    (settings.agent_dir / INSTRUCTIONS_FILE).write_text(long)
+    (settings.agent_dir / LEARNED_FILE).write_text(long)
+    prepend, learned = r.standing(None)
+    assert f"[truncated: {INSTRUCTIONS_FILE} is longer" in prepend
+    assert f"[truncated: {LEARNED_FILE} is longer" in learned
+
+
+def test_a_host_that_cannot_give_the_standing_text_leaves_it_out(
+    settings: AgentSettings, caplog: pytest.LogCaptureFixture
+) -> None:
+    r = Runner(settings, hooks=[])
+    assert r.standing(StandingHost(fail="the host is stopping")) == ("", "")  # type: ignore[arg-type]
+    assert caplog.messages == [
+        "standing text unavailable; the context starts without it: the host is stopping"
+    ]
+
+
+def test_hooks_are_told_the_session_and_the_source(settings: AgentSettings) -> None:
+    hook = CommandHook(
+        "startup|clear",
+        (
+            sys.executable,
+            "-c",
+            "import json, sys; e = json.load(sys.stdin); "
+            "print('SESSION=' + e['session_id'] + ' SOURCE=' + e['source'])",
+        ),
+    )
+    r = Runner(settings, hooks=[hook])
+    r.handle(Turn("t1", "k", "hi"))
+    r.handle(Turn("t2", "k", "/clear"))
+    systems = [str(c["system"]) for c in contexts(settings, "chat-k")]
+    assert "SESSION=chat-k SOURCE=startup" in systems[0]
+    assert "SESSION=chat-k SOURCE=clear" in systems[1]
+    assert "Context created: clear," in systems[1]
+
+
+def test_the_session_mode_picks_the_session_of_a_turn(settings: AgentSettings) -> None:
+    from dataclasses import replace as copy
+
+    r = Runner(copy(settings, session_mode="per-chat"), hooks=[])
+    assert r.handle(Turn("t1", "c", "hi", thread="th")).session == "chat-c"
+    shared = Runner(copy(settings, session_mode="shared"), hooks=[])
+    assert shared.handle(Turn("t2", "a", "hi")).session == "shared"
+    again = shared.handle(Turn("t2", "b", "hi"))  # the same turn id, from anywhere
+    assert (again.session, again.duplicate) == ("shared", True)
+
+
+def test_a_spent_budget_is_logged_and_kept_in_the_session(
+    settings: AgentSettings, caplog: pytest.LogCaptureFixture
+) -> None:
+    from orchestrator.agent.providers.base import BudgetExhausted
+
+    script = Scripted(BudgetExhausted("No budget left today."))
+    r = Runner(settings, provider=script.provider, hooks=[])
+    result = r.handle(Turn("t9", "k", "hi"))
+    assert (result.session, result.replies) == ("chat-k", ["No budget left today."])
+    assert "turn t9: No budget left today." in caplog.messages
+
+
+def test_sessions_do_not_wait_for_each_other(settings: AgentSettings) -> None:
+    import threading
+
+    from orchestrator.agent.providers.base import Completion, Provider
+
+    entered, release = threading.Event(), threading.Event()
+
+    class Slow(Provider):
+        name = "slow"
+
+        def complete(self, request, host=None):  # type: ignore[no-untyped-def]
+            text = request.messages[-1]["content"]
+            if text == "slow":
+                entered.set()
+                assert release.wait(30)
+            return Completion("done " + text)
+
+    r = Runner(settings, provider=Slow("m"), hooks=[])
+    slow = threading.Thread(target=lambda: r.handle(Turn("t1", "a", "slow")))
+    slow.start()
+    try:
+        assert entered.wait(30)
+        # another chat's turn runs while the first is still in its model call
+        assert r.handle(Turn("t2", "b", "fast")).replies == ["done fast"]
+    finally:
+        release.set()
+        slow.join(30)
+
+
+def test_a_context_exactly_at_its_budget_is_not_compacted(settings: AgentSettings) -> None:
+    from dataclasses import replace as copy
+
+    from orchestrator.agent.providers.base import Completion
+
+    script = Scripted(Completion("one"), Completion("two"))
+    probe = Runner(settings, provider=script.provider, hooks=[])
+    probe.handle(Turn("t1", "k", "hello"))
+    context = probe._sessions["chat-k"].current_context()
+    assert context is not None
+    size = context.size_chars()
+    r = Runner(copy(settings, context_budget_chars=size), provider=script.provider, hooks=[])
+    result = r.handle(Turn("t2", "k", "again"))
+    assert (result.compacted, result.replies) == (False, ["two"])
+
+
+def test_compaction_keeps_from_the_first_user_message_after_a_tool_result(
+    settings: AgentSettings,
+) -> None:
+    from dataclasses import replace as copy
+
+    from orchestrator.agent.providers.base import BudgetExhausted, Completion, ToolCall
+
+    script = Scripted(
+        Completion(None, (ToolCall("c1", "list_dir", {}),)),
+        Completion("listed"),
+        BudgetExhausted("spent"),  # a turn that records only its user message
+        Completion("third answer"),
+        Completion(None),  # flush
+        Completion("summary"),
+    )
+    r = Runner(copy(settings, context_budget_chars=50_000), provider=script.provider, hooks=[])
+    for n, text in enumerate(("look", "second", "third")):
+        r.handle(Turn(f"t{n}", "k", text))
+    session = r._sessions["chat-k"]
+    context = session.current_context()
+    assert context is not None
+    roles = [m["role"] for m in context.messages]
+    assert roles == ["user", "assistant", "tool", "assistant", "user", "user", "assistant"]
+    # the last 4 start at an assistant message; the kept part starts at the next message,
+    # the first user message after it
+    fresh = r.compact(session, context)
+    assert [(m["role"], m["content"]) for m in fresh.messages[1:]] == [
+        ("user", "second"),
+        ("user", "third"),
+        ("assistant", "third answer"),
+    ]
+
+
+def test_the_flush_and_the_turns_share_the_runners_file_locks(
+    settings: AgentSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dataclasses import replace as copy
+
+    from orchestrator.agent import runner as runner_module
+    from orchestrator.agent.providers.base import Completion
+
+    made: list[object] = []
+
+    class Recorded(Toolbox):
+        def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+            made.append(kwargs.get("locks"))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(runner_module, "Toolbox", Recorded)
+    script = Scripted(Completion("one"), Completion(None), Completion("sum"), Completion("two"))
+    r = Runner(copy(settings, context_budget_chars=10), provider=script.provider, hooks=[])
+    r.handle(Turn("t1", "k", "x" * 50))
+    assert r.handle(Turn("t2", "k", "y")).compacted  # a turn, a flush, then a turn
+    assert len(made) == 3 and all(locks is r.file_locks for locks in made)
