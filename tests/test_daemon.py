@@ -630,3 +630,66 @@ def test_wait_and_watch_end_at_their_timeout(setup) -> None:  # type: ignore[no-
     assert daemon.run_due_tasks() == 0
     daemon.accepting = False
     assert daemon.run_due_tasks(time.time() + 10**9) == 0
+
+
+@pytest.fixture
+def idle(home: Path) -> Iterator[Daemon]:
+    """A daemon that is not started: its methods are called one at a time."""
+    h = Home(home)
+    GroupStore(h).add(GroupConfig(name="good", creators=("op",)))
+    config = OrchestratorConfig(project="t", mount_allowlist=home / "none.yaml")
+    runtime = GroupRuntime(h, config, FakeBackend(), lambda: "img:1", ready=lambda _: True)
+    daemon = Daemon(h, config, runtime, open_queue(h), concurrency=1)
+    try:
+        yield daemon
+    finally:
+        daemon.relay.close()
+        daemon.relay.usage.close()
+        daemon.queue.close()
+
+
+def test_a_deferral_is_logged_and_a_deferral_that_cannot_commit_says_so(
+    idle: Daemon, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+    import sqlite3
+
+    from orchestrator.errors import EngineUnreachable
+    from orchestrator.limits import ENGINE_AWAY_RETRY_SECONDS
+
+    message = idle.submit("good", "hi", chat="c", sender="op", channel="cli")
+    assert idle.queue.claim(message.id)
+    with caplog.at_level(logging.WARNING, logger="orchestrator.daemon"):
+        idle._defer(message, EngineUnreachable("the engine is not answering"))
+    assert caplog.messages == [
+        f"the engine is away (the engine is not answering); message {message.id} to good "
+        f"waits {ENGINE_AWAY_RETRY_SECONDS:g}s, its attempts not counted"
+    ]
+    deferred = idle.queue.get(message.id)
+    assert deferred is not None and deferred.state == QUEUED
+    assert deferred.last_error == "the engine is not answering"
+
+    def no_commit(*args: object) -> bool:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(idle.queue, "defer", no_commit)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="orchestrator.daemon"):
+        idle._defer(message, EngineUnreachable("still away"))
+    assert caplog.messages == [f"could not defer {message.id}: disk I/O error"]
+
+
+def test_a_retried_dead_letter_tells_the_listeners(idle: Daemon) -> None:
+    from orchestrator.limits import MAX_DELIVERY_ATTEMPTS
+
+    message = idle.submit("good", "hi", chat="c", sender="op", channel="cli")
+    for _ in range(MAX_DELIVERY_ATTEMPTS):
+        assert idle.queue.claim(message.id)
+        idle.queue.fail(message.id, "boom")
+    seen: list[str] = []
+    idle.add_listener(seen.append)
+    dead = idle.queue.get(message.id)
+    assert dead is not None and dead.state == "dead"
+    assert idle.retry(message.id) is True
+    assert seen == [message.id]
+    assert idle.queue.get(message.id).state == QUEUED  # type: ignore[union-attr]
