@@ -693,3 +693,18 @@ def test_a_retried_dead_letter_tells_the_listeners(idle: Daemon) -> None:
     assert idle.retry(message.id) is True
     assert seen == [message.id]
     assert idle.queue.get(message.id).state == QUEUED  # type: ignore[union-attr]
+
+
+def test_a_watch_yields_each_change_until_its_timeout(idle: Daemon) -> None:
+    message = idle.submit("good", "hi", chat="c", sender="op", channel="cli")
+    watch = idle.watch(message.id, 0.8)
+    first = next(watch)
+    assert (first.state, first.replies) == (QUEUED, ())
+    idle.queue.add_reply(message.id, 0, "working")
+    idle._changed(message.id)  # a change within the timeout is yielded
+    second = next(watch)
+    assert second.replies == ("working",)
+    rest = list(watch)  # then nothing changes: it ends at the timeout
+    assert all(s.replies == ("working",) for s in rest)
+    with idle.cond:
+        assert idle.watchers == {}
