@@ -253,14 +253,16 @@ def test_a_group_over_its_disk_limit_is_paused_until_space_is_freed(setup) -> No
     assert done is not None and done.state == DONE  # nothing was lost
 
 
-def test_a_commit_that_failed_is_queued_again_by_housekeeping(setup) -> None:  # type: ignore[no-untyped-def]
+def test_a_commit_that_failed_is_queued_again_by_housekeeping(setup, caplog) -> None:  # type: ignore[no-untyped-def]
     daemon, runners = setup
     runners["good"].close()
     daemon.queue.pause("good", "operator", "hold")
     message = daemon.submit("good", "hi", chat="c", sender="op", channel="cli")
     assert daemon.queue.claim(message.id)  # as if a worker died before it could commit
-    daemon.housekeeping()
+    with caplog.at_level("WARNING", logger="orchestrator.daemon"):
+        daemon.housekeeping()
     assert daemon.queue.get(message.id).state == QUEUED  # type: ignore[union-attr]
+    assert caplog.messages == ["1 messages left in flight by a failed commit are queued again"]
 
 
 def test_inbound_refusal_order_and_paused_hold(setup) -> None:  # type: ignore[no-untyped-def]
@@ -548,7 +550,7 @@ def test_failures_are_logged_with_their_reason(setup, monkeypatch, caplog) -> No
         message = daemon.submit("good", "hi", chat="c", sender="op", channel="cli")
         _until(lambda: (m := daemon.queue.get(message.id)) is not None and m.last_error)
         _until(lambda: "now queued" in caplog.text)
-    assert f"delivery of {message.id} to good failed (boom); now queued" in caplog.text
+    assert f"delivery of {message.id} to good failed (boom); now queued" in caplog.messages
 
     def broken_turn(message, cancel):  # type: ignore[no-untyped-def]
         raise ValueError("not a frame")
@@ -566,7 +568,7 @@ def test_failures_are_logged_with_their_reason(setup, monkeypatch, caplog) -> No
     with caplog.at_level(logging.ERROR, logger="orchestrator.daemon"):
         third = daemon.submit("good", "third", chat="e", sender="op", channel="cli")
         _until(lambda: "could not record" in caplog.text)
-    assert f"could not record the failure of {third.id}: disk I/O error" in caplog.text
+    assert f"could not record the failure of {third.id}: disk I/O error" in caplog.messages
     assert daemon.queue.get(third.id).state == INFLIGHT  # type: ignore[union-attr]
 
 
@@ -574,6 +576,7 @@ def test_disk_limits_pause_and_resume_at_the_limit(setup, monkeypatch, caplog) -
     import logging
 
     from orchestrator import daemon as daemon_module
+    from orchestrator.disk import over_limit_reason
 
     daemon, _runners = setup
     limit = daemon.runtime.store.load("good").config.container.disk_bytes
@@ -581,18 +584,20 @@ def test_disk_limits_pause_and_resume_at_the_limit(setup, monkeypatch, caplog) -
     monkeypatch.setattr(daemon_module, "group_disk_usage", lambda root, folder: used[folder])
     assert daemon.check_disk("good") is False  # at the limit is not over it
     assert daemon.pause_of("good") is None
+    daemon.queue.pause("evil", "disk", "another group's pause", refuse_new=True)
     used["good"] = limit + 1
     with caplog.at_level(logging.INFO, logger="orchestrator.daemon"):
         assert daemon.check_disk("good") is True
         pause = daemon.pause_of("good")
         assert pause is not None and pause.holder == "disk" and pause.refuse_new
-        assert f"paused good: {pause.reason}" in caplog.text
+        assert pause.reason == over_limit_reason("good", limit + 1, limit)
+        assert caplog.messages == [f"paused good: {pause.reason}"]
         assert daemon.check_disk("good") is True  # paused once, not again
         assert [p.holder for p in daemon.queue.pauses("good")] == ["disk"]
         daemon.queue.pause("good", "operator", "also held by hand")
         used["good"] = limit
         assert daemon.check_disk("good") is False
-        assert "resumed good: its disk use is under its limit again" in caplog.text
+        assert caplog.messages[1:] == ["resumed good: its disk use is under its limit again"]
     assert [p.holder for p in daemon.queue.pauses("good")] == ["operator"]  # only its own
     assert daemon.check_disk("no-such-group") is False
 
@@ -618,6 +623,35 @@ def test_housekeeping_checks_the_groups_that_ran_or_every_group(setup, monkeypat
     checked.clear()
     daemon.housekeeping(all_groups=True)
     assert checked == ["evil", "good"]
+
+
+def test_housekeeping_keeps_the_reserve_and_prunes_chat_records_in_full_rounds(
+    idle: Daemon, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    reserve = idle.queue.reserve
+    assert reserve is not None
+    reserve.release()
+    assert not reserve.path.exists()
+    pruned: list[int] = []
+    monkeypatch.setattr(idle.chats, "prune", lambda: pruned.append(1) or 3)
+    with caplog.at_level("DEBUG", logger="orchestrator.daemon"):
+        idle.housekeeping()
+        assert reserve.path.exists()  # made again
+        assert pruned == [] and caplog.messages == []
+        idle.housekeeping(all_groups=True)
+    assert pruned == [1]
+    assert caplog.messages == ["forgot 3 old chat-app records (update ids, sent replies, codes)"]
+
+
+def test_drain_stops_accepting_and_a_removed_listener_is_not_called(idle: Daemon) -> None:
+    seen: list[str] = []
+    idle.add_listener(seen.append)
+    idle.remove_listener(seen.append)
+    idle.remove_listener(seen.append)  # one not there: nothing happens
+    idle._changed("m1")
+    assert seen == []
+    assert idle.drain(1) is True
+    assert idle.accepting is False
 
 
 def test_wait_and_watch_end_at_their_timeout(setup) -> None:  # type: ignore[no-untyped-def]
