@@ -28,7 +28,7 @@ from orchestrator.runtime.channel import (
 )
 from orchestrator.runtime.fake import FakeBackend
 from orchestrator.runtime.lifecycle import GroupRuntime
-from tests.fakerunner import FakeRunner, drip, silent
+from tests.fakerunner import FakeRunner, drip, echo, silent
 
 
 def msg(group: str, session: str = "s", created: float = 0.0) -> Message:
@@ -224,7 +224,8 @@ def test_drain_cancels_turns_that_do_not_finish(setup) -> None:  # type: ignore[
     message = daemon.submit("evil", "hi", chat="c", sender="op", channel="cli")
     wait_for(lambda: message.id in daemon.active)
     stop_now = threading.Event()
-    stop_now.set()
+    # set while drain waits (the dripping turn would end at its 3 s deadline otherwise)
+    threading.Timer(0.2, stop_now.set).start()
     assert daemon.drain(60, stop_now) is False
     wait_for(lambda: not daemon.active)
     current = daemon.queue.get(message.id)
@@ -742,3 +743,22 @@ def test_a_watch_yields_each_change_until_its_timeout(idle: Daemon) -> None:
     assert all(s.replies == ("working",) for s in rest)
     with idle.cond:
         assert idle.watchers == {}
+
+
+def test_drain_lets_a_turn_in_flight_finish(setup) -> None:  # type: ignore[no-untyped-def]
+    daemon, runners = setup
+    started = threading.Event()
+    finish = threading.Event()
+
+    def slow_echo(conn: socket.socket, request: dict[str, Any]) -> None:
+        started.set()
+        assert finish.wait(30)
+        echo(conn, request)
+
+    runners["good"].behaviour = slow_echo
+    message = daemon.submit("good", "hi", chat="c", sender="op", channel="cli")
+    assert started.wait(30)
+    threading.Timer(0.3, finish.set).start()  # it ends while drain waits
+    assert daemon.drain(30) is True
+    done = daemon.queue.get(message.id)
+    assert done is not None and (done.state, done.replies) == (DONE, ("echo: hi",))
