@@ -219,14 +219,19 @@ def test_a_dripping_turn_fails_at_its_deadline_and_is_retried(setup) -> None:  #
     assert current.last_error == "the turn did not finish within 3s"
 
 
-def test_drain_cancels_turns_that_do_not_finish(setup) -> None:  # type: ignore[no-untyped-def]
+def test_drain_cancels_turns_that_do_not_finish(setup, caplog) -> None:  # type: ignore[no-untyped-def]
     daemon, _runners = setup
     message = daemon.submit("evil", "hi", chat="c", sender="op", channel="cli")
     wait_for(lambda: message.id in daemon.active)
     stop_now = threading.Event()
     # set while drain waits (the dripping turn would end at its 3 s deadline otherwise)
     threading.Timer(0.2, stop_now.set).start()
-    assert daemon.drain(60, stop_now) is False
+    with caplog.at_level("WARNING", logger="orchestrator.daemon"):
+        assert daemon.drain(60, stop_now) is False
+    assert caplog.messages == [
+        "1 turns still in flight at shutdown were cancelled; they are delivered again at the "
+        "next start"
+    ]
     wait_for(lambda: not daemon.active)
     current = daemon.queue.get(message.id)
     # cancelled, not failed: still in flight, delivered again at the next start
