@@ -767,3 +767,29 @@ def test_drain_lets_a_turn_in_flight_finish(setup) -> None:  # type: ignore[no-u
     assert daemon.drain(30) is True
     done = daemon.queue.get(message.id)
     assert done is not None and (done.state, done.replies) == (DONE, ("echo: hi",))
+
+
+def test_a_turns_memory_changes_are_also_attributed_to_its_groups_other_turns(
+    idle: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.daemon import Delivery
+    from orchestrator.runtime.channel import Cancel
+
+    GroupStore(idle.home).add(GroupConfig(name="other", creators=("op",)))
+    mine = idle.submit("good", "one", chat="a", sender="op", channel="cli")
+    same_group = idle.submit("good", "two", chat="b", sender="op", channel="cli")
+    elsewhere = idle.submit("other", "three", chat="c", sender="op", channel="cli")
+    with idle.cond:
+        for message in (mine, same_group, elsewhere):
+            idle.active[message.id] = Delivery(message, Cancel(), time.monotonic())
+    recorded: list[Any] = []
+
+    class Recorder:
+        def record(self, provenance: Any) -> None:
+            recorded.append(provenance)
+
+    monkeypatch.setattr(idle, "history", lambda folder: Recorder())
+    idle._record_turn(mine)
+    [provenance] = recorded
+    assert (provenance.message_id, provenance.also) == (mine.id, (same_group.id,))
+    assert provenance.sender == "op" and provenance.chat == "a"
