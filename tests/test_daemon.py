@@ -793,3 +793,24 @@ def test_a_turns_memory_changes_are_also_attributed_to_its_groups_other_turns(
     [provenance] = recorded
     assert (provenance.message_id, provenance.also) == (mine.id, (same_group.id,))
     assert provenance.sender == "op" and provenance.chat == "a"
+
+
+def test_a_history_that_fails_is_logged_and_never_fails_the_turn(
+    idle: Daemon, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Broken:
+        def record(self, provenance: Any) -> None:
+            raise OSError("no space left")
+
+        def changed(self) -> bool:
+            raise OSError("cannot read the memory folder")
+
+    monkeypatch.setattr(idle, "history", lambda folder: Broken())
+    message = idle.submit("good", "one", chat="a", sender="op", channel="cli")
+    with caplog.at_level("WARNING", logger="orchestrator.daemon"):
+        idle._record_turn(message)
+        idle._record_outside("good", "t-good")
+    assert caplog.messages == [
+        "memory history of good not recorded after a turn: no space left",
+        "memory history of good not checked before a turn: cannot read the memory folder",
+    ]
