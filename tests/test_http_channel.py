@@ -497,3 +497,47 @@ def test_the_listen_address_forms(daemon: Daemon, listen: str, caplog) -> None: 
         again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         again.bind((host.strip("[]"), port))  # nothing listens there after stop
         again.listen()
+
+
+def test_task_runs_are_marked_on_all_hundred_messages(daemon) -> None:  # type: ignore[no-untyped-def]
+    task = daemon.tasks.add(
+        group="fam", chat="kitchen", thread=None, channel="http", text="stretch", kind="every",
+        spec="1h", tz=None, author="alice", author_trust="creator",
+        settings=daemon.runtime.store.load("fam").config.tasks,
+    )  # fmt: skip
+    ran = []
+    for _ in range(60):  # more runs than the task store returns by default (50)
+        current = daemon.tasks.get(task.id)
+        [run] = daemon.scheduler.tick(float(current.next_run or 0))
+        ran.append(run.message_id)
+        daemon.queue.claim(run.message_id)
+        daemon.queue.complete(run.message_id, ["ok"])
+    code, answer = call(daemon, "GET", "/v1/groups/fam/chats/kitchen/messages", headers=AUTH)
+    assert code == 200
+    listed = answer["messages"]
+    assert [m["id"] for m in listed] == ran
+    assert all(m["task"] == task.id for m in listed)
+
+
+def test_a_body_that_stops_arriving_is_a_408(served, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(http_module, "HTTP_BODY_TIMEOUT_SECONDS", 0.5)
+    daemon, port = served
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.settimeout(30)
+    sock.sendall(
+        b"POST /v1/groups/fam/messages HTTP/1.1\r\nHost: x\r\n"
+        + f"Authorization: Bearer {TOKEN}\r\n".encode()
+        + b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+        + b'{"text": "hi", '
+    )
+    answer = b""
+    while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        answer += chunk
+    sock.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 ")
+    assert json.loads(body) == {"error": "the body did not arrive within 0.5s"}
+    assert daemon.queue.read("SELECT count(*) FROM messages") == [(0,)]
