@@ -814,3 +814,57 @@ def test_a_history_that_fails_is_logged_and_never_fails_the_turn(
         "memory history of good not recorded after a turn: no space left",
         "memory history of good not checked before a turn: cannot read the memory folder",
     ]
+
+
+def _in_flight(daemon: Daemon, message: Message) -> Any:
+    from orchestrator.daemon import Delivery
+    from orchestrator.runtime.channel import Cancel
+
+    assert daemon.queue.claim(message.id)
+    delivery = Delivery(message, Cancel(), time.monotonic())
+    with daemon.cond:
+        daemon.active[message.id] = delivery
+        daemon.running[message.group] = daemon.running.get(message.group, 0) + 1
+    return delivery
+
+
+def test_a_delivery_passes_its_cancel_to_the_turn_and_counts_the_outcome(
+    idle: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    message = idle.submit("good", "hi", chat="c", sender="op", channel="cli")
+    delivery = _in_flight(idle, message)
+    given: list[Any] = []
+    monkeypatch.setattr(
+        idle, "_turn", lambda m, cancel: given.append(cancel) or {"ok": True, "replies": ["x"]}
+    )
+    idle._deliver(message)
+    assert given == [delivery.cancel]
+    assert idle.queue.get(message.id).state == DONE  # type: ignore[union-attr]
+    assert (idle.stats.delivered, idle.stats.failed, idle.active) == (1, 0, {})
+
+
+def test_a_failure_while_stopping_is_a_failure_unless_the_turn_was_cancelled(
+    idle: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fails(message: Message, cancel: Any) -> dict[str, Any]:
+        raise OSError("the runner went away")
+
+    monkeypatch.setattr(idle, "_turn", fails)
+    cancelled = idle.submit("good", "one", chat="a", sender="op", channel="cli")
+    _in_flight(idle, cancelled).cancel.cancel()
+    idle._deliver(cancelled)  # cancelled, not stopping: a failure like any other
+    assert idle.queue.get(cancelled.id).state == QUEUED  # type: ignore[union-attr]
+    idle.stopping.set()
+    stopping = idle.submit("good", "two", chat="b", sender="op", channel="cli")
+    _in_flight(idle, stopping)
+    idle._deliver(stopping)  # stopping, not cancelled: a failure too
+    failed = idle.queue.get(stopping.id)
+    assert failed is not None and failed.state == QUEUED
+    assert failed.last_error == "OSError: the runner went away"
+    assert idle.stats.failed == 2
+    both = idle.submit("good", "three", chat="c", sender="op", channel="cli")
+    _in_flight(idle, both).cancel.cancel()
+    idle._deliver(both)  # cancelled at shutdown: left in flight for the next start
+    left = idle.queue.get(both.id)
+    assert left is not None and (left.state, left.last_error) == (INFLIGHT, None)
+    assert idle.stats.failed == 2

@@ -541,3 +541,23 @@ def test_a_body_that_stops_arriving_is_a_408(served, monkeypatch) -> None:  # ty
     assert head.startswith(b"HTTP/1.1 408 ")
     assert json.loads(body) == {"error": "the body did not arrive within 0.5s"}
     assert daemon.queue.read("SELECT count(*) FROM messages") == [(0,)]
+
+
+def test_a_long_poll_under_a_second_still_waits_for_a_change(daemon) -> None:  # type: ignore[no-untyped-def]
+    message = daemon.submit("fam", "hi", chat="c", sender="alice", channel="http")
+    channel = HttpChannel(daemon)
+
+    async def go() -> Any:
+        channel.loop = asyncio.get_running_loop()
+        poll = asyncio.create_task(channel._wait(message.id, 0.9, after=0))
+        for _ in range(3000):  # until the poll waits (or has ended)
+            if channel.waiters or poll.done():
+                break
+            await asyncio.sleep(0.001)
+        daemon.queue.add_reply(message.id, 0, "soon")
+        channel._wake(message.id)
+        return await poll
+
+    found = asyncio.run(go())
+    assert found is not None and found.replies == ("soon",)
+    assert channel.waiters == {}
