@@ -561,3 +561,41 @@ def test_a_long_poll_under_a_second_still_waits_for_a_change(daemon) -> None:  #
     found = asyncio.run(go())
     assert found is not None and found.replies == ("soon",)
     assert channel.waiters == {}
+
+
+def test_named_tokens_from_the_secrets_file_and_the_ones_that_cannot_be_found(
+    daemon: Daemon, home: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import dataclasses
+
+    from orchestrator.channels.accounts import HttpToken
+
+    monkeypatch.delenv("NO_SUCH_TOKEN_VAR", raising=False)
+    secrets = home / "secrets.yaml"
+    secrets.write_text("shop-token: " + "s" * 24 + "\n")
+    secrets.chmod(0o600)
+    daemon.config = dataclasses.replace(
+        daemon.config,
+        secrets_file=secrets,
+        http_tokens={
+            "shop": HttpToken("shop", "shop:", token_secret="shop-token"),
+            "lost": HttpToken("lost", "lost:", token_env="NO_SUCH_TOKEN_VAR"),
+        },
+    )
+    channel = HttpChannel(daemon)
+    with caplog.at_level("WARNING", logger="orchestrator.channels.http"):
+        channel.start()
+    try:
+        assert caplog.messages == [
+            "HTTP token 'lost': environment variable NO_SUCH_TOKEN_VAR is not set; that token "
+            "is not accepted"
+        ]
+        port = int(daemon.config.http_listen.rpartition(":")[2])
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/groups",
+            headers={"Authorization": "Bearer " + "s" * 24},
+        )
+        with urllib.request.urlopen(req, timeout=30) as response:
+            assert response.status == 200
+    finally:
+        channel.stop()
