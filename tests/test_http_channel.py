@@ -487,6 +487,8 @@ def test_the_listen_address_forms(daemon: Daemon, listen: str, caplog) -> None: 
     try:
         assert f"HTTP API listening on {listen.format(port=port)}" in caplog.messages
         host = "[::1]" if listen.startswith("[") else "127.0.0.1"
+        # a daemon thread named for thread dumps, which never holds up the process's exit
+        assert (channel.thread.name, channel.thread.daemon) == ("http-channel", True)
         # only the address asked for, never every interface
         assert [s.getsockname()[:2] for s in channel.server.sockets] == [(host.strip("[]"), port)]
         caplog.clear()
