@@ -135,6 +135,7 @@ def test_provider_switch_starts_a_fresh_context(settings: AgentSettings) -> None
     result = say(switched, "hello")
     assert result.fresh_context == "startup"  # type: ignore[attr-defined]
     assert [c["model"] for c in contexts(settings)] == ["offline-rules", "offline-rules-2"]
+    assert [c["context_id"] for c in contexts(settings)] == [1, 2]  # numbered on
 
 
 def test_compaction_flushes_then_reinjects(settings: AgentSettings) -> None:
