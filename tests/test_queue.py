@@ -680,3 +680,24 @@ def test_set_aside_names_the_file_in_utc(tmp_path: Path, monkeypatch) -> None:  
     finally:
         monkeypatch.delenv("TZ")
         clock.tzset()
+
+
+def test_defer_puts_an_in_flight_message_back_uncounted_after_its_wait(
+    queue: MessageQueue,
+) -> None:
+    import time
+
+    m = put(queue)
+    assert queue.defer(m.id, 30, "the engine is away") is False  # only one in flight
+    assert queue.claim(m.id)
+    before = time.time()
+    assert queue.defer(m.id, 30, "x" * 2500) is True
+    after = time.time()
+    row = queue._db.execute(
+        "SELECT state, attempts, last_error, not_before FROM messages WHERE id=?", (m.id,)
+    ).fetchone()
+    assert row[0] == "queued" and row[1] == 0 and row[2] == "x" * 2000
+    assert before + 30 <= row[3] <= after + 30
+    assert queue.runnable(now=before) == []  # waits out its time
+    assert [x.id for x in queue.runnable(now=after + 30)] == [m.id]
+    assert queue.defer(m.id, 30, "again") is False  # queued, not in flight
