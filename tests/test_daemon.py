@@ -868,3 +868,58 @@ def test_a_failure_while_stopping_is_a_failure_unless_the_turn_was_cancelled(
     left = idle.queue.get(both.id)
     assert left is not None and (left.state, left.last_error) == (INFLIGHT, None)
     assert idle.stats.failed == 2
+
+
+def test_a_turn_sends_its_cancel_and_frame_limit_and_starts_an_unavailable_runner(
+    idle: Daemon, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from orchestrator.relay.turn import TurnRelay
+    from orchestrator.runtime.channel import Cancel, RunnerUnavailable
+
+    calls: list[dict[str, Any]] = []
+
+    class Client:
+        def turn(self, payload: dict[str, Any], **options: Any) -> dict[str, Any]:
+            calls.append({"payload": payload, **options})
+            if len(calls) == 1:
+                raise RunnerUnavailable("nothing listens on runner.sock")
+            return {"ok": True, "replies": ["hi"]}
+
+    ensured: list[str] = []
+    inspected: list[str] = []
+
+    class Changed:
+        def changed(self) -> bool:
+            return True
+
+        def record_outside(self, info: Any) -> None:
+            pass
+
+    monkeypatch.setattr(idle.runtime, "runner", lambda group: Client())
+    monkeypatch.setattr(idle.runtime, "ensure_running", lambda group: ensured.append(group.folder))
+    monkeypatch.setattr(idle.runtime.backend, "inspect", lambda name: inspected.append(name))
+    monkeypatch.setattr(idle, "history", lambda folder: Changed())
+    message = idle.submit("good", "hello", chat="c", sender="op", channel="cli")
+    cancel = Cancel()
+    with caplog.at_level("INFO", logger="orchestrator.daemon"):
+        assert idle._turn(message, cancel) == {"ok": True, "replies": ["hi"]}
+    group = idle.runtime.store.load("good")
+    assert inspected == [idle.runtime.container_name(group)]  # changes made outside a turn
+    assert ensured == ["good"] and set(idle.group_locks) == {"good"}
+    assert caplog.messages == [
+        "runner of good unavailable (nothing listens on runner.sock); ensuring its container"
+    ]
+    limit = TurnRelay(idle.relay, message, group, time.monotonic() + 60).frame_limit()
+    for call in calls:
+        assert call["cancel"] is cancel and call["request_limit"]() == limit
+        assert call["handle"].__self__.message is message  # the turn's own relay
+        assert call["payload"] == {
+            "turn_id": message.id,
+            "chat": "c",
+            "thread": None,
+            "sender": "op",
+            "trust": message.trust,
+            "text": "hello",
+        }
+    assert calls[0]["timeout"] == group.config.turn_timeout_seconds
+    assert 0 < calls[1]["timeout"] <= group.config.turn_timeout_seconds
