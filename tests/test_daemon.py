@@ -15,7 +15,7 @@ import pytest
 
 from orchestrator import wire
 from orchestrator.config import Home, OrchestratorConfig
-from orchestrator.daemon import Daemon, check_inbound, choose, group_share
+from orchestrator.daemon import Daemon, DeliveryFailed, check_inbound, choose, group_share
 from orchestrator.errors import BadInput, GroupPaused
 from orchestrator.group_config import GroupConfig, set_option
 from orchestrator.groups import GroupStore
@@ -887,24 +887,28 @@ def test_a_turn_sends_its_cancel_and_frame_limit_and_starts_an_unavailable_runne
 
     ensured: list[str] = []
     inspected: list[str] = []
+    outside: list[Any] = []
 
     class Changed:
         def changed(self) -> bool:
             return True
 
         def record_outside(self, info: Any) -> None:
-            pass
+            outside.append(info)
 
     monkeypatch.setattr(idle.runtime, "runner", lambda group: Client())
     monkeypatch.setattr(idle.runtime, "ensure_running", lambda group: ensured.append(group.folder))
-    monkeypatch.setattr(idle.runtime.backend, "inspect", lambda name: inspected.append(name))
+    monkeypatch.setattr(
+        idle.runtime.backend, "inspect", lambda name: inspected.append(name) or f"info of {name}"
+    )
     monkeypatch.setattr(idle, "history", lambda folder: Changed())
     message = idle.submit("good", "hello", chat="c", sender="op", channel="cli")
     cancel = Cancel()
     with caplog.at_level("INFO", logger="orchestrator.daemon"):
         assert idle._turn(message, cancel) == {"ok": True, "replies": ["hi"]}
     group = idle.runtime.store.load("good")
-    assert inspected == [idle.runtime.container_name(group)]  # changes made outside a turn
+    name = idle.runtime.container_name(group)
+    assert inspected == [name] and outside == [f"info of {name}"]  # changes made outside a turn
     assert ensured == ["good"] and set(idle.group_locks) == {"good"}
     assert caplog.messages == [
         "runner of good unavailable (nothing listens on runner.sock); ensuring its container"
@@ -923,3 +927,31 @@ def test_a_turn_sends_its_cancel_and_frame_limit_and_starts_an_unavailable_runne
         }
     assert calls[0]["timeout"] == group.config.turn_timeout_seconds
     assert 0 < calls[1]["timeout"] <= group.config.turn_timeout_seconds
+
+
+def test_a_runner_started_too_late_fails_the_turn_naming_its_limit(
+    idle: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import types
+
+    from orchestrator import daemon as daemon_module
+    from orchestrator.runtime.channel import Cancel, RunnerUnavailable
+
+    clock = [1000.0]
+    fake_time = types.SimpleNamespace(monotonic=lambda: clock[0], time=time.time)
+    monkeypatch.setattr(daemon_module, "time", fake_time)
+
+    class Client:
+        def turn(self, payload: dict[str, Any], **options: Any) -> dict[str, Any]:
+            raise RunnerUnavailable("nothing listens")
+
+    def slow_start(group: Any) -> None:
+        clock[0] += group.config.turn_timeout_seconds  # the whole turn's time is gone
+
+    monkeypatch.setattr(idle.runtime, "runner", lambda group: Client())
+    monkeypatch.setattr(idle.runtime, "ensure_running", slow_start)
+    message = idle.submit("good", "hello", chat="c", sender="op", channel="cli")
+    timeout = idle.runtime.store.load("good").config.turn_timeout_seconds
+    with pytest.raises(DeliveryFailed) as caught:
+        idle._turn(message, Cancel())
+    assert caught.value.message == f"the turn did not finish within {timeout:g}s"
