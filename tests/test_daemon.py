@@ -841,6 +841,11 @@ def test_a_delivery_passes_its_cancel_to_the_turn_and_counts_the_outcome(
     assert given == [delivery.cancel]
     assert idle.queue.get(message.id).state == DONE  # type: ignore[union-attr]
     assert (idle.stats.delivered, idle.stats.failed, idle.active) == (1, 0, {})
+    second = idle.submit("good", "again", chat="d", sender="op", channel="cli")
+    _in_flight(idle, second)
+    idle._deliver(second)
+    assert (idle.stats.delivered, idle.stats.failed, idle.running["good"]) == (2, 0, 0)
+    assert idle.history("good") is idle.history("good")  # one history per group, kept
 
 
 def test_a_failure_while_stopping_is_a_failure_unless_the_turn_was_cancelled(
