@@ -960,3 +960,36 @@ def test_a_runner_started_too_late_fails_the_turn_naming_its_limit(
     with pytest.raises(DeliveryFailed) as caught:
         idle._turn(message, Cancel())
     assert caught.value.message == f"the turn did not finish within {timeout:g}s"
+
+
+def test_start_queues_again_what_was_in_flight_and_says_how_many(
+    idle: Daemon, caplog: pytest.LogCaptureFixture
+) -> None:
+    idle.queue.pause("good", "operator", "hold")  # nothing runs during the test
+    message = idle.submit("good", "hi", chat="c", sender="op", channel="cli")
+    assert idle.queue.claim(message.id)  # in flight when the last daemon stopped
+    with caplog.at_level("INFO", logger="orchestrator.daemon"):
+        idle.start()
+    try:
+        assert "1 messages in flight at the last stop are queued again" in caplog.messages
+        assert idle.queue.get(message.id).state == QUEUED  # type: ignore[union-attr]
+    finally:
+        idle.drain(1)
+
+
+def test_a_groups_history_keeps_the_configured_file_size(home: Path) -> None:
+    h = Home(home)
+    GroupStore(h).add(GroupConfig(name="good", creators=("op",)))
+    config = OrchestratorConfig(
+        project="t", mount_allowlist=home / "none.yaml", history_max_file_bytes=12345
+    )
+    runtime = GroupRuntime(h, config, FakeBackend(), lambda: "img:1", ready=lambda _: True)
+    daemon = Daemon(h, config, runtime, open_queue(h), concurrency=1)
+    try:
+        assert daemon.history("good").max_file_bytes == 12345
+        assert daemon.history("good") is daemon.history("good")
+        assert daemon.history("good") is not daemon.history("other")
+    finally:
+        daemon.relay.close()
+        daemon.relay.usage.close()
+        daemon.queue.close()
