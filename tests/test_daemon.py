@@ -977,6 +977,45 @@ def test_start_queues_again_what_was_in_flight_and_says_how_many(
         idle.drain(1)
 
 
+def test_start_logs_what_reconcile_did_but_adoptions_and_a_reconcile_that_failed(
+    home: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from orchestrator.errors import EngineUnreachable
+    from orchestrator.runtime.reconcile import Action
+
+    actions = [
+        Action("adopt", "t-good", "good", "current"),
+        Action("remove", "t-gone", None, "its group is gone"),
+    ]
+    for outcome in ("actions", "failure"):
+        h = Home(home)
+        config = OrchestratorConfig(project="t", mount_allowlist=home / "none.yaml")
+        runtime = GroupRuntime(h, config, FakeBackend(), lambda: "img:1", ready=lambda _: True)
+
+        def reconcile(outcome: str = outcome) -> list[Action]:
+            if outcome == "failure":
+                raise EngineUnreachable("the engine is not answering")
+            return actions
+
+        monkeypatch.setattr(runtime, "reconcile", reconcile)
+        daemon = Daemon(h, config, runtime, open_queue(h), concurrency=1)
+        caplog.clear()
+        with caplog.at_level("INFO", logger="orchestrator.daemon"):
+            daemon.start()
+        try:
+            expected = (
+                ["reconcile: remove t-gone (its group is gone)"]
+                if outcome == "actions"
+                else ["reconcile at start failed: the engine is not answering"]
+            )
+            assert caplog.messages == expected
+        finally:
+            daemon.drain(1)
+            daemon.relay.close()
+            daemon.relay.usage.close()
+            daemon.queue.close()
+
+
 def test_a_groups_history_keeps_the_configured_file_size(home: Path) -> None:
     h = Home(home)
     GroupStore(h).add(GroupConfig(name="good", creators=("op",)))
