@@ -143,12 +143,36 @@ def _fill(queue: MessageQueue) -> None:
     queue._db.execute(f"PRAGMA max_page_count = {pages}")
 
 
-def test_a_full_disk_releases_the_reserve_and_the_commit_goes_through(queue: MessageQueue) -> None:
+def test_a_full_disk_releases_the_reserve_and_the_commit_goes_through(
+    queue: MessageQueue, caplog: pytest.LogCaptureFixture
+) -> None:
     reserve = _ShrinkingReserve(queue)
     queue.reserve = reserve  # type: ignore[assignment]
     _fill(queue)
-    m = put(queue, text="x" * 20_000)
+    with caplog.at_level("ERROR", logger="orchestrator.queue"):
+        m = put(queue, text="x" * 20_000)
     assert reserve.released == 1 and queue.get(m.id) is not None
+    assert caplog.messages == [f"the disk holding {queue.path} is full: released the reserve"]
+
+
+def test_a_reserve_in_place_is_kept_and_one_that_cannot_be_measured_is_not_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from orchestrator.queue import Reserve
+
+    reserve = Reserve(tmp_path, size=4096)
+    assert reserve.ensure() is True and reserve.path.stat().st_size == 4096
+    inode = reserve.path.stat().st_ino
+    assert reserve.ensure() is True and reserve.path.stat().st_ino == inode  # not made again
+    assert reserve.release() is True and reserve.release() is False
+
+    def no_statvfs(path: object) -> object:
+        raise OSError("statvfs failed")
+
+    monkeypatch.setattr(os, "statvfs", no_statvfs)
+    assert reserve.ensure() is False and not reserve.path.exists()
 
 
 def test_a_full_disk_without_a_reserve_is_a_clear_error(queue: MessageQueue) -> None:
