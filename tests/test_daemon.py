@@ -1032,3 +1032,35 @@ def test_a_groups_history_keeps_the_configured_file_size(home: Path) -> None:
         daemon.relay.close()
         daemon.relay.usage.close()
         daemon.queue.close()
+
+
+def test_the_daemons_threads_are_named_daemon_threads(idle: Daemon) -> None:
+    idle.start()
+    try:
+        assert [t.name for t in idle.threads] == [
+            "dispatch",
+            "reconcile",
+            "housekeeping",
+            "scheduler",
+        ]
+        assert all(t.daemon and t.is_alive() for t in idle.threads)
+    finally:
+        idle.drain(1)
+
+
+def test_a_dispatch_that_fails_is_logged_and_tried_again(
+    idle: Daemon, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    calls: list[int] = []
+
+    def once() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("boom")
+        idle.stopping.set()
+
+    monkeypatch.setattr(idle, "_dispatch_once", once)
+    with caplog.at_level("ERROR", logger="orchestrator.daemon"):
+        idle._dispatch_loop()
+    assert calls == [1, 1]
+    assert caplog.messages == ["dispatch failed; trying again"]
