@@ -1064,3 +1064,26 @@ def test_a_dispatch_that_fails_is_logged_and_tried_again(
         idle._dispatch_loop()
     assert calls == [1, 1]
     assert caplog.messages == ["dispatch failed; trying again"]
+
+
+def test_dispatch_counts_each_groups_running_turns(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = Home(home)
+    GroupStore(h).add(GroupConfig(name="good", creators=("op",)))
+    config = OrchestratorConfig(project="t", mount_allowlist=home / "none.yaml")
+    runtime = GroupRuntime(h, config, FakeBackend(), lambda: "img:1", ready=lambda _: True)
+    daemon = Daemon(h, config, runtime, open_queue(h), concurrency=4)  # two per group
+    try:
+        started: list[str] = []
+        monkeypatch.setattr(daemon.pool, "submit", lambda fn, message: started.append(message.id))
+        for chat in ("a", "b", "c"):
+            daemon.submit("good", "hi", chat=chat, sender="op", channel="cli")
+        daemon._dispatch_once()
+        assert len(started) == 2 and daemon.running == {"good": 2}
+        daemon._dispatch_once()  # the group is at its share: the third waits
+        assert len(started) == 2
+    finally:
+        daemon.relay.close()
+        daemon.relay.usage.close()
+        daemon.queue.close()
