@@ -3,6 +3,7 @@ turns, cancellation, disk pauses and inbound checks. No engine needed."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -672,20 +673,28 @@ def test_wait_and_watch_end_at_their_timeout(setup) -> None:  # type: ignore[no-
     assert daemon.run_due_tasks(time.time() + 10**9) == 0
 
 
-@pytest.fixture
-def idle(home: Path) -> Iterator[Daemon]:
-    """A daemon that is not started: its methods are called one at a time."""
+@contextlib.contextmanager
+def unstarted(home: Path, concurrency: int = 1, **config: Any) -> Iterator[Daemon]:
+    """A daemon with the group "good", not started: its methods are called one at a
+    time. It is closed on the way out."""
     h = Home(home)
-    GroupStore(h).add(GroupConfig(name="good", creators=("op",)))
-    config = OrchestratorConfig(project="t", mount_allowlist=home / "none.yaml")
-    runtime = GroupRuntime(h, config, FakeBackend(), lambda: "img:1", ready=lambda _: True)
-    daemon = Daemon(h, config, runtime, open_queue(h), concurrency=1)
+    if not (GroupStore(h).root / "good").exists():
+        GroupStore(h).add(GroupConfig(name="good", creators=("op",)))
+    settings = OrchestratorConfig(project="t", mount_allowlist=home / "none.yaml", **config)
+    runtime = GroupRuntime(h, settings, FakeBackend(), lambda: "img:1", ready=lambda _: True)
+    daemon = Daemon(h, settings, runtime, open_queue(h), concurrency=concurrency)
     try:
         yield daemon
     finally:
         daemon.relay.close()
         daemon.relay.usage.close()
         daemon.queue.close()
+
+
+@pytest.fixture
+def idle(home: Path) -> Iterator[Daemon]:
+    with unstarted(home) as daemon:
+        yield daemon
 
 
 def test_a_deferral_is_logged_and_a_deferral_that_cannot_commit_says_so(
@@ -1017,21 +1026,10 @@ def test_start_logs_what_reconcile_did_but_adoptions_and_a_reconcile_that_failed
 
 
 def test_a_groups_history_keeps_the_configured_file_size(home: Path) -> None:
-    h = Home(home)
-    GroupStore(h).add(GroupConfig(name="good", creators=("op",)))
-    config = OrchestratorConfig(
-        project="t", mount_allowlist=home / "none.yaml", history_max_file_bytes=12345
-    )
-    runtime = GroupRuntime(h, config, FakeBackend(), lambda: "img:1", ready=lambda _: True)
-    daemon = Daemon(h, config, runtime, open_queue(h), concurrency=1)
-    try:
+    with unstarted(home, history_max_file_bytes=12345) as daemon:
         assert daemon.history("good").max_file_bytes == 12345
         assert daemon.history("good") is daemon.history("good")
         assert daemon.history("good") is not daemon.history("other")
-    finally:
-        daemon.relay.close()
-        daemon.relay.usage.close()
-        daemon.queue.close()
 
 
 def test_the_daemons_threads_are_named_daemon_threads(idle: Daemon) -> None:
@@ -1069,12 +1067,7 @@ def test_a_dispatch_that_fails_is_logged_and_tried_again(
 def test_dispatch_counts_each_groups_running_turns(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    h = Home(home)
-    GroupStore(h).add(GroupConfig(name="good", creators=("op",)))
-    config = OrchestratorConfig(project="t", mount_allowlist=home / "none.yaml")
-    runtime = GroupRuntime(h, config, FakeBackend(), lambda: "img:1", ready=lambda _: True)
-    daemon = Daemon(h, config, runtime, open_queue(h), concurrency=4)  # two per group
-    try:
+    with unstarted(home, concurrency=4) as daemon:  # two per group
         started: list[str] = []
         monkeypatch.setattr(daemon.pool, "submit", lambda fn, message: started.append(message.id))
         for chat in ("a", "b", "c"):
@@ -1083,7 +1076,3 @@ def test_dispatch_counts_each_groups_running_turns(
         assert len(started) == 2 and daemon.running == {"good": 2}
         daemon._dispatch_once()  # the group is at its share: the third waits
         assert len(started) == 2
-    finally:
-        daemon.relay.close()
-        daemon.relay.usage.close()
-        daemon.queue.close()
