@@ -33,6 +33,9 @@ def put(queue: MessageQueue, group: str = "g", session: str = "s", text: str = "
 def test_wal_and_durable_settings(queue: MessageQueue) -> None:
     assert queue._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert queue._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    # a writer waits up to 30 s for another process's transaction (a CLI `send` beside
+    # the daemon) rather than failing at once with "database is locked"
+    assert queue._db.execute("PRAGMA busy_timeout").fetchone()[0] == 30_000
 
 
 def test_one_at_a_time_per_session_in_order(queue: MessageQueue) -> None:
@@ -470,6 +473,20 @@ def test_the_reserve_file(tmp_path: Path, monkeypatch) -> None:  # type: ignore[
     monkeypatch.setattr(os, "posix_fallocate", no_space)
     assert not reserve.ensure()
     assert not path.exists() and not (tmp_path / (RESERVE_FILE + ".tmp")).exists()
+
+
+def test_a_leftover_temporary_reserve_is_cut_to_size_and_an_unusable_one_is_no_error(
+    tmp_path: Path,
+) -> None:
+    from orchestrator.queue import RESERVE_FILE, Reserve
+
+    reserve = Reserve(tmp_path, size=4096)
+    tmp = tmp_path / (RESERVE_FILE + ".tmp")
+    tmp.write_bytes(b"x" * 3 * 4096)  # left by a crash while a larger reserve was made
+    assert reserve.ensure() and reserve.path.stat().st_size == 4096 and not tmp.exists()
+    reserve.release()
+    tmp.mkdir()  # cannot be opened nor unlinked: ensure reports no reserve, raises nothing
+    assert reserve.ensure() is False and not reserve.path.exists() and tmp.is_dir()
 
 
 def test_open_queue_makes_the_reserve_and_uses_it(tmp_path: Path) -> None:
