@@ -661,6 +661,47 @@ def test_drain_stops_accepting_and_a_removed_listener_is_not_called(idle: Daemon
     assert idle.accepting is False
 
 
+class _Watched(threading.Condition):
+    """The daemon's condition, noting how long each wait in drain was."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        super().__init__(threading.RLock())
+        self.daemon = daemon
+        self.waits: list[float | None] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        assert self.daemon.active, "drain waited with no turn in flight"
+        self.waits.append(timeout)
+        return super().wait(timeout)
+
+
+def test_drain_with_nothing_in_flight_does_not_wait_and_cancels_work_not_started(
+    idle: Daemon,
+) -> None:
+    watched = idle.cond = _Watched(idle)
+    release = threading.Event()
+    running = [idle.pool.submit(release.wait, 30) for _ in range(idle.concurrency)]
+    waiting = idle.pool.submit(lambda: None)  # no worker free: not started
+    try:
+        assert idle.drain(3600) is True  # returns at once, not after its hour
+        assert watched.waits == []
+        assert waiting.cancelled()  # work the pool had not started is dropped
+        assert not any(f.cancelled() for f in running)
+    finally:
+        release.set()
+
+
+def test_drain_looks_for_stop_now_every_tenth_of_a_second(idle: Daemon) -> None:
+    message = idle.submit("good", "hi", chat="c", sender="op", channel="cli")
+    delivery = _in_flight(idle, message)
+    watched = idle.cond = _Watched(idle)
+    stop_now = threading.Event()
+    threading.Timer(0.3, stop_now.set).start()
+    assert idle.drain(60, stop_now) is False  # stopped by stop_now, not the 60 s
+    assert delivery.cancel.cancelled
+    assert watched.waits and all(w is not None and w <= 0.1 for w in watched.waits)
+
+
 def test_wait_and_watch_end_at_their_timeout(setup) -> None:  # type: ignore[no-untyped-def]
     daemon, _runners = setup
     assert daemon.wait("no-such-id", 0.1) is None
@@ -970,6 +1011,24 @@ def test_a_runner_started_too_late_fails_the_turn_naming_its_limit(
         idle._turn(message, Cancel())
     assert caught.value.message == f"the turn did not finish within {timeout:g}s"
 
+    # started with half a second to spare: the turn is delivered with that half second
+    given: list[float] = []
+
+    class Late:
+        def turn(self, payload: dict[str, Any], **options: Any) -> dict[str, Any]:
+            given.append(options["timeout"])
+            if len(given) == 1:
+                raise RunnerUnavailable("nothing listens")
+            return {"ok": True, "replies": ["hi"]}
+
+    def start_leaving_half_a_second(group: Any) -> None:
+        clock[0] += group.config.turn_timeout_seconds - 0.5
+
+    monkeypatch.setattr(idle.runtime, "runner", lambda group: Late())
+    monkeypatch.setattr(idle.runtime, "ensure_running", start_leaving_half_a_second)
+    assert idle._turn(message, Cancel()) == {"ok": True, "replies": ["hi"]}
+    assert given == [timeout, pytest.approx(0.5)]
+
 
 def test_start_queues_again_what_was_in_flight_and_says_how_many(
     idle: Daemon, caplog: pytest.LogCaptureFixture
@@ -1057,11 +1116,20 @@ def test_a_dispatch_that_fails_is_logged_and_tried_again(
             raise RuntimeError("boom")
         idle.stopping.set()
 
+    class Stopping(threading.Event):
+        waits: list[float | None] = []
+
+        def wait(self, timeout: float | None = None) -> bool:
+            self.waits.append(timeout)
+            return self.is_set()  # the pause itself is not waited out
+
+    idle.stopping = Stopping()
     monkeypatch.setattr(idle, "_dispatch_once", once)
     with caplog.at_level("ERROR", logger="orchestrator.daemon"):
         idle._dispatch_loop()
     assert calls == [1, 1]
     assert caplog.messages == ["dispatch failed; trying again"]
+    assert Stopping.waits == [1.0]  # one pause of a second before trying again
 
 
 def test_dispatch_counts_each_groups_running_turns(
