@@ -226,6 +226,38 @@ def test_set_aside_keeps_the_pending_messages_it_can_read(tmp_path: Path) -> Non
     assert copied == 0 and problem is not None and "not a database" in problem
 
 
+def test_the_old_queue_is_opened_read_only_by_uri_also_where_sqlite_must_be_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite reads a "file:" name as a URI only when asked (uri=True), unless it was
+    built with SQLITE_USE_URI (this one may be): without, it would look for a folder
+    named "file:" and fail. The check and set_aside must work on either build."""
+    import sqlite3
+
+    from orchestrator.config import Home
+    from orchestrator.queue import check_queue, open_queue, set_aside
+
+    home = Home(tmp_path)
+    queue = open_queue(home)
+    waiting = put(queue)
+    queue.close()
+    real = sqlite3.connect
+
+    def plain_build(database: object, *args: object, uri: bool = False, **kwargs: object):  # type: ignore[no-untyped-def]
+        if not uri and str(database).startswith("file:"):
+            raise sqlite3.OperationalError("unable to open database file")
+        return real(database, *args, uri=uri, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sqlite3, "connect", plain_build)
+    assert check_queue(home) is None
+    _aside, copied, problem = set_aside(home)
+    assert (copied, problem) == (1, None)
+    monkeypatch.undo()
+    fresh = open_queue(home)
+    assert [m.id for m in fresh.runnable()] == [waiting.id]
+    fresh.close()
+
+
 def test_runnable_skips_paused_groups(queue: MessageQueue) -> None:
     a, b = put(queue, group="a"), put(queue, group="b")
     queue.pause("a", "operator", "why")
