@@ -33,6 +33,9 @@ PENDING, APPROVED, REJECTED = "pending", "approved", "rejected"
 # No 0/O, 1/I/L: a code is read off a phone and typed into a terminal.
 CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
 SENDING, SENT, UNKNOWN, FAILED = "sending", "sent", "unknown", "failed"
+# the reply seq under which the "could not answer" notice of a dead-lettered message is
+# claimed (a model's replies count from 0)
+DEAD_NOTICE_SEQ = -1
 
 
 def new_code() -> str:

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.channels.accounts import ChannelAccount, account_token
 from orchestrator.channels.chatapp import ChatAppChannel
-from orchestrator.channels.chats import FAILED, SENT, Binding
+from orchestrator.channels.chats import DEAD_NOTICE_SEQ, FAILED, SENT, Binding
 from orchestrator.channels.telegram import Health, SenderRate
 from orchestrator.channels.textfmt import markdown_to_html, split_message
 from orchestrator.errors import (
@@ -73,7 +73,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("orchestrator.channels.matrix")
 KIND = "matrix"
-DEAD_NOTICE_SEQ = -1
 TYPING_HOLD_MS = 30_000
 SENT_REMEMBERED = 2_000  # event ids of our own messages kept to recognize replies to them
 

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from orchestrator.channels.accounts import ChannelAccount, account_token
 from orchestrator.channels.chatapp import ChatAppChannel
-from orchestrator.channels.chats import FAILED, SENT, UNKNOWN, Binding
+from orchestrator.channels.chats import DEAD_NOTICE_SEQ, FAILED, SENT, UNKNOWN, Binding
 from orchestrator.channels.textfmt import markdown_to_html, split_message
 from orchestrator.errors import (
     BadInput,
@@ -79,7 +79,6 @@ T = TypeVar("T")
 KIND = "telegram"
 ALLOWED_UPDATES = ("message", "edited_message", "my_chat_member")
 GROUP_CHATS = ("group", "supergroup")
-DEAD_NOTICE_SEQ = -1  # the claim of the "could not answer" notice of a dead-lettered message
 _EXTENSION = re.compile(r"\.([A-Za-z0-9]{1,8})$")
 _MIME_EXTENSIONS = {
     "image/jpeg": "jpg",
