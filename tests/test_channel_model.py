@@ -355,3 +355,37 @@ def test_channel_add_matrix(home: Path) -> None:
     listing = json.loads(run(home, "channel", "list", "--json")[1])
     assert listing[0]["user_id"] == "@bot:localhost"
     assert listing[0]["allow_inviters"] == ["@op:localhost"]
+
+
+def test_a_token_comes_from_the_environment_or_the_secrets_file_and_is_redacted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from orchestrator.channels.accounts import MissingToken, resolve_token
+
+    owner = "channel account 'fam'"
+    monkeypatch.setenv("FAM_TOKEN_FOR_TEST", "123:env-token-value")
+    assert resolve_token(owner, "FAM_TOKEN_FOR_TEST", None, None) == "123:env-token-value"
+    assert redact("sent 123:env-token-value") == "sent [redacted]"
+    monkeypatch.delenv("FAM_TOKEN_FOR_TEST")
+    with pytest.raises(MissingToken) as caught:
+        resolve_token(owner, "FAM_TOKEN_FOR_TEST", None, None)
+    assert caught.value.message == (
+        "channel account 'fam': environment variable FAM_TOKEN_FOR_TEST is not set"
+    )
+    assert caught.value.hint == "export FAM_TOKEN_FOR_TEST=... for the daemon, or use token_secret"
+    with pytest.raises(MissingToken) as caught:
+        resolve_token(owner, None, "fam", None)
+    assert caught.value.message == (
+        "channel account 'fam' names secret 'fam' but no secrets_file is configured"
+    )
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text("fam: 456:file-token-value\n")
+    os.chmod(secrets, 0o600)
+    assert resolve_token(owner, None, "fam", secrets) == "456:file-token-value"
+    assert redact("sent 456:file-token-value") == "sent [redacted]"
+    with pytest.raises(MissingToken, match=f"^channel account 'fam': {secrets} has no entry 'x'$"):
+        resolve_token(owner, None, "x", secrets)
+    with pytest.raises(MissingToken, match="names neither token_env nor token_secret"):
+        resolve_token(owner, None, None, secrets)

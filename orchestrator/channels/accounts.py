@@ -24,7 +24,6 @@ own prefix only; only the operator's token (``http.token``) may name any sender.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -37,7 +36,6 @@ from orchestrator.limits import (
     DEFAULT_SENDER_RATE_MESSAGES,
     DEFAULT_SENDER_RATE_SECONDS,
 )
-from orchestrator.redact import register_secret
 
 if TYPE_CHECKING:
     from orchestrator.validate import MappingReader
@@ -237,26 +235,13 @@ def resolve_token(
 ) -> str:
     """A token from the environment or the secrets file; MissingToken says which is
     missing (never the token)."""
-    from orchestrator.relay.definitions import read_secrets
+    from orchestrator.relay.definitions import resolve_reference
 
-    if token_env:
-        value = os.environ.get(token_env)
-        if not value:
-            raise MissingToken(
-                f"{owner}: environment variable {token_env} is not set",
-                hint=f"export {token_env}=... for the daemon, or use token_secret",
-            )
-        register_secret(value)
-        return value
-    if secrets_file is None:
-        raise MissingToken(
-            f"{owner} names secret {token_secret!r} but no secrets_file is configured",
-            hint="set secrets_file in orchestrator.yaml",
-        )
-    value = read_secrets(secrets_file).get(str(token_secret))
-    if not value:
-        raise MissingToken(f"{owner}: {secrets_file} has no entry {token_secret!r}")
-    register_secret(value)
+    value = resolve_reference(
+        owner, token_env, token_secret, secrets_file, MissingToken, "token_secret"
+    )
+    if value is None:
+        raise MissingToken(f"{owner} names neither token_env nor token_secret")
     return value
 
 

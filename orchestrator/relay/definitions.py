@@ -177,30 +177,49 @@ def read_secrets(path: Path) -> dict[str, str]:
     return data
 
 
+def resolve_reference(
+    owner: str,
+    env: str | None,
+    secret: str | None,
+    secrets_file: Path | None,
+    missing: type[OrchestratorError],
+    secret_key: str,
+) -> str | None:
+    """The value an environment variable (``env``) or an entry of the secrets file
+    (``secret``) holds, registered for redaction; None when neither is named. ``missing``
+    names ``owner`` and what is absent, never a value; its hint names ``secret_key``, the
+    other way to give it."""
+    if env:
+        value = os.environ.get(env)
+        if not value:
+            raise missing(
+                f"{owner}: environment variable {env} is not set",
+                hint=f"export {env}=... for the daemon, or use {secret_key}",
+            )
+        register_secret(value)
+        return value
+    if not secret:
+        return None
+    if secrets_file is None:
+        raise missing(
+            f"{owner} names secret {secret!r} but no secrets_file is configured",
+            hint="set secrets_file in orchestrator.yaml",
+        )
+    value = read_secrets(secrets_file).get(secret)
+    if not value:
+        raise missing(f"{owner}: {secrets_file} has no entry {secret!r}")
+    register_secret(value)
+    return value
+
+
 def resolve_key(provider: ProviderDef, secrets_file: Path | None) -> str | None:
     """The provider's key (None for one that needs none); MissingCredential when its
     reference points at nothing."""
-    if provider.key_env:
-        value = os.environ.get(provider.key_env)
-        if not value:
-            raise MissingCredential(
-                f"provider {provider.name!r}: environment variable {provider.key_env} is not set",
-                hint=f"export {provider.key_env}=... for the daemon, or use key_secret",
-            )
-        register_secret(value)
-        return value
-    if provider.key_secret:
-        if secrets_file is None:
-            raise MissingCredential(
-                f"provider {provider.name!r} names secret {provider.key_secret!r} but no "
-                "secrets_file is configured",
-                hint="set secrets_file in orchestrator.yaml",
-            )
-        value = read_secrets(secrets_file).get(provider.key_secret)
-        if not value:
-            raise MissingCredential(
-                f"provider {provider.name!r}: {secrets_file} has no entry {provider.key_secret!r}"
-            )
-        register_secret(value)
-        return value
-    return None
+    return resolve_reference(
+        f"provider {provider.name!r}",
+        provider.key_env,
+        provider.key_secret,
+        secrets_file,
+        MissingCredential,
+        "key_secret",
+    )
