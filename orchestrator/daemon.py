@@ -317,9 +317,7 @@ class Daemon:
         if recovered:
             log.info("%d messages in flight at the last stop are queued again", recovered)
         try:
-            for action in self.runtime.reconcile():
-                if action.kind != "adopt":
-                    log.info("reconcile: %s %s (%s)", action.kind, action.container, action.reason)
+            self._reconcile()
         except OrchestratorError as exc:
             log.warning("reconcile at start failed: %s", exc.message)
         for target, name in (
@@ -565,14 +563,17 @@ class Daemon:
             raise DeliveryFailed(f"the turn did not finish within {timeout:g}s")
         return deliver(left)
 
+    def _reconcile(self) -> None:
+        """Bring the containers in line with the groups, logging each change (adopting
+        a running container that is already right is not one)."""
+        for action in self.runtime.reconcile():
+            if action.kind != "adopt":
+                log.info("reconcile: %s %s (%s)", action.kind, action.container, action.reason)
+
     def _reconcile_loop(self) -> None:
         while not self.stopping.wait(RECONCILE_INTERVAL_SECONDS):
             try:
-                for action in self.runtime.reconcile():
-                    if action.kind != "adopt":
-                        log.info(
-                            "reconcile: %s %s (%s)", action.kind, action.container, action.reason
-                        )
+                self._reconcile()
             except Exception as exc:
                 log.warning("reconcile failed: %s", exc)
 
@@ -595,10 +596,12 @@ class Daemon:
         return len(queued)
 
     def _housekeeping_loop(self) -> None:
-        last_full = 0.0
+        last_full: float | None = None  # the first round is full, however soon after boot
         while not self.stopping.wait(HOUSEKEEPING_INTERVAL_SECONDS):
             try:
-                full = time.monotonic() - last_full >= DISK_CHECK_INTERVAL_SECONDS
+                full = (
+                    last_full is None or time.monotonic() - last_full >= DISK_CHECK_INTERVAL_SECONDS
+                )
                 if full:
                     last_full = time.monotonic()
                 self.housekeeping(all_groups=full)
