@@ -680,13 +680,13 @@ def test_drain_with_nothing_in_flight_does_not_wait_and_cancels_work_not_started
 ) -> None:
     watched = idle.cond = _Watched(idle)
     release = threading.Event()
-    running = [idle.pool.submit(release.wait, 30) for _ in range(idle.concurrency)]
+    running = [idle.pool.submit(release.wait, 10) for _ in range(idle.concurrency)]
     waiting = idle.pool.submit(lambda: None)  # no worker free: not started
     try:
         assert idle.drain(3600) is True  # returns at once, not after its hour
         assert watched.waits == []
         assert waiting.cancelled()  # work the pool had not started is dropped
-        assert not any(f.cancelled() for f in running)
+        assert not any(f.cancelled() or f.done() for f in running)  # nor waited for
     finally:
         release.set()
 
@@ -891,6 +891,7 @@ def test_a_delivery_passes_its_cancel_to_the_turn_and_counts_the_outcome(
     assert given == [delivery.cancel]
     assert idle.queue.get(message.id).state == DONE  # type: ignore[union-attr]
     assert (idle.stats.delivered, idle.stats.failed, idle.active) == (1, 0, {})
+    assert idle.disk_dirty == {"good"}  # its disk use is measured at the next housekeeping
     second = idle.submit("good", "again", chat="d", sender="op", channel="cli")
     _in_flight(idle, second)
     idle._deliver(second)
@@ -1144,3 +1145,103 @@ def test_dispatch_counts_each_groups_running_turns(
         assert len(started) == 2 and daemon.running == {"good": 2}
         daemon._dispatch_once()  # the group is at its share: the third waits
         assert len(started) == 2
+
+
+class _Ticks(threading.Event):
+    """A stopping event whose wait returns at once: not set for ``rounds`` waits, then
+    set. Each wait's timeout is noted."""
+
+    def __init__(self, rounds: int) -> None:
+        super().__init__()
+        self.rounds = rounds
+        self.waits: list[float | None] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(timeout)
+        if len(self.waits) > self.rounds:
+            self.set()
+        return self.is_set()
+
+
+def test_the_reconcile_loop_runs_every_minute_logs_changes_and_survives_a_failure(
+    idle: Daemon, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from orchestrator.limits import RECONCILE_INTERVAL_SECONDS
+    from orchestrator.runtime.reconcile import Action
+
+    rounds = iter(
+        [
+            [Action("adopt", "t-good", "good", "running, config unchanged")],
+            RuntimeError("the engine went away"),
+            [Action("remove", "t-old", None, "no such group")],
+        ]
+    )
+
+    def reconcile() -> list[Action]:
+        answer = next(rounds)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(idle.runtime, "reconcile", reconcile)
+    idle.stopping = ticks = _Ticks(3)
+    with caplog.at_level("INFO", logger="orchestrator.daemon"):
+        idle._reconcile_loop()
+    assert RECONCILE_INTERVAL_SECONDS == 60
+    assert ticks.waits == [60] * 4
+    assert caplog.messages == [
+        "reconcile failed: the engine went away",
+        "reconcile: remove t-old (no such group)",
+    ]
+
+
+def test_the_scheduler_loop_ticks_every_second_and_survives_a_failure(
+    idle: Daemon, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from orchestrator.limits import SCHEDULER_TICK_SECONDS
+
+    ran: list[int] = []
+
+    def due() -> int:
+        ran.append(1)
+        if len(ran) == 1:
+            raise RuntimeError("the tasks file is unreadable")
+        return 0
+
+    monkeypatch.setattr(idle, "run_due_tasks", due)
+    idle.stopping = ticks = _Ticks(2)
+    with caplog.at_level("WARNING", logger="orchestrator.daemon"):
+        idle._scheduler_loop()
+    assert SCHEDULER_TICK_SECONDS == 1
+    assert ran == [1, 1] and ticks.waits == [1, 1, 1]
+    assert caplog.messages == ["the scheduler failed; trying again: the tasks file is unreadable"]
+
+
+def test_housekeeping_measures_every_group_first_and_then_once_a_minute(
+    idle: Daemon, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import types
+
+    from orchestrator import daemon as daemon_module
+    from orchestrator.limits import DISK_CHECK_INTERVAL_SECONDS, HOUSEKEEPING_INTERVAL_SECONDS
+
+    # a host booted 30 s ago (the monotonic clock counts from boot): the first round is
+    # full all the same
+    clock = iter([30.0, 31.0, 32.0, 89.9, 90.0, 90.0, 92.0])
+    fake_time = types.SimpleNamespace(monotonic=lambda: next(clock), time=time.time)
+    monkeypatch.setattr(daemon_module, "time", fake_time)
+    rounds: list[bool] = []
+
+    def housekeeping(*, all_groups: bool = False) -> None:
+        rounds.append(all_groups)
+        if len(rounds) == 2:
+            raise RuntimeError("the state folder is gone")
+
+    monkeypatch.setattr(idle, "housekeeping", housekeeping)
+    idle.stopping = ticks = _Ticks(6)
+    with caplog.at_level("WARNING", logger="orchestrator.daemon"):
+        idle._housekeeping_loop()
+    assert (HOUSEKEEPING_INTERVAL_SECONDS, DISK_CHECK_INTERVAL_SECONDS) == (2, 60)
+    assert ticks.waits == [2] * 7
+    assert rounds == [True, False, False, False, True, False]  # full at 30 s, then at 90 s
+    assert caplog.messages == ["housekeeping failed: the state folder is gone"]
