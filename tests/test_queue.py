@@ -528,6 +528,9 @@ def test_open_queue_makes_the_reserve_and_uses_it(tmp_path: Path) -> None:
     queue = open_queue(Home(tmp_path))
     assert queue.reserve is not None and (tmp_path / "state" / RESERVE_FILE).exists()
     queue.close()
+    fresh = tmp_path / "not" / "yet" / "made"  # a home's first use: its folders are made
+    open_queue(Home(fresh)).close()
+    assert (fresh / "state" / RESERVE_FILE).exists()
 
 
 def test_a_full_disk_at_open_is_queue_full(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
