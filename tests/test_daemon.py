@@ -450,15 +450,21 @@ def test_missing_credentials_are_reported_per_provider_in_use(
     import logging
 
     monkeypatch.delenv("NOPE_KEY_FOR_TEST", raising=False)
+    (home / "secrets.yaml").write_text("filed: sk-from-the-secrets-file\n")
+    (home / "secrets.yaml").chmod(0o600)
     (home / "orchestrator.yaml").write_text(
+        "secrets_file: secrets.yaml\n"
         "providers:\n"
         "  used:\n    kind: openai\n    base_url: http://127.0.0.1:9/v1\n"
         "    key_env: NOPE_KEY_FOR_TEST\n    models: [m]\n"
         "  unused:\n    kind: openai\n    base_url: http://127.0.0.1:9/v1\n"
         "    key_env: ALSO_MISSING_FOR_TEST\n    models: [m]\n"
+        "  filed:\n    kind: openai\n    base_url: http://127.0.0.1:9/v1\n"
+        "    key_secret: filed\n    models: [m]\n"
     )
     h = Home(home)
     GroupStore(h).add(GroupConfig(name="fam", provider="used", model="m"))
+    GroupStore(h).add(GroupConfig(name="work", provider="filed", model="m"))  # found
     config = h.load_config()
     runtime = GroupRuntime(h, config, FakeBackend(), lambda: "img:1", ready=lambda _: True)
     daemon = Daemon(h, config, runtime, open_queue(h), concurrency=4)
@@ -466,10 +472,10 @@ def test_missing_credentials_are_reported_per_provider_in_use(
         with caplog.at_level(logging.WARNING, logger="orchestrator.daemon"):
             problems = daemon.check_credentials()
         assert problems == ["provider 'used': environment variable NOPE_KEY_FOR_TEST is not set"]
-        assert (
+        assert caplog.messages == [
             "provider 'used': environment variable NOPE_KEY_FOR_TEST is not set; turns of "
             "groups using it will fail"
-        ) in caplog.text
+        ]
         monkeypatch.setenv("NOPE_KEY_FOR_TEST", "k")
         assert daemon.check_credentials() == []
         # a reloaded configuration applies at once: the per-group share among them
