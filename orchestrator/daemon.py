@@ -121,7 +121,6 @@ class Delivery:
 
     message: Message
     cancel: Cancel
-    started: float
 
 
 class Daemon:
@@ -411,7 +410,7 @@ class Daemon:
                 if self.queue.claim(message.id):
                     chosen.append(message)
                     self.busy.add((message.group, message.session))
-                    self.active[message.id] = Delivery(message, Cancel(), time.monotonic())
+                    self.active[message.id] = Delivery(message, Cancel())
                     self.running[message.group] = self.running.get(message.group, 0) + 1
                     self.last_served[message.group] = time.monotonic()
             if not chosen:

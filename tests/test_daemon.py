@@ -837,7 +837,7 @@ def test_a_turns_memory_changes_are_also_attributed_to_its_groups_other_turns(
     elsewhere = idle.submit("other", "three", chat="c", sender="op", channel="cli")
     with idle.cond:
         for message in (mine, same_group, elsewhere):
-            idle.active[message.id] = Delivery(message, Cancel(), time.monotonic())
+            idle.active[message.id] = Delivery(message, Cancel())
     recorded: list[Any] = []
 
     class Recorder:
@@ -877,7 +877,7 @@ def _in_flight(daemon: Daemon, message: Message) -> Any:
     from orchestrator.runtime.channel import Cancel
 
     assert daemon.queue.claim(message.id)
-    delivery = Delivery(message, Cancel(), time.monotonic())
+    delivery = Delivery(message, Cancel())
     with daemon.cond:
         daemon.active[message.id] = delivery
         daemon.running[message.group] = daemon.running.get(message.group, 0) + 1
@@ -1137,6 +1137,33 @@ def test_a_dispatch_that_fails_is_logged_and_tried_again(
     assert calls == [1, 1]
     assert caplog.messages == ["dispatch failed; trying again"]
     assert Stopping.waits == [1.0]  # one pause of a second before trying again
+
+
+def test_dispatch_with_nothing_to_start_waits_until_the_next_backoff_ends_or_a_second(
+    idle: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import types
+
+    from orchestrator import daemon as daemon_module
+
+    waits: list[float | None] = []
+    monkeypatch.setattr(idle.cond, "wait", lambda timeout=None: waits.append(timeout))
+    idle._dispatch_once()  # nothing queued
+    message = idle.submit("good", "hi", chat="c", sender="op", channel="cli")
+    assert idle.queue.claim(message.id)
+    assert idle.queue.defer(message.id, 100, "the engine is away")  # runnable in 100 s
+    idle._dispatch_once()  # its backoff ends beyond the second
+    wake = idle.queue.next_wakeup()
+    assert wake is not None
+    now = [wake - 0.25]
+    monkeypatch.setattr(
+        daemon_module, "time", types.SimpleNamespace(time=lambda: now[0], monotonic=time.monotonic)
+    )
+    idle._dispatch_once()  # ends in a quarter of a second
+    now[0] = wake + 5
+    idle._dispatch_once()  # already past (the clocks differ): the shortest wait
+    assert waits == [1.0, 1.0, pytest.approx(0.25), 0.01]
+    assert idle.active == {}
 
 
 def test_dispatch_counts_each_groups_running_turns(
