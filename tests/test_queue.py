@@ -108,6 +108,10 @@ def test_fair_order_round_robins_groups() -> None:
     candidates = [msg("a", 1), msg("a", 2), msg("a", 3), msg("b", 4), msg("c", 5)]
     order = [m.id for m in fair_order(candidates, {"a": 10.0, "b": 5.0})]
     assert order == ["c5", "b4", "a1", "a2", "a3"]
+    # a group never served comes before one served however early (the clock may read
+    # under a second, just after boot)
+    order = [m.id for m in fair_order(candidates, {"a": 0.5, "b": 0.25})]
+    assert order == ["c5", "b4", "a1", "a2", "a3"]
 
 
 def test_classify_sender() -> None:
