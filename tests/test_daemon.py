@@ -76,6 +76,7 @@ def test_inbound_checks_name_the_field_that_is_wrong() -> None:
         "thread must be 1..200 characters (got 0 characters)": {"thread": ""},
         "the message text is empty": {"text": "   "},
         "chat must be 1..200 characters (got None)": {"chat": None},
+        "sender must be 1..200 characters (got None)": {"sender": None},
         "sender must be 1..200 characters (got 7)": {"sender": 7},
         "thread contains the control character U+0000": {"thread": "t\x00"},
         "chat contains a line break": {"chat": "a\nb"},
@@ -89,6 +90,7 @@ def test_inbound_checks_name_the_field_that_is_wrong() -> None:
         check_inbound(**{**ok, "text": 5})
     assert refused.value.message == "the message text is empty"
     check_inbound(**{**ok, "text": "x" * 32_000, "thread": "t"})
+    check_inbound(**{**ok, "sender": "s" * 200, "chat": "c" * 200, "thread": "t" * 200})
 
 
 def test_a_dripping_runner_cannot_outlast_the_turn_deadline(tmp_path: Path) -> None:
@@ -1278,3 +1280,61 @@ def test_housekeeping_measures_every_group_first_and_then_once_a_minute(
     assert ticks.waits == [2] * 7
     assert rounds == [True, False, False, False, True, False]  # full at 30 s, then at 90 s
     assert caplog.messages == ["housekeeping failed: the state folder is gone"]
+
+
+def test_submit_checks_refuses_and_keys_the_session_by_the_groups_mode(
+    home: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from orchestrator.errors import SenderRefused
+
+    GroupStore(Home(home)).add(
+        GroupConfig(name="together", creators=("op",), session_mode="shared")
+    )
+    with unstarted(home) as daemon:
+        with pytest.raises(BadInput, match="thread contains the control character U"):
+            daemon.submit("good", "hi", chat="c", sender="op", channel="cli", thread="t\x00")
+        with caplog.at_level(logging.INFO, logger="orchestrator.daemon"):
+            with pytest.raises(SenderRefused):
+                daemon.submit("good", "hi", chat="c", sender="stranger", channel="matrix")
+            confirmed = daemon.submit("good", "/confirm", chat="c", sender="op", channel="cli")
+        assert confirmed.replies == ("Nothing is waiting for confirmation.",)
+        assert caplog.messages == [
+            "refused a message from 'stranger' to group good via matrix: unknown sender",
+            "group good: /confirm from 'op': Nothing is waiting for confirmation.",
+        ]
+        shared = daemon.submit("together", "hi", chat="c", sender="op", channel="cli", thread="t")
+        own = daemon.submit("good", "hi", chat="c", sender="op", channel="cli", thread="t")
+        assert (shared.session, own.session) == ("shared", "chat-c")  # per-chat: threads share
+        daemon.queue.pause("good", "operator", "hold", refuse_new=True)
+        with pytest.raises(GroupPaused, match=r"^hold$"):
+            daemon.submit("good", "hi", chat="c", sender="op", channel="cli")
+        daemon.submit("together", "hi", chat="c", sender="op", channel="cli")  # not paused
+
+
+def test_a_listener_that_fails_is_logged_and_the_others_still_hear(
+    idle: Daemon, caplog: pytest.LogCaptureFixture
+) -> None:
+    heard: list[str] = []
+
+    def broken(message_id: str) -> None:
+        raise RuntimeError("gone")
+
+    idle.add_listener(broken)
+    idle.add_listener(heard.append)
+    with caplog.at_level("ERROR", logger="orchestrator.daemon"):
+        idle._changed("m1")
+    assert heard == ["m1"]
+    assert caplog.messages == ["a message listener failed"]
+
+
+def test_the_worker_count_defaults_to_the_cpus(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)
+    with unstarted(home, concurrency=None) as daemon:  # type: ignore[arg-type]
+        assert daemon.concurrency == 3
+    monkeypatch.setattr(os, "cpu_count", lambda: None)  # unknown: one
+    with unstarted(home, concurrency=None) as daemon:  # type: ignore[arg-type]
+        assert daemon.concurrency == 1
