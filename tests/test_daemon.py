@@ -1338,3 +1338,21 @@ def test_the_worker_count_defaults_to_the_cpus(home: Path, monkeypatch: pytest.M
     monkeypatch.setattr(os, "cpu_count", lambda: None)  # unknown: one
     with unstarted(home, concurrency=None) as daemon:  # type: ignore[arg-type]
         assert daemon.concurrency == 1
+
+
+def test_a_new_daemon_is_wired_to_its_home(home: Path) -> None:
+    before = time.time()
+    with unstarted(home, concurrency=2) as daemon:
+        after = time.time()
+        assert before <= daemon.started <= after
+        assert daemon.relay.state_dir == Home(home).state_dir  # memory indexes live there
+        assert daemon.relay.usage.path == daemon.queue.path
+        names = {daemon.pool.submit(lambda: threading.current_thread().name).result()}
+        assert all(n.startswith("turn_") for n in names)
+        # the scheduler sees the trust a chat binding gives: a task's author unknown to
+        # the group is a member in a chat bound with member trust, and nothing elsewhere
+        daemon.chats.bind("tg", "telegram:-100", "good", trust="member")
+        found = daemon.scheduler.lookup("good", "telegram:9", "telegram:-100", None)
+        assert found is not None and found[1] == "member"
+        elsewhere = daemon.scheduler.lookup("good", "telegram:9", "telegram:-200", None)
+        assert elsewhere is not None and elsewhere[1] is None
