@@ -605,3 +605,61 @@ def test_named_tokens_from_the_secrets_file_and_the_ones_that_cannot_be_found(
             assert response.status == 200
     finally:
         channel.stop()
+
+
+def test_waking_a_message_nobody_waits_for_any_more_is_harmless(daemon) -> None:  # type: ignore[no-untyped-def]
+    # the last waiter may go between _wake_soon's check (a worker thread) and _wake
+    # (the event loop): _wake then finds nobody and does nothing
+    channel = HttpChannel(daemon)
+    channel._wake("no-one-waits")
+    event = asyncio.Event()
+    channel.waiters["m1"] = {event}
+    channel._wake("m1")
+    assert event.is_set()
+
+
+def test_a_counted_connection_passes_everything_through_and_is_released_once() -> None:
+    from orchestrator.channels.http import _Counted
+
+    seen: list[tuple[str, Any]] = []
+    released: list[int] = []
+
+    class Inner:
+        def connection_made(self, transport: Any) -> None:
+            seen.append(("made", transport))
+
+        def data_received(self, data: bytes) -> None:
+            seen.append(("data", data))
+
+        def eof_received(self) -> bool:
+            seen.append(("eof", None))
+            return True
+
+        def pause_writing(self) -> None:
+            seen.append(("pause", None))
+
+        def resume_writing(self) -> None:
+            seen.append(("resume", None))
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            seen.append(("lost", exc))
+            raise RuntimeError("aiohttp failed while closing")
+
+    counted = _Counted(Inner(), lambda: released.append(1))
+    reset = ConnectionResetError("reset by peer")
+    counted.connection_made("transport")  # type: ignore[arg-type]
+    counted.data_received(b"GET /")
+    assert counted.eof_received() is True
+    counted.pause_writing()
+    counted.resume_writing()
+    with pytest.raises(RuntimeError):
+        counted.connection_lost(reset)  # the error reaches aiohttp; the count drops anyway
+    assert seen == [
+        ("made", "transport"),
+        ("data", b"GET /"),
+        ("eof", None),
+        ("pause", None),
+        ("resume", None),
+        ("lost", reset),
+    ]
+    assert released == [1]
