@@ -1341,10 +1341,18 @@ def test_the_worker_count_defaults_to_the_cpus(home: Path, monkeypatch: pytest.M
 
 
 def test_a_new_daemon_is_wired_to_its_home(home: Path) -> None:
+    from orchestrator.channels.control import ControlChannel
+
     before = time.time()
-    with unstarted(home, concurrency=2) as daemon:
+    with unstarted(home, concurrency=8, per_group_concurrency=3) as daemon:
         after = time.time()
         assert before <= daemon.started <= after
+        assert (daemon.concurrency, daemon.per_group) == (8, 3)  # the configured share
+        # a message's change mid-turn (a reply the relay adds) reaches the listeners
+        assert daemon.relay.notify == daemon._changed
+        # only the service that runs a daemon gives it a way to reload its configuration
+        answer = ControlChannel(daemon).answer({"op": "reload"})
+        assert answer == {"ok": False, "error": "this daemon cannot reload"}
         assert daemon.relay.state_dir == Home(home).state_dir  # memory indexes live there
         assert daemon.relay.usage.path == daemon.queue.path
         names = {daemon.pool.submit(lambda: threading.current_thread().name).result()}
