@@ -92,10 +92,12 @@ INBOUND_TEXT_MAX_CHARS = 32_000
 HTTP_BODY_MAX_BYTES = 64 * 1024
 HTTP_LONG_POLL_MAX_SECONDS = 60.0
 # A connection must send a whole request head this soon after it opens (or after its
-# last answer), and a body this soon after its head; at most this many are open at once.
+# last answer), and a body this soon after its head; at most this many are open at once,
+# and at most HTTP_LISTEN_BACKLOG wait to be accepted (the kernel drops the rest).
 HTTP_HEADER_TIMEOUT_SECONDS = 10.0
 HTTP_BODY_TIMEOUT_SECONDS = 10.0
 HTTP_MAX_CONNECTIONS = 256
+HTTP_LISTEN_BACKLOG = 128
 # The CLI socket: connections open at once, and how long one may sit idle between frames.
 CONTROL_MAX_CONNECTIONS = 64
 CONTROL_IDLE_TIMEOUT_SECONDS = 60.0

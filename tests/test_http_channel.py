@@ -476,9 +476,19 @@ def test_a_long_poll_after_n_waits_for_reply_n_plus_one(served) -> None:  # type
 
 
 @pytest.mark.parametrize("listen", ["[::1]:{port}", ":{port}"])
-def test_the_listen_address_forms(daemon: Daemon, listen: str, caplog) -> None:  # type: ignore[no-untyped-def]
+def test_the_listen_address_forms(daemon: Daemon, listen: str, caplog, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import dataclasses
 
+    from orchestrator.limits import HTTP_LISTEN_BACKLOG
+
+    real = asyncio.BaseEventLoop.create_server
+    asked: list[dict[str, Any]] = []
+
+    async def create_server(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[no-untyped-def]
+        asked.append(kwargs)
+        return await real(self, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio.BaseEventLoop, "create_server", create_server)
     port = _free_port()
     daemon.config = dataclasses.replace(daemon.config, http_listen=listen.format(port=port))
     channel = HttpChannel(daemon)
@@ -491,6 +501,7 @@ def test_the_listen_address_forms(daemon: Daemon, listen: str, caplog) -> None: 
         assert (channel.thread.name, channel.thread.daemon) == ("http-channel", True)
         # only the address asked for, never every interface
         assert [s.getsockname()[:2] for s in channel.server.sockets] == [(host.strip("[]"), port)]
+        assert [a["backlog"] for a in asked] == [HTTP_LISTEN_BACKLOG]  # waiting to be accepted
         caplog.clear()
         req = urllib.request.Request(f"http://{host}:{port}/healthz")
         with urllib.request.urlopen(req, timeout=30) as response:

@@ -70,9 +70,10 @@ EXPECTED: dict[str, Callable[[], str]] = {
     "HTTP request body / long poll": lambda: (
         f"{_size(L.HTTP_BODY_MAX_BYTES)} / {_s(L.HTTP_LONG_POLL_MAX_SECONDS)}"
     ),
-    "HTTP request head / body arrival; open HTTP connections": lambda: (
+    "HTTP request head / body arrival; open HTTP connections; connections waiting to be "
+    "accepted": lambda: (
         f"{_s(L.HTTP_HEADER_TIMEOUT_SECONDS)} / {_s(L.HTTP_BODY_TIMEOUT_SECONDS)}; "
-        f"{L.HTTP_MAX_CONNECTIONS}"
+        f"{L.HTTP_MAX_CONNECTIONS}; {L.HTTP_LISTEN_BACKLOG}"
     ),
     "open CLI-socket connections / idle time of one": lambda: (
         f"{L.CONTROL_MAX_CONNECTIONS} / {_s(L.CONTROL_IDLE_TIMEOUT_SECONDS)}"

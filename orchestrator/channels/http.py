@@ -50,6 +50,7 @@ from orchestrator.limits import (
     HTTP_BODY_TIMEOUT_SECONDS,
     HTTP_CHAT_MESSAGES_MAX,
     HTTP_HEADER_TIMEOUT_SECONDS,
+    HTTP_LISTEN_BACKLOG,
     HTTP_LONG_POLL_MAX_SECONDS,
     HTTP_MAX_CONNECTIONS,
 )
@@ -403,7 +404,7 @@ class HttpChannel(Channel):
                 int(port),
                 family=socket.AF_INET6 if ":" in host else socket.AF_UNSPEC,
                 reuse_address=True,
-                backlog=128,
+                backlog=HTTP_LISTEN_BACKLOG,
             )
         )
         self.daemon.add_listener(self._wake_soon)
