@@ -406,3 +406,41 @@ def test_fix_goes_on_past_a_file_it_cannot_repair_or_write(
     assert report.fixed == ["d.md", "e.md"]
     assert (mem / "a.md").read_text() == "---\ntype:\ntype:\n---\nambiguous\n"
     assert (mem / "d.md").read_text().endswith("```\n\nXanadu\n")
+
+
+def test_a_file_gone_after_the_listing_is_skipped_and_the_rest_still_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.confined import ConfinedDir
+
+    scaffold_memory(tmp_path)
+    mem = tmp_path / "memory"
+    (mem / "gone.md").write_text("---\ntype: note\n---\n")
+    (mem / "kept.md").write_text("no frontmatter\n")
+    os.symlink("/etc/passwd", mem / "link.md")
+    real_walk = ConfinedDir.walk
+
+    def racing_walk(self, *, hidden=True):  # type: ignore[no-untyped-def]
+        for rel, folder, entries in real_walk(self, hidden=hidden):
+            if rel == "":  # removed between the listing and its stat, listed first
+                (mem / "gone.md").unlink()
+                entries = sorted(entries, key=lambda e: e.name != "gone.md")
+            yield rel, folder, entries
+
+    real_readlink = os.readlink
+
+    def readlink(path, *, dir_fd=None):  # type: ignore[no-untyped-def]
+        if path == "link.md":  # swapped for a file between its stat and readlink
+            raise FileNotFoundError(2, "No such file or directory")
+        return real_readlink(path, dir_fd=dir_fd)
+
+    monkeypatch.setattr(ConfinedDir, "walk", racing_walk)
+    monkeypatch.setattr(os, "readlink", readlink)
+    report = lint_memory(mem)
+    found = {f.path: (f.kind, f.message) for f in report.findings}
+    assert "gone.md" not in found
+    assert report.files_checked == 4  # the scaffold's three and kept.md, after gone.md
+    assert found["link.md"] == (
+        "symlink",
+        "symlink to '?'; memory must hold real files (the hook and the host never follow symlinks)",
+    )
