@@ -674,3 +674,35 @@ def test_a_counted_connection_passes_everything_through_and_is_released_once() -
         ("lost", reset),
     ]
     assert released == [1]
+
+
+def test_stop_returns_even_when_the_server_is_stuck(daemon: Daemon) -> None:
+    import concurrent.futures
+    import dataclasses
+
+    daemon.config = dataclasses.replace(daemon.config, http_listen=f"127.0.0.1:{_free_port()}")
+    channel = HttpChannel(daemon)
+    channel.start()
+    stuck, release = threading.Event(), threading.Event()
+
+    def block() -> None:  # a callback that never yields: the loop can do nothing else
+        stuck.set()
+        release.wait(60)
+
+    channel.loop.call_soon_threadsafe(block)
+    assert stuck.wait(30)
+    try:
+        with pytest.raises(concurrent.futures.TimeoutError):
+            channel.stop(timeout=0.2)  # the close could not run: it says so, and returns
+        assert channel.thread.is_alive() and not channel.loop.is_closed()  # left as it is
+    finally:
+        release.set()
+    channel.thread.join(30)  # the loop takes its stop once free
+    assert not channel.thread.is_alive()
+
+    async def finish() -> None:  # the close the stuck server could not run, run now
+        await asyncio.sleep(0)
+        await asyncio.gather(*(t for t in asyncio.all_tasks() if t is not asyncio.current_task()))
+
+    channel.loop.run_until_complete(finish())
+    channel.loop.close()

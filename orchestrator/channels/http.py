@@ -414,16 +414,20 @@ class HttpChannel(Channel):
         self.thread.start()
         log.info("HTTP API listening on %s", self.daemon.config.http_listen)
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 10.0) -> None:
+        """Close the server, waiting at most ``timeout`` seconds for it (TimeoutError
+        after that), and end its thread, waiting at most half as long again: a server
+        stuck in a callback never holds up the daemon's exit."""
+
         async def close() -> None:
             self.server.close()
             await self.runner.cleanup()
 
         future = asyncio.run_coroutine_threadsafe(close(), self.loop)
         try:
-            future.result(timeout=10)
+            future.result(timeout=timeout)
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join(timeout=5)
+            self.thread.join(timeout=timeout / 2)
             if not self.thread.is_alive():
                 self.loop.close()
