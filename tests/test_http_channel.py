@@ -706,3 +706,24 @@ def test_stop_returns_even_when_the_server_is_stuck(daemon: Daemon) -> None:
 
     channel.loop.run_until_complete(finish())
     channel.loop.close()
+
+
+def test_the_host_is_given_to_the_server_as_written(
+    daemon: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dataclasses
+
+    asked: list[tuple[str, int]] = []
+
+    async def create_server(self, factory, host, port, **kwargs):  # type: ignore[no-untyped-def]
+        asked.append((host, port))
+        raise OSError(99, "Cannot assign requested address")  # the name is not resolved here
+
+    monkeypatch.setattr(asyncio.BaseEventLoop, "create_server", create_server)
+    daemon.config = dataclasses.replace(daemon.config, http_listen="Xbox.lanX:8787")
+    channel = HttpChannel(daemon)
+    with pytest.raises(OSError):
+        channel.start()
+    channel.loop.run_until_complete(channel.runner.cleanup())
+    channel.loop.close()
+    assert asked == [("Xbox.lanX", 8787)]  # nothing stripped but an IPv6 literal's brackets
