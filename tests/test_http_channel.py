@@ -727,3 +727,36 @@ def test_the_host_is_given_to_the_server_as_written(
     channel.loop.run_until_complete(channel.runner.cleanup())
     channel.loop.close()
     assert asked == [("Xbox.lanX", 8787)]  # nothing stripped but an IPv6 literal's brackets
+
+
+def test_stop_waits_ten_seconds_for_the_close_and_half_that_for_the_thread(
+    daemon: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    waits: list[tuple[str, float | None]] = []
+
+    class Closing:
+        def result(self, timeout: float | None = None) -> None:
+            waits.append(("close", timeout))
+
+    class Thread:
+        def join(self, timeout: float | None = None) -> None:
+            waits.append(("thread", timeout))
+
+        def is_alive(self) -> bool:
+            return True  # still running: its loop is left open
+
+    class Loop:
+        stop = None
+
+        def call_soon_threadsafe(self, callback: Any) -> None:
+            waits.append(("stop the loop", None))
+
+    def schedule(coro: Any, loop: Any) -> Closing:
+        coro.close()
+        return Closing()
+
+    monkeypatch.setattr(asyncio, "run_coroutine_threadsafe", schedule)
+    channel = HttpChannel(daemon)
+    channel.loop, channel.thread = Loop(), Thread()  # type: ignore[assignment]
+    channel.stop()
+    assert waits == [("close", 10.0), ("stop the loop", None), ("thread", 5.0)]
