@@ -26,7 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.agent.session import session_key
+from orchestrator.approvals import chat_reply
 from orchestrator.channels.chats import ChatStore
+from orchestrator.commands import APPROVE, CONFIRM, parse_command
 from orchestrator.config import Home, OrchestratorConfig
 from orchestrator.disk import DISK_HOLDER, group_disk_usage, over_limit_reason
 from orchestrator.errors import (
@@ -38,7 +40,6 @@ from orchestrator.errors import (
     SenderRefused,
 )
 from orchestrator.group_config import classify_sender
-from orchestrator.learned import CONFIRM_COMMAND, confirm_reply
 from orchestrator.limits import (
     DISK_CHECK_INTERVAL_SECONDS,
     DRAIN_TIMEOUT_SECONDS,
@@ -227,17 +228,22 @@ class Daemon:
             "text": text,
             "channel": channel,
         }
-        if text.strip() == CONFIRM_COMMAND:
-            # Answered by the host, never by the model: a creator's own word.
-            reply = confirm_reply(
+        command = parse_command(text)
+        if command is not None and command.name in (CONFIRM, APPROVE):
+            # Answered by the host, never by the model: a creator's own word, about a
+            # request made in this very chat (the host's record of it, not the frame's).
+            reply = chat_reply(
                 self.queue,
                 self.runtime.store.root,
                 group.folder,
+                command,
+                channel=channel,
+                chat=chat,
                 trust=trust,
                 sender=sender,
                 creators=group.config.creators,
             )
-            log.info("group %s: /confirm from %r: %s", group.folder, sender, reply)
+            log.info("group %s: /%s from %r: %s", group.folder, command.name, sender, reply)
             return self.queue.record_done(**fields, reply=reply)  # type: ignore[arg-type]
         message = self.queue.enqueue(**fields, claim=claim)  # type: ignore[arg-type]
         with self.cond:
@@ -627,6 +633,9 @@ class Daemon:
         for folder in sorted(folders):
             self.check_disk(folder)
         if all_groups:
+            expired = self.queue.prune_held()
+            if expired:
+                log.info("%d held requests expired without approval", expired)
             pruned = self.chats.prune()
             if pruned:
                 log.debug(

@@ -27,7 +27,8 @@ from orchestrator.confined import ConfinedDir, UnsafePath
 from orchestrator.limits import LEARNED_READ_MAX_BYTES, STANDING_TEXT_BUDGET_CHARS
 
 if TYPE_CHECKING:
-    from orchestrator.queue import MessageQueue
+    from orchestrator.approvals import Applied
+    from orchestrator.queue import HeldRequest, MessageQueue
 
 LEARNED_FILE = "learned-behaviors.md"
 INSTRUCTIONS_FILE = "instructions.prepend.md"
@@ -242,6 +243,11 @@ def write_refusal(
         )
     if not isinstance(content, str):
         return "content must be text"
+    from orchestrator.approvals import hiding_problem
+    from orchestrator.validate import text_problem
+
+    if problem := text_problem(content, multiline=True) or hiding_problem(content):
+        return f"the content is refused: {problem}"
     if len(content) > max_chars:
         return (
             f"the content is {len(content):,} characters; the limit is {max_chars:,} "
@@ -250,67 +256,29 @@ def write_refusal(
     return None
 
 
-def pending_notice(folder: str, content: str) -> str:
-    """What the host itself tells the chat when a write is held for confirmation."""
-    shown = content if len(content) <= 2000 else content[:2000] + "\n[...]"
-    return (
-        "[orchestrator] A change to this group's learned behaviors is waiting for a "
-        "creator's confirmation: this conversation has had messages from people who are "
-        "not creators since it last started fresh, so the request may carry their words. "
-        f"The new text ({len(content):,} characters) would be:\n\n{shown}\n\n"
-        "Send /confirm to apply it, or ignore this to leave the store as it is "
-        f"(`orchestrator learned show {folder} --pending` shows it whole)."
-    )
+def apply_held(groups_dir: Path, folder: str, request: HeldRequest, approved_by: str) -> Applied:
+    """Apply a held learned-behaviors write (approvals.KINDS): the store replaced with
+    exactly the request's content, and the change recorded as the requester's, with
+    who approved it."""
+    from orchestrator.approvals import Applied
+    from orchestrator.memory.history import LEARNED_WRITE, Provenance, record_quietly
 
-
-CONFIRM_COMMAND = "/confirm"
-
-
-def apply_pending(
-    queue: MessageQueue, groups_dir: Path, folder: str, confirmed_by: str = ""
-) -> Outcome | None:
-    """Apply the write held for ``folder`` (None when nothing is held). It stays held
-    unless it was persisted, so a failed attempt can be confirmed again."""
-    pending = queue.pending_learned(folder)
-    if pending is None:
-        return None
-    outcome = LearnedStore(groups_dir, folder).replace(pending.content)
+    outcome = LearnedStore(groups_dir, folder).replace(request.content)
     if outcome.persisted:
-        queue.drop_learned(folder, pending.message_id)
-        from orchestrator.memory.history import LEARNED_WRITE, Provenance, record_quietly
-
         record_quietly(
             groups_dir,
             folder,
             Provenance(
                 LEARNED_WRITE,
-                sender=pending.sender,
+                sender=request.sender,
                 trust=CREATOR,
-                message_id=pending.message_id,
-                note=f"held write confirmed{' by ' + confirmed_by if confirmed_by else ''}",
+                message_id=request.message_id,
+                channel=request.channel,
+                chat=request.chat,
+                note=f"held request {request.id} approved by {approved_by}",
             ),
         )
-    return outcome
-
-
-def confirm_reply(
-    queue: MessageQueue,
-    groups_dir: Path,
-    folder: str,
-    *,
-    trust: str,
-    sender: str,
-    creators: tuple[str, ...],
-) -> str:
-    """The host's answer to ``/confirm`` in a chat."""
-    if trust != CREATOR or sender not in creators:
-        return "Only this group's creators can confirm a change to its learned behaviors."
-    outcome = apply_pending(queue, groups_dir, folder, confirmed_by=sender)
-    if outcome is None:
-        return "Nothing is waiting for confirmation."
-    if outcome.persisted:
-        return f"Confirmed: {outcome.detail}."
-    return f"Not applied: {outcome}"
+    return Applied(outcome.persisted, outcome.detail if outcome.persisted else str(outcome))
 
 
 def open_queue_if_any(state_dir: Path) -> MessageQueue | None:
@@ -326,9 +294,9 @@ def report(
 ) -> dict[str, object]:
     """The store as ``group show`` and ``learned show`` describe it."""
     info = LearnedStore(groups_dir, folder).info()
-    pending = queue.pending_learned(folder) if queue is not None else None
+    pending = queue.held_requests(folder, kind=LABEL) if queue is not None else []
     return {
         **info.to_dict(),
         "writers": list(creators),
-        "pending": pending.to_dict() if pending is not None else None,
+        "pending": [r.to_dict() for r in pending],
     }

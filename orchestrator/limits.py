@@ -149,8 +149,16 @@ MAX_LEARNED_MAX_CHARS = 100_000
 STANDING_TEXT_BUDGET_CHARS = MEMORY_FILE_BUDGET_CHARS
 LEARNED_READ_MAX_BYTES = 1024 * 1024
 # Replies the host adds to a message itself (such as a pending-confirmation notice) are
-# numbered from here, after every reply a turn can make.
+# numbered from here, after every reply a turn can make; each notice gets a number of
+# its own, never one used before for that message.
 HOST_NOTICE_SEQ = 1_000_000
+# Requests a creator must approve (held learned-behaviors writes): each waits this long.
+# The host's notice shows the whole content in pieces of HELD_NOTICE_PIECE_CHARS; one
+# longer than HELD_NOTICE_MAX_CHARS is not shown in the chat, and only the operator may
+# approve it (from the CLI, after reading it).
+HELD_REQUEST_TTL_SECONDS = 24 * 3600
+HELD_NOTICE_PIECE_CHARS = 3_500
+HELD_NOTICE_MAX_CHARS = 16_000
 
 # Memory search (the host's index of each group's memory tree).
 SEARCH_CHUNK_MAX_LINES = 40  # a chunk of a file: at most this many lines ...

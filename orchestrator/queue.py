@@ -9,6 +9,7 @@ retried with backoff, then dead-lettered with its reason. Replies are keyed by
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import sqlite3
@@ -26,6 +27,7 @@ from orchestrator.errors import OrchestratorError
 from orchestrator.limits import (
     DELIVERY_BACKOFF_FIRST_SECONDS,
     DELIVERY_BACKOFF_MAX_SECONDS,
+    HOST_NOTICE_SEQ,
     MAX_DELIVERY_ATTEMPTS,
     STATE_RESERVE_BYTES,
 )
@@ -158,6 +160,22 @@ CREATE TABLE IF NOT EXISTS learned_pending (
     message_id TEXT NOT NULL,
     created REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS held_requests (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    group_folder TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    content TEXT NOT NULL,
+    sha256 TEXT NOT NULL,
+    channel TEXT NOT NULL,
+    chat TEXT NOT NULL,
+    thread TEXT,
+    sender TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    chat_approvable INTEGER NOT NULL,
+    created REAL NOT NULL,
+    expires REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS held_requests_chat ON held_requests (group_folder, channel, chat);
 """
 CLEAR_TEXT = "/clear"
 SQLITE_FULL = 13
@@ -197,23 +215,71 @@ class Pause:
 
 
 @dataclass(frozen=True)
-class PendingLearned:
-    """A creator's learned-behaviors write held until a creator confirms it."""
+class HeldRequest:
+    """Something a creator must approve (a learned-behaviors write, later packages and
+    MCP servers): its exact content and hash, the chat it was made in, its expiry.
 
+    ``chat_approvable``: the chat was shown the whole content, so a creator may approve
+    it there; otherwise only the operator may (from the CLI)."""
+
+    id: int
     group: str
+    kind: str
     content: str
+    sha256: str
+    channel: str
+    chat: str
+    thread: str | None
     sender: str
     message_id: str
+    chat_approvable: bool
     created: float
+    expires: float
 
     def to_dict(self) -> dict[str, object]:
         return {
+            "id": self.id,
             "group": self.group,
+            "kind": self.kind,
             "chars": len(self.content),
+            "sha256": self.sha256,
+            "channel": self.channel,
+            "chat": self.chat,
+            "thread": self.thread,
             "sender": self.sender,
             "message_id": self.message_id,
+            "chat_approvable": self.chat_approvable,
             "created": self.created,
+            "expires": self.expires,
         }
+
+
+_HELD_COLUMNS = (
+    "id, group_folder, kind, content, sha256, channel, chat, thread, sender, message_id, "
+    "chat_approvable, created, expires"
+)
+
+
+def _held(row: tuple[object, ...]) -> HeldRequest:
+    return HeldRequest(
+        int(row[0]),  # type: ignore[call-overload]
+        str(row[1]),
+        str(row[2]),
+        str(row[3]),
+        str(row[4]),
+        str(row[5]),
+        str(row[6]),
+        None if row[7] is None else str(row[7]),
+        str(row[8]),
+        str(row[9]),
+        bool(row[10]),
+        float(row[11]),  # type: ignore[arg-type]
+        float(row[12]),  # type: ignore[arg-type]
+    )
+
+
+def content_sha256(content: str) -> str:
+    return hashlib.sha256(content.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -305,6 +371,7 @@ class MessageQueue:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(SCHEMA)
+            self._carry_learned_pending()
         except sqlite3.DatabaseError as exc:
             if _is_full(exc):
                 raise QueueFull(
@@ -642,35 +709,138 @@ class MessageQueue:
                 ).fetchone()[0]
             )
 
-    def hold_learned(self, group: str, content: str, sender: str, message_id: str) -> None:
-        """Hold a learned-behaviors write for confirmation (replacing one held before)."""
-        self._write(
-            lambda db: db.execute(
-                "INSERT OR REPLACE INTO learned_pending"
-                " (group_folder, content, sender, message_id, created) VALUES (?,?,?,?,?)",
-                (group, content, sender, message_id, time.time()),
+    # held requests (approvals)
+
+    def hold_request(
+        self,
+        *,
+        group: str,
+        kind: str,
+        content: str,
+        channel: str,
+        chat: str,
+        thread: str | None,
+        sender: str,
+        message_id: str,
+        chat_approvable: bool,
+        ttl: float,
+        now: float | None = None,
+    ) -> HeldRequest:
+        """Hold ``content`` for a creator's approval, under a new id (a request held
+        before is never replaced)."""
+        now = time.time() if now is None else now
+        digest = content_sha256(content)
+
+        def work(db: sqlite3.Connection) -> int:
+            cursor = db.execute(
+                f"INSERT INTO held_requests ({_HELD_COLUMNS.partition(', ')[2]})"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (group, kind, content, digest, channel, chat, thread, sender, message_id,
+                 int(chat_approvable), now, now + ttl),
+            )  # fmt: skip
+            return int(cursor.lastrowid or 0)
+
+        request_id = self._write(work)
+        return HeldRequest(
+            request_id, group, kind, content, digest, channel, chat, thread, sender,
+            message_id, chat_approvable, now, now + ttl,
+        )  # fmt: skip
+
+    def held_request(self, request_id: int) -> HeldRequest | None:
+        """The held request ``request_id``, expired or not (None when there is none)."""
+        with self._lock:
+            row = self._db.execute(
+                f"SELECT {_HELD_COLUMNS} FROM held_requests WHERE id=?", (request_id,)
+            ).fetchone()
+        return None if row is None else _held(row)
+
+    def held_requests(
+        self,
+        group: str | None = None,
+        *,
+        kind: str | None = None,
+        channel: str | None = None,
+        chat: str | None = None,
+        now: float | None = None,
+    ) -> list[HeldRequest]:
+        """Requests that wait (not expired), oldest first; those of one group, kind or
+        (channel, chat) when given."""
+        now = time.time() if now is None else now
+        sql = f"SELECT {_HELD_COLUMNS} FROM held_requests WHERE expires>?"
+        args: list[object] = [now]
+        for column, value in (
+            ("group_folder", group), ("kind", kind), ("channel", channel), ("chat", chat),
+        ):  # fmt: skip
+            if value is not None:
+                sql += f" AND {column}=?"
+                args.append(value)
+        with self._lock:
+            rows = self._db.execute(sql + " ORDER BY id", args).fetchall()
+        return [_held(r) for r in rows]
+
+    def drop_held(self, request_id: int) -> bool:
+        """Forget a held request; True when there was one."""
+        return self._write(
+            lambda db: (
+                db.execute("DELETE FROM held_requests WHERE id=?", (request_id,)).rowcount == 1
             )
         )
 
-    def pending_learned(self, group: str) -> PendingLearned | None:
-        with self._lock:
-            row = self._db.execute(
-                "SELECT group_folder, content, sender, message_id, created FROM learned_pending"
-                " WHERE group_folder=?",
-                (group,),
-            ).fetchone()
-        if row is None:
-            return None
-        return PendingLearned(str(row[0]), str(row[1]), str(row[2]), str(row[3]), float(row[4]))
+    def prune_held(self, now: float | None = None) -> int:
+        """Forget the held requests that expired; how many."""
+        now = time.time() if now is None else now
+        return self._write(
+            lambda db: db.execute("DELETE FROM held_requests WHERE expires<=?", (now,)).rowcount
+        )
 
-    def drop_learned(self, group: str, message_id: str | None = None) -> bool:
-        """Forget the held write of ``group`` (only if it is still the one of
-        ``message_id``, when given); True when one was dropped."""
-        sql, args = "DELETE FROM learned_pending WHERE group_folder=?", [group]
-        if message_id is not None:
-            sql += " AND message_id=?"
-            args.append(message_id)
-        return self._write(lambda db: db.execute(sql, args).rowcount == 1)
+    def add_host_notices(self, message_id: str, texts: list[str]) -> list[int]:
+        """Store replies the host itself adds to ``message_id`` (after any reply a turn
+        can make, from HOST_NOTICE_SEQ), each under a sequence number never used before
+        for that message, so no notice is dropped as a duplicate of another; the numbers."""
+
+        def work(db: sqlite3.Connection) -> list[int]:
+            top = db.execute(
+                "SELECT MAX(seq) FROM replies WHERE message_id=? AND seq>=?",
+                (message_id, HOST_NOTICE_SEQ),
+            ).fetchone()[0]
+            first = HOST_NOTICE_SEQ if top is None else int(top) + 1
+            now = time.time()
+            seqs = list(range(first, first + len(texts)))
+            db.executemany(
+                "INSERT INTO replies (message_id, seq, text, created) VALUES (?,?,?,?)",
+                [(message_id, seq, text, now) for seq, text in zip(seqs, texts, strict=True)],
+            )
+            return seqs
+
+        return self._write(work)
+
+    def _carry_learned_pending(self) -> None:
+        """Writes held by an older release (one per group, in ``learned_pending``) become
+        held requests in the chat they were made in. Their notice showed at most 2,000
+        characters, so a longer one can be approved by the operator only."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT p.group_folder, p.content, p.sender, p.message_id, p.created,"
+                " m.channel, m.chat, m.thread FROM learned_pending p"
+                " LEFT JOIN messages m ON m.id=p.message_id"
+            ).fetchall()
+        if not rows:
+            return
+        from orchestrator.limits import HELD_REQUEST_TTL_SECONDS
+
+        def work(db: sqlite3.Connection) -> None:
+            for group, content, sender, message_id, created, channel, chat, thread in rows:
+                db.execute(
+                    f"INSERT INTO held_requests ({_HELD_COLUMNS.partition(', ')[2]})"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (group, "learned", content, content_sha256(str(content)),
+                     channel or "cli", chat or "", thread, sender, message_id,
+                     int(len(str(content)) <= 2000 and chat is not None), created,
+                     float(created) + HELD_REQUEST_TTL_SECONDS),
+                )  # fmt: skip
+            db.execute("DELETE FROM learned_pending")
+
+        self._write(work)
 
     def dead_letters(self) -> list[Message]:
         with self._lock:

@@ -1299,10 +1299,10 @@ def test_submit_checks_refuses_and_keys_the_session_by_the_groups_mode(
             with pytest.raises(SenderRefused):
                 daemon.submit("good", "hi", chat="c", sender="stranger", channel="matrix")
             confirmed = daemon.submit("good", "/confirm", chat="c", sender="op", channel="cli")
-        assert confirmed.replies == ("Nothing is waiting for confirmation.",)
+        assert confirmed.replies == ("Nothing is waiting for approval in this chat.",)
         assert caplog.messages == [
             "refused a message from 'stranger' to group good via matrix: unknown sender",
-            "group good: /confirm from 'op': Nothing is waiting for confirmation.",
+            "group good: /confirm from 'op': Nothing is waiting for approval in this chat.",
         ]
         shared = daemon.submit("together", "hi", chat="c", sender="op", channel="cli", thread="t")
         own = daemon.submit("good", "hi", chat="c", sender="op", channel="cli", thread="t")

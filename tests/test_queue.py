@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
 
 from orchestrator.daemon import classify_sender, fair_order
 from orchestrator.group_config import GroupConfig
-from orchestrator.limits import MAX_DELIVERY_ATTEMPTS
+from orchestrator.limits import HELD_REQUEST_TTL_SECONDS, HOST_NOTICE_SEQ, MAX_DELIVERY_ATTEMPTS
 from orchestrator.queue import DEAD, DONE, INFLIGHT, QUEUED, MessageQueue
 
 
@@ -626,25 +627,75 @@ def test_others_in_session_counts_since_the_last_completed_clear(queue: MessageQ
     assert queue.others_in_session("unknown", "creator") == 0
 
 
-def test_a_held_learned_write(queue: MessageQueue) -> None:
-    assert queue.pending_learned("g") is None
-    queue.hold_learned("g", "old text", "alice", "m1")
-    queue.hold_learned("g", "new text", "carol", "m2")  # the newer one replaces it
-    held = queue.pending_learned("g")
-    assert held is not None
-    assert (held.group, held.content, held.sender, held.message_id) == (
-        "g", "new text", "carol", "m2",
-    )  # fmt: skip
-    assert held.to_dict() == {
-        "group": "g", "chars": 8, "sender": "carol", "message_id": "m2",
-        "created": held.created,
+def test_held_requests_each_keep_their_own_id_content_and_chat(queue: MessageQueue) -> None:
+    fields = {
+        "group": "g", "kind": "learned", "channel": "cli", "thread": None,
+        "message_id": "m1", "chat_approvable": True, "ttl": 60.0,
     }  # fmt: skip
-    assert queue.pending_learned("other") is None
-    assert not queue.drop_learned("g", "m1")  # not the one held now
-    assert queue.pending_learned("g") is not None
-    assert queue.drop_learned("g", "m2") and queue.pending_learned("g") is None
-    queue.hold_learned("g", "x", "alice", "m3")
-    assert queue.drop_learned("g") and not queue.drop_learned("g")
+    assert queue.held_requests("g") == []
+    first = queue.hold_request(content="old text", chat="c1", sender="alice", now=100.0, **fields)
+    second = queue.hold_request(content="new text", chat="c2", sender="carol", now=100.0, **fields)
+    assert first.id != second.id  # a newer request never replaces an older one
+    assert [r.content for r in queue.held_requests("g", now=101.0)] == ["old text", "new text"]
+    assert queue.held_requests("g", channel="cli", chat="c2", now=101.0) == [second]
+    assert queue.held_requests("g", channel="http", chat="c2", now=101.0) == []
+    assert queue.held_requests("other", now=101.0) == []
+    assert queue.held_request(first.id) == first
+    assert first.sha256 == hashlib.sha256(b"old text").hexdigest()
+    assert first.to_dict() == {
+        "id": first.id, "group": "g", "kind": "learned", "chars": 8, "sha256": first.sha256,
+        "channel": "cli", "chat": "c1", "thread": None, "sender": "alice", "message_id": "m1",
+        "chat_approvable": True, "created": 100.0, "expires": 160.0,
+    }  # fmt: skip
+    # expired: no longer waiting, still known until pruned
+    assert queue.held_requests("g", now=160.0) == []
+    assert queue.held_request(first.id) == first
+    assert queue.prune_held(now=160.0) == 2 and queue.held_request(first.id) is None
+    third = queue.hold_request(content="x", chat="c1", sender="alice", **fields)
+    assert queue.drop_held(third.id) and not queue.drop_held(third.id)
+
+
+def test_host_notices_never_reuse_a_sequence_number(queue: MessageQueue) -> None:
+    m = queue.enqueue(
+        group="g", session="s", chat="c", thread=None, sender="a", trust="creator", text="hi",
+        channel="cli",
+    )  # fmt: skip
+    assert queue.add_host_notices(m.id, ["one", "two"]) == [HOST_NOTICE_SEQ, HOST_NOTICE_SEQ + 1]
+    assert queue.add_host_notices(m.id, ["three"]) == [HOST_NOTICE_SEQ + 2]
+    queue.complete(m.id, ["the answer"])
+    assert queue.get(m.id).replies == ("the answer", "one", "two", "three")
+
+
+def test_a_write_held_by_an_older_release_waits_in_its_chat(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "queue.db"
+    old = MessageQueue(path)
+    m = old.enqueue(
+        group="g", session="s", chat="c9", thread="t", sender="alice", trust="creator",
+        text="hi", channel="telegram:fam",
+    )  # fmt: skip
+    old.close()
+    db = sqlite3.connect(path)
+    db.execute(
+        "INSERT INTO learned_pending VALUES (?,?,?,?,?)", ("g", "- Be kind.", "alice", m.id, 5.0)
+    )
+    db.execute(
+        "INSERT INTO learned_pending VALUES (?,?,?,?,?)", ("h", "x" * 2001, "bob", "gone", 5.0)
+    )
+    db.commit()
+    db.close()
+    queue = MessageQueue(path)
+    try:
+        short, long = queue.held_requests(now=6.0)
+        assert (short.group, short.content, short.channel, short.chat, short.thread) == (
+            "g", "- Be kind.", "telegram:fam", "c9", "t",
+        )  # fmt: skip
+        assert short.chat_approvable and short.expires == 5.0 + HELD_REQUEST_TTL_SECONDS
+        assert long.group == "h" and not long.chat_approvable  # its notice showed 2,000 only
+        assert queue.read("SELECT COUNT(*) FROM learned_pending") == [(0,)]
+    finally:
+        queue.close()
 
 
 def test_a_message_the_host_answered_is_stored_done(queue: MessageQueue) -> None:
@@ -732,15 +783,6 @@ def test_check_queue_names_what_sqlite_found(tmp_path: Path) -> None:
     path.write_bytes(bytes(data))
     found = check_queue(home)
     assert found is not None and found.startswith("*** in database main ***")
-
-
-def test_a_held_learned_write_keeps_its_time(queue: MessageQueue) -> None:
-    import time as clock
-
-    before = clock.time()
-    queue.hold_learned("g", "rules", "alice", "m1")
-    held = queue.pending_learned("g")
-    assert held is not None and before <= held.created <= clock.time()
 
 
 def test_set_aside_names_the_file_in_utc(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

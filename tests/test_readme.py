@@ -40,6 +40,11 @@ EXPECTED: dict[str, Callable[[], str]] = {
     "learned behaviors a write may hold (default of `learned_max_chars`; its ceiling)": (
         lambda: f"{L.DEFAULT_LEARNED_MAX_CHARS:,} characters; {L.MAX_LEARNED_MAX_CHARS:,}"
     ),
+    "a held request's life; a piece of its notice; the longest text a chat is shown (longer: "
+    "the operator approves)": lambda: (
+        f"{_s(L.HELD_REQUEST_TTL_SECONDS)}; {L.HELD_NOTICE_PIECE_CHARS:,} characters; "
+        f"{L.HELD_NOTICE_MAX_CHARS:,} characters"
+    ),
     "group display name": lambda: f"{L.GROUP_NAME_MAX_CHARS} characters",
     "sender id": lambda: f"{L.SENDER_ID_MAX_CHARS} characters",
     "config file size": lambda: _size(L.CONFIG_FILE_MAX_BYTES),

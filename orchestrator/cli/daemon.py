@@ -271,7 +271,8 @@ def chat(obj: CliContext, name: str, chat: str, sender: str) -> None:
 
     \b
       /clear    start a fresh context (memory is loaded again)
-      /confirm  apply the learned-behaviors change waiting for a creator
+      /approve ID  apply the request ID waiting in this chat for a creator
+      /confirm  the same, when exactly one request waits here
       /status   the daemon's queue
       /exit     leave (or Ctrl-D)
 

@@ -199,7 +199,8 @@ def _learned_line(store: dict[str, Any]) -> str:
     else:
         when = datetime.fromtimestamp(store["modified"], UTC).strftime("%Y-%m-%d %H:%M UTC")
         state = f"{human_bytes(store['size'])}, modified {when}"
-    pending = "; a change waits for confirmation" if store["pending"] else ""
+    held = len(store["pending"])
+    pending = f"; {held} change(s) wait for approval" if held else ""
     return f"{state}; changed by {writers}{pending}"
 
 

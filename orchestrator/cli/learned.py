@@ -5,11 +5,16 @@ from __future__ import annotations
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from orchestrator.cli import CliContext
 from orchestrator.cli.output import human_bytes, print_json, safe_line, safe_text
+
+if TYPE_CHECKING:
+    from orchestrator.groups import Group
+    from orchestrator.queue import HeldRequest
 
 pass_cli = click.make_pass_decorator(CliContext)
 
@@ -24,14 +29,17 @@ def learned() -> None:
     a conversation. In a chat the model changes them with memory_write on the label
     'learned', granted only to a turn from one of the group's creators; when the
     conversation has had messages from anyone else since it last started fresh, the
-    change waits for a creator's /confirm in the chat, or for `learned approve`.
+    change is held as a request with an id: the host shows its whole text in that chat,
+    where a creator approves it with /approve ID (or /confirm when it is the only one
+    waiting there), or the operator does with `learned approve NAME ID`.
 
     \b
     Examples:
       orchestrator learned show family
       orchestrator learned set family --file rules.md
       orchestrator learned show family --pending
-      orchestrator learned approve family
+      orchestrator learned approve family 12
+      orchestrator learned discard family 13
     """
 
 
@@ -43,58 +51,98 @@ def _when(stamp: float | None) -> str:
 
 @learned.command("show")
 @click.argument("name")
-@click.option("--pending", is_flag=True, help="Show the change waiting for confirmation.")
+@click.option("--pending", is_flag=True, help="List the changes waiting for approval instead.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (the text included).")
 @pass_cli
 def show(obj: CliContext, name: str, pending: bool, as_json: bool) -> None:
-    """Print a group's learned behaviors (or, with --pending, the change that waits for
-    a creator's confirmation), after a header with the file, its size and modification
-    time, and who may change it."""
+    """Print a group's learned behaviors, after a header with the file, its size and
+    modification time, and who may change it.
+
+    With --pending: every change waiting for a creator's approval instead, each with its
+    id, size, the chat it was asked in, who asked, when it expires, and its whole text."""
     from orchestrator.errors import BadInput
     from orchestrator.groups import GroupStore
-    from orchestrator.learned import LearnedStore, open_queue_if_any, report
+    from orchestrator.learned import LABEL, LearnedStore, open_queue_if_any, report
 
     group = GroupStore(obj.home).find(name)
     queue = open_queue_if_any(obj.home.state_dir)
     try:
         described = report(group.path.parent, group.folder, group.config.creators, queue)
-        held = queue.pending_learned(group.folder) if queue is not None else None
+        held = queue.held_requests(group.folder, kind=LABEL) if queue is not None else []
     finally:
         if queue is not None:
             queue.close()
     if pending:
-        if held is None:
-            raise BadInput(f"no change to the learned behaviors of {group.folder!r} is waiting")
-        text = held.content
-    else:
-        try:
-            text = LearnedStore(group.path.parent, group.folder).read()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise BadInput(
-                f"{group.learned_file}: cannot be read ({exc})",
-                hint="it must be a regular UTF-8 file; `learned set` replaces it",
-            ) from None
+        if as_json:
+            print_json(
+                {
+                    "folder": group.folder,
+                    "pending": [{**r.to_dict(), "text": r.content} for r in held],
+                }
+            )
+            return
+        if not held:
+            click.echo(f"{group.folder}: no change to its learned behaviors waits for approval")
+            return
+        for request in held:
+            click.echo(
+                f"# request {request.id}: {len(request.content):,} characters, asked by "
+                f"{safe_line(request.sender)} in {safe_line(request.channel)}:"
+                f"{safe_line(request.chat)} at {_when(request.created)}, expires "
+                f"{_when(request.expires)}"
+                + ("" if request.chat_approvable else " (too long for the chat: CLI only)")
+            )
+            click.echo(f"# apply with: orchestrator learned approve {group.folder} {request.id}")
+            click.echo(safe_text(request.content.rstrip("\n")) or "(empty)")
+        return
+    try:
+        text = LearnedStore(group.path.parent, group.folder).read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(
+            f"{group.learned_file}: cannot be read ({exc})",
+            hint="it must be a regular UTF-8 file; `learned set` replaces it",
+        ) from None
     if as_json:
         print_json({"folder": group.folder, **described, "text": text})
         return
-    if pending:
-        assert held is not None
+    size = described["size"]
+    click.echo(
+        f"# {described['path']}: {human_bytes(int(size))}, "  # type: ignore[call-overload]
+        f"modified {_when(described['modified'])}"  # type: ignore[arg-type]
+    )
+    writers = ", ".join(group.config.creators) or "nobody (no creators in group.yaml)"
+    click.echo(f"# may be changed by: {safe_line(writers)}")
+    if held:
         click.echo(
-            f"# waiting for confirmation: {len(held.content):,} characters, asked by "
-            f"{safe_line(held.sender)} at {_when(held.created)} (message {held.message_id})"
+            f"# {len(held)} change(s) wait for approval: "
+            f"orchestrator learned show {group.folder} --pending"
         )
-        click.echo(f"# apply with: orchestrator learned approve {group.folder}")
-    else:
-        size = described["size"]
-        click.echo(
-            f"# {described['path']}: {human_bytes(int(size))}, "  # type: ignore[call-overload]
-            f"modified {_when(described['modified'])}"  # type: ignore[arg-type]
-        )
-        writers = ", ".join(group.config.creators) or "nobody (no creators in group.yaml)"
-        click.echo(f"# may be changed by: {safe_line(writers)}")
-        if held is not None:
-            click.echo(f"# a change is waiting: orchestrator learned show {group.folder} --pending")
     click.echo(safe_text(text.rstrip("\n")) if text.strip() else "(empty)")
+
+
+def _held_request(obj: CliContext, name: str, request_id: int) -> tuple[Group, HeldRequest]:
+    """(the group, its held learned-behaviors request ``request_id``); BadInput naming
+    the ids that wait when there is no such request."""
+    from orchestrator.errors import BadInput
+    from orchestrator.groups import GroupStore
+    from orchestrator.learned import LABEL, open_queue_if_any
+
+    group = GroupStore(obj.home).find(name)
+    queue = open_queue_if_any(obj.home.state_dir)
+    try:
+        held = queue.held_requests(group.folder, kind=LABEL) if queue is not None else []
+    finally:
+        if queue is not None:
+            queue.close()
+    found = next((r for r in held if r.id == request_id), None)
+    if found is None:
+        waiting = ", ".join(str(r.id) for r in held)
+        raise BadInput(
+            f"no change to the learned behaviors of {group.folder!r} waits as request "
+            f"{request_id}" + (f" (waiting: {waiting})" if waiting else ""),
+            hint=f"see them with: orchestrator learned show {group.folder} --pending",
+        )
+    return group, found
 
 
 @learned.command("set")
@@ -149,52 +197,56 @@ def set_(obj: CliContext, name: str, source: Path, as_json: bool) -> None:
 
 @learned.command("approve")
 @click.argument("name")
+@click.argument("request_id", metavar="ID", type=int)
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @pass_cli
-def approve(obj: CliContext, name: str, as_json: bool) -> None:
-    """Apply the change to a group's learned behaviors that waits for confirmation (as a
-    creator's /confirm in the chat would). See it first with `learned show NAME --pending`."""
-    from orchestrator.errors import BadInput, OrchestratorError
-    from orchestrator.groups import GroupStore
-    from orchestrator.learned import apply_pending, open_queue_if_any
+def approve(obj: CliContext, name: str, request_id: int, as_json: bool) -> None:
+    """Apply the change waiting for approval as request ID, exactly as it was held (its
+    text is printed first). The ids are in `learned show NAME --pending`."""
+    from orchestrator.approvals import approve as approve_request
+    from orchestrator.errors import OrchestratorError
+    from orchestrator.learned import open_queue_if_any
 
-    group = GroupStore(obj.home).find(name)
+    group, request = _held_request(obj, name, request_id)
+    folder = group.folder
+    if not as_json:
+        click.echo(f"# request {request.id}, {len(request.content):,} characters:")
+        click.echo(safe_text(request.content.rstrip("\n")) or "(empty)")
     queue = open_queue_if_any(obj.home.state_dir)
+    assert queue is not None
     try:
-        outcome = (
-            apply_pending(queue, group.path.parent, group.folder, confirmed_by="operator")
-            if queue
-            else None
-        )
+        applied = approve_request(queue, group.path.parent, request, "operator")
     finally:
-        if queue is not None:
-            queue.close()
-    if outcome is None:
-        raise BadInput(f"no change to the learned behaviors of {group.folder!r} is waiting")
-    if not outcome.persisted:
-        raise OrchestratorError(f"{group.learned_file}: {outcome}", hint="approve again to retry")
+        queue.close()
+    if not applied.done:
+        raise OrchestratorError(
+            f"{folder}: request {request.id} was not applied: {applied.detail}",
+            hint="approve it again to retry",
+        )
     if as_json:
-        print_json({"folder": group.folder, "status": outcome.status})
+        print_json({"folder": folder, "request": request.id, "status": "PERSISTED"})
         return
-    click.echo(f"{group.folder}: {outcome}")
+    click.echo(f"{folder}: request {request.id} applied: {applied.detail}")
 
 
 @learned.command("discard")
 @click.argument("name")
+@click.argument("request_id", metavar="ID", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @pass_cli
-def discard(obj: CliContext, name: str) -> None:
-    """Drop the change that waits for confirmation; the learned behaviors stay as they are."""
-    from orchestrator.errors import BadInput
-    from orchestrator.groups import GroupStore
+def discard(obj: CliContext, name: str, request_id: int, as_json: bool) -> None:
+    """Drop the change waiting as request ID; the learned behaviors stay as they are."""
     from orchestrator.learned import open_queue_if_any
 
-    group = GroupStore(obj.home).find(name)
+    group, _ = _held_request(obj, name, request_id)
+    folder = group.folder
     queue = open_queue_if_any(obj.home.state_dir)
+    assert queue is not None
     try:
-        dropped = queue.drop_learned(group.folder) if queue is not None else False
+        queue.drop_held(request_id)
     finally:
-        if queue is not None:
-            queue.close()
-    if not dropped:
-        raise BadInput(f"no change to the learned behaviors of {group.folder!r} is waiting")
-    click.echo(f"{group.folder}: the waiting change was dropped")
+        queue.close()
+    if as_json:
+        print_json({"folder": folder, "request": request_id, "dropped": True})
+        return
+    click.echo(f"{folder}: request {request_id} was dropped")

@@ -3,10 +3,12 @@
 The decision rests only on the host's record of the message this turn answers: its
 sender must be one of the group's ``creators`` (recorded as such and still listed).
 When the session has had messages from anyone else since its last ``/clear``, the
-context may carry their words, so the write is held until a creator confirms it
-(``/confirm``, or ``orchestrator learned approve``), and the host tells the chat so
-itself. Every answer is ``ok`` with a ``result`` beginning PERSISTED, NOT_PERSISTED or
-PERSISTENCE_UNKNOWN: a refusal is an answer for the model, not a failed turn.
+context may carry their words, so the write is held (``approvals``): a request with an
+id of its own, whose whole text the host shows in the chat, applied only when a creator
+approves that id in that chat (``/approve ID``) or the operator does
+(``orchestrator learned approve NAME ID``). Every answer is ``ok`` with a ``result``
+beginning PERSISTED, NOT_PERSISTED or PERSISTENCE_UNKNOWN: a refusal is an answer for
+the model, not a failed turn.
 """
 
 from __future__ import annotations
@@ -14,15 +16,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.learned import (
-    CREATOR,
-    NOT_PERSISTED,
-    LearnedStore,
-    Outcome,
-    pending_notice,
-    write_refusal,
-)
-from orchestrator.limits import HOST_NOTICE_SEQ, MAX_LEARNED_MAX_CHARS, RELAY_SMALL_REQUEST_BYTES
+from orchestrator.approvals import LEARNED, hold
+from orchestrator.learned import CREATOR, NOT_PERSISTED, LearnedStore, Outcome, write_refusal
+from orchestrator.limits import MAX_LEARNED_MAX_CHARS, RELAY_SMALL_REQUEST_BYTES
 from orchestrator.memory.history import LEARNED_WRITE, Provenance, record_quietly
 
 if TYPE_CHECKING:
@@ -58,20 +54,25 @@ def decide(turn: TurnRelay, content: object) -> Outcome:
     queue = turn.context.queue
     others = queue.others_in_session(message.id, CREATOR)
     if others:
-        queue.hold_learned(group.folder, content, message.sender, message.id)
-        queue.add_reply(message.id, HOST_NOTICE_SEQ, pending_notice(group.folder, content))
+        request = hold(queue, kind=LEARNED, folder=group.folder, message=message, content=content)
         turn.context.notify(message.id)
         log.info(
-            "group %s: learned-behaviors write held for confirmation (%d messages from "
-            "others in the session)",
+            "group %s: learned-behaviors write held as request %d (%d messages from others "
+            "in the session)",
             group.folder,
+            request.id,
             others,
+        )
+        how = (
+            f"they reply /approve {request.id}"
+            if request.chat_approvable
+            else "it is too long to show in the chat, so the operator approves it"
         )
         return Outcome(
             NOT_PERSISTED,
-            "pending confirmation: this conversation has had messages from people who are "
-            "not creators, so a creator must confirm the change (the orchestrator has asked "
-            "them in the chat; they reply /confirm)",
+            f"pending approval as request {request.id}: this conversation has had messages "
+            "from people who are not creators, so a creator must approve the change (the "
+            f"orchestrator has shown them the whole text in the chat; {how})",
         )
     outcome = LearnedStore(group.path.parent, group.folder).replace(content)
     if outcome.persisted:

@@ -1,0 +1,76 @@
+"""The held-request mechanism's pure parts: commands as chat apps write them, and the
+notices that show a request whole."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.approvals import hiding_problem, notice_pieces
+from orchestrator.commands import Command, parse_command
+from orchestrator.limits import HELD_NOTICE_PIECE_CHARS
+from orchestrator.queue import HeldRequest, content_sha256
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("/confirm", Command("confirm", ())),
+        ("  /CONFIRM \n", Command("confirm", ())),
+        ("/approve 12", Command("approve", ("12",))),
+        ("/approve@helperbot 12", Command("approve", ("12",))),
+        ("@helperbot /approve 12", Command("approve", ("12",))),
+        ("@helperbot, /confirm", Command("confirm", ())),
+        ("/confirm @helperbot", Command("confirm", ())),
+        ("@a @b /approve 7 @a", Command("approve", ("7",))),
+        ("/clear@helper_bot", Command("clear", ())),
+    ],
+)
+def test_commands_are_recognized_with_mentions_around_them(text: str, expected: Command) -> None:
+    assert parse_command(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["please /confirm", "confirm", "/", "@helperbot", "", "/approve " + "1 " * 20, "//confirm"],
+)
+def test_text_that_only_contains_a_command_is_not_one(text: str) -> None:
+    assert parse_command(text) is None
+
+
+def _request(content: str, *, approvable: bool = True) -> HeldRequest:
+    return HeldRequest(
+        7, "fam", "learned", content, content_sha256(content), "cli", "c", None, "alice", "m",
+        approvable, 0.0, 24 * 3600.0,
+    )  # fmt: skip
+
+
+def test_a_notice_shows_the_content_in_a_fence_it_cannot_close() -> None:
+    content = "rule one\n```\nnot code any more?\n````"
+    [notice] = notice_pieces(_request(content), "fam")
+    assert f"`````\n{content}\n`````" in notice
+    assert "Request 7:" in notice and "/approve 7" in notice and "24 hours" in notice
+
+
+def test_a_long_notice_comes_in_pieces_that_hold_everything() -> None:
+    content = "".join(chr(0x4E00 + i % 500) for i in range(HELD_NOTICE_PIECE_CHARS * 2 + 1))
+    pieces = notice_pieces(_request(content), "fam")
+    assert len(pieces) == 3
+    assert "in 3 parts" in pieces[0] and "part 2 of 3" in pieces[1]
+    assert "/approve 7" in pieces[2] and "/approve 7" not in pieces[0]
+    inner = "".join(p.split("```\n", 1)[1].rsplit("\n```", 1)[0] for p in pieces)
+    assert inner == content
+
+
+def test_a_notice_too_long_for_the_chat_shows_none_of_it() -> None:
+    [notice] = notice_pieces(_request("secret-ish " * 10, approvable=False), "fam")
+    assert "secret-ish" not in notice
+    assert "orchestrator learned approve fam 7" in notice
+    assert "orchestrator learned show fam --pending" in notice
+
+
+def test_direction_controls_are_named() -> None:
+    assert hiding_problem("plain text, émojis 🙂 and 中文") is None
+    assert hiding_problem("ab\u2067c") == (
+        "contains U+2067 (a direction control) at character 3, which would show other text "
+        "than the one approved"
+    )
