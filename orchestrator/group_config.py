@@ -5,6 +5,7 @@ The defaults below are the only place group defaults live; the README documents 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -31,6 +32,7 @@ from orchestrator.limits import (
     MAX_CONTAINER_CPUS,
     MAX_CONTAINER_PIDS,
     MAX_LEARNED_MAX_CHARS,
+    MAX_TASK_RUNS_PER_HOUR,
     MAX_TASKS_PER_GROUP,
     MAX_TURN_TIMEOUT_SECONDS,
     MIN_CONTAINER_MEMORY_BYTES,
@@ -40,6 +42,7 @@ from orchestrator.limits import (
     MIN_IDLE_TIMEOUT_SECONDS,
     MIN_TURN_TIMEOUT_SECONDS,
     SENDER_ID_MAX_CHARS,
+    TASK_RUNS_PER_HOUR_FLOOR,
 )
 from orchestrator.relay.definitions import ProviderDef, model_problem
 from orchestrator.validate import MappingReader, Problems
@@ -116,6 +119,16 @@ class TaskSettings:
     min_interval_seconds: int = DEFAULT_TASK_MIN_INTERVAL_SECONDS
     grace_seconds: int = DEFAULT_TASK_GRACE_SECONDS
     timezone: str = "UTC"
+    max_runs_per_hour_set: int | None = None  # None: derived from min_interval
+
+    @property
+    def max_runs_per_hour(self) -> int:
+        """Runs of the group's tasks one hour may hold (``tasks.max_runs_per_hour``):
+        by default room for a task at the shortest interval twice over, and at least
+        TASK_RUNS_PER_HOUR_FLOOR."""
+        if self.max_runs_per_hour_set is not None:
+            return self.max_runs_per_hour_set
+        return max(TASK_RUNS_PER_HOUR_FLOOR, 2 * math.ceil(3600 / self.min_interval_seconds))
 
 
 @dataclass(frozen=True)
@@ -144,6 +157,8 @@ class GroupConfig:
         data["skills"] = self.skills if isinstance(self.skills, str) else list(self.skills)
         data["limits"]["models"] = list(self.limits.models)
         data["tasks"]["allowed"] = list(self.tasks.allowed)
+        data["tasks"]["max_runs_per_hour"] = self.tasks.max_runs_per_hour
+        del data["tasks"]["max_runs_per_hour_set"]
         return data
 
 
@@ -283,7 +298,9 @@ def classify_sender(config: GroupConfig, sender: str, bound: str | None = None) 
 def _tasks(reader: MappingReader) -> TaskSettings:
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-    reader.reject_unknown(["allowed", "max", "min_interval", "grace", "timezone"])
+    reader.reject_unknown(
+        ["allowed", "max", "min_interval", "grace", "timezone", "max_runs_per_hour"]
+    )
     allowed = reader.id_list("allowed", max_chars=20) if "allowed" in reader.data else None
     if allowed is not None:
         for index, level in enumerate(allowed):
@@ -315,6 +332,13 @@ def _tasks(reader: MappingReader) -> TaskSettings:
         min_interval_seconds=duration("min_interval", DEFAULT_TASK_MIN_INTERVAL_SECONDS, 1),
         grace_seconds=duration("grace", DEFAULT_TASK_GRACE_SECONDS, 0),
         timezone=zone,
+        max_runs_per_hour_set=(
+            reader.whole_number(
+                "max_runs_per_hour", 0, 1, MAX_TASK_RUNS_PER_HOUR, f"1 to {MAX_TASK_RUNS_PER_HOUR}"
+            )
+            if "max_runs_per_hour" in reader.data
+            else None
+        ),
     )
 
 

@@ -172,6 +172,11 @@ DEFAULT_TASKS_PER_GROUP = 50
 MAX_TASKS_PER_GROUP = 10_000
 DEFAULT_TASK_MIN_INTERVAL_SECONDS = 60
 DEFAULT_TASK_GRACE_SECONDS = 3600  # a task due while the daemon was down runs if this late
+# Runs of one group's tasks an hour may hold (group.yaml `tasks.max_runs_per_hour`); a
+# task due past it is paused. By default twice what a task at `tasks.min_interval` needs,
+# and at least this floor.
+TASK_RUNS_PER_HOUR_FLOOR = 120
+MAX_TASK_RUNS_PER_HOUR = 100_000
 SCHEDULER_TICK_SECONDS = 1.0  # the most a due task waits for the scheduler
 TASK_TEXT_MAX_CHARS = 4_000
 HTTP_CHAT_MESSAGES_MAX = 100  # messages one GET of a chat's messages returns (the newest)

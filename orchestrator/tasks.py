@@ -42,6 +42,9 @@ AT, EVERY, CRON = "at", "every", "cron"
 KINDS = (AT, EVERY, CRON)
 ACTIVE, PAUSED, DONE = "active", "paused", "done"
 MEMBER = "member"  # what a task runs as, at most
+# Notices the scheduler posts itself are messages of this sender, in a session of their own.
+HOST_SENDER = "orchestrator"
+LIMIT_NOTICE_SESSION = "orchestrator-notices"
 # The author trust of a task the operator made with the CLI: not a group's trust level,
 # so it is not checked against the group's lists (the operator runs the host).
 OPERATOR = "operator"
@@ -187,7 +190,13 @@ def check_schedule(
     """(the spec as stored, the first due time); TaskRefused naming what is wrong."""
     zone(tz)
     if kind == AT:
-        return spec.strip(), parse_at(spec, tz, now)
+        due = parse_at(spec, tz, now)
+        if due - now < min_interval:
+            raise TaskRefused(
+                f"--at {spec!r}: sooner than this group allows (at least {min_interval}s from now)",
+                hint="give a later time, or lower tasks.min_interval in its group.yaml",
+            )
+        return spec.strip(), due
     if kind == EVERY:
         seconds = parse_duration(spec)
         if seconds is None or seconds <= 0:
@@ -378,6 +387,29 @@ class TaskStore:
 
         return self.queue.transaction(work)
 
+    def told_since(self, group: str, since: float) -> bool:
+        """Whether ``group``'s chats were told of a task limit at or after ``since``."""
+        rows = self.queue.read(
+            "SELECT 1 FROM messages WHERE group_folder=? AND session=? AND created>=? LIMIT 1",
+            (group, LIMIT_NOTICE_SESSION, since),
+        )
+        return bool(rows)
+
+    def tell(self, task: Task, text: str) -> None:
+        """A notice from the host in the chat of ``task`` (a message the host answered
+        itself, in a session of its own: no conversation's context holds it)."""
+        self.queue.record_done(
+            group=task.group,
+            session=LIMIT_NOTICE_SESSION,
+            chat=task.chat,
+            thread=task.thread,
+            sender=HOST_SENDER,
+            trust=HOST_SENDER,
+            text=f"[task {task.id} paused]",
+            channel=task.channel,
+            reply=text,
+        )
+
     def require(self, task_id: int) -> Task:
         task = self.get(task_id)
         if task is None:
@@ -406,6 +438,22 @@ class TaskStore:
             (group, chat, since, limit),
         )
         return [(int(r[0]), str(r[1])) for r in reversed(rows)]  # type: ignore[call-overload]
+
+    def run_of(self, message_id: str) -> int | None:
+        """The task whose run ``message_id`` is, or None (a person's message)."""
+        rows = self.queue.read(
+            "SELECT task_id FROM task_runs WHERE message_id=? LIMIT 1", (message_id,)
+        )
+        return int(str(rows[0][0])) if rows else None
+
+    def runs_since(self, group: str, since: float) -> int:
+        """Runs of ``group``'s tasks queued at or after ``since``."""
+        rows = self.queue.read(
+            "SELECT COUNT(*) FROM task_runs r JOIN tasks t ON t.id=r.task_id"
+            " WHERE t.group_folder=? AND r.at>=? AND r.message_id IS NOT NULL",
+            (group, since),
+        )
+        return int(str(rows[0][0]))
 
     def runs(self, task_id: int) -> list[tuple[float, str | None, str]]:
         """(due time, message id or None, outcome) of each run, oldest first."""
@@ -511,6 +559,9 @@ class Scheduler:
             self._record(task, due, now, following, None, outcome)
             log.warning("task %d of %s: %s", task.id, task.group, outcome)
             return RunOutcome(task.id, due, None, outcome)
+        ceiling = settings.max_runs_per_hour
+        if self.store.runs_since(task.group, now - 3600) >= ceiling:
+            return self._over_ceiling(task, due, now, ceiling)
         message = self._message(task, session)
         outcome = "queued" if late <= 1 else f"queued {late:.0f}s late"
         ran = self._record(task, due, now, following, message, outcome)
@@ -518,6 +569,25 @@ class Scheduler:
             return RunOutcome(task.id, due, None, "already run for this due time")
         log.info("task %d of %s: %s as message %s", task.id, task.group, outcome, message.id)
         return RunOutcome(task.id, due, message.id, outcome)
+
+    def _over_ceiling(self, task: Task, due: float, now: float, ceiling: int) -> RunOutcome:
+        """Pause a task due while its group is at its hourly ceiling of runs, and tell the
+        task's chat once an hour (a host notice, not a turn)."""
+        outcome = (
+            f"paused: the group's tasks ran {ceiling} times in the last hour, as many as "
+            f"tasks.max_runs_per_hour allows (orchestrator task resume {task.id})"
+        )
+        result = self._pause(task, due, now, outcome)
+        if not self.store.told_since(task.group, now - 3600):
+            self.store.tell(
+                task,
+                f"[orchestrator] This group's scheduled tasks ran {ceiling} times in the last "
+                f"hour, the most its tasks.max_runs_per_hour allows, so task {task.id} (and "
+                "any other task due before the hour is over) is paused. A creator resumes it "
+                f"with the operator's `orchestrator task resume {task.id}`, or by scheduling "
+                "it again.",
+            )
+        return result
 
     def _pause(self, task: Task, due: float, now: float, outcome: str) -> RunOutcome:
         log.warning("task %d of %s: %s", task.id, task.group, outcome)

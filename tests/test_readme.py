@@ -133,6 +133,8 @@ EXPECTED: dict[str, Callable[[], str]] = {
     ),
     "the scheduler looks for due tasks": lambda: f"every {_s(L.SCHEDULER_TICK_SECONDS)}",
     "a task's text": lambda: f"{L.TASK_TEXT_MAX_CHARS:,} characters",
+    "runs of a group's tasks in one hour, at least (the floor of `tasks.max_runs_per_hour`'s "
+    "default; its ceiling)": lambda: f"{L.TASK_RUNS_PER_HOUR_FLOOR}; {L.MAX_TASK_RUNS_PER_HOUR:,}",
     "a file the memory history records whole (larger: by hash only)": lambda: _size(
         L.HISTORY_FILE_MAX_BYTES
     ),

@@ -408,13 +408,18 @@ def test_tasks_settings_in_group_yaml(tmp_path: Path) -> None:
         "name: fam\ntasks:\n  allowed: [creator]\n  max: 5\n  min_interval: 5m\n"
         "  grace: 2h\n  timezone: Europe/Lisbon\n"
     )
-    assert load_group_config(path).tasks == TaskSettings(
+    settings = load_group_config(path).tasks
+    assert settings == TaskSettings(
         allowed=("creator",),
         max_tasks=5,
         min_interval_seconds=300,
         grace_seconds=7200,
         timezone="Europe/Lisbon",
     )
+    assert settings.max_runs_per_hour == 120  # the floor: every 5m needs 12 an hour
+    assert TaskSettings(min_interval_seconds=10).max_runs_per_hour == 720
+    path.write_text("name: fam\ntasks:\n  max_runs_per_hour: 7\n")
+    assert load_group_config(path).tasks.max_runs_per_hour == 7
     for body, problem in (
         ("allowed: [guest]", "tasks.allowed[0]: got 'guest'; expected creator or member "
          "(guests never)"),
@@ -423,8 +428,9 @@ def test_tasks_settings_in_group_yaml(tmp_path: Path) -> None:
         ("min_interval: 0s", "tasks.min_interval: got '0s'; expected a duration of at least 1s"),
         ("grace: soon", "tasks.grace: got 'soon'; expected a duration of at least 0s"),
         ("max: 10001", "tasks.max: got 10001; expected 0 to 10000"),
+        ("max_runs_per_hour: 0", "tasks.max_runs_per_hour: got 0; expected 1 to 100000"),
         ("when: now", "tasks.when: unknown key; valid keys here: allowed, grace, max, "
-         "min_interval, timezone"),
+         "max_runs_per_hour, min_interval, timezone"),
     ):  # fmt: skip
         path.write_text(f"name: fam\ntasks:\n  {body}\n")
         with pytest.raises(InvalidConfig) as bad:
@@ -706,3 +712,66 @@ def test_an_interval_after_a_long_downtime_lands_on_its_own_grid(tasks) -> None:
     assert scheduler.tick(now + year + 0.9) == []
     [ran] = scheduler.tick(now + year + 1)
     assert ran.due == now + year + 1
+
+
+# limits that hold against chains (the second hostile round)
+
+
+def test_a_one_off_sooner_than_the_shortest_interval_is_refused(tasks) -> None:  # type: ignore[no-untyped-def]
+    store, _, _ = tasks
+    now = at(2026, 6, 1, 12, 0)
+    with pytest.raises(TaskRefused) as refused:
+        add(store, "at", "30s", now)
+    assert refused.value.message == (
+        "--at '30s': sooner than this group allows (at least 60s from now)"
+    )
+    with pytest.raises(TaskRefused, match="sooner than this group allows"):
+        add(store, "at", "2026-06-01T12:00:59", now)
+    # two people's reminders for the same minute are both fine
+    first = add(store, "at", "1m", now)
+    second = add(store, "at", "1m", now, author="alice", author_trust="creator")
+    assert first.next_run == second.next_run == now + 60
+
+
+def test_a_turn_a_task_started_cannot_schedule_a_task(served) -> None:  # type: ignore[no-untyped-def]
+    daemon: Daemon = served["daemon"]
+    task = add(daemon.tasks, "every", "1h", daemon.relay.clock(), tz=None)
+    run = daemon.scheduler.run_now(task.id)
+    message = daemon.queue.get(str(run.message_id))
+    assert message is not None
+    relay = TurnRelay(daemon.relay, message, served["group"], deadline=0)
+    refused = task_schedule.handle(relay, {"text": "again", "kind": "at", "spec": "1m"})
+    assert refused == {
+        "ok": False,
+        "error": f"this turn is a run of scheduled task {task.id}, and a task's turn cannot "
+        "schedule tasks (a recurring job is an `every` or `cron` task, which a person "
+        "schedules)",
+    }
+    assert [t.id for t in daemon.tasks.tasks("fam")] == [task.id]
+
+
+def test_runs_past_the_hourly_ceiling_pause_the_tasks_and_the_chat_is_told_once(
+    tasks, queue: MessageQueue
+) -> None:  # type: ignore[no-untyped-def]
+    store, scheduler, lookup = tasks
+    lookup.settings = replace(SETTINGS, max_runs_per_hour_set=3)
+    now = at(2026, 6, 1, 12, 0)
+    made = [add(store, "at", "1m", now, settings=lookup.settings) for _ in range(5)]
+    outcomes = scheduler.tick(now + 60)
+    assert [o.message_id is not None for o in outcomes] == [True, True, True, False, False]
+    for task in made[3:]:
+        paused = store.require(task.id)
+        assert paused.state == PAUSED
+        assert paused.last_outcome == (
+            "paused: the group's tasks ran 3 times in the last hour, as many as "
+            f"tasks.max_runs_per_hour allows (orchestrator task resume {task.id})"
+        )
+    notices = [m for m in queue.chat_messages("fam", "kitchen") if m.sender == "orchestrator"]
+    assert len(notices) == 1 and notices[0].state == MESSAGE_DONE
+    assert notices[0].replies[0].startswith("[orchestrator] This group's scheduled tasks ran 3")
+    assert notices[0].session != "chat-kitchen"  # no conversation's context holds it
+    # an hour later the ceiling has room again, and a new pause tells the chat again
+    later = now + 60 + 3601
+    resumed = store.set_state(made[3].id, ACTIVE, now=later)
+    assert [o.message_id is not None for o in scheduler.tick(later)] == [True]
+    assert resumed.state == ACTIVE

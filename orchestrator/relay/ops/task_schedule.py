@@ -2,8 +2,9 @@
 
 Group, chat, thread, channel, author and the author's trust all come from the host's
 record of the message this turn answers; the request gives only the text and the
-schedule. A refusal (who may schedule, the limits, a bad schedule) is an error answer
-for the model, not a failed turn.
+schedule. A turn that a task started cannot schedule tasks: a chain of tasks that
+schedule the next would outrun every limit. A refusal (who may schedule, the limits, a
+bad schedule) is an error answer for the model, not a failed turn.
 """
 
 from __future__ import annotations
@@ -35,8 +36,20 @@ def handle(turn: TurnRelay, frame: dict[str, Any]) -> dict[str, Any]:
     if tz is not None and not isinstance(tz, str):
         raise RelayViolation("task.schedule.timezone must be text or absent")
     message, group = turn.message, turn.group
+    store = TaskStore(turn.context.queue)
+    started_by = store.run_of(message.id)
+    if started_by is not None:
+        log.warning(
+            "group %s: task %d's turn tried to schedule a task; refused", group.folder, started_by
+        )
+        return {
+            "ok": False,
+            "error": f"this turn is a run of scheduled task {started_by}, and a task's turn "
+            "cannot schedule tasks (a recurring job is an `every` or `cron` task, which a "
+            "person schedules)",
+        }
     try:
-        task = TaskStore(turn.context.queue).add(
+        task = store.add(
             group=group.folder,
             chat=message.chat,
             thread=message.thread,
