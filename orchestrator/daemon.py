@@ -488,7 +488,13 @@ class Daemon:
                 Provenance.of_turn(TURN, message, group.config, also=also)
             )
         except Exception as exc:  # the history must never fail a delivery
-            log.warning("memory history of %s not recorded after a turn: %s", message.group, exc)
+            gap = self.history(message.group).gap()
+            log.warning(
+                "memory history of %s not recorded after a turn (%s): %s",
+                message.group,
+                gap.describe() if gap else "not recording",
+                exc,
+            )
 
     def _record_outside(self, group_folder: str, container_name: str) -> None:
         """Before a turn: record a change made since the last one (outside any turn)."""

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.config import Home
 from orchestrator.errors import OrchestratorError
+from orchestrator.validate import escape_not_utf8
 
 if TYPE_CHECKING:
     import docker
@@ -278,6 +279,28 @@ def check_groups(home: Home) -> list[Check]:
     return checks
 
 
+def check_histories(home: Home) -> list[Check]:
+    """A group whose memory history cannot record: since when, and why (what changes in
+    the meantime is recorded as unattributed once it records again)."""
+    from orchestrator.groups import GroupStore
+    from orchestrator.memory.history import History
+
+    checks = []
+    for item in GroupStore(home).listing():
+        gap = History(home.groups_dir, item.folder).gap()
+        if gap is not None:
+            checks.append(
+                Check(
+                    f"history {item.folder}",
+                    WARN,
+                    escape_not_utf8(gap.describe()),
+                    "changes found once it records again are unattributed; see "
+                    "orchestrator logs --daemon",
+                )
+            )
+    return checks
+
+
 def check_providers(home: Home) -> list[Check]:
     """Each defined provider's credential can be found (the key itself is never shown);
     groups that name a provider or model that is not allowed are reported by the group
@@ -412,6 +435,7 @@ def run_checks(home: Home) -> list[Check]:
     checks.extend(check_providers(home))
     checks.extend(check_channels(home))
     checks.extend(check_groups(home))
+    checks.extend(check_histories(home))
     engine, client = check_engine()
     checks.append(engine)
     image_check = check_image(client, config.image)

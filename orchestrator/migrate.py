@@ -42,6 +42,7 @@ from orchestrator.confined import INHERIT, ConfinedDir, UnsafePath, kind_of, ope
 from orchestrator.errors import BadInput
 from orchestrator.learned import INSTRUCTIONS_FILE
 from orchestrator.memory.okf import RESERVED_NAMES
+from orchestrator.validate import shown_name
 
 MIGRATION_DIR = ".memory-migration"
 STAGING, QUARANTINE, ORIGINALS = "staging", "quarantine", "originals"
@@ -774,12 +775,31 @@ def _link_imports(
         outcome.edited.append("memory/index.md")
 
 
+def _code(name: str) -> str:
+    """A name as a Markdown code span that stays one table cell: line breaks, control
+    characters and bytes that are not UTF-8 escaped, pipes escaped, and a fence longer
+    than any run of backticks in it."""
+    text = shown_name(name).replace("|", "\\|")
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    if not longest:
+        return f"`{text}`"
+    fence = "`" * (longest + 1)
+    return f"{fence} {text} {fence}"
+
+
+def _cell(text: str) -> str:
+    return shown_name(text).replace("|", "\\|")
+
+
 def _report(outcome: Outcome, folder: str) -> str:
     rows = "\n".join(
-        f"| `{src}` | {dst} | {lines} | {kept} |" for src, dst, lines, kept in outcome.rows
+        f"| {_code(src)} | {_cell(dst)} | {lines} | {kept} |"
+        for src, dst, lines, kept in outcome.rows
     )
-    moved = "\n".join(f"- `{a}` -> `{b}`" for a, b in outcome.moved) or "- nothing"
-    notes = "\n".join(f"- {n}" for n in [*outcome.conflicts, *outcome.notes]) or "- none"
+    moved = "\n".join(f"- {_code(a)} -> {_code(b)}" for a, b in outcome.moved) or "- nothing"
+    notes = (
+        "\n".join(f"- {shown_name(n)}" for n in [*outcome.conflicts, *outcome.notes]) or "- none"
+    )
     lost = sum(lines - kept for _, _, lines, kept in outcome.rows)
     return (
         f"# Memory migration of {folder}\n\n"

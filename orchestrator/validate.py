@@ -29,6 +29,34 @@ def text_problem(value: str, *, multiline: bool = False) -> str | None:
     return None
 
 
+# What a file name may hold for the host to show it as it is: anything but lone
+# surrogates (bytes that were not UTF-8, as Python keeps them), C0/C1 controls, and the
+# marks that reorder text.
+_NAME_UNSAFE = re.compile("[\ud800-\udfff\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _name_escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8 (surrogateescape)
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\u{{{code:04x}}}"
+
+
+NOT_UTF8 = re.compile("[\ud800-\udfff]")  # lone surrogates: bytes that were not UTF-8
+
+
+def escape_not_utf8(text: str) -> str:
+    """``text`` with the bytes that were not UTF-8 shown as ``\\xff`` (all else kept)."""
+    return NOT_UTF8.sub(_name_escape, text) if NOT_UTF8.search(text) else text
+
+
+def shown_name(name: str) -> str:
+    """A file name (as the file system gave it) for people, logs and models: bytes that
+    are not UTF-8 shown as ``\\xff``, control characters and bidirectional marks as
+    ``\\u{...}``; always valid, printable UTF-8."""
+    return _NAME_UNSAFE.sub(_name_escape, name)
+
+
 class Problems:
     """Collects InvalidConfig errors of independent keys, so a file reports all of them
     at once rather than one per attempt."""

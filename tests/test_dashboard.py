@@ -218,3 +218,56 @@ def test_the_dashboard_is_off_unless_enabled(daemon: Daemon) -> None:
         return (await client.get("/ui/", allow_redirects=False)).status
 
     assert browse(daemon, steps) == 401  # no such pages: the bearer API answers
+
+
+def test_a_name_that_is_not_utf8_is_shown_escaped_not_a_500(daemon: Daemon) -> None:
+    memory = daemon.runtime.store.root / "fam" / "memory"
+    (memory / "raw\udcff\udcfe.md").write_text("---\ntype: note\n---\npoison\n")
+
+    async def steps(client: TestClient) -> tuple[int, str, int]:
+        await login(client)
+        response = await client.get("/ui/groups/fam")
+        groups = await client.get("/ui/")
+        return response.status, await response.text(), groups.status
+
+    status, page, groups = browse(daemon, steps)
+    assert (status, groups) == (200, 200)
+    assert "raw\\xff\\xfe.md" in page
+
+
+@pytest.mark.parametrize(
+    "link",
+    [
+        "//evil.example/p",
+        " //evil.example/p",
+        "\\\\evil.example/p",
+        "/\\evil.example/p",
+        "\\/evil.example/p",
+        "/\t/evil.example/p",
+        "https:evil.example",
+    ],
+)
+def test_off_site_links_without_a_scheme_are_dropped(link: str) -> None:
+    body, _ = render_markdown(f"[x](<{link}>) and [y](/fine) and [z](#top)")
+    first = body.split(" and ")[0]
+    href = re.search(r'href="([^"]*)"', first)
+    # shown as Markdown source, or a path on this site (Markdown's own escapes turn
+    # "\\/" into "/", and a backslash left is percent-encoded, which browsers read as a
+    # character, not as a slash)
+    assert href is None or not re.match(r"[/\\]{2}|[a-zA-Z][a-zA-Z0-9+.-]*:", href[1]), first
+    assert '<a href="/fine">y</a>' in body and '<a href="#top">z</a>' in body
+    kept, _ = render_markdown("[a](https://example.org/x) [b](mailto:a@example.org)")
+    assert 'href="https://example.org/x"' in kept and 'href="mailto:a@example.org"' in kept
+
+
+def test_a_history_that_cannot_record_says_so_on_the_group_page(daemon: Daemon) -> None:
+    from orchestrator.memory.history import History
+
+    History(daemon.runtime.store.root, "fam")._note_gap(OSError(28, "No space left on device"))
+
+    async def steps(client: TestClient) -> str:
+        await login(client)
+        return await (await client.get("/ui/groups/fam")).text()
+
+    page = browse(daemon, steps)
+    assert 'id="history-gap"' in page and "No space left on device" in page

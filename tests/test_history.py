@@ -253,3 +253,93 @@ def test_the_size_limit_is_a_setting(home: Path) -> None:
     assert bad.value.message.endswith(
         "history.max_file_bytes: got 'lots'; expected a size from 1k to 1g (such as 4m)"
     )
+
+
+# names that are not UTF-8, and a history that cannot record (the second hostile round)
+
+RAW = "raw\udcff\udcfe.md"  # the name b"raw\xff\xfe.md", as Python keeps it
+
+
+def test_a_name_that_is_not_utf8_is_recorded_with_its_bytes(history: History) -> None:
+    write(history, f"memory/{RAW}", "poison\n")
+    change = history.record(turn("bob", message_id="m1"))
+    assert change is not None and change.paths == (f"memory/{RAW}",)
+    listed = subprocess.run(
+        ["git", "--git-dir", str(history.path), "ls-tree", "-r", "--name-only", "-z", "HEAD"],
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
+    assert b"memory/raw\xff\xfe.md" in listed  # the bytes on disk, in the tree
+    assert history.show("HEAD", f"memory/{RAW}") == b"poison\n"
+    # bob's change, found by sender, is undone: the file goes
+    content, conflicts = history.revert_plan([c.rev for c in history.log(sender="bob")])
+    assert conflicts == [] and content == {f"memory/{RAW}": None}
+    history.apply(content, Provenance("revert", sender="operator", note="bob"))
+    assert not (history.groups_dir / history.folder / "memory" / RAW).exists()
+
+
+def test_a_gap_in_the_history_is_noted_and_what_it_hid_is_unattributed(
+    history: History, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    write(history, "memory/facts/a.md", "---\ntype: fact\n---\npoison by a member\n")
+
+    def broken(*args: Any, **kwargs: Any) -> bytes:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(History, "_write_commit", broken)
+        with pytest.raises(OSError):
+            history.record(turn("mallory", message_id="m1"))
+    gap = history.gap()
+    assert gap is not None and gap.reason == "OSError: [Errno 28] No space left on device"
+    assert gap.describe().startswith("not recording since ")
+    # the next turn records again: what it finds is not pinned on its sender
+    write(history, "memory/facts/b.md", "---\ntype: fact\n---\nby the creator\n")
+    change = history.record(turn("alice", "creator", message_id="m2"))
+    assert change is not None and change.provenance.kind == UNATTRIBUTED
+    assert "it would have been recorded as turn m2 by alice (creator)" in change.provenance.note
+    assert history.gap() is None
+    assert history.log(sender="alice") == []  # a revert by sender cannot undo the wrong thing
+    write(history, "memory/facts/c.md", "---\ntype: fact\n---\nlater\n")
+    assert history.record(turn("alice", "creator", message_id="m3")).provenance.kind == TURN
+
+
+def test_memory_commands_show_a_name_that_is_not_utf8_escaped(run, home: Path) -> None:  # type: ignore[no-untyped-def]
+    assert run("group", "add", "Fam").exit_code == 0
+    memory = home / "groups/fam/memory"
+    (memory / RAW).write_text("---\ntype: note\n---\nthe cat is called Tom\n")
+    (memory / "cats.md").write_text("---\ntype: note\n---\nthe cat likes fish\n")
+    for args in (
+        ("memory", "log", "fam"),
+        ("memory", "index", "fam"),
+        ("memory", "search", "fam", "cat"),
+        ("memory", "lint", "fam"),
+        ("memory", "status", "fam"),
+        ("memory", "log", "fam", "--json"),
+        ("memory", "index", "fam", "--force", "--json"),
+        ("memory", "lint", "fam", "--json"),
+        ("memory", "status", "fam", "--json"),
+        ("memory", "blame", "fam", "memory/cats.md"),
+        ("memory", "diff", "fam"),
+    ):
+        result = run(*args)
+        assert "unexpected" not in result.output, (args, result.output)
+        assert "Traceback" not in result.output, (args, result.output)
+        assert "\udcff" not in result.output, (args, result.output)
+    [baseline] = json.loads(run("memory", "log", "fam", "--json").stdout)["changes"]
+    assert f"memory/{RAW}" in baseline["paths"]  # JSON escapes it; the bytes come back
+    index = run("memory", "index", "fam", "--force").output
+    assert "skipped memory/raw\\xff\\xfe.md: its name is not valid UTF-8" in index
+    assert "memory/cats.md" in run("memory", "search", "fam", "cat").output
+
+
+def test_a_gap_is_shown_by_doctor(home: Path) -> None:
+    from orchestrator.doctor import WARN, check_histories
+
+    group = GroupStore(Home(home)).add(GroupConfig(name="fam"))
+    assert check_histories(Home(home)) == []
+    History(group.path.parent, "fam")._note_gap(OSError(5, "Input/output error"))
+    [check] = check_histories(Home(home))
+    assert (check.name, check.status) == ("history fam", WARN)
+    assert check.detail.startswith("not recording since ")
+    assert check.detail.endswith(": OSError: [Errno 5] Input/output error")

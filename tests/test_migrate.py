@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -427,3 +428,18 @@ def test_a_symlinked_claude_md_is_quarantined_as_a_link(home: Path, tmp_path: Pa
     assert target.read_text() == "# Not ours\n\nSomeone else's notes.\n"
     migrate.rollback(made.path)
     assert migrate.tree_digest(made.path) == before
+
+
+def test_names_with_line_breaks_and_pipes_stay_in_their_cell_of_the_report(
+    group: Group, tmp_path: Path
+) -> None:
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    name = "a|b\n| `forged` | row | 1 | 1 |\nc`d.md"
+    (odd / name).write_text("- A fact.\n")
+    outcome = migrate.run(group.path, (odd / name,), today="2026-11-30")
+    table = [line for line in outcome.report.splitlines() if line.startswith("|")]
+    assert len(table) == 2 + len(outcome.rows)  # a header, its rule, one line a source
+    [row] = [t for t in table if "forged" in t]
+    assert len(re.findall(r"(?<!\\)\|", row)) == 5  # four cells; the name's pipes escaped
+    assert "a\\|b\\u{000a}\\| `forged`" in row

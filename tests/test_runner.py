@@ -4,6 +4,7 @@ tools confined to the agent folder; transcripts survive a restart."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -936,3 +937,34 @@ def test_the_flush_and_the_turns_share_the_runners_file_locks(
     r.handle(Turn("t1", "k", "x" * 50))
     assert r.handle(Turn("t2", "k", "y")).compacted  # a turn, a flush, then a turn
     assert len(made) == 3 and all(locks is r.file_locks for locks in made)
+
+
+@pytest.mark.parametrize(
+    ("path", "why"),
+    [
+        ("memory/raw\udcff\udcfe.md", "the path is not valid Unicode"),
+        ("files/a\nb.txt", "the path contains a line break"),
+        ("files/\x1b[2Jx", "the path contains the control character U+001B"),
+    ],
+)
+def test_file_tools_refuse_names_that_are_not_utf8_or_hold_controls(
+    settings: AgentSettings, path: str, why: str
+) -> None:
+    tools = Toolbox(settings.agent_dir)
+    for name, args in (
+        ("write_file", {"path": path, "content": "x"}),
+        ("append_file", {"path": path, "content": "x"}),
+        ("read_file", {"path": path}),
+    ):
+        with pytest.raises(ToolError, match=re.escape(why)):
+            tools.call(name, args)
+    assert sorted(p.name for p in settings.memory_dir.iterdir()) == ["index.md", "system"]
+
+
+def test_names_the_container_made_are_listed_escaped(settings: AgentSettings) -> None:
+    tools = Toolbox(settings.agent_dir)
+    (settings.memory_dir / "raw\udcff.md").write_text("tom the cat\n")
+    listed = tools.call("list_dir", {"path": "memory"})
+    assert "raw\\xff.md" in listed.splitlines()
+    assert "memory/raw\\xff.md:1: tom the cat" in tools.call("grep", {"pattern": "tom"})
+    listed.encode("utf-8")  # valid UTF-8: it can go into a frame

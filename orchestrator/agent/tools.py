@@ -46,6 +46,7 @@ from orchestrator.limits import (
     TOOL_WRITE_MAX_CHARS,
 )
 from orchestrator.memory.okf import DAILY_DIR
+from orchestrator.validate import shown_name, text_problem
 
 WRITABLE_ROOTS = ("memory", "files")
 TURN, FLUSH = "turn", "flush"
@@ -279,6 +280,10 @@ class Toolbox:
     def resolve(self, path: str, *, write: bool = False) -> Path:
         if not isinstance(path, str) or not path or "\x00" in path:
             raise ToolError("path must be a non-empty string")
+        if problem := text_problem(path):
+            # a name that is not UTF-8, or holds a line break or a control character,
+            # breaks every tool that shows names (and a reader's terminal)
+            raise ToolError(f"{shown_name(path)}: refused: the path {problem}")
         root = Path(os.path.realpath(self.agent_dir))
         given = Path(path)
         if given.is_absolute():
@@ -378,7 +383,10 @@ class Toolbox:
         if not target.is_dir():
             raise ToolError(f"{path}: not a folder")
         entries = sorted(os.scandir(target), key=lambda e: e.name)
-        return "\n".join(e.name + ("/" if e.is_dir() else "") for e in entries) or "(empty)"
+        return (
+            "\n".join(shown_name(e.name) + ("/" if e.is_dir() else "") for e in entries)
+            or "(empty)"
+        )
 
     def _grep(self, pattern: str, path: str = "memory") -> str:
         try:
@@ -400,7 +408,8 @@ class Toolbox:
                     continue
                 for number, line in enumerate(lines, 1):
                     if regex.search(line):
-                        matches.append(f"{file.relative_to(root).as_posix()}:{number}: {line}")
+                        shown = shown_name(file.relative_to(root).as_posix())
+                        matches.append(f"{shown}:{number}: {line}")
                         if len(matches) >= TOOL_GREP_MAX_MATCHES:
                             return "\n".join(matches) + "\n[more matches not shown]"
         return "\n".join(matches) or "(no matches)"

@@ -233,6 +233,11 @@ def undecodable_argument(argv: list[str]) -> str | None:
 def main() -> None:
     """Console entry point; unexpected errors print one line unless --debug is given."""
     debug = "--debug" in sys.argv[1:]
+    for stream in (sys.stdout, sys.stderr):
+        # text that is not valid UTF-8 (a file name) is printed escaped, never a crash
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
     if problem := undecodable_argument(sys.argv[1:]):
         click.echo(f"error: {problem}", err=True)
         click.echo("hint: check the terminal's locale, or the bytes of the argument", err=True)

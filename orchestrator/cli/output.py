@@ -9,13 +9,18 @@ from typing import Any
 
 import click
 
-# C0 controls but tab and newline, DEL, C1 controls, and the Unicode marks that reorder
-# or hide text (bidirectional overrides and isolates, zero-width joiners aside).
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u200e\u200f]")
+# C0 controls but tab and newline, DEL, C1 controls, the Unicode marks that reorder or
+# hide text (bidirectional overrides and isolates, zero-width joiners aside), and lone
+# surrogates (bytes of a file name that were not UTF-8).
+_UNSAFE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u200e\u200f\ud800-\udfff]"
+)
 
 
 def _escape(match: re.Match[str]) -> str:
     char = match.group()
+    if 0xDC80 <= ord(char) <= 0xDCFF:  # a byte that was not UTF-8 (surrogateescape)
+        return f"\\x{ord(char) - 0xDC00:02x}"
     return {"\r": "\\r", "\x1b": "\\e"}.get(char, f"\\u{{{ord(char):04x}}}")
 
 

@@ -98,6 +98,7 @@ def status(obj: CliContext, as_json: bool) -> None:
     container state, uptime, memory and disk use, config drift, last activity, pauses;
     then dead letters and the free disk space."""
     from orchestrator.disk import free_space, group_disk_usage
+    from orchestrator.memory.history import History
 
     daemon = _daemon_summary(obj)
     runtime = open_runtime(obj)
@@ -108,6 +109,7 @@ def status(obj: CliContext, as_json: bool) -> None:
     disk = {r.folder: group_disk_usage(obj.home.groups_dir, r.folder) for r in rows}
     paused = {p["group"]: p for p in (queue or {}).get("pauses", [])}
     spaces = [s for s in (free_space(obj.home.groups_dir), free_space(obj.home.state_dir)) if s]
+    gaps = {r.folder: History(obj.home.groups_dir, r.folder).gap() for r in rows}
     if as_json:
         print_json(
             {
@@ -118,6 +120,7 @@ def status(obj: CliContext, as_json: bool) -> None:
                         "disk_bytes": disk[row.folder],
                         "disk_limit_bytes": limits.get(row.folder),
                         "paused": paused.get(row.folder),
+                        "history_gap": gap.to_dict() if (gap := gaps[row.folder]) else None,
                     }
                     for row in rows
                 ],
@@ -174,6 +177,12 @@ def status(obj: CliContext, as_json: bool) -> None:
     )
     for folder, lease in paused.items():
         click.echo(f"paused {folder} ({lease['holder']}): {safe_line(lease['reason'])}")
+    for folder, gap in gaps.items():
+        if gap is not None:
+            click.echo(
+                f"history {folder}: {safe_line(gap.describe())} (changes found once it "
+                "records again are unattributed)"
+            )
     if queue is not None:
         for dead in queue["dead"]:
             click.echo(

@@ -28,6 +28,7 @@ from aiohttp.typedefs import Handler
 
 from orchestrator.errors import OrchestratorError
 from orchestrator.limits import DASHBOARD_SESSION_SECONDS, MEMORY_FILE_READ_MAX_BYTES
+from orchestrator.validate import NOT_UTF8, escape_not_utf8, shown_name
 
 log = logging.getLogger("orchestrator.dashboard")
 HERE = Path(__file__).parent
@@ -86,6 +87,8 @@ def _environment() -> Any:
         loader=jinja2.FileSystemLoader(str(HERE / "templates")),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
+        # a file name that is not UTF-8 (lone surrogates) is shown escaped, never a 500
+        finalize=lambda value: escape_not_utf8(value) if isinstance(value, str) else value,
     )
     env.filters["when"] = lambda t: (
         time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(t))) if t else "-"
@@ -296,7 +299,13 @@ class Dashboard:
                     if entry.is_file(follow_symlinks=False) and entry.name.endswith(".md"):
                         path = f"{rel}/{entry.name}" if rel else entry.name
                         files.append(
-                            {"path": path, "size": entry.stat(follow_symlinks=False).st_size}
+                            {
+                                "path": path,
+                                "shown": shown_name(path),
+                                # a name that is not UTF-8 cannot be asked for in a URL
+                                "link": None if NOT_UTF8.search(path) else path,
+                                "size": entry.stat(follow_symlinks=False).st_size,
+                            }
                         )
             files.sort(key=lambda f: f["path"])
             shown = None
@@ -312,7 +321,8 @@ class Dashboard:
         findings: dict[str, list[Any]] = {}
         for finding in lint_memory(group.memory_dir).findings:
             findings.setdefault(finding.path, []).append(finding)
-        history = open_history(store.root, group.folder).log()[:50]
+        opened = open_history(store.root, group.folder)
+        history = opened.log()[:50]
         chat = self.daemon.queue.chat_messages(group.folder, CHAT, 0.0, 20)
         return {
             "group": group,
@@ -322,6 +332,7 @@ class Dashboard:
             "findings": findings,
             "context": context_report(store.root, group.folder),
             "history": history,
+            "history_gap": opened.gap(),
             "chat": chat,
         }
 

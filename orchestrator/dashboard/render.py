@@ -23,9 +23,19 @@ def _markdown() -> object:
     def validate(url: str) -> bool:
         # markdown-it refuses javascript:, vbscript:, file: and data: (but for some
         # images); we keep only http(s), mailto and links inside the page or tree.
-        scheme = re.match(r"\s*([a-zA-Z][a-zA-Z0-9+.-]*):", url)
-        if scheme and scheme[1].lower() not in ("http", "https", "mailto"):
+        # Browsers drop tabs and newlines from a URL and read a backslash as a slash, so
+        # "//host", "/\\host" and "/\t/host" all leave the site: refused, as is
+        # "https:host" (off-site from a page served over http).
+        clean = re.sub(r"[\t\n\r]", "", url).lstrip(" \x00-\x1f")
+        if re.match(r"[/\\]{2}", clean):
             return False
+        scheme = re.match(r"([a-zA-Z][a-zA-Z0-9+.-]*):", clean)
+        if scheme:
+            name = scheme[1].lower()
+            if name not in ("http", "https", "mailto"):
+                return False
+            if name != "mailto" and not re.match(r"[a-zA-Z]+://[^/\\]", clean):
+                return False
         return bool(default_validate(url))
 
     md.validateLink = validate  # type: ignore[method-assign]

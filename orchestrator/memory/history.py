@@ -16,6 +16,7 @@ hash only (a small pointer file in the tree), and ``memory log`` says so.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import fcntl
 import json
@@ -36,6 +37,7 @@ from orchestrator.limits import HISTORY_FILE_MAX_BYTES
 
 HISTORY_DIR = ".history"
 SNAPSHOT = "orchestrator-snapshot.json"
+GAP = "orchestrator-gap.json"  # present while the history could not record
 LOCK = "orchestrator.lock"
 MEMORY = "memory"
 LEARNED = "learned-behaviors.md"
@@ -93,6 +95,23 @@ class Provenance:
         if self.note:
             return f"{self.kind}: {self.note}"
         return f"{self.kind} change" + (f" by {self.sender}" if self.sender else "")
+
+
+@dataclass(frozen=True)
+class Gap:
+    """The history could not record since ``since`` (the last failure's ``reason``):
+    changes found once it records again cannot be told apart, so they are unattributed."""
+
+    since: float
+    reason: str
+    last: float
+
+    def to_dict(self) -> dict[str, object]:
+        return {"since": self.since, "reason": self.reason, "last": self.last}
+
+    def describe(self) -> str:
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.since))
+        return f"not recording since {when}: {self.reason}"
 
 
 @dataclass(frozen=True)
@@ -194,12 +213,14 @@ class History:
     def record(self, provenance: Provenance, *, container_running: bool = True) -> Change | None:
         """Commit what changed since the last snapshot, attributed to ``provenance``;
         None when nothing did (by status, or by content). ``container_running`` is noted
-        in the snapshot (see outside_turn)."""
-        with self._lock, self._flock():
+        in the snapshot (see outside_turn). A failure is noted as a gap (see ``gap``)
+        and raised."""
+        with self._recording(), self._lock, self._flock():
             scanned = self.scan()
             if not self.changed(scanned):
                 if self._snapshot_info().get("container_running", True) != container_running:
                     self._note_container(container_running)
+                self._end_gap(self.gap())  # recording works, and nothing went unrecorded
                 return None
             self._running = container_running
             return self._commit(scanned, provenance)
@@ -208,13 +229,55 @@ class History:
     def record_outside(self, container: Any | None) -> Change | None:
         """Record a change made outside any turn (checked before a turn and by the
         memory commands), attributed by outside_turn."""
-        with self._lock, self._flock():
+        with self._recording(), self._lock, self._flock():
             scanned = self.scan()
             running = container not in (None, "unknown") and bool(container.running)
             if not self.changed(scanned):
                 return None
             self._running = running
             return self._commit(scanned, outside_turn(self, container))
+
+    # a history that cannot record says so, and since when
+
+    def gap(self) -> Gap | None:
+        """Since when the history has not been able to record, or None."""
+        try:
+            data = json.loads((self.path / GAP).read_text())
+            return Gap(float(data["since"]), str(data["reason"]), float(data["last"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    @contextmanager
+    def _recording(self) -> Iterator[None]:
+        try:
+            yield
+        except Exception as exc:
+            self._note_gap(exc)
+            raise
+
+    def _note_gap(self, exc: BaseException) -> None:
+        reason = f"{type(exc).__name__}: {exc}"[:500]
+        known = self.gap()
+        now = time.time()
+        gap = Gap(known.since if known else now, reason, now)
+        try:
+            self.path.mkdir(mode=0o700, exist_ok=True)
+            write_atomic(self.path / GAP, json.dumps(gap.to_dict()), mode=0o600)
+        except OSError:
+            pass  # the history folder itself is unusable: the log says so
+
+    def _after_gap(self, provenance: Provenance) -> Provenance:
+        """After a gap nobody can tell which turn made which change: what is found is
+        unattributed (the turn it would have gone to is named in the note)."""
+        gap = self.gap()
+        if gap is None or provenance.kind in (UNATTRIBUTED, BASELINE):
+            return provenance
+        return Provenance(
+            UNATTRIBUTED,
+            note=f"found after a gap in the history ({gap.describe()}); it would have been "
+            f"recorded as {provenance.summary()}",
+            time=provenance.time,
+        )
 
     def _snapshot_info(self) -> dict[str, Any]:
         self._files()
@@ -231,6 +294,8 @@ class History:
     def _commit(self, scanned: dict[str, Stat], provenance: Provenance) -> Change | None:
         from dulwich.objects import Blob
 
+        gap = self.gap()
+        provenance = self._after_gap(provenance)
         repo = self._repo()
         files = self._files()
         blobs: dict[str, bytes] = {}  # path -> blob id (hex)
@@ -260,11 +325,18 @@ class History:
         parent_tree = repo[head].tree if head is not None else None
         if parent_tree == tree:
             self._save_snapshot(head, fresh)
+            self._end_gap(gap)
             return None
         paths = _changed_paths(repo, parent_tree, tree)
         rev = self._write_commit(repo, tree, head, provenance, hashed_only)
         self._save_snapshot(rev, fresh)
+        self._end_gap(gap)
         return Change(rev.decode(), provenance, tuple(paths), tuple(hashed_only))
+
+    def _end_gap(self, gap: Gap | None) -> None:
+        if gap is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path / GAP)
 
     def _write_commit(
         self,
@@ -443,7 +515,7 @@ class History:
     def apply(self, content: dict[str, bytes | None], provenance: Provenance) -> Change | None:
         """Write ``content`` through the confined layer (after recording anything
         pending), then record it as one change."""
-        with self._lock, self._flock():
+        with self._recording(), self._lock, self._flock():
             scanned = self.scan()
             if self.changed(scanned):
                 self._commit(scanned, Provenance(UNATTRIBUTED, note="found before a revert"))
@@ -625,12 +697,12 @@ def _tree(repo: Any, blobs: dict[str, bytes]) -> bytes:
     def build(prefix: str) -> bytes:
         tree: Any = Tree()
         for name, blob in children.get(prefix, {}).items():
-            tree.add(name.encode(), 0o100644, blob)
+            tree.add(os.fsencode(name), 0o100644, blob)  # names are bytes: kept as they are
         subfolders = {
             p.rpartition("/")[2] for p in children if p and p.rpartition("/")[0] == prefix
         }
         for name in subfolders:
-            tree.add(name.encode(), 0o040000, build(f"{prefix}/{name}" if prefix else name))
+            tree.add(os.fsencode(name), 0o040000, build(f"{prefix}/{name}" if prefix else name))
         repo.object_store.add_object(tree)
         return bytes(tree.id)
 
@@ -642,7 +714,7 @@ def _flat(repo: Any, tree_id: bytes | None, prefix: str = "") -> dict[str, bytes
         return {}
     out: dict[str, bytes] = {}
     for entry in repo[tree_id].items():
-        name = entry.path.decode()
+        name = os.fsdecode(entry.path)  # a name that is not UTF-8 keeps its bytes
         path = f"{prefix}/{name}" if prefix else name
         if stat.S_ISDIR(entry.mode):
             out.update(_flat(repo, entry.sha, path))

@@ -42,6 +42,7 @@ from orchestrator.limits import (
     SEARCH_MAX_RESULTS,
     TOOL_READ_MAX_CHARS,
 )
+from orchestrator.validate import NOT_UTF8, shown_name
 
 if TYPE_CHECKING:
     from orchestrator.memory.embeddings import Embedder
@@ -312,6 +313,13 @@ class MemoryIndex:
                     if not entry.name.endswith(".md"):
                         continue
                     path = f"{rel}/{entry.name}" if rel else entry.name
+                    if NOT_UTF8.search(path):
+                        if report is not None:
+                            report.skipped.append(
+                                f"memory/{shown_name(path)}: its name is not valid UTF-8; "
+                                "not indexed (rename it)"
+                            )
+                        continue
                     try:
                         st = os.stat(entry.name, dir_fd=folder.fd, follow_symlinks=False)
                     except OSError:

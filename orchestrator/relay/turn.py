@@ -51,6 +51,7 @@ class RelayContext:
     _adapters: dict[str, tuple[str, HostProvider]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _indexes: dict[str, tuple[threading.Lock, MemoryIndex]] = field(default_factory=dict)
+    _warned: set[str] = field(default_factory=set)
 
     def adapter(self, name: str) -> HostProvider:
         """The client of provider ``name``, made again when its definition or key
@@ -89,7 +90,10 @@ class RelayContext:
         lock, index = known
         with lock:
             if fresh:
-                index.update()
+                for skipped in index.update().skipped:
+                    if skipped not in self._warned and len(self._warned) < 1000:  # once
+                        self._warned.add(skipped)
+                        log.warning("memory search of %s: skipped %s", group.folder, skipped)
             return index.search(query, max_results)
 
     def forget_indexes(self) -> None:
