@@ -27,6 +27,7 @@ from typing import Any
 
 from orchestrator.agent.session import session_key
 from orchestrator.approvals import chat_reply
+from orchestrator.channels.accounts import account_of_channel
 from orchestrator.channels.chats import ChatStore
 from orchestrator.commands import APPROVE, CONFIRM, parse_command
 from orchestrator.config import Home, OrchestratorConfig
@@ -57,6 +58,7 @@ from orchestrator.relay.usage import UsageStore
 from orchestrator.runtime.channel import Cancel, RunnerUnavailable
 from orchestrator.runtime.lifecycle import GroupRuntime
 from orchestrator.tasks import Scheduler, TaskStore, store_lookup
+from orchestrator.upgrade import carry_sessions_to_channels
 from orchestrator.validate import text_problem
 
 log = logging.getLogger("orchestrator.daemon")
@@ -167,7 +169,12 @@ class Daemon:
         self.scheduler = Scheduler(
             self.tasks,
             store_lookup(
-                runtime.store, lambda folder, chat: self.chats.bound_trust(folder, None, chat)
+                runtime.store,
+                lambda folder, channel, chat: (
+                    self.chats.bound_trust(folder, account, chat)
+                    if (account := account_of_channel(channel)) is not None
+                    else None
+                ),
             ),
         )
         # set by the service that runs the daemon: reloads orchestrator.yaml
@@ -220,7 +227,7 @@ class Daemon:
             raise GroupPaused(pause.reason, hint=_resume_hint(group.folder, pause))
         fields = {
             "group": group.folder,
-            "session": session_key(group.config.session_mode, chat, thread),
+            "session": session_key(group.config.session_mode, channel, chat, thread),
             "chat": chat,
             "thread": thread,
             "sender": sender,
@@ -318,6 +325,7 @@ class Daemon:
 
     def start(self) -> None:
         self.check_credentials()
+        carry_sessions_to_channels(self.queue, self.runtime.store)
         recovered = self.queue.recover()
         if recovered:
             log.info("%d messages in flight at the last stop are queued again", recovered)
@@ -488,13 +496,20 @@ class Daemon:
                 Provenance.of_turn(TURN, message, group.config, also=also)
             )
         except Exception as exc:  # the history must never fail a delivery
-            gap = self.history(message.group).gap()
             log.warning(
                 "memory history of %s not recorded after a turn (%s): %s",
                 message.group,
-                gap.describe() if gap else "not recording",
+                self._gap_of(message.group),
                 exc,
             )
+
+    def _gap_of(self, folder: str) -> str:
+        """Since when ``folder``'s history has not recorded, for the log (never raises)."""
+        try:
+            gap = self.history(folder).gap()
+        except Exception:
+            return "not recording"
+        return gap.describe() if gap is not None else "not recording"
 
     def _record_outside(self, group_folder: str, container_name: str) -> None:
         """Before a turn: record a change made since the last one (outside any turn)."""
@@ -543,6 +558,8 @@ class Daemon:
             "turn_id": message.id,
             "chat": message.chat,
             "thread": message.thread,
+            "channel": message.channel,
+            "session": message.session,
             "sender": message.sender,
             "trust": message.trust,
             "text": message.text,

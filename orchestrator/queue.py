@@ -667,19 +667,25 @@ class MessageQueue:
         return _row(row, replies)
 
     def chat_messages(
-        self, group: str, chat: str, since: float = 0.0, limit: int = 100
+        self,
+        group: str,
+        chat: str,
+        since: float = 0.0,
+        limit: int = 100,
+        channel: str | None = None,
     ) -> list[Message]:
-        """The messages of one chat of a group created at or after ``since``, the oldest
-        first, at most ``limit`` (the newest of them): what a channel polls to show what
-        arrived on its own, such as a scheduled task's run."""
+        """The messages of one chat of a group (of one channel's, when given) created at
+        or after ``since``, the oldest first, at most ``limit`` (the newest of them):
+        what a channel polls to show what arrived on its own, such as a task's run."""
+        sql = "SELECT id FROM messages WHERE group_folder=? AND chat=? AND created>=?"
+        args: list[object] = [group, chat, since]
+        if channel is not None:
+            sql += " AND channel=?"
+            args.append(channel)
         with self._lock:
             ids = [
                 r[0]
-                for r in self._db.execute(
-                    "SELECT id FROM messages WHERE group_folder=? AND chat=? AND created>=?"
-                    " ORDER BY created DESC LIMIT ?",
-                    (group, chat, since, limit),
-                )
+                for r in self._db.execute(sql + " ORDER BY created DESC LIMIT ?", (*args, limit))
             ]
         found = (self.get(message_id) for message_id in reversed(ids))
         return [m for m in found if m is not None]

@@ -416,27 +416,32 @@ class TaskStore:
             raise TaskRefused(f"no task {task_id}", hint="see the ids in: orchestrator task list")
         return task
 
-    def chat_channel(self, group: str, chat: str) -> str | None:
-        """The channel of the latest message of ``chat`` in ``group``: None when the group
-        has never seen that chat (a task may only be aimed at a chat of its own group)."""
-        rows = self.queue.read(
-            "SELECT channel FROM messages WHERE group_folder=? AND chat=?"
-            " ORDER BY created DESC LIMIT 1",
-            (group, chat),
-        )
+    def chat_channel(self, group: str, chat: str, channel: str | None = None) -> str | None:
+        """The channel of the latest message of ``chat`` in ``group`` (``channel`` when
+        it has seen the chat there): None when the group has never seen that chat (a task
+        may only be aimed at a chat of its own group)."""
+        sql, args = "SELECT channel FROM messages WHERE group_folder=? AND chat=?", [group, chat]
+        if channel is not None:
+            sql += " AND channel=?"
+            args.append(channel)
+        rows = self.queue.read(sql + " ORDER BY created DESC LIMIT 1", tuple(args))
         return str(rows[0][0]) if rows else None
 
     def runs_in_chat(
-        self, group: str, chat: str, since: float, limit: int = 50
+        self, group: str, chat: str, since: float, limit: int = 50, channel: str | None = None
     ) -> list[tuple[int, str]]:
-        """(task id, message id) of the runs queued into ``chat`` of ``group`` at or
-        after ``since``, oldest first: what a chat shows as it arrives."""
-        rows = self.queue.read(
+        """(task id, message id) of the runs queued into ``chat`` of ``group`` (of one
+        channel's, when given) at or after ``since``, oldest first: what a chat shows as
+        it arrives."""
+        sql = (
             "SELECT r.task_id, r.message_id FROM task_runs r JOIN tasks t ON t.id=r.task_id"
             " WHERE t.group_folder=? AND t.chat=? AND r.at>=? AND r.message_id IS NOT NULL"
-            " ORDER BY r.at DESC LIMIT ?",
-            (group, chat, since, limit),
         )
+        args: list[object] = [group, chat, since]
+        if channel is not None:
+            sql += " AND t.channel=?"
+            args.append(channel)
+        rows = self.queue.read(sql + " ORDER BY r.at DESC LIMIT ?", (*args, limit))
         return [(int(r[0]), str(r[1])) for r in reversed(rows)]  # type: ignore[call-overload]
 
     def run_of(self, message_id: str) -> int | None:
@@ -474,9 +479,12 @@ class RunOutcome:
     outcome: str
 
 
-# Given a group folder and a sender: (its config's task settings, the sender's trust now,
-# the session key of a chat), or None when the group is gone.
-GroupLookup = Callable[[str, str, str, str | None], tuple[TaskSettings, str | None, str] | None]
+# Given a group folder, a sender, and a (channel, chat, thread): (its config's task
+# settings, the sender's trust now, the session key of that chat), or None when the group
+# is gone.
+GroupLookup = Callable[
+    [str, str, str, str, str | None], tuple[TaskSettings, str | None, str] | None
+]
 
 
 class Scheduler:
@@ -502,7 +510,7 @@ class Scheduler:
         task = self.store.require(task_id)
         if task.state == DONE:
             raise TaskRefused(f"task {task_id} is done; it cannot run again")
-        found = self.lookup(task.group, task.author, task.chat, task.thread)
+        found = self.lookup(task.group, task.author, task.channel, task.chat, task.thread)
         if found is None:
             raise TaskRefused(f"task {task_id}: group {task.group!r} is gone")
         settings, trust, session = found
@@ -533,7 +541,7 @@ class Scheduler:
     def _run(self, task: Task, now: float) -> RunOutcome:
         due = float(task.next_run or now)
         try:
-            found = self.lookup(task.group, task.author, task.chat, task.thread)
+            found = self.lookup(task.group, task.author, task.channel, task.chat, task.thread)
         except OrchestratorError as exc:  # a group.yaml being edited: try again next tick
             if task.id not in self._waiting:
                 log.warning("task %d of %s waits: %s", task.id, task.group, exc.message)
@@ -640,13 +648,14 @@ class Scheduler:
 
 
 def store_lookup(
-    groups: GroupStore, bound: Callable[[str, str], str | None] | None = None
+    groups: GroupStore, bound: Callable[[str, str, str], str | None] | None = None
 ) -> GroupLookup:
     """The lookup the scheduler needs, from the groups' own configuration; ``bound(folder,
-    chat)`` is the trust a chat binding gives the people of that chat."""
+    channel, chat)`` is the trust a chat binding gives the people of that chat (of that
+    channel's account only)."""
 
     def lookup(
-        folder: str, author: str, chat: str, thread: str | None
+        folder: str, author: str, channel: str, chat: str, thread: str | None
     ) -> tuple[TaskSettings, str | None, str] | None:
         try:
             group = groups.load(folder)
@@ -654,8 +663,8 @@ def store_lookup(
             return None
         return (
             group.config.tasks,
-            classify_sender(group.config, author, bound(folder, chat) if bound else None),
-            session_key(group.config.session_mode, chat, thread),
+            classify_sender(group.config, author, bound(folder, channel, chat) if bound else None),
+            session_key(group.config.session_mode, channel, chat, thread),
         )
 
     return lookup

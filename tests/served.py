@@ -68,6 +68,6 @@ def say(served: dict[str, Any], text: str, sender: str, chat: str = "c") -> tupl
 
 def contexts(served: dict[str, Any], chat: str) -> list[str]:
     """The system prompt of every context of ``chat``'s session, from its transcript."""
-    path = served["group"].sessions_dir / f"chat-{chat}" / "transcript.jsonl"
+    path = served["group"].sessions_dir / f"cli.chat-{chat}" / "transcript.jsonl"
     events = [json.loads(line) for line in path.read_text().splitlines()]
     return [e["system"] for e in events if e.get("t") == "context"]

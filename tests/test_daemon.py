@@ -374,7 +374,7 @@ def test_submit_refusals_say_exactly_why_and_what_to_do(setup) -> None:  # type:
     held = daemon.submit("good", "hi", chat="c", sender="op", channel="cli")
     assert (held.state, held.session, held.trust, held.channel) == (
         "queued",
-        "chat-c",
+        "cli.chat-c",
         "creator",
         "cli",
     )
@@ -427,6 +427,8 @@ def test_a_runner_answer_that_is_not_a_result_is_a_failed_delivery(
         "turn_id": message.id,
         "chat": "c",
         "thread": "t1",
+        "channel": "cli",
+        "session": "cli.chat-c",
         "sender": "op",
         "trust": "creator",
         "text": "hi",
@@ -856,6 +858,8 @@ def test_a_turns_memory_changes_are_also_attributed_to_its_groups_other_turns(
 def test_a_history_that_fails_is_logged_and_never_fails_the_turn(
     idle: Daemon, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    from orchestrator.memory.history import Gap
+
     class Broken:
         def record(self, provenance: Any) -> None:
             raise OSError("no space left")
@@ -863,13 +867,17 @@ def test_a_history_that_fails_is_logged_and_never_fails_the_turn(
         def changed(self) -> bool:
             raise OSError("cannot read the memory folder")
 
+        def gap(self) -> Gap:
+            return Gap(0.0, "OSError: no space left", 0.0)
+
     monkeypatch.setattr(idle, "history", lambda folder: Broken())
     message = idle.submit("good", "one", chat="a", sender="op", channel="cli")
     with caplog.at_level("WARNING", logger="orchestrator.daemon"):
         idle._record_turn(message)
         idle._record_outside("good", "t-good")
     assert caplog.messages == [
-        "memory history of good not recorded after a turn: no space left",
+        "memory history of good not recorded after a turn (not recording since 1970-01-01 "
+        "00:00:00 UTC: OSError: no space left): no space left",
         "memory history of good not checked before a turn: cannot read the memory folder",
     ]
 
@@ -985,6 +993,8 @@ def test_a_turn_sends_its_cancel_and_frame_limit_and_starts_an_unavailable_runne
             "turn_id": message.id,
             "chat": "c",
             "thread": None,
+            "channel": "cli",
+            "session": "cli.chat-c",
             "sender": "op",
             "trust": message.trust,
             "text": "hello",
@@ -1306,7 +1316,7 @@ def test_submit_checks_refuses_and_keys_the_session_by_the_groups_mode(
         ]
         shared = daemon.submit("together", "hi", chat="c", sender="op", channel="cli", thread="t")
         own = daemon.submit("good", "hi", chat="c", sender="op", channel="cli", thread="t")
-        assert (shared.session, own.session) == ("shared", "chat-c")  # per-chat: threads share
+        assert (shared.session, own.session) == ("shared", "cli.chat-c")  # per-chat: threads share
         daemon.queue.pause("good", "operator", "hold", refuse_new=True)
         with pytest.raises(GroupPaused, match=r"^hold$"):
             daemon.submit("good", "hi", chat="c", sender="op", channel="cli")
@@ -1360,7 +1370,12 @@ def test_a_new_daemon_is_wired_to_its_home(home: Path) -> None:
         # the scheduler sees the trust a chat binding gives: a task's author unknown to
         # the group is a member in a chat bound with member trust, and nothing elsewhere
         daemon.chats.bind("tg", "telegram:-100", "good", trust="member")
-        found = daemon.scheduler.lookup("good", "telegram:9", "telegram:-100", None)
+        found = daemon.scheduler.lookup("good", "telegram:9", "telegram:tg", "telegram:-100", None)
         assert found is not None and found[1] == "member"
-        elsewhere = daemon.scheduler.lookup("good", "telegram:9", "telegram:-200", None)
+        elsewhere = daemon.scheduler.lookup(
+            "good", "telegram:9", "telegram:tg", "telegram:-200", None
+        )
         assert elsewhere is not None and elsewhere[1] is None
+        # the binding is the account's: the same chat id on another channel is not bound
+        other = daemon.scheduler.lookup("good", "telegram:9", "cli", "telegram:-100", None)
+        assert other is not None and other[1] is None

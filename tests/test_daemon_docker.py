@@ -137,7 +137,7 @@ def wait_all(
 def user_turns(group_dir: Path, chat: str) -> list[str]:
     """The texts of the user messages in a session's transcript, first occurrence each."""
     seen: list[str] = []
-    path = group_dir / "sessions" / f"chat-{chat}" / "transcript.jsonl"
+    path = group_dir / "sessions" / f"cli.chat-{chat}" / "transcript.jsonl"
     for line in path.read_text().splitlines():
         event = json.loads(line)
         is_user = event.get("t") == "msg" and event.get("role") == "user"

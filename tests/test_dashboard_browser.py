@@ -83,7 +83,7 @@ def site(home: Path) -> Iterator[dict[str, Any]]:
     runner = FakeRunner(h.runtime_dir("family") / "runner.sock")
     daemon = Daemon(h, config, runtime, open_queue(h), concurrency=2)
     dead = daemon.queue.enqueue(
-        group="family", session="chat-x", chat="x", thread=None, sender="operator",
+        group="family", session="dashboard.chat-x", chat="x", thread=None, sender="operator",
         trust="creator", text="try me again", channel="cli",
     )  # fmt: skip
     daemon.queue.transaction(

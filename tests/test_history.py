@@ -66,7 +66,7 @@ def test_a_turn_that_writes_is_one_change_and_one_that_does_not_is_none(served) 
     assert (made.provenance.channel, made.provenance.chat, made.provenance.session) == (
         "cli",
         "k",
-        "chat-k",
+        "cli.chat-k",
     )
     assert (made.provenance.provider, made.provenance.model) == ("offline", "offline-rules")
     assert made.paths == (

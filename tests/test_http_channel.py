@@ -760,3 +760,76 @@ def test_stop_waits_ten_seconds_for_the_close_and_half_that_for_the_thread(
     channel.loop, channel.thread = Loop(), Thread()  # type: ignore[assignment]
     channel.stop()
     assert waits == [("close", 10.0), ("stop the loop", None), ("thread", 5.0)]
+
+
+def test_a_bridges_chats_are_its_own_and_only_the_operator_names_a_channel(
+    daemon, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """The second hostile round: a bridge posting into "dashboard", or into a Telegram
+    chat's id, lands in a conversation of its own channel; it never joins theirs."""
+    from dataclasses import replace
+
+    from orchestrator.channels.accounts import ChannelAccount, HttpToken, http_tokens
+
+    GroupStore(daemon.home).add(
+        GroupConfig(name="shop", creators=("operator",), members=("slack:mem",))
+    )
+    monkeypatch.setenv("SLACK_BRIDGE", "s" * 24)
+    daemon.config = replace(
+        daemon.config,
+        http_tokens={"slack": HttpToken("slack", "slack:", token_env="SLACK_BRIDGE")},
+        channel_accounts={"fam": ChannelAccount("fam", "telegram", token_env="T")},
+    )
+    channel = HttpChannel(daemon)
+    channel.named, _ = http_tokens(daemon.config.http_tokens, None)
+    bridge = {"Authorization": "Bearer " + "s" * 24}
+    dashboard = daemon.submit(
+        "shop", "hi from the operator", chat="dashboard", sender="operator", channel="dashboard"
+    )
+    telegram = daemon.submit(
+        "shop", "hi", chat="-100123", sender="operator", channel="telegram:fam"
+    )
+
+    async def go() -> list[tuple[int, Any]]:
+        out = []
+        async with TestClient(TestServer(channel.app())) as client:
+            for headers, body in (
+                (bridge, {"text": "x", "sender": "slack:mem", "chat": "dashboard"}),
+                (bridge, {"text": "x", "sender": "slack:mem", "chat": "-100123"}),
+                (bridge, {"text": "x", "sender": "slack:mem", "chat": "c", "channel": "cli"}),
+                (AUTH, {"text": "x", "sender": "operator", "chat": "dashboard",
+                        "channel": "dashboard"}),
+                (AUTH, {"text": "x", "sender": "operator", "channel": "nowhere"}),
+            ):  # fmt: skip
+                response = await client.post("/v1/groups/shop/messages", json=body, headers=headers)
+                out.append((response.status, await response.json()))
+            for headers in (bridge, AUTH):
+                response = await client.get(
+                    "/v1/groups/shop/chats/dashboard/messages", headers=headers
+                )
+                out.append((response.status, await response.json()))
+        return out
+
+    results = asyncio.run(go())
+    into_dashboard = daemon.queue.get(results[0][1]["id"])
+    into_telegram = daemon.queue.get(results[1][1]["id"])
+    assert into_dashboard is not None and into_telegram is not None
+    assert into_dashboard.channel == into_telegram.channel == "http:slack"
+    assert into_dashboard.session != dashboard.session
+    assert into_telegram.session != telegram.session
+    assert results[2] == (
+        403,
+        {"error": "token 'slack' speaks in its own chats only; it may not name a channel"},
+    )
+    operator = daemon.queue.get(results[3][1]["id"])
+    assert operator is not None and operator.session == dashboard.session  # the operator may
+    assert results[4][0] == 400 and "channel must be one of cli, dashboard, http" in str(
+        results[4][1]
+    )
+    bridge_view = [m["id"] for m in results[5][1]["messages"]]
+    assert bridge_view == [into_dashboard.id]  # its own chat "dashboard", not the dashboard's
+    operator_view = {m["id"] for m in results[6][1]["messages"]}
+    assert {dashboard.id, into_dashboard.id, operator.id} <= operator_view
+    # the dashboard's chat box shows its own channel's messages only
+    shown = daemon.queue.chat_messages("shop", "dashboard", channel="dashboard")
+    assert [m.id for m in shown] == [dashboard.id, operator.id]

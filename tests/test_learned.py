@@ -143,7 +143,7 @@ def test_a_write_in_a_conversation_others_spoke_in_waits_for_approval(served) ->
     assert confirmed.startswith(f"Approved request {request.id}: learned behaviors replaced (")
     assert learned.read_text() == LINE + "\n"
     assert say(served, "/confirm", "alice") == ("Nothing is waiting for approval in this chat.",)
-    transcript = (served["group"].sessions_dir / "chat-c" / "transcript.jsonl").read_text()
+    transcript = (served["group"].sessions_dir / "cli.chat-c" / "transcript.jsonl").read_text()
     assert '"content": "/confirm"' not in transcript
 
 
@@ -152,7 +152,7 @@ def _turn_of(served, sender: str, chat: str = "c") -> TurnRelay:  # type: ignore
     hostile or not, makes its requests through)."""
     daemon: Daemon = served["daemon"]
     message = daemon.queue.enqueue(
-        group="fam", session=f"chat-{chat}", chat=chat, thread=None, sender=sender,
+        group="fam", session=f"cli.chat-{chat}", chat=chat, thread=None, sender=sender,
         trust="creator" if sender == "alice" else "member", text="a rule please", channel="cli",
     )  # fmt: skip
     return TurnRelay(daemon.relay, message, served["group"], time.monotonic() + 60)

@@ -103,7 +103,7 @@ def test_transcript_is_readable_and_read_through_the_confined_layer(run, home: P
     assert "write_file(" in shown and "Noted: the oven is hot" in shown
     assert len(run("transcript", "fam", "--last", "2").stdout.splitlines()) == 2
     events = json.loads(run("transcript", "fam", "--json").stdout)
-    assert {e["session"] for e in events} == {"chat-kitchen"}
+    assert {e["session"] for e in events} == {"cli.chat-kitchen"}
     # a container that swaps its sessions folder for a link gets nothing read through it
     os.rename(group.path / "sessions", group.path / "real-sessions")
     (group.path / "sessions").symlink_to(home / "groups")

@@ -45,7 +45,7 @@ def say(r: Runner, text: str, chat: str = "c1", n: list[int] = [0]) -> object:  
     return r.handle(Turn(turn_id=f"t{n[0]}", chat=chat, text=text, sender="alice"))
 
 
-def contexts(settings: AgentSettings, key: str = "chat-c1") -> list[dict[str, object]]:
+def contexts(settings: AgentSettings, key: str = "cli.chat-c1") -> list[dict[str, object]]:
     return [e for e in Session(settings.sessions_dir, key).events() if e["t"] == "context"]
 
 
@@ -84,20 +84,20 @@ def test_transcript_survives_a_restart_and_resumes(settings: AgentSettings) -> N
     assert result.fresh_context is None  # type: ignore[attr-defined]
     assert len(contexts(settings)) == 1
     assert "Rex" in result.replies[0]  # type: ignore[attr-defined]
-    context = Session(settings.sessions_dir, "chat-c1").current_context()
+    context = Session(settings.sessions_dir, "cli.chat-c1").current_context()
     assert context is not None
     assert [m["role"] for m in context.messages].count("user") == 2
 
 
 def test_torn_last_transcript_line_is_skipped(settings: AgentSettings) -> None:
     say(runner(settings), "hello")
-    path = settings.sessions_dir / "chat-c1" / "transcript.jsonl"
+    path = settings.sessions_dir / "cli.chat-c1" / "transcript.jsonl"
     with open(path, "ab") as handle:
         handle.write(b'{"t": "msg", "role": "us')
     result = say(runner(settings), "again")
     assert result.fresh_context is None  # type: ignore[attr-defined]
     # the event after the torn line was not glued onto it: a new process still sees it
-    context = Session(settings.sessions_dir, "chat-c1").current_context()
+    context = Session(settings.sessions_dir, "cli.chat-c1").current_context()
     assert context is not None
     assert [m["content"] for m in context.messages if m["role"] == "user"] == ["hello", "again"]
 
@@ -107,7 +107,7 @@ def test_session_state_follows_appends_from_elsewhere(settings: AgentSettings) -
     say(first, "one")
     say(second, "two")
     say(first, "three")  # first must see "two" before appending
-    context = Session(settings.sessions_dir, "chat-c1").current_context()
+    context = Session(settings.sessions_dir, "cli.chat-c1").current_context()
     assert context is not None
     users = [m["content"] for m in context.messages if m["role"] == "user"]
     assert users == ["one", "two", "three"]
@@ -117,15 +117,22 @@ def test_session_state_follows_appends_from_elsewhere(settings: AgentSettings) -
 
 
 def test_sessions_follow_the_session_mode(settings: AgentSettings) -> None:
-    assert session_key("per-chat", "c1", "th") == "chat-c1"
-    assert session_key("per-thread", "c1", "th") == "chat-c1-thread-th"
-    assert session_key("shared", "c1", "th") == "shared"
-    weird = session_key("per-chat", "../../etc", None)
-    assert "/" not in weird and weird != session_key("per-chat", "__etc", None)
+    assert session_key("per-chat", "cli", "c1", "th") == "cli.chat-c1"
+    assert session_key("per-thread", "cli", "c1", "th") == "cli.chat-c1-thread-th"
+    assert session_key("shared", "cli", "c1", "th") == "shared"
+    weird = session_key("per-chat", "cli", "../../etc", None)
+    assert "/" not in weird and weird != session_key("per-chat", "cli", "__etc", None)
+    # the channel is part of the key: one chat id on two channels is two conversations
+    assert session_key("per-chat", "telegram:fam", "-100123", None) == "telegram.fam.chat--100123"
+    keys = {
+        session_key("per-chat", channel, "dashboard", None)
+        for channel in ("dashboard", "http", "http:slack-bridge", "cli", "telegram:dashboard")
+    }
+    assert len(keys) == 5
     r = runner(settings)
     say(r, "hi", chat="a")
     say(r, "hi", chat="b")
-    assert sorted(p.name for p in settings.sessions_dir.iterdir()) == ["chat-a", "chat-b"]
+    assert sorted(p.name for p in settings.sessions_dir.iterdir()) == ["cli.chat-a", "cli.chat-b"]
 
 
 def test_provider_switch_starts_a_fresh_context(settings: AgentSettings) -> None:
@@ -158,11 +165,11 @@ def test_compaction_flushes_then_reinjects(settings: AgentSettings) -> None:
     assert split_frontmatter(note).data == {"type": "daily-note", "date": today}
     assert "- said: hello" in note
     assert lint_memory(settings.memory_dir).findings == []  # daily notes need no links
-    events = Session(settings.sessions_dir, "chat-c1").events()
+    events = Session(settings.sessions_dir, "cli.chat-c1").events()
     assert any(e["t"] == "flush" and e["appended_chars"] > 0 for e in events)
     # the flush's own messages never joined the session
     assert not any("[memory flush]" in str(e.get("content")) for e in events)
-    context = Session(settings.sessions_dir, "chat-c1").current_context()
+    context = Session(settings.sessions_dir, "cli.chat-c1").current_context()
     assert context is not None
     assert context.messages[0]["content"].startswith("[Summary of the earlier conversation]")
 
@@ -288,7 +295,7 @@ def test_a_completed_turn_id_is_not_run_twice(settings: AgentSettings) -> None:
     assert again.duplicate and again.replies == first.replies
     users = [
         m
-        for m in Session(settings.sessions_dir, "chat-c1").current_context().messages  # type: ignore[union-attr]
+        for m in Session(settings.sessions_dir, "cli.chat-c1").current_context().messages  # type: ignore[union-attr]
         if m["role"] == "user"
     ]
     assert len(users) == 1
@@ -328,7 +335,7 @@ def test_a_fact_is_never_written_to_a_reserved_name(settings: AgentSettings) -> 
 def test_a_transcript_line_of_the_wrong_shape_is_skipped(settings: AgentSettings) -> None:
     runner = Runner(settings)
     runner.handle(Turn("t1", "c", "hello"))
-    transcript = settings.sessions_dir / "chat-c/transcript.jsonl"
+    transcript = settings.sessions_dir / "cli.chat-c/transcript.jsonl"
     with open(transcript, "a") as handle:
         handle.write('{"t": "context", "context_id": "not a number", "system": 5}\n')
         handle.write('{"t": "done", "turn_id": "t9", "replies": 5}\n')
@@ -346,17 +353,17 @@ def test_a_large_transcript_rotates_and_the_session_carries_on(settings: AgentSe
 
     runner = Runner(settings)
     runner.handle(Turn("t0", "c", "remember that the boat is blue"))
-    session = runner._sessions["chat-c"]
+    session = runner._sessions["cli.chat-c"]
     session.rotate_bytes = 4000
     rotations: list[Path] = []
     real_rotate = session.rotate
     session.rotate = lambda: rotations.append(real_rotate()) or rotations[-1]  # type: ignore[method-assign]
     for n in range(1, 30):
         runner.handle(Turn(f"t{n}", "c", f"message number {n} " + "x" * 200))
-    archives = sorted((settings.sessions_dir / "chat-c/archive").glob("*.jsonl.gz"))
+    archives = sorted((settings.sessions_dir / "cli.chat-c/archive").glob("*.jsonl.gz"))
     assert 1 <= len(archives) <= 4 and 2 <= len(rotations) <= 6  # not one per turn
     first = json.loads(
-        (settings.sessions_dir / "chat-c/transcript.jsonl").read_text().split("\n")[0]
+        (settings.sessions_dir / "cli.chat-c/transcript.jsonl").read_text().split("\n")[0]
     )
     assert first["t"] in ("done", "context")
     assert b"message number" in gzip.decompress(archives[-1].read_bytes())
@@ -364,7 +371,7 @@ def test_a_large_transcript_rotates_and_the_session_carries_on(settings: AgentSe
     again = Runner(settings)
     repeat = again.handle(Turn("t29", "c", "message number 29 " + "x" * 200))
     assert repeat.duplicate
-    reloaded = Session(settings.sessions_dir, "chat-c")
+    reloaded = Session(settings.sessions_dir, "cli.chat-c")
     assert reloaded.current_context() is not None
     assert reloaded.current_context().context_id == session.context.context_id  # type: ignore[union-attr]
 
@@ -397,7 +404,7 @@ def test_compaction_keeps_the_last_4_messages_verbatim(settings: AgentSettings) 
     r = Runner(replace(settings, context_budget_chars=50_000), hooks=[])
     for n in range(6):
         say(r, f"message number {n} " + "y" * 6_000, chat="k")
-    session = r._sessions["chat-k"]
+    session = r._sessions["cli.chat-k"]
     before = list(session.current_context().messages)  # type: ignore[union-attr]
     fresh = r.compact(session, session.current_context())  # type: ignore[arg-type]
     summary, *kept = fresh.messages
@@ -457,13 +464,13 @@ def test_one_turn_is_recorded_exactly(settings: AgentSettings) -> None:
     r = Runner(settings, provider=script.provider, hooks=[])
     result = r.handle(Turn("t1", "k", "read it", sender="bob", trust="member"))
     assert (result.session, result.fresh_context, result.compacted, result.duplicate) == (
-        "chat-k",
+        "cli.chat-k",
         "startup",
         False,
         False,
     )
     assert result.replies == ["working on it", "z" * 32_000]  # the final one cut at 32,000
-    events = _events(settings, "chat-k")
+    events = _events(settings, "cli.chat-k")
     assert [e["t"] for e in events] == ["context", "msg", "msg", "msg", "msg", "msg", "msg", "done"]
     assert {k: events[0][k] for k in ("context_id", "source", "provider", "model")} == {
         "context_id": 1,
@@ -527,7 +534,7 @@ def test_no_reply_blank_replies_and_a_tool_that_fails_on_the_disk(
     )
     r = Runner(settings, provider=script.provider, hooks=[])
     assert r.handle(Turn("t1", "k", "x")).replies == []
-    tool = next(e for e in _events(settings, "chat-k") if e.get("role") == "tool")
+    tool = next(e for e in _events(settings, "cli.chat-k") if e.get("role") == "tool")
     assert tool["content"] == "ERROR: read_file failed: Input/output error"
     assert r.handle(Turn("t2", "k", "y")).replies == []
 
@@ -552,9 +559,9 @@ def test_clear_a_budget_and_a_repeated_turn_id(settings: AgentSettings) -> None:
     assert r.handle(Turn("t4", "k", "c")).replies == ["three"]
     again = r.handle(Turn("t3", "k", "b"))
     assert (again.replies, again.duplicate) == (spent.replies, True)
-    contexts_ = [e for e in _events(settings, "chat-k") if e["t"] == "context"]
+    contexts_ = [e for e in _events(settings, "cli.chat-k") if e["t"] == "context"]
     assert [(c["context_id"], c["source"]) for c in contexts_] == [(1, "startup"), (2, "clear")]
-    done = [e["turn_id"] for e in _events(settings, "chat-k") if e["t"] == "done"]
+    done = [e["turn_id"] for e in _events(settings, "cli.chat-k") if e["t"] == "done"]
     assert done == ["t1", "t2", "t3", "t4"]
 
 
@@ -593,7 +600,7 @@ def test_compaction_sends_the_flush_and_the_summary_exactly(settings: AgentSetti
     assert (result.fresh_context, result.compacted, result.replies) == ("compact", True, ["two"])
     assert all(h is host for _, h in seen)  # every model call goes through the turn's host
     first_flush, second_flush, summary = script.requests[1:4]  # as they were when sent
-    first_context = _events(settings, "chat-k")[0]
+    first_context = _events(settings, "cli.chat-k")[0]
     assert first_flush.purpose == FLUSH and first_flush.system == first_context["system"]  # type: ignore[attr-defined]
     assert first_flush.messages[-1] == {"role": "user", "content": FLUSH_PROMPT}  # type: ignore[attr-defined]
     assert [t.name for t in first_flush.tools] == ["read_file", "list_dir", "grep", "append_daily"]  # type: ignore[attr-defined]
@@ -604,7 +611,7 @@ def test_compaction_sends_the_flush_and_the_summary_exactly(settings: AgentSetti
     }
     assert summary.purpose == SUMMARY and summary.system == first_context["system"]  # type: ignore[attr-defined]
     assert [m["role"] for m in summary.messages] == []  # type: ignore[attr-defined]
-    events = _events(settings, "chat-k")
+    events = _events(settings, "cli.chat-k")
     contexts_ = [e for e in events if e["t"] == "context"]
     assert [(c["context_id"], c["source"]) for c in contexts_] == [(1, "startup"), (2, "compact")]
     note = next(e for e in events if str(e.get("content", "")).startswith("[Summary"))
@@ -625,7 +632,7 @@ def test_compaction_never_splits_a_tool_call_from_its_result(settings: AgentSett
     )
     r = Runner(copy(settings, context_budget_chars=50_000), provider=script.provider, hooks=[])
     r.handle(Turn("t1", "k", "look"))
-    session = r._sessions["chat-k"]
+    session = r._sessions["cli.chat-k"]
     context = session.current_context()
     assert context is not None
     roles = [m["role"] for m in context.messages]
@@ -638,7 +645,7 @@ def test_compaction_never_splits_a_tool_call_from_its_result(settings: AgentSett
     short = Scripted(Completion("hi"), Completion(None), Completion("s"))
     r2 = Runner(copy(settings, context_budget_chars=50_000), provider=short.provider, hooks=[])
     r2.handle(Turn("t1", "two", "hello"))
-    s2 = r2._sessions["chat-two"]
+    s2 = r2._sessions["cli.chat-two"]
     c2 = s2.current_context()
     assert c2 is not None and len(c2.messages) == 2
     kept = r2.compact(s2, c2).messages
@@ -652,7 +659,7 @@ def test_sessions_per_thread_and_one_lock_per_session(settings: AgentSettings) -
     r = Runner(copy(settings, session_mode="per-thread"), hooks=[])
     a = r.handle(Turn("t1", "c", "hello", thread="a"))
     b = r.handle(Turn("t2", "c", "hello", thread="b"))
-    assert (a.session, b.session) == ("chat-c-thread-a", "chat-c-thread-b")
+    assert (a.session, b.session) == ("cli.chat-c-thread-a", "cli.chat-c-thread-b")
     assert r.lock_for("x") is r.lock_for("x") and r.lock_for("x") is not r.lock_for("y")
 
 
@@ -709,7 +716,7 @@ def test_the_default_provider_and_hooks_come_from_the_settings(
     assert Runner(configured, hooks=[]).hooks == []  # given hooks win over the file
     r = Runner(configured)
     r.handle(Turn("t1", "k", "hi"))
-    assert "FROM-THE-HOOKS-FILE" in str(contexts(settings, "chat-k")[0]["system"])
+    assert "FROM-THE-HOOKS-FILE" in str(contexts(settings, "cli.chat-k")[0]["system"])
 
 
 @pytest.fixture
@@ -759,7 +766,7 @@ def test_every_fresh_context_takes_its_standing_text_from_the_host(
     r.handle(Turn("t1", "k", "x"), host)  # type: ignore[arg-type]  # startup
     r.handle(Turn("t2", "k", "/clear"), host)  # type: ignore[arg-type]
     r.handle(Turn("t3", "k", "y" * 50), host)  # type: ignore[arg-type]  # over 10: compaction
-    made = contexts(settings, "chat-k")
+    made = contexts(settings, "cli.chat-k")
     assert [c["source"] for c in made] == ["startup", "clear", "compact"]
     assert host.ops == ["standing.get"] * 3
     for context in made:
@@ -809,9 +816,9 @@ def test_hooks_are_told_the_session_and_the_source(settings: AgentSettings) -> N
     r = Runner(settings, hooks=[hook])
     r.handle(Turn("t1", "k", "hi"))
     r.handle(Turn("t2", "k", "/clear"))
-    systems = [str(c["system"]) for c in contexts(settings, "chat-k")]
-    assert "SESSION=chat-k SOURCE=startup" in systems[0]
-    assert "SESSION=chat-k SOURCE=clear" in systems[1]
+    systems = [str(c["system"]) for c in contexts(settings, "cli.chat-k")]
+    assert "SESSION=cli.chat-k SOURCE=startup" in systems[0]
+    assert "SESSION=cli.chat-k SOURCE=clear" in systems[1]
     assert "Context created: clear," in systems[1]
 
 
@@ -819,7 +826,7 @@ def test_the_session_mode_picks_the_session_of_a_turn(settings: AgentSettings) -
     from dataclasses import replace as copy
 
     r = Runner(copy(settings, session_mode="per-chat"), hooks=[])
-    assert r.handle(Turn("t1", "c", "hi", thread="th")).session == "chat-c"
+    assert r.handle(Turn("t1", "c", "hi", thread="th")).session == "cli.chat-c"
     shared = Runner(copy(settings, session_mode="shared"), hooks=[])
     assert shared.handle(Turn("t2", "a", "hi")).session == "shared"
     again = shared.handle(Turn("t2", "b", "hi"))  # the same turn id, from anywhere
@@ -834,7 +841,7 @@ def test_a_spent_budget_is_logged_and_kept_in_the_session(
     script = Scripted(BudgetExhausted("No budget left today."))
     r = Runner(settings, provider=script.provider, hooks=[])
     result = r.handle(Turn("t9", "k", "hi"))
-    assert (result.session, result.replies) == ("chat-k", ["No budget left today."])
+    assert (result.session, result.replies) == ("cli.chat-k", ["No budget left today."])
     assert "turn t9: No budget left today." in caplog.messages
 
 
@@ -875,7 +882,7 @@ def test_a_context_exactly_at_its_budget_is_not_compacted(settings: AgentSetting
     script = Scripted(Completion("one"), Completion("two"))
     probe = Runner(settings, provider=script.provider, hooks=[])
     probe.handle(Turn("t1", "k", "hello"))
-    context = probe._sessions["chat-k"].current_context()
+    context = probe._sessions["cli.chat-k"].current_context()
     assert context is not None
     size = context.size_chars()
     r = Runner(copy(settings, context_budget_chars=size), provider=script.provider, hooks=[])
@@ -901,7 +908,7 @@ def test_compaction_keeps_from_the_first_user_message_after_a_tool_result(
     r = Runner(copy(settings, context_budget_chars=50_000), provider=script.provider, hooks=[])
     for n, text in enumerate(("look", "second", "third")):
         r.handle(Turn(f"t{n}", "k", text))
-    session = r._sessions["chat-k"]
+    session = r._sessions["cli.chat-k"]
     context = session.current_context()
     assert context is not None
     roles = [m["role"] for m in context.messages]

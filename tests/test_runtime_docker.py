@@ -279,10 +279,10 @@ def test_group_remembers_across_a_new_container_and_session(runtime) -> None:  #
     assert "(my-timezone.md)" in (group.memory_dir / "facts/index.md").read_text()
     assert lint_memory(group.memory_dir).findings == []
     transcripts = sorted(p.parent.name for p in group.sessions_dir.glob("*/transcript.jsonl"))
-    assert transcripts == ["chat-another-chat", "chat-family"]
+    assert transcripts == ["cli.chat-another-chat", "cli.chat-family"]
     # the memory hook ran inside the container at each fresh context
     first = json.loads(
-        (group.sessions_dir / "chat-family/transcript.jsonl").read_text().splitlines()[0]
+        (group.sessions_dir / "cli.chat-family/transcript.jsonl").read_text().splitlines()[0]
     )
     assert first["t"] == "context" and "### memory/index.md" in first["system"]
 

@@ -72,11 +72,11 @@ class Lookup:
         self.gone = False
 
     def __call__(
-        self, folder: str, author: str, chat: str, thread: str | None
+        self, folder: str, author: str, channel: str, chat: str, thread: str | None
     ) -> tuple[TaskSettings, str | None, str] | None:
         if self.gone:
             return None
-        return self.settings, self.trust.get(author), f"chat-{chat}"
+        return self.settings, self.trust.get(author), f"{channel.replace(':', '.')}.chat-{chat}"
 
 
 @pytest.fixture
@@ -166,7 +166,7 @@ def test_a_one_off_fires_once_then_is_done(tasks, queue: MessageQueue) -> None: 
     assert (message.group, message.chat, message.session, message.sender, message.trust) == (
         "fam",
         "kitchen",
-        "chat-kitchen",
+        "cli.chat-kitchen",
         "bob",
         "member",
     )
@@ -462,7 +462,7 @@ def _relay(served: dict[str, Any], sender: str, trust: str, chat: str = "kitchen
     daemon: Daemon = served["daemon"]
     message = daemon.queue.record_done(
         group="fam",
-        session=f"chat-{chat}",
+        session=f"cli.chat-{chat}",
         chat=chat,
         thread=None,
         sender=sender,
@@ -624,7 +624,7 @@ def test_task_commands(run, home: Path) -> None:  # type: ignore[no-untyped-def]
     h = Home(home)
     queue = open_queue(h)
     queue.enqueue(
-        group="fam", session="chat-kitchen", chat="kitchen", thread=None, sender="operator",
+        group="fam", session="cli.chat-kitchen", chat="kitchen", thread=None, sender="operator",
         trust="guest", text="hi", channel="http",
     )  # fmt: skip
     queue.close()
@@ -690,9 +690,13 @@ def test_store_lookup_reads_the_groups_own_configuration(home: Path) -> None:
     store = GroupStore(Home(home))
     store.add(GroupConfig(name="fam", creators=("alice",), members=("bob",)))
     lookup = store_lookup(store)
-    assert lookup("fam", "alice", "kitchen", None) == (SETTINGS, "creator", "chat-kitchen")
-    assert lookup("fam", "eve", "kitchen", "t1") == (SETTINGS, None, "chat-kitchen")
-    assert lookup("gone", "alice", "kitchen", None) is None
+    assert lookup("fam", "alice", "cli", "kitchen", None) == (
+        SETTINGS,
+        "creator",
+        "cli.chat-kitchen",
+    )
+    assert lookup("fam", "eve", "cli", "kitchen", "t1") == (SETTINGS, None, "cli.chat-kitchen")
+    assert lookup("gone", "alice", "cli", "kitchen", None) is None
 
 
 def test_cron_next_is_strictly_after() -> None:
@@ -769,7 +773,7 @@ def test_runs_past_the_hourly_ceiling_pause_the_tasks_and_the_chat_is_told_once(
     notices = [m for m in queue.chat_messages("fam", "kitchen") if m.sender == "orchestrator"]
     assert len(notices) == 1 and notices[0].state == MESSAGE_DONE
     assert notices[0].replies[0].startswith("[orchestrator] This group's scheduled tasks ran 3")
-    assert notices[0].session != "chat-kitchen"  # no conversation's context holds it
+    assert notices[0].session != "cli.chat-kitchen"  # no conversation's context holds it
     # an hour later the ceiling has room again, and a new pause tells the chat again
     later = now + 60 + 3601
     resumed = store.set_state(made[3].id, ACTIVE, now=later)

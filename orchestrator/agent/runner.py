@@ -60,6 +60,8 @@ class Turn:
     sender: str = ""
     trust: str = "member"
     thread: str | None = None
+    channel: str = "cli"
+    session: str | None = None  # the host's key for the turn's session (it decides)
 
 
 @dataclass
@@ -96,7 +98,9 @@ class Runner:
         host delivers at least once, and a retried turn must not run twice. ``host`` is
         the turn's link to the host (model calls of relayed providers, replies as they
         are made); None when a turn runs without a daemon."""
-        key = session_key(self.settings.session_mode, turn.chat, turn.thread)
+        key = turn.session or session_key(
+            self.settings.session_mode, turn.channel, turn.chat, turn.thread
+        )
         with self.lock_for(key):
             session = self._sessions.get(key)
             if session is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import signal
 import socket
 import sys
@@ -19,6 +20,7 @@ from typing import Any
 from orchestrator import __version__
 from orchestrator.agent.hostlink import HostLink
 from orchestrator.agent.runner import Runner, Turn
+from orchestrator.agent.session import SESSION_KEY_PATTERN
 from orchestrator.agent.settings import AgentSettings
 from orchestrator.limits import MESSAGE_MAX_CHARS, model_request_cap
 from orchestrator.wire import ProtocolError, recv_frame, send_frame
@@ -44,6 +46,9 @@ def parse_turn(raw: Any) -> Turn:
             raise BadRequest(f"turn.{key} must be a string of 1..{limit} characters")
         return value
 
+    session = text("session", 128, required=False)
+    if session is not None and not re.fullmatch(SESSION_KEY_PATTERN, session):
+        raise BadRequest("turn.session must be a session key (letters, digits, . _ -)")
     return Turn(
         turn_id=text("turn_id", _ID_MAX) or "",
         chat=text("chat", _ID_MAX) or "",
@@ -51,6 +56,8 @@ def parse_turn(raw: Any) -> Turn:
         sender=text("sender", _ID_MAX, required=False) or "",
         trust=text("trust", 20, required=False) or "member",
         thread=text("thread", _ID_MAX, required=False),
+        channel=text("channel", _ID_MAX, required=False) or "cli",
+        session=session,
     )
 
 

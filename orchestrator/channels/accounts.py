@@ -50,6 +50,13 @@ RESERVED_PREFIXES = ("telegram:", "matrix:", "operator", "task:", "cli:")
 SENDER_PREFIX_PATTERN = r"[a-z][a-z0-9_-]{0,30}:"
 
 
+def account_of_channel(channel: str) -> str | None:
+    """The chat-app account whose messages carry ``channel`` ("telegram:familybot" ->
+    "familybot"), or None for the daemon's other channels (cli, http, dashboard)."""
+    kind, sep, name = channel.partition(":")
+    return name if sep and kind in CHANNEL_KINDS else None
+
+
 class MissingToken(OrchestratorError):
     """A token reference points at nothing."""
 

@@ -174,7 +174,9 @@ class ControlChannel(Channel):
                 since = request.get("since")
                 if isinstance(since, bool) or not isinstance(since, int | float):
                     return {"ok": False, "error": "follow needs since, a time in seconds"}
-                runs = daemon.tasks.runs_in_chat(group.folder, str(request.get("chat")), since)
+                runs = daemon.tasks.runs_in_chat(
+                    group.folder, str(request.get("chat")), since, channel=self.name
+                )
                 shown = []
                 for task_id, message_id in runs:
                     run = daemon.queue.get(message_id)

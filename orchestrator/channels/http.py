@@ -1,6 +1,7 @@
 """The HTTP API, on loopback by default, with a bearer token (compared in constant time).
 
-    POST /v1/groups/{name}/messages   {"text", "sender", "chat"?, "thread"?} -> 202 {"id", ...}
+    POST /v1/groups/{name}/messages   {"text", "sender", "chat"?, "thread"?, "channel"?}
+                                       -> 202 {"id", ...}
     GET  /v1/messages/{id}[?wait=S&after=N]  state and replies; with wait, a long poll until
                                        done (or, with after, until it has more than N replies)
     GET  /v1/groups                    the groups
@@ -11,7 +12,10 @@ Enabled when a token is configured: the operator's (orchestrator.yaml http.token
 ORCHESTRATOR_HTTP_TOKEN), which may name any sender, or named ones (http.tokens), each
 allowed one sender prefix (a bridge for one app names that app's senders only: a token
 naming a sender outside its prefix gets 403 and nothing is queued; it reads only
-messages of senders under its prefix).
+messages of senders under its prefix). A named token's chats are its own channel's
+(``http:<name>``): whatever chat id it names, it never joins a conversation of another
+channel (the dashboard's, a CLI chat, a Telegram chat). The operator's token may name
+any channel of the daemon (``channel``) and so any chat.
 
 It cannot be starved: a connection must send its request head within
 HTTP_HEADER_TIMEOUT_SECONDS (aiohttp's keep-alive timer covers a connection that has not
@@ -207,6 +211,35 @@ class HttpChannel(Channel):
             return None
         return found if found is not None else False
 
+    def channel_of(self, token: HttpToken | bool | None) -> str:
+        """The channel of messages a token posts: a named token's chats are its own
+        (``http:<name>``), so it cannot name another channel's chat and join its
+        conversation; the operator's are ``http`` unless it names a channel."""
+        return f"{self.name}:{token.name}" if isinstance(token, HttpToken) else self.name
+
+    def known_channels(self) -> set[str]:
+        """The channels the operator's token may name: every channel of this daemon."""
+        config = self.daemon.config
+        return {
+            "cli",
+            self.name,
+            "dashboard",
+            *(f"{self.name}:{name}" for name in config.http_tokens),
+            *(account.channel for account in config.channel_accounts.values()),
+        }
+
+    def may_read(self, request: web.Request, message: Message) -> bool:
+        """Whether the request's token may read ``message``: the operator's any, a named
+        token those of its own chats whose sender is under its prefix."""
+        token = self.principal(request)
+        if token is None:
+            return True
+        return (
+            isinstance(token, HttpToken)
+            and message.channel == self.channel_of(token)
+            and message.sender.startswith(token.senders)
+        )
+
     def may_name(self, request: web.Request, sender: str) -> bool:
         """Whether the request's token may speak for (or read the messages of) ``sender``:
         the operator's may name anyone, a named token senders under its prefix."""
@@ -254,6 +287,20 @@ class HttpChannel(Channel):
         if not isinstance(chat, str) or (thread is not None and not isinstance(thread, str)):
             return _error(400, "chat and thread must be strings")
         token = self.principal(request)
+        channel = self.channel_of(token)
+        asked = body.get("channel")
+        if asked is not None:
+            if isinstance(token, HttpToken):
+                return _error(
+                    403,
+                    f"token {token.name!r} speaks in its own chats only; it may not name a channel",
+                )
+            known = self.known_channels()
+            if not isinstance(asked, str) or asked not in known:
+                return _error(
+                    400, f"channel must be one of {', '.join(sorted(known))}; got {asked!r}"
+                )
+            channel = asked
         if isinstance(token, HttpToken) and not self.may_name(request, sender):
             log.warning(
                 "HTTP token %r named sender %r outside its prefix %r; refused",
@@ -274,7 +321,7 @@ class HttpChannel(Channel):
                 chat=chat,
                 sender=sender,
                 thread=thread,
-                channel=self.name,
+                channel=channel,
             )
         except GroupNotFound as exc:
             return _error(404, exc.message)
@@ -304,13 +351,30 @@ class HttpChannel(Channel):
         except GroupNotFound as exc:
             return _error(404, exc.message)
         chat = request.match_info["chat"]
+        token = self.principal(request)
+        # a bridge sees its own chats; the operator every channel's, or the one it names
+        channel = (
+            self.channel_of(token)
+            if isinstance(token, HttpToken)
+            else request.query.get("channel") or None
+        )
         messages = await asyncio.to_thread(
-            self.daemon.queue.chat_messages, group.folder, chat, since, HTTP_CHAT_MESSAGES_MAX
+            self.daemon.queue.chat_messages,
+            group.folder,
+            chat,
+            since,
+            HTTP_CHAT_MESSAGES_MAX,
+            channel,
         )
         tasks = dict(
             (mid, tid)
             for tid, mid in await asyncio.to_thread(
-                self.daemon.tasks.runs_in_chat, group.folder, chat, since, HTTP_CHAT_MESSAGES_MAX
+                self.daemon.tasks.runs_in_chat,
+                group.folder,
+                chat,
+                since,
+                HTTP_CHAT_MESSAGES_MAX,
+                channel,
             )
         )
         return web.json_response(
@@ -318,7 +382,7 @@ class HttpChannel(Channel):
                 "messages": [
                     {**m.to_dict(), "task": tasks.get(m.id)}
                     for m in messages
-                    if self.may_name(request, m.sender)
+                    if self.may_read(request, m)
                 ]
             }
         )
@@ -333,7 +397,7 @@ class HttpChannel(Channel):
         except ValueError:
             return _error(400, "after must be a whole number of replies")
         message = await self._wait(message_id, wait, after)
-        if message is None or not self.may_name(request, message.sender):
+        if message is None or not self.may_read(request, message):
             return _error(404, f"no message {message_id!r}")
         return web.json_response(message.to_dict())
 

@@ -61,15 +61,28 @@ def show(obj: CliContext, message_id: str, as_json: bool) -> None:
 @click.argument("name")
 @click.option("--chat", default=None, help="The chat (default: every session of the group).")
 @click.option("--thread", default=None, help="The thread, for per-thread groups.")
+@click.option(
+    "--channel",
+    default=None,
+    help="The chat's channel (cli, http, dashboard, telegram:ACCOUNT, ...; default: every "
+    "channel the chat was seen on).",
+)
 @click.option("--last", type=click.IntRange(min=1), default=20, show_default=True, help="Events.")
 @click.option("--json", "as_json", is_flag=True, help="Print the events as JSON.")
 @pass_cli
 def transcript(
-    obj: CliContext, name: str, chat: str | None, thread: str | None, last: int, as_json: bool
+    obj: CliContext,
+    name: str,
+    chat: str | None,
+    thread: str | None,
+    channel: str | None,
+    last: int,
+    as_json: bool,
 ) -> None:
     """Show the last events of a group's session transcripts, readable: fresh contexts,
     what was said and by whom, tool calls and their results. Read through the confined
-    file layer (the container writes these files)."""
+    file layer (the container writes these files). A conversation is a chat of one
+    channel: the same chat id on two channels is two conversations."""
     from orchestrator.agent.session import TRANSCRIPT, session_key
     from orchestrator.confined import ConfinedDir, UnsafePath
     from orchestrator.errors import BadInput
@@ -78,23 +91,24 @@ def transcript(
     group = GroupStore(obj.home).find(name)
     with ConfinedDir.open(group.path.parent, f"{group.folder}/sessions") as sessions:
         if chat is not None:
-            keys = [session_key(group.config.session_mode, chat, thread)]
+            channels = [channel] if channel else _channels_of(obj, group.folder, chat)
+            keys = [session_key(group.config.session_mode, c, chat, thread) for c in channels]
         else:
             keys = [e.name for e in sessions.entries() if e.is_dir(follow_symlinks=False)]
         if not keys:
             click.echo(f"{group.folder} has no sessions yet")
             return
         shown: list[tuple[str, dict[str, Any]]] = []
+        found = 0
         for key in keys:
             try:
                 raw = sessions.read_bytes(f"{key}/{TRANSCRIPT}", 4 * TRANSCRIPT_ROTATE_BYTES)
             except FileNotFoundError:
-                if chat is not None:
-                    raise BadInput(f"{group.folder} has no session for chat {chat!r}") from None
                 continue
             except UnsafePath as exc:
                 click.echo(f"{key}: {exc.reason}", err=True)
                 continue
+            found += 1
             for line in raw.splitlines():
                 try:
                     event = json.loads(line)
@@ -102,6 +116,8 @@ def transcript(
                     continue
                 if isinstance(event, dict):
                     shown.append((key, event))
+        if chat is not None and not found:
+            raise BadInput(f"{group.folder} has no session for chat {chat!r}")
     shown.sort(key=lambda item: float(item[1].get("ts") or 0))
     shown = shown[-last:]
     if as_json:
@@ -109,6 +125,25 @@ def transcript(
         return
     for key, event in shown:
         click.echo(_describe(key, event, several=chat is None and len(keys) > 1))
+
+
+def _channels_of(obj: CliContext, folder: str, chat: str) -> list[str]:
+    """The channels the queue has seen ``chat`` of group ``folder`` on (``cli`` when it
+    has seen none)."""
+    from orchestrator.learned import open_queue_if_any
+
+    queue = open_queue_if_any(obj.home.state_dir)
+    if queue is None:
+        return ["cli"]
+    try:
+        rows = queue.read(
+            "SELECT DISTINCT channel FROM messages WHERE group_folder=? AND chat=?"
+            " ORDER BY channel",
+            (folder, chat),
+        )
+    finally:
+        queue.close()
+    return [str(r[0]) for r in rows] or ["cli"]
 
 
 def _describe(key: str, event: dict[str, Any], several: bool) -> str:

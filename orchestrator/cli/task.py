@@ -72,6 +72,12 @@ def _row(task: Task) -> list[object]:
     "--chat", required=True, help="The chat to run in and answer: one the group has seen."
 )
 @click.option("--thread", default=None, help="Thread id (for per-thread groups).")
+@click.option(
+    "--channel",
+    default=None,
+    help="The chat's channel (cli, http, telegram:ACCOUNT, ...) [default: the one the "
+    "chat was last seen on].",
+)
 @click.option("--at", "at", default=None, help="Once: a delay (20m, 2h, 1d) or a time (ISO 8601).")
 @click.option("--every", default=None, help="Every interval (30m, 2h, 1d).")
 @click.option("--cron", default=None, help="A cron expression: minute hour day month weekday.")
@@ -85,6 +91,7 @@ def add(
     text: str,
     chat: str,
     thread: str | None,
+    channel: str | None,
     at: str | None,
     every: str | None,
     cron: str | None,
@@ -113,10 +120,11 @@ def add(
     group = GroupStore(obj.home).find(name)
     with _queue(obj) as queue:
         store = TaskStore(queue) if queue is not None else None
-        channel = store.chat_channel(group.folder, chat) if store is not None else None
-        if store is None or channel is None:
+        seen = store.chat_channel(group.folder, chat, channel) if store is not None else None
+        if store is None or seen is None:
             raise TaskRefused(
-                f"group {group.folder!r} has never seen chat {chat!r}",
+                f"group {group.folder!r} has never seen chat {chat!r}"
+                + (f" on channel {channel!r}" if channel else ""),
                 hint=f"send it a first message: orchestrator send {group.folder} --chat "
                 f'{chat} "hi"',
             )
@@ -125,7 +133,7 @@ def add(
             group=group.folder,
             chat=chat,
             thread=thread,
-            channel=channel,
+            channel=seen,
             text=text,
             kind=kind,
             spec=str(spec),

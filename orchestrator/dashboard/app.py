@@ -35,7 +35,8 @@ HERE = Path(__file__).parent
 COOKIE = "orchestrator_session"
 PREFIX = "/ui/"
 OPEN_PATHS = ("/ui/login", "/ui/static/")
-CHAT = "dashboard"  # the chat the dashboard's chat box talks in
+CHAT = "dashboard"  # the chat the dashboard's chat box talks in ...
+CHANNEL = "dashboard"  # ... of its own channel: no other channel's chat of that name
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
     "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
@@ -323,7 +324,7 @@ class Dashboard:
             findings.setdefault(finding.path, []).append(finding)
         opened = open_history(store.root, group.folder)
         history = opened.log()[:50]
-        chat = self.daemon.queue.chat_messages(group.folder, CHAT, 0.0, 20)
+        chat = self.daemon.queue.chat_messages(group.folder, CHAT, 0.0, 20, channel=CHANNEL)
         return {
             "group": group,
             "config": yaml.safe_dump(group.config.to_dict(), sort_keys=False),
@@ -343,7 +344,7 @@ class Dashboard:
         text = str(form.get("text", ""))
         try:
             message = await asyncio.to_thread(
-                self.daemon.submit, name, text, chat=CHAT, sender="operator", channel="dashboard"
+                self.daemon.submit, name, text, chat=CHAT, sender="operator", channel=CHANNEL
             )
         except OrchestratorError as exc:
             raise web.HTTPBadRequest(text=exc.message) from None

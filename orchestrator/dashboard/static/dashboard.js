@@ -11,7 +11,11 @@
         const list = item.querySelector(".replies");
         while (list.children.length < m.replies.length) {
           const li = document.createElement("li");
-          li.textContent = m.replies[list.children.length];
+          const who = document.createElement("span");
+          who.className = "sender";
+          who.textContent = (list.dataset.group || "group") + ":";
+          li.appendChild(who);
+          li.appendChild(document.createTextNode(" " + m.replies[list.children.length]));
           list.appendChild(li);
         }
         item.dataset.state = m.state;
