@@ -45,8 +45,11 @@ BASE_PULL_TIMEOUT_SECONDS = 20
 ENGINE_RETRY_ATTEMPTS = 5
 ENGINE_RETRY_MAX_WAIT_SECONDS = 8.0
 
-# How long ensure-running waits for a started container to be up.
+# How long ensure-running waits for a started container to be up; a container running
+# longer than that whose runner does not answer within RUNNER_DEAD_SOCKET_SECONDS is
+# made again (its socket is dead).
 CONTAINER_READY_TIMEOUT_SECONDS = 30.0
+RUNNER_DEAD_SOCKET_SECONDS = 3.0
 
 # Largest group.yaml / orchestrator.yaml accepted.
 CONFIG_FILE_MAX_BYTES = 256 * 1024

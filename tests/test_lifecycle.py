@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -230,3 +231,36 @@ def test_every_setting_the_container_runs_with_changes_its_hash(
     set_option(group.config_file, key, value)
     after = runtime.desired_spec(runtime.store.load("fam")).labels["org.orchestrator.config-hash"]
     assert after != before
+
+
+def test_a_running_container_whose_runner_never_answers_is_recreated(
+    runtime: GroupRuntime, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A dead runner socket (code in the container took it over and left): the host
+    waits a short bound, then makes the container again instead of waiting on it turn
+    after turn."""
+    import dataclasses
+
+    from orchestrator.limits import CONTAINER_READY_TIMEOUT_SECONDS
+
+    group = runtime.store.load("fam")
+    runtime.ensure_running(group)
+    backend = fake(runtime)
+    name = runtime.container_name(group)
+    old = backend.containers[name]
+    # it has run long enough to answer, and from now on it answers nothing
+    backend.containers[name] = dataclasses.replace(
+        old, started_at=time.time() - CONTAINER_READY_TIMEOUT_SECONDS - 1
+    )
+    answers = iter([False] * 10_000)
+    runtime._ready = lambda client: next(answers) if backend.containers[name].id == old.id else True
+    backend.calls.clear()
+    with caplog.at_level("WARNING"):
+        info = runtime.ensure_running(group)
+    assert info.running and info.id != old.id
+    assert backend.calls == [("remove", name), ("create", name), ("start", name)]
+    assert runtime.dead_sockets == {"fam": 1}
+    assert "its runner does not answer" in caplog.text and "recreating it (1 times" in caplog.text
+    # a container just started by someone else is waited for, not recreated
+    backend.calls.clear()
+    assert runtime.ensure_running(group).id == info.id and backend.calls == []

@@ -53,7 +53,10 @@ EXPECTED: dict[str, Callable[[], str]] = {
         f"retried {L.ENGINE_RETRY_ATTEMPTS} times, exponential backoff up to "
         f"{_s(L.ENGINE_RETRY_MAX_WAIT_SECONDS)}"
     ),
-    "container ready after start (runner answers)": lambda: _s(L.CONTAINER_READY_TIMEOUT_SECONDS),
+    "container ready after start (runner answers); a running container's runner answers (else "
+    "it is made again)": lambda: (
+        f"{_s(L.CONTAINER_READY_TIMEOUT_SECONDS)}; {_s(L.RUNNER_DEAD_SOCKET_SECONDS)}"
+    ),
     "SessionStart hook timeout / output kept": lambda: (
         f"{_s(L.DEFAULT_HOOK_TIMEOUT_SECONDS)} / {L.HOOK_OUTPUT_MAX_CHARS:,} characters"
     ),

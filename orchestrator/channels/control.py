@@ -194,6 +194,8 @@ class ControlChannel(Channel):
                     "concurrency": daemon.concurrency,
                     "per_group_concurrency": daemon.per_group,
                     "pauses": [p.to_dict() for p in daemon.queue.pauses()],
+                    # containers made again because their runner stopped answering
+                    "runner_recreations": dict(daemon.runtime.dead_sockets),
                 }
         except SenderRefused as exc:
             return {"ok": False, "refused": True, "error": exc.message, "hint": exc.hint}

@@ -110,6 +110,7 @@ def status(obj: CliContext, as_json: bool) -> None:
     paused = {p["group"]: p for p in (queue or {}).get("pauses", [])}
     spaces = [s for s in (free_space(obj.home.groups_dir), free_space(obj.home.state_dir)) if s]
     gaps = {r.folder: History(obj.home.groups_dir, r.folder).gap() for r in rows}
+    recreated = _runner_recreations(obj) if daemon is not None else {}
     if as_json:
         print_json(
             {
@@ -121,6 +122,7 @@ def status(obj: CliContext, as_json: bool) -> None:
                         "disk_limit_bytes": limits.get(row.folder),
                         "paused": paused.get(row.folder),
                         "history_gap": gap.to_dict() if (gap := gaps[row.folder]) else None,
+                        "runner_recreations": recreated.get(row.folder, 0),
                     }
                     for row in rows
                 ],
@@ -177,6 +179,11 @@ def status(obj: CliContext, as_json: bool) -> None:
     )
     for folder, lease in paused.items():
         click.echo(f"paused {folder} ({lease['holder']}): {safe_line(lease['reason'])}")
+    for folder, count in sorted(recreated.items()):
+        click.echo(
+            f"runner {folder}: its container was recreated {count} time(s) since the daemon "
+            "started: it ran but nothing answered on its runner socket"
+        )
     for folder, gap in gaps.items():
         if gap is not None:
             click.echo(
@@ -201,6 +208,22 @@ def _memory(row: Any) -> str:
     if row.memory_bytes is not None:
         return human_bytes(row.memory_bytes)
     return "?" if row.state == "running" else "-"  # ?: not read within the deadline
+
+
+def _runner_recreations(obj: CliContext) -> dict[str, int]:
+    """Per group, how often the running daemon recreated its container for a dead
+    runner socket ({} when it cannot be asked)."""
+    from orchestrator.errors import OrchestratorError
+    from orchestrator.service import control_request
+
+    try:
+        answer = control_request(obj.home, {"op": "status"}, timeout=5)
+    except OrchestratorError:
+        return {}
+    found = answer.get("runner_recreations")
+    if not isinstance(found, dict):
+        return {}
+    return {str(k): int(v) for k, v in found.items() if isinstance(v, int)}
 
 
 def _daemon_summary(obj: CliContext) -> dict[str, Any] | None:

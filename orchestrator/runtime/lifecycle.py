@@ -21,7 +21,7 @@ from orchestrator.config import Home, OrchestratorConfig
 from orchestrator.confined import INHERIT, ConfinedDir, Owner, UnsafePath, kind_of
 from orchestrator.errors import BadInput, EngineError, InvalidConfig, OrchestratorError
 from orchestrator.groups import Group, GroupStore
-from orchestrator.limits import CONTAINER_READY_TIMEOUT_SECONDS
+from orchestrator.limits import CONTAINER_READY_TIMEOUT_SECONDS, RUNNER_DEAD_SOCKET_SECONDS
 from orchestrator.memory.scaffold import scaffold_memory
 from orchestrator.runtime.base import (
     LABEL_CONFIG_HASH,
@@ -149,6 +149,8 @@ class GroupRuntime:
         self.rootless = rootless
         # How to tell the runner answers; unit tests on the fake backend replace it.
         self._ready = ready or (lambda client: client.ping())
+        # containers made again because their runner stopped answering, per group
+        self.dead_sockets: dict[str, int] = {}
 
     @property
     def project_labels(self) -> dict[str, str | None]:
@@ -292,7 +294,31 @@ class GroupRuntime:
         info = self.backend.inspect(spec.name)
         if info is not None and not info.running:
             self.backend.start(spec.name)
+        elif info is not None and self._settled(info):
+            # It has run long enough to answer: when nothing does within a short bound
+            # (code in it took the socket over and left), it is made again rather than
+            # waited on turn after turn.
+            try:
+                return self.wait_ready(group, RUNNER_DEAD_SOCKET_SECONDS)
+            except OrchestratorError as exc:
+                self.dead_sockets[group.folder] = self.dead_sockets.get(group.folder, 0) + 1
+                log.warning(
+                    "group %s: its container runs but its runner does not answer (%s); "
+                    "recreating it (%d times since the daemon started)",
+                    group.folder,
+                    exc.message,
+                    self.dead_sockets[group.folder],
+                )
+                self.backend.remove(spec.name)
+                self.backend.create(spec)
+                self.backend.start(spec.name)
         return self.wait_ready(group)
+
+    def _settled(self, info: ContainerInfo) -> bool:
+        """Whether a running container started long enough ago that its runner should
+        have answered by now (one just started by someone else is waited for)."""
+        started = info.started_at or 0.0
+        return info.running and time.time() - started > CONTAINER_READY_TIMEOUT_SECONDS
 
     def runner(self, group: Group) -> RunnerClient:
         """A client of the runner in ``group``'s container."""
