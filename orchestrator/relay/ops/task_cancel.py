@@ -24,8 +24,8 @@ def handle(turn: TurnRelay, frame: dict[str, Any]) -> dict[str, Any]:
     from orchestrator.relay.turn import RelayViolation
 
     number = frame.get("id")
-    if isinstance(number, bool) or not isinstance(number, int):
-        raise RelayViolation("task.cancel.id must be a whole number")
+    if isinstance(number, bool) or not isinstance(number, int) or not 0 < number < 2**63:
+        raise RelayViolation("task.cancel.id must be a whole number from 1 (a task's id)")
     message, group = turn.message, turn.group
     store = TaskStore(turn.context.queue)
     task = store.get(number)
