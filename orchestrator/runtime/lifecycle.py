@@ -151,6 +151,7 @@ class GroupRuntime:
         self._ready = ready or (lambda client: client.ping())
         # containers made again because their runner stopped answering, per group
         self.dead_sockets: dict[str, int] = {}
+        self._answered: dict[str, str] = {}  # group -> the container whose runner answered
 
     @property
     def project_labels(self) -> dict[str, str | None]:
@@ -315,10 +316,14 @@ class GroupRuntime:
         return self.wait_ready(group)
 
     def _settled(self, info: ContainerInfo) -> bool:
-        """Whether a running container started long enough ago that its runner should
-        have answered by now (one just started by someone else is waited for)."""
-        started = info.started_at or 0.0
-        return info.running and time.time() - started > CONTAINER_READY_TIMEOUT_SECONDS
+        """Whether a running container's runner should answer at once: it has answered
+        before, or the container started long enough ago (one just started by someone
+        else is waited for)."""
+        if not info.running:
+            return False
+        if info.group is not None and self._answered.get(info.group) == info.id:
+            return True
+        return time.time() - (info.started_at or 0.0) > CONTAINER_READY_TIMEOUT_SECONDS
 
     def runner(self, group: Group) -> RunnerClient:
         """A client of the runner in ``group``'s container."""
@@ -338,6 +343,7 @@ class GroupRuntime:
             if self.ping(client):
                 info = self.backend.inspect(name)
                 if info is not None and info.running:
+                    self._answered[group.folder] = info.id
                     return info
             if polls % READY_INSPECT_EVERY == 0:
                 info = self.backend.inspect(name)
