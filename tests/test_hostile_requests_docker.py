@@ -104,9 +104,7 @@ def proc(tmp_path: Path, agent_image, test_project, docker_client) -> Iterator[D
 
 def family(proc: DaemonProcess) -> Group:
     store = GroupStore(proc.home)
-    store.add(
-        GroupConfig(name="fam", creators=("operator",), members=("mem", "slack:mem"))
-    )
+    store.add(GroupConfig(name="fam", creators=("operator",), members=("mem", "slack:mem")))
     return store.load("fam")
 
 
@@ -185,7 +183,8 @@ def test_the_confirm_swap_from_inside_the_container_applies_only_what_was_shown(
     ]
     # with several waiting, /confirm picks none; /approve applies exactly the one named
     listing = say(proc, "/confirm")
-    assert listing[0].startswith("3 requests wait in this chat") and group.learned_file.read_text() == ""
+    assert listing[0].startswith("3 requests wait in this chat")
+    assert group.learned_file.read_text() == ""
     assert say(proc, f"/approve {ids[0]}", sender="mem") == [
         "Only this group's creators can approve what waits for approval."
     ]
