@@ -57,9 +57,10 @@ class Echo:
 
 @contextmanager
 def _setup(groups: int) -> Iterator[tuple[object, list[str], object]]:
-    from orchestrator.config import DEFAULT_IMAGE_REPOSITORY, Home, OrchestratorConfig
+    from orchestrator.config import DEFAULT_IMAGE_REPOSITORY, OrchestratorConfig
     from orchestrator.daemon import Daemon
     from orchestrator.group_config import GroupConfig
+    from orchestrator.home import Home
     from orchestrator.image.agent import build_agent_image
     from orchestrator.queue import MessageQueue
     from orchestrator.runtime.base import LABEL_PROJECT

@@ -19,9 +19,10 @@ CHATS = 10
 
 
 def run(quick: bool) -> Result:
-    from orchestrator.config import DEFAULT_IMAGE_REPOSITORY, Home
+    from orchestrator.config import DEFAULT_IMAGE_REPOSITORY, load_config
     from orchestrator.daemon import Daemon
     from orchestrator.group_config import GroupConfig, ModelLimits
+    from orchestrator.home import Home
     from orchestrator.image.agent import build_agent_image
     from orchestrator.queue import open_queue
     from orchestrator.runtime.base import LABEL_PROJECT
@@ -45,7 +46,7 @@ def run(quick: bool) -> Result:
                 f"providers:\n  fake:\n    kind: openai\n    base_url: {fake.base_url}\n"
                 "    key_env: BENCH_FAKE_KEY\n"
             )
-            config = home.load_config()
+            config = load_config(home)
             runtime = GroupRuntime(
                 home, config, backend, lambda: image, skills_root=default_skills_root()
             )

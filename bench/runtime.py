@@ -32,7 +32,8 @@ IDLE = "idle-cost"
 
 @contextmanager
 def _runtime(project: str) -> Iterator[tuple[object, object, str]]:
-    from orchestrator.config import DEFAULT_IMAGE_REPOSITORY, Home, OrchestratorConfig
+    from orchestrator.config import DEFAULT_IMAGE_REPOSITORY, OrchestratorConfig
+    from orchestrator.home import Home
     from orchestrator.image.agent import build_agent_image
     from orchestrator.runtime.base import LABEL_PROJECT
     from orchestrator.runtime.docker import DockerBackend

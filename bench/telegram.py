@@ -48,10 +48,11 @@ def _rig() -> Iterator[dict[str, Any]]:
     from orchestrator.channels.accounts import ChannelAccount
     from orchestrator.channels.http import HttpChannel
     from orchestrator.channels.telegram import TelegramChannel
-    from orchestrator.config import Home, OrchestratorConfig
+    from orchestrator.config import OrchestratorConfig
     from orchestrator.daemon import Daemon
     from orchestrator.group_config import GroupConfig
     from orchestrator.groups import GroupStore
+    from orchestrator.home import Home
     from orchestrator.queue import open_queue
     from orchestrator.runtime.fake import FakeBackend
     from orchestrator.runtime.lifecycle import GroupRuntime

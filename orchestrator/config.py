@@ -1,17 +1,12 @@
-"""The orchestrator home and its optional ``orchestrator.yaml``.
-
-The home (``--home``, env ``ORCHESTRATOR_HOME``, default: the current directory) holds
-``orchestrator.yaml``, ``groups/`` and ``state/``.
-"""
+"""``orchestrator.yaml``: the settings of one home, every key optional (see README,
+Configuration). ``load_config`` reads the file and validates each section."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 
 from orchestrator.channels.accounts import (
@@ -20,9 +15,9 @@ from orchestrator.channels.accounts import (
     parse_channel_accounts,
     parse_http_tokens,
 )
-from orchestrator.errors import HomeNotWritable, InvalidConfig
+from orchestrator.errors import InvalidConfig
+from orchestrator.home import Home
 from orchestrator.limits import (
-    CONFIG_FILE_MAX_BYTES,
     DEFAULT_HTTP_LISTEN,
     DEFAULT_UNPRIVILEGED_GID,
     DEFAULT_UNPRIVILEGED_UID,
@@ -32,9 +27,7 @@ from orchestrator.relay.definitions import ProviderDef, parse_providers
 from orchestrator.validate import MappingReader
 from orchestrator.yamldoc import load_yaml_file, parse_yaml_text
 
-CONFIG_FILE = "orchestrator.yaml"
 PROJECT_ENV = "ORCHESTRATOR_PROJECT"
-STATE_DIR_ENV = "ORCHESTRATOR_STATE_DIR"
 HTTP_TOKEN_ENV = "ORCHESTRATOR_HTTP_TOKEN"
 # Where the engine sees this home, when the daemon runs in a container of its own (the
 # sources of group containers' bind mounts are the engine's paths, not ours).
@@ -45,7 +38,6 @@ HTTP_LISTEN_ENV = "ORCHESTRATOR_HTTP_LISTEN"
 DEFAULT_PROJECT = "orchestrator"
 # No '.': container names are <project>.<folder>, and neither part may hold the dot.
 PROJECT_PATTERN = r"[a-z0-9][a-z0-9_-]{0,39}"
-HOME_ID_FILE = "home-id"
 DEFAULT_IMAGE_REPOSITORY = "orchestrator-agent"
 DEFAULT_ALLOWLIST = Path("~/.config/orchestrator/mount-allowlist.yaml")
 
@@ -99,259 +91,155 @@ def listen_problem(listen: str, allow_remote: bool) -> str | None:
     return None
 
 
-def _state_dir_setting(config_file: Path, root: Path) -> Path | None:
-    """``state_dir`` from orchestrator.yaml when it is a usable string; the key is
-    validated with the rest by ``load_config``."""
-    try:
-        if config_file.stat().st_size > CONFIG_FILE_MAX_BYTES:
-            return None
-        import yaml
+def load_config(home: Home, text: str | None = None) -> OrchestratorConfig:
+    """Read the home's orchestrator.yaml (defaults when absent); env ORCHESTRATOR_PROJECT
+    wins.
 
-        data = yaml.safe_load(config_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError, ImportError):
-        return None
-    except Exception:  # malformed YAML: load_config reports it
-        return None
-    value = data.get("state_dir") if isinstance(data, dict) else None
-    if not isinstance(value, str) or not value.strip():
-        return None
-    path = Path(value).expanduser()
-    return path if path.is_absolute() else root / path
+    With ``text``, validate that instead of the file (an edit about to be written).
+    """
+    values: dict[str, object] = {}
+    doc = None
+    if text is not None:
+        doc = parse_yaml_text(text, home.config_file)
+    elif home.config_file.exists():
+        doc = load_yaml_file(home.config_file)
+    if doc is not None:
+        reader = MappingReader(doc, doc.data)
+        reader.reject_unknown(
+            [
+                "project",
+                "image",
+                "unprivileged_user",
+                "mount_allowlist",
+                "debian_mirror",
+                "http",
+                "concurrency",
+                "per_group_concurrency",
+                "state_dir",
+                "providers",
+                "secrets_file",
+                "memory_search",
+                "history",
+                "channels",
+            ]
+        )
+        if "channels" in reader.data:
+            values["channel_accounts"] = parse_channel_accounts(reader.child("channels"))
+        if "history" in reader.data:
+            from orchestrator.group_config import parse_size
 
-
-@dataclass(frozen=True)
-class Home:
-    """Paths of one orchestrator home."""
-
-    root: Path
-
-    @property
-    def config_file(self) -> Path:
-        return self.root / CONFIG_FILE
-
-    @property
-    def groups_dir(self) -> Path:
-        return self.root / "groups"
-
-    @cached_property
-    def identity(self) -> str:
-        """This home's identity, labelled on its containers so that two homes on one
-        engine never act on each other's: a hash of the home's real path when it was
-        first used, kept in state/home-id (so a home that moves keeps it)."""
-        path = self.state_dir / HOME_ID_FILE
-        try:
-            stored = path.read_text().strip()
-            if re.fullmatch(r"[0-9a-f]{16}", stored):
-                return stored
-        except OSError:
-            pass
-        identity = hashlib.sha256(os.path.realpath(self.root).encode()).hexdigest()[:16]
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            with os.fdopen(fd, "w") as handle:
-                handle.write(identity + "\n")
-        except FileExistsError:
-            return self.identity_from_file(path) or identity
-        except OSError:
-            pass  # a read-only home: the hash of its path is its identity
-        return identity
-
-    @staticmethod
-    def identity_from_file(path: Path) -> str | None:
-        try:
-            stored = path.read_text().strip()
-        except OSError:
-            return None
-        return stored if re.fullmatch(r"[0-9a-f]{16}", stored) else None
-
-    def default_project(self) -> str:
-        """The project name when none is configured: the home folder's name and a short
-        piece of its identity (as compose derives one from the directory), so two homes
-        never share container names by default."""
-        slug = re.sub(r"[^a-z0-9_-]+", "-", self.root.name.lower()).strip("-_")[:24]
-        return f"{slug or 'home'}-{self.identity[:6]}"
-
-    @cached_property
-    def state_dir(self) -> Path:
-        """``state/`` of the home, unless env ORCHESTRATOR_STATE_DIR or ``state_dir`` in
-        orchestrator.yaml puts it elsewhere (another disk, so a group filling the disk of
-        the groups cannot stop the queue)."""
-        env = os.environ.get(STATE_DIR_ENV)
-        if env:
-            return Path(env).expanduser().absolute()
-        return _state_dir_setting(self.config_file, self.root) or self.root / "state"
-
-    def runtime_dir(self, folder: str) -> Path:
-        """Per-group folder for the host-container channel (mounted at /run/orchestrator)."""
-        return self.state_dir / "run" / folder
-
-    def ensure_writable(self) -> None:
-        """Create groups/ and state/ when missing; fail with one clear line when we cannot."""
-        for path in (self.root, self.groups_dir, self.state_dir):
-            try:
-                path.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise HomeNotWritable(
-                    f"cannot create {path}: {exc.strerror}",
-                    hint="pass --home DIR (or set ORCHESTRATOR_HOME) to a writable folder",
-                ) from None
-            if not os.access(path, os.W_OK | os.X_OK):
-                raise HomeNotWritable(
-                    f"{path} is not writable by uid {os.getuid()}",
-                    hint="pass --home DIR (or set ORCHESTRATOR_HOME) to a writable folder",
+            history = reader.child("history")
+            history.reject_unknown(["max_file_bytes"])
+            size = parse_size(history.raw("max_file_bytes", HISTORY_FILE_MAX_BYTES))
+            if size is None or not 1024 <= size <= 1024**3:
+                raise history.fail(
+                    "max_file_bytes",
+                    f"got {history.data.get('max_file_bytes')!r}; expected a size from 1k "
+                    "to 1g (such as 4m)",
                 )
-
-    def load_config(self, text: str | None = None) -> OrchestratorConfig:
-        """Read orchestrator.yaml (defaults when absent); env ORCHESTRATOR_PROJECT wins.
-
-        With ``text``, validate that instead of the file (an edit about to be written).
-        """
-        values: dict[str, object] = {}
-        doc = None
-        if text is not None:
-            doc = parse_yaml_text(text, self.config_file)
-        elif self.config_file.exists():
-            doc = load_yaml_file(self.config_file)
-        if doc is not None:
-            reader = MappingReader(doc, doc.data)
-            reader.reject_unknown(
-                [
-                    "project",
-                    "image",
-                    "unprivileged_user",
-                    "mount_allowlist",
-                    "debian_mirror",
-                    "http",
-                    "concurrency",
-                    "per_group_concurrency",
-                    "state_dir",
-                    "providers",
-                    "secrets_file",
-                    "memory_search",
-                    "history",
-                    "channels",
-                ]
+            values["history_max_file_bytes"] = size
+        if "memory_search" in reader.data:
+            search = reader.child("memory_search")
+            search.reject_unknown(["embedder", "vector_weight"])
+            embedder = search.choice("embedder", ("none", "wordllama"), "none")
+            values["search_embedder"] = None if embedder == "none" else embedder
+            weight = search.raw("vector_weight", 0.5)
+            if (
+                isinstance(weight, bool)
+                or not isinstance(weight, int | float)
+                or not 0 <= weight <= 1
+            ):
+                raise search.fail("vector_weight", f"got {weight!r}; expected a number from 0 to 1")
+            values["search_vector_weight"] = float(weight)
+        if "providers" in reader.data:
+            values["providers"] = parse_providers(reader.child("providers"))
+        if "secrets_file" in reader.data:
+            path = Path(reader.text("secrets_file", max_chars=4096)).expanduser()
+            values["secrets_file"] = path if path.is_absolute() else home.root / path
+        if "state_dir" in reader.data:
+            reader.text("state_dir", max_chars=4096)
+        if "project" in reader.data:
+            values["project"] = reader.text("project", pattern=PROJECT_PATTERN)
+        if "image" in reader.data:
+            values["image"] = reader.text(
+                "image", pattern=r"[a-z0-9][a-z0-9._/-]{0,127}", max_chars=128
             )
-            if "channels" in reader.data:
-                values["channel_accounts"] = parse_channel_accounts(reader.child("channels"))
-            if "history" in reader.data:
-                from orchestrator.group_config import parse_size
-
-                history = reader.child("history")
-                history.reject_unknown(["max_file_bytes"])
-                size = parse_size(history.raw("max_file_bytes", HISTORY_FILE_MAX_BYTES))
-                if size is None or not 1024 <= size <= 1024**3:
-                    raise history.fail(
-                        "max_file_bytes",
-                        f"got {history.data.get('max_file_bytes')!r}; expected a size from 1k "
-                        "to 1g (such as 4m)",
+        if "unprivileged_user" in reader.data:
+            raw = str(reader.raw("unprivileged_user"))
+            match = re.fullmatch(r"(\d{1,10}):(\d{1,10})", raw)
+            if not match or int(match[1]) == 0 or int(match[2]) == 0:
+                raise reader.fail(
+                    "unprivileged_user", f"got {raw!r}; expected UID:GID, both non-zero"
+                )
+            values["unprivileged_uid"] = int(match[1])
+            values["unprivileged_gid"] = int(match[2])
+        if "mount_allowlist" in reader.data:
+            values["mount_allowlist"] = Path(
+                reader.text("mount_allowlist", max_chars=4096)
+            ).expanduser()
+        if "debian_mirror" in reader.data:
+            values["debian_mirror"] = reader.text(
+                "debian_mirror", pattern=r"https?://\S+", max_chars=512
+            )
+        if "concurrency" in reader.data:
+            values["concurrency"] = reader.whole_number("concurrency", None, 1, 256, "1 to 256")
+        if "per_group_concurrency" in reader.data:
+            values["per_group_concurrency"] = reader.whole_number(
+                "per_group_concurrency", None, 1, 256, "1 to 256"
+            )
+        if "http" in reader.data:
+            http = reader.child("http")
+            http.reject_unknown(["listen", "token", "allow_remote", "tokens", "dashboard"])
+            values["http_dashboard"] = http.boolean("dashboard", False)
+            if "tokens" in http.data:
+                values["http_tokens"] = parse_http_tokens(http.child("tokens"))
+            allow_remote = http.boolean("allow_remote", False)
+            values["http_allow_remote"] = allow_remote
+            if "listen" in http.data:
+                listen = http.text("listen", max_chars=100)
+                problem = listen_problem(listen, allow_remote)
+                if problem:
+                    raise http.fail("listen", problem)
+                values["http_listen"] = listen
+            if "token" in http.data:
+                token = http.text("token", max_chars=512)
+                if len(token) < 16:
+                    raise http.fail(
+                        "token", "is shorter than 16 characters; use a long random token"
                     )
-                values["history_max_file_bytes"] = size
-            if "memory_search" in reader.data:
-                search = reader.child("memory_search")
-                search.reject_unknown(["embedder", "vector_weight"])
-                embedder = search.choice("embedder", ("none", "wordllama"), "none")
-                values["search_embedder"] = None if embedder == "none" else embedder
-                weight = search.raw("vector_weight", 0.5)
-                if (
-                    isinstance(weight, bool)
-                    or not isinstance(weight, int | float)
-                    or not 0 <= weight <= 1
-                ):
-                    raise search.fail(
-                        "vector_weight", f"got {weight!r}; expected a number from 0 to 1"
-                    )
-                values["search_vector_weight"] = float(weight)
-            if "providers" in reader.data:
-                values["providers"] = parse_providers(reader.child("providers"))
-            if "secrets_file" in reader.data:
-                path = Path(reader.text("secrets_file", max_chars=4096)).expanduser()
-                values["secrets_file"] = path if path.is_absolute() else self.root / path
-            if "state_dir" in reader.data:
-                reader.text("state_dir", max_chars=4096)
-            if "project" in reader.data:
-                values["project"] = reader.text("project", pattern=PROJECT_PATTERN)
-            if "image" in reader.data:
-                values["image"] = reader.text(
-                    "image", pattern=r"[a-z0-9][a-z0-9._/-]{0,127}", max_chars=128
-                )
-            if "unprivileged_user" in reader.data:
-                raw = str(reader.raw("unprivileged_user"))
-                match = re.fullmatch(r"(\d{1,10}):(\d{1,10})", raw)
-                if not match or int(match[1]) == 0 or int(match[2]) == 0:
-                    raise reader.fail(
-                        "unprivileged_user", f"got {raw!r}; expected UID:GID, both non-zero"
-                    )
-                values["unprivileged_uid"] = int(match[1])
-                values["unprivileged_gid"] = int(match[2])
-            if "mount_allowlist" in reader.data:
-                values["mount_allowlist"] = Path(
-                    reader.text("mount_allowlist", max_chars=4096)
-                ).expanduser()
-            if "debian_mirror" in reader.data:
-                values["debian_mirror"] = reader.text(
-                    "debian_mirror", pattern=r"https?://\S+", max_chars=512
-                )
-            if "concurrency" in reader.data:
-                values["concurrency"] = reader.whole_number("concurrency", None, 1, 256, "1 to 256")
-            if "per_group_concurrency" in reader.data:
-                values["per_group_concurrency"] = reader.whole_number(
-                    "per_group_concurrency", None, 1, 256, "1 to 256"
-                )
-            if "http" in reader.data:
-                http = reader.child("http")
-                http.reject_unknown(["listen", "token", "allow_remote", "tokens", "dashboard"])
-                values["http_dashboard"] = http.boolean("dashboard", False)
-                if "tokens" in http.data:
-                    values["http_tokens"] = parse_http_tokens(http.child("tokens"))
-                allow_remote = http.boolean("allow_remote", False)
-                values["http_allow_remote"] = allow_remote
-                if "listen" in http.data:
-                    listen = http.text("listen", max_chars=100)
-                    problem = listen_problem(listen, allow_remote)
-                    if problem:
-                        raise http.fail("listen", problem)
-                    values["http_listen"] = listen
-                if "token" in http.data:
-                    token = http.text("token", max_chars=512)
-                    if len(token) < 16:
-                        raise http.fail(
-                            "token", "is shorter than 16 characters; use a long random token"
-                        )
-                    values["http_token"] = token
-        if os.environ.get(HTTP_TOKEN_ENV):
-            token = os.environ[HTTP_TOKEN_ENV]
-            if len(token) < 16:
-                raise InvalidConfig(
-                    f"{HTTP_TOKEN_ENV} is {len(token)} characters; the HTTP API needs a token "
-                    "of 16 or more",
-                    hint="use a long random token, such as: openssl rand -hex 24",
-                )
-            values["http_token"] = token
-        env_listen = os.environ.get(HTTP_LISTEN_ENV)
-        if env_listen:
-            allow = bool(values.get("http_allow_remote")) or bool(os.environ.get(HOST_HOME_ENV))
-            problem = listen_problem(env_listen, allow)
-            if problem:
-                raise InvalidConfig(f"{HTTP_LISTEN_ENV}: {problem}")
-            values["http_listen"] = env_listen
-            values["http_allow_remote"] = allow
-        host_home = os.environ.get(HOST_HOME_ENV)
-        if host_home:
-            if not os.path.isabs(host_home):
-                raise InvalidConfig(
-                    f"{HOST_HOME_ENV}={host_home!r}: not an absolute path",
-                    hint="give the home's path on the host, as the engine sees it",
-                )
-            values["host_home"] = Path(host_home)
-        env_project = os.environ.get(PROJECT_ENV)
-        if env_project:
-            if not re.fullmatch(PROJECT_PATTERN, env_project):
-                raise InvalidConfig(
-                    f"{PROJECT_ENV}={env_project!r}: not a valid project name; "
-                    f"expected lowercase letters, digits, '_' or '-' (at most 40)"
-                )
-            values["project"] = env_project
-        values.setdefault("project", self.default_project())
-        return OrchestratorConfig(**values)  # type: ignore[arg-type]
+                values["http_token"] = token
+    if os.environ.get(HTTP_TOKEN_ENV):
+        token = os.environ[HTTP_TOKEN_ENV]
+        if len(token) < 16:
+            raise InvalidConfig(
+                f"{HTTP_TOKEN_ENV} is {len(token)} characters; the HTTP API needs a token "
+                "of 16 or more",
+                hint="use a long random token, such as: openssl rand -hex 24",
+            )
+        values["http_token"] = token
+    env_listen = os.environ.get(HTTP_LISTEN_ENV)
+    if env_listen:
+        allow = bool(values.get("http_allow_remote")) or bool(os.environ.get(HOST_HOME_ENV))
+        problem = listen_problem(env_listen, allow)
+        if problem:
+            raise InvalidConfig(f"{HTTP_LISTEN_ENV}: {problem}")
+        values["http_listen"] = env_listen
+        values["http_allow_remote"] = allow
+    host_home = os.environ.get(HOST_HOME_ENV)
+    if host_home:
+        if not os.path.isabs(host_home):
+            raise InvalidConfig(
+                f"{HOST_HOME_ENV}={host_home!r}: not an absolute path",
+                hint="give the home's path on the host, as the engine sees it",
+            )
+        values["host_home"] = Path(host_home)
+    env_project = os.environ.get(PROJECT_ENV)
+    if env_project:
+        if not re.fullmatch(PROJECT_PATTERN, env_project):
+            raise InvalidConfig(
+                f"{PROJECT_ENV}={env_project!r}: not a valid project name; "
+                f"expected lowercase letters, digits, '_' or '-' (at most 40)"
+            )
+        values["project"] = env_project
+    values.setdefault("project", home.default_project())
+    return OrchestratorConfig(**values)  # type: ignore[arg-type]

@@ -14,9 +14,10 @@ import stat
 from collections.abc import Callable
 from typing import Any
 
-from orchestrator.config import Home, OrchestratorConfig
+from orchestrator.config import OrchestratorConfig, load_config
 from orchestrator.errors import InvalidConfig
 from orchestrator.fsatomic import write_atomic
+from orchestrator.home import Home
 
 
 def edit_config(home: Home, change: Callable[[Any], None]) -> OrchestratorConfig:
@@ -33,7 +34,7 @@ def edit_config(home: Home, change: Callable[[Any], None]) -> OrchestratorConfig
         mode = stat.S_IMODE(os.stat(path).st_mode)
     except FileNotFoundError:
         text, mode = "", 0o644
-    home.load_config()  # the file as it is must be valid before we change it
+    load_config(home)  # the file as it is must be valid before we change it
     try:
         data = yaml.load(text)
     except YAMLError as exc:
@@ -48,7 +49,7 @@ def edit_config(home: Home, change: Callable[[Any], None]) -> OrchestratorConfig
     out = io.StringIO()
     yaml.dump(data, out)
     new_text = prefix + out.getvalue()
-    config = home.load_config(new_text)  # refused here, before anything is written
+    config = load_config(home, new_text)  # refused here, before anything is written
     home.root.mkdir(parents=True, exist_ok=True)
     write_atomic(path, new_text, mode=mode)
     return config

@@ -30,7 +30,7 @@ from orchestrator.approvals import chat_reply
 from orchestrator.channels.accounts import account_of_channel
 from orchestrator.channels.chats import ChatStore
 from orchestrator.commands import APPROVE, CONFIRM, parse_command
-from orchestrator.config import Home, OrchestratorConfig
+from orchestrator.config import OrchestratorConfig
 from orchestrator.disk import DISK_HOLDER, group_disk_usage, over_limit_reason
 from orchestrator.errors import (
     BadInput,
@@ -41,6 +41,7 @@ from orchestrator.errors import (
     SenderRefused,
 )
 from orchestrator.group_config import classify_sender
+from orchestrator.home import Home
 from orchestrator.limits import (
     DISK_CHECK_INTERVAL_SECONDS,
     DRAIN_TIMEOUT_SECONDS,

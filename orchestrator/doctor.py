@@ -8,8 +8,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.config import Home
+from orchestrator.config import load_config
 from orchestrator.errors import OrchestratorError
+from orchestrator.home import Home
 from orchestrator.validate import escape_not_utf8
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ def check_containers(home: Home, client: docker.DockerClient | None) -> list[Che
     from orchestrator.runtime.lifecycle import GroupRuntime, default_skills_root
     from orchestrator.runtime.reconcile import RECREATE, REMOVE, REMOVE_ORPHAN
 
-    config = home.load_config()
+    config = load_config(home)
     backend = DockerBackend(client)
     facts = backend.engine_facts()
     checks: list[Check] = []
@@ -307,7 +308,7 @@ def check_providers(home: Home) -> list[Check]:
     checks."""
     from orchestrator.relay.definitions import MissingCredential, resolve_key
 
-    config = home.load_config()
+    config = load_config(home)
     checks = []
     for definition in sorted(config.providers.values(), key=lambda d: d.name):
         name = f"provider {definition.name}"
@@ -337,7 +338,7 @@ def check_channels(home: Home) -> list[Check]:
     from orchestrator.channels.chats import ChatStore
     from orchestrator.learned import open_queue_if_any
 
-    config = home.load_config()
+    config = load_config(home)
     if not config.channel_accounts:
         return []
     queue = open_queue_if_any(home.state_dir)
@@ -406,7 +407,7 @@ def check_channels(home: Home) -> list[Check]:
 def run_checks(home: Home) -> list[Check]:
     checks = [check_home(home)]
     try:
-        config = home.load_config()
+        config = load_config(home)
     except OrchestratorError as exc:
         checks.append(Check("config", FAIL, exc.message, exc.hint or ""))
         return checks

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.config import Home
+from orchestrator.config import load_config
 from orchestrator.confined import ConfinedDir, Usage
 from orchestrator.errors import (
     GroupExists,
@@ -29,6 +29,7 @@ from orchestrator.errors import (
 )
 from orchestrator.fsatomic import fsync_dir
 from orchestrator.group_config import GROUP_FILE, GroupConfig, load_group_config
+from orchestrator.home import Home
 from orchestrator.learned import INSTRUCTIONS_FILE, LEARNED_FILE
 from orchestrator.limits import FOLDER_NAME_MAX, FOLDER_NAME_PATTERN, RESERVED_FOLDER_NAMES
 from orchestrator.relay.definitions import ProviderDef
@@ -149,7 +150,7 @@ class GroupStore:
             stamp = "absent"
         if self._providers[0] != stamp:
             try:
-                providers: Mapping[str, ProviderDef] | None = self.home.load_config().providers
+                providers: Mapping[str, ProviderDef] | None = load_config(self.home).providers
             except OrchestratorError:
                 providers = None
             self._providers = (stamp, providers)

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
-from orchestrator.config import Home
 from orchestrator.errors import OrchestratorError
+from orchestrator.home import Home
 from orchestrator.limits import (
     DELIVERY_BACKOFF_FIRST_SECONDS,
     DELIVERY_BACKOFF_MAX_SECONDS,

@@ -28,9 +28,10 @@ from typing import IO, TYPE_CHECKING, Any
 
 from orchestrator import wire
 from orchestrator.channels.control import SOCKET_NAME
-from orchestrator.config import Home
+from orchestrator.config import load_config
 from orchestrator.errors import DaemonNotRunning, OrchestratorError
 from orchestrator.fsatomic import write_atomic
+from orchestrator.home import Home
 from orchestrator.limits import (
     DOWN_KILL_WAIT_SECONDS,
     DOWN_TERM_WAIT_SECONDS,
@@ -172,7 +173,7 @@ class Service:
 
         with self.lock:
             try:
-                config = self.home.load_config()
+                config = load_config(self.home)
             except OrchestratorError as exc:
                 log.error("reload refused: %s; the running configuration is kept", exc.message)
                 return {"ok": False, "error": f"reload refused: {exc.message}", "hint": exc.hint}
@@ -220,7 +221,7 @@ def serve(home: Home, concurrency: int | None = None) -> None:
 
     home.ensure_writable()
     _LOCK.append(_take_lock(home))
-    config = home.load_config()
+    config = load_config(home)
     raise_file_limit()
     client = connect()
     if config.host_home is not None:

@@ -11,10 +11,11 @@ from typing import Any
 
 from orchestrator.agent.serve import RunnerServer
 from orchestrator.agent.settings import AgentSettings
-from orchestrator.config import Home
+from orchestrator.config import load_config
 from orchestrator.daemon import Daemon
 from orchestrator.group_config import GroupConfig
 from orchestrator.groups import GroupStore
+from orchestrator.home import Home
 from orchestrator.queue import DONE, open_queue
 from orchestrator.runtime.fake import FakeBackend
 from orchestrator.runtime.lifecycle import GroupRuntime
@@ -29,7 +30,7 @@ def serve_fam(home: Path) -> Iterator[dict[str, Any]]:
     store.add(
         GroupConfig(name="fam", creators=("alice",), members=("bob",), unknown_senders="allow")
     )
-    config = h.load_config()
+    config = load_config(h)
     runtime = GroupRuntime(h, config, FakeBackend(), lambda: "img:1", ready=lambda _: True)
     queue = open_queue(h)
     daemon = Daemon(h, config, runtime, queue, concurrency=2)

@@ -16,8 +16,9 @@ from orchestrator.channels.chats import ChatStore, normalize_code, parse_chat_re
 from orchestrator.channels.telegram import SenderRate, inbox_name, shown_name
 from orchestrator.channels.textfmt import markdown_to_html, split_message, utf16_len
 from orchestrator.cli import cli
-from orchestrator.config import Home
+from orchestrator.config import load_config
 from orchestrator.errors import BadInput, InvalidConfig
+from orchestrator.home import Home
 from orchestrator.queue import open_queue
 from orchestrator.redact import RedactingFilter, redact, register_secret
 
@@ -224,12 +225,12 @@ def test_channel_accounts_are_validated_with_the_key_named(home: Path) -> None:
     for text, expected in cases.items():
         (home / "orchestrator.yaml").write_text(text)
         with pytest.raises(InvalidConfig, match=expected):
-            Home(home).load_config()
+            load_config(Home(home))
     (home / "orchestrator.yaml").write_text(
         "channels:\n  b:\n    kind: telegram\n    token_secret: tg\n    api_url: http://h:1/\n"
         "    attachments_max_bytes: 1m\n    sender_rate: {messages: 5, per: 1m}\n"
     )
-    account = Home(home).load_config().channel_accounts["b"]
+    account = load_config(Home(home)).channel_accounts["b"]
     assert (account.api_url, account.attachments_max_bytes) == ("http://h:1", 1024**2)
     assert (account.rate_messages, account.rate_seconds, account.channel) == (5, 60, "telegram:b")
 
@@ -326,12 +327,12 @@ def test_matrix_accounts_are_validated(home: Path) -> None:
     for text, expected in cases.items():
         (home / "orchestrator.yaml").write_text(text)
         with pytest.raises(InvalidConfig, match=expected):
-            Home(home).load_config()
+            load_config(Home(home))
     (home / "orchestrator.yaml").write_text(
         base + "    homeserver: http://h:8008/\n    user_id: '@b:s'\n"
         "    allow_inviters: ['@op:s']\n"
     )
-    account = Home(home).load_config().channel_accounts["m"]
+    account = load_config(Home(home)).channel_accounts["m"]
     assert (account.homeserver, account.user_id, account.allow_inviters) == (
         "http://h:8008",
         "@b:s",

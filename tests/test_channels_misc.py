@@ -17,7 +17,7 @@ from orchestrator import wire
 from orchestrator.channels import control as control_module
 from orchestrator.channels.control import ControlChannel
 from orchestrator.cli.output import safe_line, safe_text
-from orchestrator.config import Home
+from orchestrator.home import Home
 from orchestrator.lograte import RateLimitFilter
 
 

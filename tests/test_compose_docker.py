@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator.config import Home
 from orchestrator.group_config import GroupConfig
 from orchestrator.groups import GroupStore
+from orchestrator.home import Home
 from tests.test_daemon_docker import _free_port
 
 pytestmark = pytest.mark.docker

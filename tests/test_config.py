@@ -6,21 +6,22 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config import Home, OrchestratorConfig
+from orchestrator.config import OrchestratorConfig, load_config
 from orchestrator.errors import InvalidConfig
+from orchestrator.home import Home
 
 
 def load(home: Path, text: str, monkeypatch) -> OrchestratorConfig:  # type: ignore[no-untyped-def]
     monkeypatch.delenv("ORCHESTRATOR_PROJECT", raising=False)
     monkeypatch.delenv("ORCHESTRATOR_HTTP_TOKEN", raising=False)
     (home / "orchestrator.yaml").write_text(text)
-    return Home(home).load_config()
+    return load_config(Home(home))
 
 
 def test_defaults_without_a_file(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.delenv("ORCHESTRATOR_PROJECT", raising=False)
     monkeypatch.delenv("ORCHESTRATOR_HTTP_TOKEN", raising=False)
-    config = Home(home).load_config()
+    config = load_config(Home(home))
     identity = (home / "state/home-id").read_text().strip()
     assert len(identity) == 16 and config.project == f"home-{identity[:6]}"
     assert config.http_token is None
@@ -54,7 +55,7 @@ def test_env_wins(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-d
     (home / "orchestrator.yaml").write_text("project: fromfile\n")
     monkeypatch.setenv("ORCHESTRATOR_PROJECT", "fromenv")
     monkeypatch.setenv("ORCHESTRATOR_HTTP_TOKEN", "t" * 20)
-    config = Home(home).load_config()
+    config = load_config(Home(home))
     assert config.project == "fromenv" and config.http_token == "t" * 20
 
 
@@ -103,4 +104,4 @@ def test_http_listen_on_a_remote_address_needs_allow_remote(
 def test_a_short_token_in_the_environment_is_refused(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("ORCHESTRATOR_HTTP_TOKEN", "short")
     with pytest.raises(InvalidConfig, match="ORCHESTRATOR_HTTP_TOKEN is 5 characters"):
-        Home(home).load_config()
+        load_config(Home(home))

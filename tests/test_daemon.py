@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 
 from orchestrator import wire
-from orchestrator.config import Home, OrchestratorConfig
+from orchestrator.config import OrchestratorConfig, load_config
 from orchestrator.daemon import Daemon, DeliveryFailed, check_inbound, choose, group_share
 from orchestrator.errors import BadInput, GroupPaused
 from orchestrator.group_config import GroupConfig, set_option
 from orchestrator.groups import GroupStore
+from orchestrator.home import Home
 from orchestrator.queue import DONE, INFLIGHT, QUEUED, Message, open_queue
 from orchestrator.runtime.channel import (
     UNRELAYED_REQUESTS_PER_TURN,
@@ -469,7 +470,7 @@ def test_missing_credentials_are_reported_per_provider_in_use(
     h = Home(home)
     GroupStore(h).add(GroupConfig(name="fam", provider="used", model="m"))
     GroupStore(h).add(GroupConfig(name="work", provider="filed", model="m"))  # found
-    config = h.load_config()
+    config = load_config(h)
     runtime = GroupRuntime(h, config, FakeBackend(), lambda: "img:1", ready=lambda _: True)
     daemon = Daemon(h, config, runtime, open_queue(h), concurrency=4)
     try:

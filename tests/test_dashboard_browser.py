@@ -20,10 +20,11 @@ from typing import Any
 import pytest
 
 from orchestrator.channels.http import HttpChannel
-from orchestrator.config import Home, OrchestratorConfig
+from orchestrator.config import OrchestratorConfig
 from orchestrator.daemon import Daemon
 from orchestrator.group_config import GroupConfig
 from orchestrator.groups import GroupStore
+from orchestrator.home import Home
 from orchestrator.queue import open_queue
 from orchestrator.relay.usage import Call
 from orchestrator.runtime.fake import FakeBackend

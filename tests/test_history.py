@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from orchestrator.config import Home
+from orchestrator.config import load_config
 from orchestrator.daemon import Daemon
 from orchestrator.group_config import GroupConfig
 from orchestrator.groups import GroupStore
+from orchestrator.home import Home
 from orchestrator.memory.history import (
     BASELINE,
     HOST,
@@ -246,10 +247,10 @@ def test_the_size_limit_is_a_setting(home: Path) -> None:
     from orchestrator.errors import InvalidConfig
 
     (home / "orchestrator.yaml").write_text("history:\n  max_file_bytes: 64k\n")
-    assert Home(home).load_config().history_max_file_bytes == 65536
+    assert load_config(Home(home)).history_max_file_bytes == 65536
     (home / "orchestrator.yaml").write_text("history:\n  max_file_bytes: lots\n")
     with pytest.raises(InvalidConfig) as bad:
-        Home(home).load_config()
+        load_config(Home(home))
     assert bad.value.message.endswith(
         "history.max_file_bytes: got 'lots'; expected a size from 1k to 1g (such as 4m)"
     )

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config import Home
+from orchestrator.config import load_config
 from orchestrator.errors import OrchestratorError
 from orchestrator.group_config import GroupConfig
+from orchestrator.home import Home
 from orchestrator.runtime.base import LABEL_HOME
 from orchestrator.runtime.docker import DockerBackend
 from orchestrator.runtime.lifecycle import GroupRuntime, default_skills_root
@@ -26,7 +27,7 @@ def homes(tmp_path: Path, agent_image, docker_client, monkeypatch) -> Iterator[l
         root = tmp_path / place / "home"  # the same folder name: compose would collide
         root.mkdir(parents=True)
         home = Home(root)
-        config = replace(home.load_config(), mount_allowlist=tmp_path / "none.yaml")
+        config = replace(load_config(home), mount_allowlist=tmp_path / "none.yaml")
         runtime = GroupRuntime(
             home,
             config,

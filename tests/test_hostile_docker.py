@@ -23,11 +23,12 @@ from typing import Any
 import pytest
 
 from orchestrator.agent.memory_hook import render_memory
-from orchestrator.config import Home, OrchestratorConfig
+from orchestrator.config import OrchestratorConfig
 from orchestrator.disk import group_disk_usage
 from orchestrator.errors import InvalidConfig
 from orchestrator.group_config import GroupConfig, set_option
 from orchestrator.groups import Group, GroupStore, memory_usage
+from orchestrator.home import Home
 from orchestrator.limits import HTTP_MAX_CONNECTIONS
 from orchestrator.runtime.base import LABEL_PROJECT
 from orchestrator.runtime.docker import DockerBackend

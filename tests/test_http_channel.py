@@ -18,10 +18,11 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from orchestrator.channels import http as http_module
 from orchestrator.channels.http import HttpChannel, bearer_token
-from orchestrator.config import Home, OrchestratorConfig
+from orchestrator.config import OrchestratorConfig, load_config
 from orchestrator.daemon import Daemon
 from orchestrator.group_config import GroupConfig
 from orchestrator.groups import GroupStore
+from orchestrator.home import Home
 from orchestrator.queue import open_queue
 from orchestrator.runtime.fake import FakeBackend
 from orchestrator.runtime.lifecycle import GroupRuntime
@@ -412,7 +413,7 @@ def test_named_token_prefixes_of_the_daemons_own_channels_are_refused(home: Path
             f"http:\n  tokens:\n    b:\n      token_env: X\n      senders: '{prefix}'\n"
         )
         with pytest.raises(InvalidConfig, match=message):
-            Home(home).load_config()
+            load_config(Home(home))
 
 
 def test_connections_are_counted_refused_over_the_cap_and_released(served, caplog) -> None:  # type: ignore[no-untyped-def]

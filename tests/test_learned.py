@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config import Home
 from orchestrator.confined import ConfinedDir
 from orchestrator.daemon import Daemon
 from orchestrator.group_config import GroupConfig
 from orchestrator.groups import GroupStore
+from orchestrator.home import Home
 from orchestrator.learned import (
     LEARNED_FILE,
     NOT_PERSISTED,

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config import Home, OrchestratorConfig
+from orchestrator.config import OrchestratorConfig
 from orchestrator.errors import InvalidConfig, MountRefused, OrchestratorError
 from orchestrator.group_config import GroupConfig, set_option
 from orchestrator.groups import GroupStore
+from orchestrator.home import Home
 from orchestrator.runtime.base import LABEL_HOME
 from orchestrator.runtime.fake import FakeBackend
 from orchestrator.runtime.lifecycle import GroupRuntime

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from orchestrator.channels.chats import ChatStore
-from orchestrator.config import Home
 from orchestrator.group_config import GroupConfig
 from orchestrator.groups import GroupStore
+from orchestrator.home import Home
 from orchestrator.queue import MessageQueue
 from tests.homeserver import Homeserver, User
 from tests.test_telegram_docker import Serve, wait_for

@@ -14,9 +14,9 @@ import frontmatter
 import pytest
 
 from orchestrator import migrate
-from orchestrator.config import Home
 from orchestrator.group_config import GroupConfig
 from orchestrator.groups import Group, GroupStore
+from orchestrator.home import Home
 from orchestrator.memory.lint import lint_memory
 from orchestrator.queue import open_queue
 

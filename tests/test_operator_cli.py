@@ -15,10 +15,11 @@ import pytest
 from orchestrator.agent.runner import Runner, Turn
 from orchestrator.agent.settings import AgentSettings
 from orchestrator.channels.control import ControlChannel
-from orchestrator.config import Home, OrchestratorConfig
+from orchestrator.config import OrchestratorConfig
 from orchestrator.daemon import Daemon
 from orchestrator.group_config import GroupConfig
 from orchestrator.groups import GroupStore
+from orchestrator.home import Home
 from orchestrator.queue import open_queue
 from orchestrator.runtime.fake import FakeBackend
 from orchestrator.runtime.lifecycle import GroupRuntime

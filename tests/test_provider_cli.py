@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config import Home
 from orchestrator.errors import BadInput
+from orchestrator.home import Home
 from orchestrator.queue import open_queue
 from orchestrator.relay.definitions import MissingCredential, ProviderDef, resolve_key
 from orchestrator.relay.usage import OK, REFUSED, Call, UsageStore

@@ -210,7 +210,7 @@ def test_a_corrupt_queue_names_its_file_and_the_way_out(tmp_path: Path) -> None:
 
 
 def test_set_aside_keeps_the_pending_messages_it_can_read(tmp_path: Path) -> None:
-    from orchestrator.config import Home
+    from orchestrator.home import Home
     from orchestrator.queue import check_queue, open_queue, set_aside
 
     home = Home(tmp_path)
@@ -239,7 +239,7 @@ def test_the_old_queue_is_opened_read_only_by_uri_also_where_sqlite_must_be_aske
     named "file:" and fail. The check and set_aside must work on either build."""
     import sqlite3
 
-    from orchestrator.config import Home
+    from orchestrator.home import Home
     from orchestrator.queue import check_queue, open_queue, set_aside
 
     home = Home(tmp_path)
@@ -527,7 +527,7 @@ def test_a_leftover_temporary_reserve_is_cut_to_size_and_an_unusable_one_is_no_e
 
 
 def test_open_queue_makes_the_reserve_and_uses_it(tmp_path: Path) -> None:
-    from orchestrator.config import Home
+    from orchestrator.home import Home
     from orchestrator.queue import RESERVE_FILE, open_queue
 
     queue = open_queue(Home(tmp_path))
@@ -570,7 +570,7 @@ def test_the_corrupt_queue_hint_in_full(tmp_path: Path) -> None:
 def test_set_aside_moves_the_journal_files_too(tmp_path: Path) -> None:
     import re
 
-    from orchestrator.config import Home
+    from orchestrator.home import Home
     from orchestrator.queue import QUEUE_FILE, check_queue, open_queue, set_aside
 
     home = Home(tmp_path)
@@ -741,7 +741,7 @@ def test_a_chats_messages_by_default_the_newest_hundred(queue: MessageQueue) -> 
 
 
 def test_set_aside_queues_again_what_was_in_flight(tmp_path: Path) -> None:
-    from orchestrator.config import Home
+    from orchestrator.home import Home
     from orchestrator.queue import open_queue, set_aside
 
     home = Home(tmp_path)
@@ -762,7 +762,7 @@ def test_set_aside_queues_again_what_was_in_flight(tmp_path: Path) -> None:
 def test_check_queue_names_what_sqlite_found(tmp_path: Path) -> None:
     import sqlite3
 
-    from orchestrator.config import Home
+    from orchestrator.home import Home
     from orchestrator.queue import check_queue
 
     home = Home(tmp_path)
@@ -788,7 +788,7 @@ def test_check_queue_names_what_sqlite_found(tmp_path: Path) -> None:
 def test_set_aside_names_the_file_in_utc(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import time as clock
 
-    from orchestrator.config import Home
+    from orchestrator.home import Home
     from orchestrator.queue import open_queue, set_aside
 
     monkeypatch.setenv("TZ", "Asia/Tokyo")

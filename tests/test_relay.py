@@ -15,10 +15,11 @@ import pytest
 from orchestrator import wire
 from orchestrator.agent.serve import RunnerServer
 from orchestrator.agent.settings import AgentSettings
-from orchestrator.config import Home
+from orchestrator.config import load_config
 from orchestrator.daemon import Daemon
 from orchestrator.group_config import GroupConfig, ModelLimits
 from orchestrator.groups import GroupStore
+from orchestrator.home import Home
 from orchestrator.limits import (
     MAX_DELIVERY_ATTEMPTS,
     RELAY_OPS_PER_TURN,
@@ -74,7 +75,7 @@ def setup(home: Path, provider: FakeProvider, monkeypatch) -> Iterator[dict[str,
                 limits=ModelLimits(tokens_per_day=10_000),
             )
         )
-    config = h.load_config()
+    config = load_config(h)
     runtime = GroupRuntime(h, config, FakeBackend(), lambda: "img:1", ready=lambda _: True)
     queue = open_queue(h)
     daemon = Daemon(h, config, runtime, queue, concurrency=2)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config import Home
 from orchestrator.group_config import GroupConfig
 from orchestrator.groups import GroupStore
+from orchestrator.home import Home
 from orchestrator.runtime.base import LABEL_PROJECT
 from tests.fakeproviders import FakeProvider, Text, ToolUse
 from tests.test_daemon_docker import DaemonProcess, _free_port

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from orchestrator import wire
-from orchestrator.config import Home, OrchestratorConfig
+from orchestrator.config import OrchestratorConfig
 from orchestrator.group_config import GroupConfig
 from orchestrator.groups import GroupStore
+from orchestrator.home import Home
 from orchestrator.runtime.base import LABEL_PROJECT
 from orchestrator.runtime.docker import DockerBackend
 from orchestrator.runtime.lifecycle import GroupRuntime, default_skills_root

@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 
-from orchestrator.config import Home
+from orchestrator.config import load_config
 from orchestrator.confined import UnsafePath
 from orchestrator.group_config import GroupConfig
 from orchestrator.groups import GroupStore
+from orchestrator.home import Home
 from orchestrator.memory.search import (
     MemoryIndex,
     chunk_lines,
@@ -364,7 +365,7 @@ def test_search_and_get_through_the_relay(tree) -> None:  # type: ignore[no-unty
     home: Home = tree["home"]
     other = GroupStore(home).add(GroupConfig(name="work"))
     (other.memory_dir / "secret.md").write_text("# Secret\n\nswordfish\n")
-    config = home.load_config()
+    config = load_config(home)
     runtime = GroupRuntime(home, config, FakeBackend(), lambda: "img:1", ready=lambda _: True)
     queue = open_queue(home)
     daemon = Daemon(home, config, runtime, queue, concurrency=1)
@@ -558,17 +559,17 @@ def test_search_settings_in_orchestrator_yaml(home: Path) -> None:
     from orchestrator.errors import InvalidConfig
 
     h = Home(home)
-    assert h.load_config().search_embedder is None
+    assert load_config(h).search_embedder is None
     (home / "orchestrator.yaml").write_text(
         "memory_search:\n  embedder: wordllama\n  vector_weight: 0.3\n"
     )
-    config = h.load_config()
+    config = load_config(h)
     assert (config.search_embedder, config.search_vector_weight) == ("wordllama", 0.3)
     (home / "orchestrator.yaml").write_text("memory_search:\n  vector_weight: 2\n")
     with pytest.raises(InvalidConfig) as raised:
-        h.load_config()
+        load_config(h)
     assert "memory_search.vector_weight" in raised.value.message
     assert "got 2; expected a number from 0 to 1" in raised.value.message
     (home / "orchestrator.yaml").write_text("memory_search:\n  embedder: openai\n")
     with pytest.raises(InvalidConfig, match="embedder"):
-        h.load_config()
+        load_config(h)

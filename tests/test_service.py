@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config import Home
+from orchestrator.config import load_config
 from orchestrator.errors import OrchestratorError
+from orchestrator.home import Home
 from orchestrator.service import LOCK_FILE, down, lock_holder, up
 
 # A stand-in daemon: takes the home's lock like `serve`, then behaves as told.
@@ -124,7 +125,7 @@ def test_reload_applies_a_new_token_and_refuses_a_broken_file(tmp_path: Path) ->
     home.ensure_writable()
     first, second = "a" * 20, "b" * 20
     home.config_file.write_text(f"http:\n  listen: '127.0.0.1:{port}'\n  token: {first}\n")
-    config = home.load_config()
+    config = load_config(home)
     runtime = GroupRuntime(home, config, FakeBackend(), lambda: "i", ready=lambda _: True)
     queue = open_queue(home)
     daemon = Daemon(home, config, runtime, queue, concurrency=1)

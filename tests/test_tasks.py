@@ -17,11 +17,11 @@ import pytest
 
 from orchestrator.agent.providers.base import CompletionRequest
 from orchestrator.agent.providers.offline import OfflineProvider
-from orchestrator.config import Home
 from orchestrator.daemon import Daemon
 from orchestrator.errors import InvalidConfig
 from orchestrator.group_config import GroupConfig, TaskSettings, load_group_config
 from orchestrator.groups import GroupStore
+from orchestrator.home import Home
 from orchestrator.learned import NOT_PERSISTED
 from orchestrator.queue import DONE as MESSAGE_DONE
 from orchestrator.queue import QUEUED, MessageQueue, open_queue

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator.config import Home
 from orchestrator.group_config import GroupConfig
 from orchestrator.groups import GroupStore
+from orchestrator.home import Home
 from orchestrator.queue import MessageQueue
 from orchestrator.service import control_request
 from tests.faketelegram import FakeTelegram

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator.agent.session import session_key
-from orchestrator.config import Home
 from orchestrator.group_config import GroupConfig
 from orchestrator.groups import GroupStore
+from orchestrator.home import Home
 from orchestrator.queue import MessageQueue, open_queue
 from orchestrator.upgrade import carry_sessions_to_channels
 

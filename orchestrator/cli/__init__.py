@@ -16,9 +16,9 @@ from typing import Any
 import click
 
 from orchestrator import __version__
-from orchestrator.config import Home
 from orchestrator.confined import UnsafePath
 from orchestrator.errors import EXIT_BAD_INPUT, EXIT_FAILED, OrchestratorError
+from orchestrator.home import Home
 
 # command name -> (module, attribute, one-line help shown by --help)
 COMMANDS: dict[str, tuple[str, str, str]] = {

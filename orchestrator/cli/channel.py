@@ -10,6 +10,7 @@ import click
 
 from orchestrator.cli import CliContext
 from orchestrator.cli.output import human_seconds, print_json, print_table, safe_line
+from orchestrator.config import load_config
 
 pass_cli = click.make_pass_decorator(CliContext)
 ACTIVATION_HELP = (
@@ -240,7 +241,7 @@ def remove(obj: CliContext, name: str, unbind: bool) -> None:
 def list_(obj: CliContext, as_json: bool) -> None:
     """Channel accounts: kind, where the token comes from (never the token), health as
     the daemon last recorded it, and the chats bound to groups."""
-    config = obj.home.load_config()
+    config = load_config(obj.home)
     chats = _chats(obj)
     try:
         rows = [
@@ -336,7 +337,7 @@ def bind(obj: CliContext, group: str, chat_ref: str, activation: str, trust: str
 def _check_account(obj: CliContext, account: str) -> None:
     from orchestrator.errors import BadInput
 
-    accounts = obj.home.load_config().channel_accounts
+    accounts = load_config(obj.home).channel_accounts
     if account not in accounts:
         known = ", ".join(sorted(accounts)) or "none"
         raise BadInput(

@@ -8,6 +8,7 @@ import click
 
 from orchestrator.cli import CliContext
 from orchestrator.cli.output import human_bytes, plural, print_json, print_table, safe_line
+from orchestrator.config import load_config
 from orchestrator.group_config import DEFAULT_MODEL, DEFAULT_PROVIDER, GroupConfig
 from orchestrator.groups import GroupStore, memory_usage
 
@@ -267,7 +268,7 @@ def _remove_container(obj: CliContext, folder: str) -> None:
     from orchestrator.runtime.lifecycle import GroupRuntime
     from orchestrator.runtime.spec import container_name
 
-    config = obj.home.load_config()
+    config = load_config(obj.home)
     name = container_name(config.project, folder)
     try:
         backend = DockerBackend(connect(timeout=10))

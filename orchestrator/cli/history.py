@@ -10,6 +10,7 @@ import click
 
 from orchestrator.cli import CliContext
 from orchestrator.cli.output import print_json, print_table, safe_line, safe_text
+from orchestrator.config import load_config
 
 pass_cli = click.make_pass_decorator(CliContext)
 
@@ -21,9 +22,7 @@ def _history(obj: CliContext, name: str):  # type: ignore[no-untyped-def]
     from orchestrator.memory.history import History
 
     group = GroupStore(obj.home).find(name)
-    history = History(
-        group.path.parent, group.folder, obj.home.load_config().history_max_file_bytes
-    )
+    history = History(group.path.parent, group.folder, load_config(obj.home).history_max_file_bytes)
     if history.changed():
         history.record_outside(_container(obj, group))
     return group, history
@@ -38,7 +37,7 @@ def _container(obj: CliContext, group: Any) -> Any:
         from orchestrator.runtime.engine import connect
         from orchestrator.runtime.spec import container_name
 
-        config = obj.home.load_config()
+        config = load_config(obj.home)
         backend = DockerBackend(connect(timeout=5))
         return backend.inspect(container_name(config.project, group.folder))
     except (OrchestratorError, OSError):

@@ -8,6 +8,7 @@ import click
 
 from orchestrator.cli import CliContext
 from orchestrator.cli.output import print_json
+from orchestrator.config import load_config
 
 pass_cli = click.make_pass_decorator(CliContext)
 
@@ -53,7 +54,7 @@ def build(
     from orchestrator.image.agent import build_agent_image
     from orchestrator.runtime.engine import connect
 
-    config = obj.home.load_config()
+    config = load_config(obj.home)
     client = connect()
     started = time.monotonic()
     result = build_agent_image(

@@ -6,6 +6,7 @@ import click
 
 from orchestrator.cli import CliContext
 from orchestrator.cli.output import plural, print_json, print_table
+from orchestrator.config import load_config
 from orchestrator.errors import EXIT_FAILED
 from orchestrator.groups import GroupStore
 
@@ -101,7 +102,7 @@ def _index(obj: CliContext, name: str):  # type: ignore[no-untyped-def]
     from orchestrator.memory.search import index_for
 
     found = GroupStore(obj.home).find(name)
-    config = obj.home.load_config()
+    config = load_config(obj.home)
     try:
         index = index_for(
             obj.home.state_dir,

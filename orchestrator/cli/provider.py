@@ -6,6 +6,7 @@ import click
 
 from orchestrator.cli import CliContext
 from orchestrator.cli.output import print_json, print_table
+from orchestrator.config import load_config
 
 pass_cli = click.make_pass_decorator(CliContext)
 
@@ -111,7 +112,7 @@ def list_(obj: CliContext, as_json: bool) -> None:
     """List providers: kind, URL, where the key comes from (never the key), models."""
     from orchestrator.groups import GroupStore
 
-    config = obj.home.load_config()
+    config = load_config(obj.home)
     users: dict[str, list[str]] = {}
     for group in GroupStore(obj.home).groups():
         users.setdefault(group.config.provider, []).append(group.folder)

@@ -15,6 +15,7 @@ from orchestrator.cli.output import (
     print_table,
     safe_line,
 )
+from orchestrator.config import load_config
 
 if TYPE_CHECKING:
     from orchestrator.runtime.lifecycle import GroupRuntime
@@ -29,7 +30,7 @@ def open_runtime(obj: CliContext) -> GroupRuntime:
     from orchestrator.runtime.engine import connect
     from orchestrator.runtime.lifecycle import GroupRuntime, default_skills_root
 
-    config = obj.home.load_config()
+    config = load_config(obj.home)
     client = connect()
     return GroupRuntime(
         obj.home,
@@ -258,7 +259,7 @@ def channel_health(obj: CliContext, queue: Any) -> list[dict[str, Any]]:
     from orchestrator.errors import OrchestratorError
 
     try:
-        accounts = obj.home.load_config().channel_accounts
+        accounts = load_config(obj.home).channel_accounts
     except OrchestratorError:
         return []
     chats = ChatStore(queue)

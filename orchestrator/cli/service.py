@@ -12,6 +12,7 @@ import click
 
 from orchestrator.cli import CliContext
 from orchestrator.cli.output import print_json
+from orchestrator.config import load_config
 
 pass_cli = click.make_pass_decorator(CliContext)
 ENV_FILE = "orchestrator.env"  # in the home: secrets for the daemon (mode 0600)
@@ -35,7 +36,7 @@ def service() -> None:
 
 
 def unit_name(obj: CliContext) -> str:
-    return f"orchestrator-{obj.home.load_config().project}.service"
+    return f"orchestrator-{load_config(obj.home).project}.service"
 
 
 def unit_path(obj: CliContext, user: bool) -> Path:

@@ -9,6 +9,7 @@ import click
 
 from orchestrator.cli import CliContext
 from orchestrator.cli.output import print_json, print_table, safe_line
+from orchestrator.config import load_config
 
 pass_cli = click.make_pass_decorator(CliContext)
 MIGRATE = "migrate-memory"
@@ -154,7 +155,7 @@ def run(
         return
     splitter = None
     if group.config.provider != "offline":  # the group's model proposes the concepts
-        config = obj.home.load_config()
+        config = load_config(obj.home)
         splitter = migrate.model_splitter(
             config, group.config.provider, group.config.model, group.config.turn_timeout_seconds
         )

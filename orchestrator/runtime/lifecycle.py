@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import orchestrator
-from orchestrator.config import Home, OrchestratorConfig
+from orchestrator.config import OrchestratorConfig
 from orchestrator.confined import INHERIT, ConfinedDir, Owner, UnsafePath, kind_of
 from orchestrator.errors import BadInput, EngineError, InvalidConfig, OrchestratorError
 from orchestrator.groups import Group, GroupStore
+from orchestrator.home import Home
 from orchestrator.limits import CONTAINER_READY_TIMEOUT_SECONDS, RUNNER_DEAD_SOCKET_SECONDS
 from orchestrator.memory.scaffold import scaffold_memory
 from orchestrator.runtime.base import (
