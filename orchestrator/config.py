@@ -126,7 +126,7 @@ def load_config(home: Home, text: str | None = None) -> OrchestratorConfig:
         if "channels" in reader.data:
             values["channel_accounts"] = parse_channel_accounts(reader.child("channels"))
         if "history" in reader.data:
-            from orchestrator.group_config import parse_size
+            from orchestrator.units import parse_size
 
             history = reader.child("history")
             history.reject_unknown(["max_file_bytes"])

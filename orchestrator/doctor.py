@@ -221,10 +221,10 @@ def check_queue(home: Home) -> Check:
 
 
 def check_disk(home: Home) -> list[Check]:
-    from orchestrator.cli.output import human_bytes
     from orchestrator.disk import free_space, limit_mode
     from orchestrator.limits import STATE_RESERVE_BYTES
     from orchestrator.queue import RESERVE_FILE
+    from orchestrator.units import human_bytes
 
     checks = []
     by_device: dict[int, list[tuple[str, Path]]] = {}

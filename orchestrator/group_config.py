@@ -45,6 +45,7 @@ from orchestrator.limits import (
     TASK_RUNS_PER_HOUR_FLOOR,
 )
 from orchestrator.relay.definitions import ProviderDef, model_problem
+from orchestrator.units import parse_duration, parse_size
 from orchestrator.validate import MappingReader, Problems
 from orchestrator.yamldoc import YamlDocument, load_yaml_file, parse_yaml_text
 
@@ -77,8 +78,6 @@ GROUP_KEYS = (
 )
 CREATOR, MEMBER, GUEST = "creator", "member", "guest"  # trust levels, most trusted first
 TASK_SCHEDULERS = (CREATOR, MEMBER)  # guests never schedule
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
-_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 @dataclass(frozen=True)
@@ -160,27 +159,6 @@ class GroupConfig:
         data["tasks"]["max_runs_per_hour"] = self.tasks.max_runs_per_hour
         del data["tasks"]["max_runs_per_hour_set"]
         return data
-
-
-def _amount(value: Any, pattern: str, units: dict[str, int]) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if not isinstance(value, str):
-        return None
-    match = re.fullmatch(pattern, value.lower())
-    return int(match[1]) * units[match[2]] if match else None
-
-
-def parse_size(value: Any) -> int | None:
-    """'512m', '1g', '1048576' or an int -> bytes; None when not a size."""
-    return _amount(value, r"\s*(\d+)\s*([bkmg]?)i?b?\s*", _SIZE_UNITS)
-
-
-def parse_duration(value: Any) -> int | None:
-    """'30m', '2h', '90s', '90' or an int -> seconds; None when not a duration."""
-    return _amount(value, r"\s*(\d+)\s*([smhd]?)\s*", _DURATION_UNITS)
 
 
 def _container(reader: MappingReader) -> ContainerSettings:

@@ -32,10 +32,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from orchestrator.agent.session import session_key
 from orchestrator.errors import BadInput, GroupNotFound, OrchestratorError
-from orchestrator.group_config import TaskSettings, classify_sender, parse_duration
+from orchestrator.group_config import TaskSettings, classify_sender
 from orchestrator.groups import GroupStore
 from orchestrator.limits import TASK_TEXT_MAX_CHARS
 from orchestrator.queue import Message, MessageQueue, insert_message, new_message
+from orchestrator.units import parse_duration
 
 log = logging.getLogger("orchestrator.tasks")
 AT, EVERY, CRON = "at", "every", "cron"

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import InvalidConfig
-from orchestrator.group_config import GroupConfig, parse_duration, parse_group_config, parse_size
+from orchestrator.group_config import GroupConfig, parse_group_config
+from orchestrator.units import parse_duration, parse_size
 
 P = Path("/g/group.yaml")
 

@@ -138,7 +138,7 @@ def _token_source(item: MappingReader) -> tuple[str | None, str | None]:
 
 def parse_channel_accounts(reader: MappingReader) -> dict[str, ChannelAccount]:
     """The ``channels`` mapping of orchestrator.yaml, validated."""
-    from orchestrator.group_config import parse_duration, parse_size
+    from orchestrator.units import parse_duration, parse_size
 
     out: dict[str, ChannelAccount] = {}
     for name in reader.data:

@@ -9,8 +9,9 @@ from typing import Any
 import click
 
 from orchestrator.cli import CliContext
-from orchestrator.cli.output import human_seconds, print_json, print_table, safe_line
+from orchestrator.cli.output import print_json, print_table, safe_line
 from orchestrator.config import load_config
+from orchestrator.units import human_seconds
 
 pass_cli = click.make_pass_decorator(CliContext)
 ACTIVATION_HELP = (

@@ -54,7 +54,7 @@ def describe_daemon(facts: dict[str, object]) -> str:
     """'pid 123, up 5m, HTTP on http://127.0.0.1:8787' from daemon.json's facts."""
     import time
 
-    from orchestrator.cli.output import human_seconds
+    from orchestrator.units import human_seconds
 
     parts = [f"pid {facts.get('pid')}"]
     started = facts.get("started")

@@ -7,10 +7,11 @@ from typing import Any
 import click
 
 from orchestrator.cli import CliContext
-from orchestrator.cli.output import human_bytes, plural, print_json, print_table, safe_line
+from orchestrator.cli.output import plural, print_json, print_table, safe_line
 from orchestrator.config import load_config
 from orchestrator.group_config import DEFAULT_MODEL, DEFAULT_PROVIDER, GroupConfig
 from orchestrator.groups import GroupStore, memory_usage
+from orchestrator.units import human_bytes
 
 pass_cli = click.make_pass_decorator(CliContext)
 OPERATOR_HOLDER = "operator"  # the holder of pauses taken with `group pause`
@@ -323,8 +324,8 @@ def pause(obj: CliContext, name: str, reason: str, duration: str | None, as_json
     import time
 
     from orchestrator.errors import BadInput
-    from orchestrator.group_config import parse_duration
     from orchestrator.queue import open_queue
+    from orchestrator.units import parse_duration
 
     found = GroupStore(obj.home).find(name)
     expires = None

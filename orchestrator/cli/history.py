@@ -46,7 +46,7 @@ def _container(obj: CliContext, group: Any) -> Any:
 
 def _since(value: str | None) -> float | None:
     from orchestrator.errors import BadInput
-    from orchestrator.group_config import parse_duration
+    from orchestrator.units import parse_duration
 
     if value is None:
         return None

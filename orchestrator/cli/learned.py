@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 import click
 
 from orchestrator.cli import CliContext
-from orchestrator.cli.output import human_bytes, print_json, safe_line, safe_text
+from orchestrator.cli.output import print_json, safe_line, safe_text
+from orchestrator.units import human_bytes
 
 if TYPE_CHECKING:
     from orchestrator.groups import Group

@@ -187,10 +187,10 @@ def usage(obj: CliContext, name: str | None, since: str, as_json: bool) -> None:
     import time
 
     from orchestrator.errors import BadInput
-    from orchestrator.group_config import parse_duration
     from orchestrator.groups import GroupStore
     from orchestrator.queue import open_queue
     from orchestrator.relay.usage import UsageStore
+    from orchestrator.units import parse_duration
 
     seconds = parse_duration(since)
     if not seconds:

@@ -8,14 +8,9 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from orchestrator.cli import CliContext
-from orchestrator.cli.output import (
-    human_bytes,
-    human_seconds,
-    print_json,
-    print_table,
-    safe_line,
-)
+from orchestrator.cli.output import print_json, print_table, safe_line
 from orchestrator.config import load_config
+from orchestrator.units import human_bytes, human_seconds
 
 if TYPE_CHECKING:
     from orchestrator.runtime.lifecycle import GroupRuntime

@@ -194,7 +194,7 @@ def _say(as_json: bool, data: dict[str, object], text: str) -> None:
 
 def _plan(group_path: Path, froms: tuple[Path, ...], as_json: bool) -> None:
     from orchestrator import migrate
-    from orchestrator.cli.output import human_bytes
+    from orchestrator.units import human_bytes
 
     sources, stops = migrate.inventory(group_path, froms)
     if as_json:

@@ -28,6 +28,7 @@ from aiohttp.typedefs import Handler
 
 from orchestrator.errors import OrchestratorError
 from orchestrator.limits import DASHBOARD_SESSION_SECONDS, MEMORY_FILE_READ_MAX_BYTES
+from orchestrator.units import human_bytes, human_seconds
 from orchestrator.validate import NOT_UTF8, escape_not_utf8, shown_name
 
 log = logging.getLogger("orchestrator.dashboard")
@@ -103,22 +104,16 @@ def _environment() -> Any:
 def _ago(t: float | None) -> str:
     if not t:
         return "never"
-    from orchestrator.cli.output import human_seconds
-
     return human_seconds(max(0.0, time.time() - float(t))) + " ago"
 
 
 def _duration(seconds: float) -> str:
-    from orchestrator.cli.output import human_seconds
-
     return human_seconds(float(seconds))
 
 
 def _size(n: int | None) -> str:
     if n is None:
         return "-"
-    from orchestrator.cli.output import human_bytes
-
     return human_bytes(int(n))
 
 
