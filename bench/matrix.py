@@ -35,10 +35,10 @@ def _port() -> int:
 def _rig() -> Iterator[dict[str, Any]]:
     import os
 
-    from orchestrator.channels.accounts import ChannelAccount
     from orchestrator.channels.http import HttpChannel
     from orchestrator.channels.matrix import MatrixChannel
     from orchestrator.config import OrchestratorConfig
+    from orchestrator.config.accounts import ChannelAccount
     from orchestrator.daemon import Daemon
     from orchestrator.group_config import GroupConfig
     from orchestrator.groups import GroupStore

@@ -45,10 +45,10 @@ def _port() -> int:
 
 @contextmanager
 def _rig() -> Iterator[dict[str, Any]]:
-    from orchestrator.channels.accounts import ChannelAccount
     from orchestrator.channels.http import HttpChannel
     from orchestrator.channels.telegram import TelegramChannel
     from orchestrator.config import OrchestratorConfig
+    from orchestrator.config.accounts import ChannelAccount
     from orchestrator.daemon import Daemon
     from orchestrator.group_config import GroupConfig
     from orchestrator.groups import GroupStore

@@ -27,10 +27,10 @@ from typing import Any
 
 from orchestrator.agent.session import session_key
 from orchestrator.approvals import chat_reply
-from orchestrator.channels.accounts import account_of_channel
 from orchestrator.channels.chats import ChatStore
 from orchestrator.commands import APPROVE, CONFIRM, parse_command
 from orchestrator.config import OrchestratorConfig
+from orchestrator.config.accounts import account_of_channel
 from orchestrator.disk import DISK_HOLDER, group_disk_usage, over_limit_reason
 from orchestrator.errors import (
     BadInput,
@@ -359,7 +359,7 @@ class Daemon:
     def check_credentials(self) -> list[str]:
         """Log (and return) a line for each provider a group uses whose key cannot be
         found: its turns would fail until it is set."""
-        from orchestrator.relay.definitions import resolve_key
+        from orchestrator.config.providers import resolve_key
 
         used = {g.config.provider for g in self.runtime.store.groups()}
         problems = []

@@ -306,7 +306,8 @@ def check_providers(home: Home) -> list[Check]:
     """Each defined provider's credential can be found (the key itself is never shown);
     groups that name a provider or model that is not allowed are reported by the group
     checks."""
-    from orchestrator.relay.definitions import MissingCredential, resolve_key
+    from orchestrator.config.providers import resolve_key
+    from orchestrator.secrets import MissingSecret
 
     config = load_config(home)
     checks = []
@@ -314,7 +315,7 @@ def check_providers(home: Home) -> list[Check]:
         name = f"provider {definition.name}"
         try:
             key = resolve_key(definition, config.secrets_file)
-        except MissingCredential as exc:
+        except MissingSecret as exc:
             checks.append(Check(name, FAIL, exc.message, exc.hint or ""))
             continue
         except OrchestratorError as exc:
@@ -334,8 +335,8 @@ def _handle(bot: object) -> str:
 def check_channels(home: Home) -> list[Check]:
     """Each channel account: its token can be found (never shown), the daemon's last word
     on its connection, and Telegram's privacy mode where it hides group messages."""
-    from orchestrator.channels.accounts import account_token
     from orchestrator.channels.chats import ChatStore
+    from orchestrator.config.accounts import account_token
     from orchestrator.learned import open_queue_if_any
 
     config = load_config(home)

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.config.providers import ProviderDef, model_problem
 from orchestrator.limits import (
     DEFAULT_CONTAINER_CPUS,
     DEFAULT_CONTAINER_MEMORY_BYTES,
@@ -44,7 +45,6 @@ from orchestrator.limits import (
     SENDER_ID_MAX_CHARS,
     TASK_RUNS_PER_HOUR_FLOOR,
 )
-from orchestrator.relay.definitions import ProviderDef, model_problem
 from orchestrator.units import parse_duration, parse_size
 from orchestrator.validate import MappingReader, Problems
 from orchestrator.yamldoc import YamlDocument, load_yaml_file, parse_yaml_text

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.config import load_config
+from orchestrator.config.providers import ProviderDef
 from orchestrator.confined import ConfinedDir, Usage
 from orchestrator.errors import (
     GroupExists,
@@ -32,7 +33,6 @@ from orchestrator.group_config import GROUP_FILE, GroupConfig, load_group_config
 from orchestrator.home import Home
 from orchestrator.learned import INSTRUCTIONS_FILE, LEARNED_FILE
 from orchestrator.limits import FOLDER_NAME_MAX, FOLDER_NAME_PATTERN, RESERVED_FOLDER_NAMES
-from orchestrator.relay.definitions import ProviderDef
 
 REMOVED_DIR = ".removed"
 _FOLDER_RE = re.compile(FOLDER_NAME_PATTERN)

@@ -333,7 +333,7 @@ def model_splitter(home_config: object, provider: str, model: str, timeout: floa
     """A splitter that asks the group's model (through the host's adapter: the key never
     leaves the host) how to split a file into concepts; its answer is only a proposal,
     checked by check_split."""
-    from orchestrator.relay.definitions import resolve_key
+    from orchestrator.config.providers import resolve_key
     from orchestrator.relay.providers import adapter_for
     from orchestrator.relay.providers.base import ModelCall
 

@@ -363,7 +363,11 @@ def test_a_token_comes_from_the_environment_or_the_secrets_file_and_is_redacted(
 ) -> None:
     import os
 
-    from orchestrator.channels.accounts import MissingToken, resolve_token
+    from orchestrator.secrets import MissingSecret as MissingToken
+    from orchestrator.secrets import SecretRef
+
+    def resolve_token(owner: str, env: str | None, secret: str | None, path: Path | None) -> str:
+        return SecretRef(env, secret, "token_env", "token_secret").require(owner, path)
 
     owner = "channel account 'fam'"
     monkeypatch.setenv("FAM_TOKEN_FOR_TEST", "123:env-token-value")

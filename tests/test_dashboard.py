@@ -99,7 +99,7 @@ def test_pages_need_a_session_and_only_the_operators_token_logs_in(daemon: Daemo
 
 
 def test_a_bridge_token_cannot_log_in(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
-    from orchestrator.channels.accounts import HttpToken
+    from orchestrator.config.accounts import HttpToken
 
     monkeypatch.setenv("BRIDGE", "b" * 24)
     daemon.config = replace(

@@ -344,7 +344,7 @@ def test_a_chats_messages_are_the_newest_hundred(daemon) -> None:  # type: ignor
 def test_a_named_token_speaks_only_for_its_own_senders(daemon, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
     from dataclasses import replace
 
-    from orchestrator.channels.accounts import HttpToken, http_tokens
+    from orchestrator.config.accounts import HttpToken, http_tokens
 
     GroupStore(daemon.home).add(
         GroupConfig(name="shop", creators=("telegram:1",), members=("slack:U1", "slack:U2"))
@@ -586,7 +586,7 @@ def test_named_tokens_from_the_secrets_file_and_the_ones_that_cannot_be_found(
 ) -> None:
     import dataclasses
 
-    from orchestrator.channels.accounts import HttpToken
+    from orchestrator.config.accounts import HttpToken
 
     monkeypatch.delenv("NO_SUCH_TOKEN_VAR", raising=False)
     secrets = home / "secrets.yaml"
@@ -770,7 +770,7 @@ def test_a_bridges_chats_are_its_own_and_only_the_operator_names_a_channel(
     chat's id, lands in a conversation of its own channel; it never joins theirs."""
     from dataclasses import replace
 
-    from orchestrator.channels.accounts import ChannelAccount, HttpToken, http_tokens
+    from orchestrator.config.accounts import ChannelAccount, HttpToken, http_tokens
 
     GroupStore(daemon.home).add(
         GroupConfig(name="shop", creators=("operator",), members=("slack:mem",))

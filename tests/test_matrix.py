@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from orchestrator import wire
-from orchestrator.channels.accounts import ChannelAccount
 from orchestrator.channels.matrix import MatrixChannel
 from orchestrator.config import OrchestratorConfig
+from orchestrator.config.accounts import ChannelAccount
 from orchestrator.daemon import Daemon
 from orchestrator.group_config import GroupConfig
 from orchestrator.groups import GroupStore

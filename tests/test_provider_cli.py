@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.config.providers import ProviderDef, resolve_key
 from orchestrator.errors import BadInput
 from orchestrator.home import Home
 from orchestrator.queue import open_queue
-from orchestrator.relay.definitions import MissingCredential, ProviderDef, resolve_key
 from orchestrator.relay.usage import OK, REFUSED, Call, UsageStore
+from orchestrator.secrets import MissingSecret
 
 
 def test_add_list_remove_keep_comments_and_never_show_keys(run, home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -78,7 +79,7 @@ def test_group_add_refuses_an_unknown_provider_or_model(run, home: Path) -> None
 
 def test_credentials_from_env_or_a_private_secrets_file(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.delenv("NOPE", raising=False)
-    with pytest.raises(MissingCredential, match="NOPE is not set"):
+    with pytest.raises(MissingSecret, match="NOPE is not set"):
         resolve_key(ProviderDef("p", "openai", key_env="NOPE"), None)
     secrets = tmp_path / "secrets.yaml"
     secrets.write_text("claude: sk-from-file\n")
@@ -88,7 +89,7 @@ def test_credentials_from_env_or_a_private_secrets_file(tmp_path: Path, monkeypa
         resolve_key(definition, secrets)
     os.chmod(secrets, 0o600)
     assert resolve_key(definition, secrets) == "sk-from-file"
-    with pytest.raises(MissingCredential, match="no entry 'other'"):
+    with pytest.raises(MissingSecret, match="no entry 'other'"):
         resolve_key(ProviderDef("p", "anthropic", key_secret="other"), secrets)
     assert resolve_key(ProviderDef("p", "openai"), None) is None  # a keyless local server
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from orchestrator.relay.definitions import ProviderDef
+from orchestrator.config.providers import ProviderDef
 from orchestrator.relay.providers import adapter_for
 from orchestrator.relay.providers.base import (
     HostProvider,

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from orchestrator import wire
-from orchestrator.channels.accounts import ChannelAccount
 from orchestrator.channels.telegram import TelegramChannel
 from orchestrator.config import OrchestratorConfig
+from orchestrator.config.accounts import ChannelAccount
 from orchestrator.daemon import Daemon
 from orchestrator.group_config import GroupConfig, set_option
 from orchestrator.groups import GroupStore

@@ -9,8 +9,8 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from orchestrator.channels.accounts import ChannelAccount
 from orchestrator.channels.base import Channel
+from orchestrator.config.accounts import ChannelAccount
 
 if TYPE_CHECKING:
     from orchestrator.daemon import Daemon

@@ -40,8 +40,8 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from orchestrator.channels.accounts import HttpToken, http_tokens
 from orchestrator.channels.base import Channel
+from orchestrator.config.accounts import HttpToken, http_tokens
 from orchestrator.errors import (
     BadInput,
     GroupNotFound,

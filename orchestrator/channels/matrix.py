@@ -42,11 +42,11 @@ from collections import OrderedDict
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.channels.accounts import ChannelAccount, account_token
 from orchestrator.channels.chatapp import ChatAppChannel
 from orchestrator.channels.chats import DEAD_NOTICE_SEQ, FAILED, SENT, Binding
 from orchestrator.channels.telegram import Health, SenderRate
 from orchestrator.channels.textfmt import markdown_to_html, split_message
+from orchestrator.config.accounts import ChannelAccount, account_token
 from orchestrator.errors import (
     BadInput,
     DaemonStopping,

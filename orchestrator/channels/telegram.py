@@ -41,10 +41,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from orchestrator.channels.accounts import ChannelAccount, account_token
 from orchestrator.channels.chatapp import ChatAppChannel
 from orchestrator.channels.chats import DEAD_NOTICE_SEQ, FAILED, SENT, UNKNOWN, Binding
 from orchestrator.channels.textfmt import markdown_to_html, split_message
+from orchestrator.config.accounts import ChannelAccount, account_token
 from orchestrator.errors import (
     BadInput,
     DaemonStopping,

@@ -2,7 +2,7 @@
 
 One small module per request op in ``ops/`` (found through a registry), one adapter per
 provider kind in ``providers/`` (on the host only: the SDKs are never in the agent image),
-credentials and provider definitions in ``definitions``, budgets in ``budget``, usage in
-``usage``. ``turn.TurnRelay`` answers one turn's requests. Import nothing heavy here:
-configuration loading imports ``definitions``.
+budgets in ``budget``, usage in ``usage``. ``turn.TurnRelay`` answers one turn's
+requests. Provider definitions are a section of the configuration
+(``orchestrator.config.providers``); their keys come from ``orchestrator.secrets``.
 """

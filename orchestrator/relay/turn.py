@@ -20,12 +20,12 @@ from typing import Any
 
 from orchestrator import wire
 from orchestrator.config import OrchestratorConfig
+from orchestrator.config.providers import resolve_key
 from orchestrator.groups import Group
 from orchestrator.limits import RELAY_OPS_PER_TURN
 from orchestrator.memory.embeddings import EmbedderUnavailable
 from orchestrator.memory.search import Hit, MemoryIndex, index_for
 from orchestrator.queue import Message, MessageQueue
-from orchestrator.relay.definitions import resolve_key
 from orchestrator.relay.ops import OPS, load_op
 from orchestrator.relay.providers import adapter_for
 from orchestrator.relay.providers.base import HostProvider
@@ -55,7 +55,7 @@ class RelayContext:
 
     def adapter(self, name: str) -> HostProvider:
         """The client of provider ``name``, made again when its definition or key
-        changes; MissingCredential when its key cannot be found."""
+        changes; MissingSecret when its key cannot be found."""
         definition = self.config.providers[name]
         key = resolve_key(definition, self.config.secrets_file)
         stamp = hashlib.sha256(repr((definition, key)).encode()).hexdigest()

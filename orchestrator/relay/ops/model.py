@@ -14,11 +14,12 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.limits import model_request_cap
+from orchestrator.protocol import OFFLINE
 from orchestrator.relay.budget import budget_refusal
-from orchestrator.relay.definitions import OFFLINE, MissingCredential
 from orchestrator.relay.providers.base import ModelCall, ProviderFailure
 from orchestrator.relay.retry import call_with_retries
 from orchestrator.relay.usage import FAILED, OK, REFUSED, Call, utc_midnight
+from orchestrator.secrets import MissingSecret
 
 if TYPE_CHECKING:
     from orchestrator.relay.turn import TurnRelay
@@ -103,7 +104,7 @@ def handle(turn: TurnRelay, frame: dict[str, Any]) -> dict[str, Any]:
         return {"ok": False, "budget": True, "error": refusal}
     try:
         adapter = context.adapter(config.provider)
-    except MissingCredential as exc:
+    except MissingSecret as exc:
         record(FAILED, now, 0.0, (0, 0), exc.message)
         return {"ok": False, "error": exc.message}
     started = time.monotonic()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib
 
-from orchestrator.relay.definitions import ProviderDef
+from orchestrator.config.providers import ProviderDef
 from orchestrator.relay.providers.base import HostProvider
 
 # kind -> "module:class"

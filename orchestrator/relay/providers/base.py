@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.relay.definitions import ProviderDef
+from orchestrator.config.providers import ProviderDef
 
 
 @dataclass(frozen=True)

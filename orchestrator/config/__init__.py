@@ -9,12 +9,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.channels.accounts import (
+from orchestrator.config.accounts import (
     ChannelAccount,
     HttpToken,
     parse_channel_accounts,
     parse_http_tokens,
 )
+from orchestrator.config.providers import ProviderDef, parse_providers
 from orchestrator.errors import InvalidConfig
 from orchestrator.home import Home
 from orchestrator.limits import (
@@ -23,7 +24,6 @@ from orchestrator.limits import (
     DEFAULT_UNPRIVILEGED_UID,
     HISTORY_FILE_MAX_BYTES,
 )
-from orchestrator.relay.definitions import ProviderDef, parse_providers
 from orchestrator.validate import MappingReader
 from orchestrator.yamldoc import load_yaml_file, parse_yaml_text
 

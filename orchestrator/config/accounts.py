@@ -36,12 +36,12 @@ from orchestrator.limits import (
     DEFAULT_SENDER_RATE_MESSAGES,
     DEFAULT_SENDER_RATE_SECONDS,
 )
+from orchestrator.secrets import SecretRef, parse_secret_ref
 
 if TYPE_CHECKING:
     from orchestrator.validate import MappingReader
 
 ACCOUNT_NAME_PATTERN = r"[a-z0-9][a-z0-9_-]{0,39}"
-ENV_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
 CHANNEL_KINDS = ("telegram", "matrix")
 MATRIX_USER_PATTERN = r"@[a-z0-9._=/+-]+:[A-Za-z0-9.:\[\]-]+"
 # Prefixes no HTTP token but the operator's may name: each belongs to a channel of the
@@ -55,10 +55,6 @@ def account_of_channel(channel: str) -> str | None:
     "familybot"), or None for the daemon's other channels (cli, http, dashboard)."""
     kind, sep, name = channel.partition(":")
     return name if sep and kind in CHANNEL_KINDS else None
-
-
-class MissingToken(OrchestratorError):
-    """A token reference points at nothing."""
 
 
 @dataclass(frozen=True)
@@ -85,8 +81,12 @@ class ChannelAccount:
         """The ``channel`` of the messages it queues."""
         return f"{self.kind}:{self.name}"
 
+    @property
+    def token(self) -> SecretRef:
+        return SecretRef(self.token_env, self.token_secret, "token_env", "token_secret")
+
     def token_reference(self) -> str:
-        return f"env {self.token_env}" if self.token_env else f"secret {self.token_secret}"
+        return self.token.describe()
 
     def to_dict(self) -> dict[str, Any]:
         """For people and JSON: never the token, only where it comes from."""
@@ -118,22 +118,17 @@ class HttpToken:
     token_env: str | None = None
     token_secret: str | None = None
 
+    @property
+    def token(self) -> SecretRef:
+        return SecretRef(self.token_env, self.token_secret, "token_env", "token_secret")
+
     def token_reference(self) -> str:
-        return f"env {self.token_env}" if self.token_env else f"secret {self.token_secret}"
+        return self.token.describe()
 
 
 def _token_source(item: MappingReader) -> tuple[str | None, str | None]:
-    token_env = (
-        item.text("token_env", pattern=ENV_NAME_PATTERN) if "token_env" in item.data else None
-    )
-    token_secret = (
-        item.text("token_secret", pattern=ACCOUNT_NAME_PATTERN)
-        if "token_secret" in item.data
-        else None
-    )
-    if bool(token_env) == bool(token_secret):
-        raise item.fail("token_env", "give token_env or token_secret (one of them)")
-    return token_env, token_secret
+    ref = parse_secret_ref(item, "token_env", "token_secret", required=True)
+    return ref.env, ref.secret
 
 
 def parse_channel_accounts(reader: MappingReader) -> dict[str, ChannelAccount]:
@@ -237,25 +232,8 @@ def parse_http_tokens(reader: MappingReader) -> dict[str, HttpToken]:
     return out
 
 
-def resolve_token(
-    owner: str, token_env: str | None, token_secret: str | None, secrets_file: Path | None
-) -> str:
-    """A token from the environment or the secrets file; MissingToken says which is
-    missing (never the token)."""
-    from orchestrator.relay.definitions import resolve_reference
-
-    value = resolve_reference(
-        owner, token_env, token_secret, secrets_file, MissingToken, "token_secret"
-    )
-    if value is None:
-        raise MissingToken(f"{owner} names neither token_env nor token_secret")
-    return value
-
-
 def account_token(account: ChannelAccount, secrets_file: Path | None) -> str:
-    return resolve_token(
-        f"channel account {account.name!r}", account.token_env, account.token_secret, secrets_file
-    )
+    return account.token.require(f"channel account {account.name!r}", secrets_file)
 
 
 def http_tokens(
@@ -267,12 +245,7 @@ def http_tokens(
     problems = []
     for definition in tokens.values():
         try:
-            value = resolve_token(
-                f"HTTP token {definition.name!r}",
-                definition.token_env,
-                definition.token_secret,
-                secrets_file,
-            )
+            value = definition.token.require(f"HTTP token {definition.name!r}", secrets_file)
         except OrchestratorError as exc:
             problems.append(exc.message)
             continue

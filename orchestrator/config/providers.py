@@ -1,4 +1,5 @@
-"""Model providers the operator defines in orchestrator.yaml, and their credentials.
+"""``providers`` of orchestrator.yaml: the model providers the operator defines, and
+where their keys come from (``orchestrator.secrets``).
 
     secrets_file: /etc/orchestrator/secrets.yaml   # optional; mode 0600, else refused
     providers:
@@ -17,15 +18,13 @@ mounted, never in a frame to a container, never in a log line.
 
 from __future__ import annotations
 
-import os
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.errors import BadInput, OrchestratorError
-from orchestrator.redact import register_secret
+from orchestrator.protocol import OFFLINE
+from orchestrator.secrets import SecretRef, parse_secret_ref
 
 if TYPE_CHECKING:
     from orchestrator.validate import MappingReader
@@ -36,13 +35,7 @@ DEFAULT_BASE_URLS = {
     "openai": "https://api.openai.com/v1",
 }
 PROVIDER_NAME_PATTERN = r"[a-z0-9][a-z0-9_-]{0,39}"
-ENV_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
-OFFLINE = "offline"  # the embedded provider; no definition needed, none allowed
 DEFAULT_MAX_TOKENS = 4096
-
-
-class MissingCredential(OrchestratorError):
-    """A provider's key reference points at nothing."""
 
 
 @dataclass(frozen=True)
@@ -60,12 +53,12 @@ class ProviderDef:
     def url(self) -> str:
         return self.base_url or DEFAULT_BASE_URLS[self.kind]
 
+    @property
+    def key(self) -> SecretRef:
+        return SecretRef(self.key_env, self.key_secret, "key_env", "key_secret")
+
     def key_reference(self) -> str:
-        if self.key_env:
-            return f"env {self.key_env}"
-        if self.key_secret:
-            return f"secret {self.key_secret}"
-        return "no key"
+        return self.key.describe()
 
     def to_dict(self) -> dict[str, object]:
         """For people and JSON: never the key, only where it comes from."""
@@ -103,15 +96,8 @@ def parse_providers(reader: MappingReader) -> dict[str, ProviderDef]:
             if "base_url" in item.data
             else None
         )
-        key_env = item.text("key_env", pattern=ENV_NAME_PATTERN) if "key_env" in item.data else None
-        key_secret = (
-            item.text("key_secret", pattern=PROVIDER_NAME_PATTERN)
-            if "key_secret" in item.data
-            else None
-        )
-        if key_env and key_secret:
-            raise item.fail("key_secret", "give key_env or key_secret, not both")
-        if kind == "anthropic" and not (key_env or key_secret):
+        key = parse_secret_ref(item, "key_env", "key_secret", required=False)
+        if kind == "anthropic" and not key.given:
             raise item.fail("kind", "an anthropic provider needs key_env or key_secret")
         models = item.id_list("models", max_chars=200)
         max_tokens = item.whole_number(
@@ -119,7 +105,7 @@ def parse_providers(reader: MappingReader) -> dict[str, ProviderDef]:
         )
         stream = item.boolean("stream", True)
         out[name] = ProviderDef(
-            name, kind, base_url, key_env, key_secret, models, max_tokens, stream
+            name, kind, base_url, key.env, key.secret, models, max_tokens, stream
         )
     return out
 
@@ -154,72 +140,7 @@ def model_problem(
     return None
 
 
-def read_secrets(path: Path) -> dict[str, str]:
-    """The secrets file: a YAML mapping of names to keys, readable by its owner only."""
-    import yaml
-
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise MissingCredential(f"secrets file {path} does not exist") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise BadInput(f"secrets file {path} is not a regular file")
-    if stat.S_IMODE(st.st_mode) & 0o077:
-        raise BadInput(
-            f"secrets file {path} has mode {stat.S_IMODE(st.st_mode):04o}; others may read it",
-            hint=f"chmod 600 {path}",
-        )
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    if not isinstance(data, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in data.items()
-    ):
-        raise BadInput(f"secrets file {path} must be a mapping of names to text keys")
-    return data
-
-
-def resolve_reference(
-    owner: str,
-    env: str | None,
-    secret: str | None,
-    secrets_file: Path | None,
-    missing: type[OrchestratorError],
-    secret_key: str,
-) -> str | None:
-    """The value an environment variable (``env``) or an entry of the secrets file
-    (``secret``) holds, registered for redaction; None when neither is named. ``missing``
-    names ``owner`` and what is absent, never a value; its hint names ``secret_key``, the
-    other way to give it."""
-    if env:
-        value = os.environ.get(env)
-        if not value:
-            raise missing(
-                f"{owner}: environment variable {env} is not set",
-                hint=f"export {env}=... for the daemon, or use {secret_key}",
-            )
-        register_secret(value)
-        return value
-    if not secret:
-        return None
-    if secrets_file is None:
-        raise missing(
-            f"{owner} names secret {secret!r} but no secrets_file is configured",
-            hint="set secrets_file in orchestrator.yaml",
-        )
-    value = read_secrets(secrets_file).get(secret)
-    if not value:
-        raise missing(f"{owner}: {secrets_file} has no entry {secret!r}")
-    register_secret(value)
-    return value
-
-
 def resolve_key(provider: ProviderDef, secrets_file: Path | None) -> str | None:
-    """The provider's key (None for one that needs none); MissingCredential when its
+    """The provider's key (None for one that needs none); MissingSecret when its
     reference points at nothing."""
-    return resolve_reference(
-        f"provider {provider.name!r}",
-        provider.key_env,
-        provider.key_secret,
-        secrets_file,
-        MissingCredential,
-        "key_secret",
-    )
+    return provider.key.resolve(f"provider {provider.name!r}", secrets_file)
