@@ -25,7 +25,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.agent.session import session_key
 from orchestrator.approvals import chat_reply
 from orchestrator.channels.chats import ChatStore
 from orchestrator.commands import APPROVE, CONFIRM, parse_command
@@ -53,6 +52,7 @@ from orchestrator.limits import (
     SENDER_ID_MAX_CHARS,
 )
 from orchestrator.memory.history import TURN, History, Provenance
+from orchestrator.protocol import BadFrame, TurnRequest, TurnResult, session_key
 from orchestrator.queue import DEAD, DONE, Message, MessageQueue, Pause
 from orchestrator.relay.turn import RelayContext, TurnRelay
 from orchestrator.relay.usage import UsageStore
@@ -444,10 +444,11 @@ class Daemon:
             answer = self._turn(message, delivery.cancel)
             if not answer.get("ok"):
                 raise DeliveryFailed(str(answer.get("error", "the runner refused the turn")))
-            replies = answer.get("replies")
-            if not isinstance(replies, list) or not all(isinstance(r, str) for r in replies):
-                raise DeliveryFailed("the runner's answer has no list of text replies")
-            self.queue.complete(message.id, replies)
+            try:
+                result = TurnResult.from_wire(answer)
+            except BadFrame as exc:
+                raise DeliveryFailed(str(exc)) from None
+            self.queue.complete(message.id, result.replies)
             outcome = "delivered"
         except Exception as exc:
             if delivery.cancel.cancelled and self.stopping.is_set():
@@ -555,16 +556,16 @@ class Daemon:
         timeout = float(group.config.turn_timeout_seconds)
         deadline = time.monotonic() + timeout
         client = self.runtime.runner(group)
-        payload = {
-            "turn_id": message.id,
-            "chat": message.chat,
-            "thread": message.thread,
-            "channel": message.channel,
-            "session": message.session,
-            "sender": message.sender,
-            "trust": message.trust,
-            "text": message.text,
-        }
+        payload = TurnRequest(
+            turn_id=message.id,
+            chat=message.chat,
+            text=message.text,
+            sender=message.sender,
+            trust=message.trust,
+            thread=message.thread,
+            channel=message.channel,
+            session=message.session,
+        ).to_wire()
         self.runtime.activity.touch(group.folder)
         self._record_outside(group.folder, self.runtime.container_name(group))
         relay = TurnRelay(self.relay, message, group, deadline)

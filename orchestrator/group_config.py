@@ -45,6 +45,7 @@ from orchestrator.limits import (
     SENDER_ID_MAX_CHARS,
     TASK_RUNS_PER_HOUR_FLOOR,
 )
+from orchestrator.protocol import SESSION_MODES
 from orchestrator.units import parse_duration, parse_size
 from orchestrator.validate import MappingReader, Problems
 from orchestrator.yamldoc import YamlDocument, load_yaml_file, parse_yaml_text
@@ -53,7 +54,6 @@ GROUP_FILE = "group.yaml"
 DEFAULT_PROVIDER = "offline"
 DEFAULT_MODEL = "offline-rules"
 UNKNOWN_SENDER_POLICIES = ("drop", "allow")
-SESSION_MODES = ("per-chat", "per-thread", "shared")
 NETWORK_MODES = ("none", "bridge")
 PROVIDER_PATTERN = r"[a-z0-9][a-z0-9_-]{0,39}"
 MOUNT_NAME_PATTERN = r"[a-z0-9][a-z0-9_-]{0,62}"

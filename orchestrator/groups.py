@@ -31,8 +31,8 @@ from orchestrator.errors import (
 from orchestrator.fsatomic import fsync_dir
 from orchestrator.group_config import GROUP_FILE, GroupConfig, load_group_config
 from orchestrator.home import Home
-from orchestrator.learned import INSTRUCTIONS_FILE, LEARNED_FILE
 from orchestrator.limits import FOLDER_NAME_MAX, FOLDER_NAME_PATTERN, RESERVED_FOLDER_NAMES
+from orchestrator.protocol import INSTRUCTIONS_FILE, LEARNED_FILE
 
 REMOVED_DIR = ".removed"
 _FOLDER_RE = re.compile(FOLDER_NAME_PATTERN)

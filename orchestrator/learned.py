@@ -24,18 +24,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.confined import ConfinedDir, UnsafePath
-from orchestrator.limits import LEARNED_READ_MAX_BYTES, STANDING_TEXT_BUDGET_CHARS
+from orchestrator.limits import LEARNED_READ_MAX_BYTES
+from orchestrator.protocol import (
+    CREATOR,
+    INSTRUCTIONS_FILE,
+    LEARNED_FILE,
+    LEARNED_LABEL,
+    NOT_PERSISTED,
+    PERSISTED,
+    UNKNOWN,
+)
 
 if TYPE_CHECKING:
     from orchestrator.approvals import Applied
     from orchestrator.queue import HeldRequest, MessageQueue
 
-LEARNED_FILE = "learned-behaviors.md"
-INSTRUCTIONS_FILE = "instructions.prepend.md"
 LOCK_FILE = ".learned.lock"
-LABEL = "learned"  # the label the model's memory tools use for this store
-CREATOR = "creator"
-PERSISTED, NOT_PERSISTED, UNKNOWN = "PERSISTED", "NOT_PERSISTED", "PERSISTENCE_UNKNOWN"
 _LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
@@ -70,17 +74,6 @@ class StoreInfo:
             "modified": self.modified,
             "problem": self.problem,
         }
-
-
-def cap_standing(text: str, name: str, budget: int = STANDING_TEXT_BUDGET_CHARS) -> str:
-    """``text`` stripped and cut at ``budget`` characters with a visible notice."""
-    text = text.strip()
-    if len(text) <= budget:
-        return text
-    return (
-        text[:budget] + f"\n[truncated: {name} is longer than {budget:,} characters and only "
-        "its beginning was loaded]"
-    )
 
 
 _cache_guard = threading.Lock()
@@ -294,7 +287,7 @@ def report(
 ) -> dict[str, object]:
     """The store as ``group show`` and ``learned show`` describe it."""
     info = LearnedStore(groups_dir, folder).info()
-    pending = queue.held_requests(folder, kind=LABEL) if queue is not None else []
+    pending = queue.held_requests(folder, kind=LEARNED_LABEL) if queue is not None else []
     return {
         **info.to_dict(),
         "writers": list(creators),

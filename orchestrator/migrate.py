@@ -40,8 +40,8 @@ import frontmatter
 
 from orchestrator.confined import INHERIT, ConfinedDir, UnsafePath, kind_of, open_group_dir
 from orchestrator.errors import BadInput
-from orchestrator.learned import INSTRUCTIONS_FILE
 from orchestrator.memory.okf import RESERVED_NAMES
+from orchestrator.protocol import INSTRUCTIONS_FILE
 from orchestrator.validate import shown_name
 
 MIGRATION_DIR = ".memory-migration"

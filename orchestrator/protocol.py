@@ -1,8 +1,173 @@
 """What the host and a group's container share: the turn the host sends and the answer
-the runner gives, the names of the requests a runner makes during a turn, and the
-constants both sides must agree on. Imports nothing host-side (the image installs the
-same package, so this exists once)."""
+the runner gives, the names of the requests a runner makes during a turn, the session
+keys, and the constants both sides must agree on. Imports nothing host-side (the image
+installs the same package, so each of these exists once).
+"""
 
 from __future__ import annotations
 
+import hashlib
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.limits import MESSAGE_MAX_CHARS, STANDING_TEXT_BUDGET_CHARS
+
 OFFLINE = "offline"  # the embedded provider: it runs in the container; no definition
+CLEAR_COMMAND = "/clear"  # a fresh context, answered by the runner itself
+
+# The agent folder (groups/<folder>/ on the host, /workspace/agent in the container).
+MEMORY_DIR, SESSIONS_DIR, FILES_DIR = "memory", "sessions", "files"
+LEARNED_FILE = "learned-behaviors.md"  # host-owned, never mounted
+INSTRUCTIONS_FILE = "instructions.prepend.md"  # the operator's, never mounted
+LEARNED_LABEL = "learned"  # the label the model's memory tools use for that store
+
+# Trust levels the host records with a message.
+CREATOR, MEMBER, GUEST = "creator", "member", "guest"
+
+# The answer to a write the host makes for the agent.
+PERSISTED, NOT_PERSISTED, UNKNOWN = "PERSISTED", "NOT_PERSISTED", "PERSISTENCE_UNKNOWN"
+
+# Requests a runner makes during a turn (a frame with "req" and "op").
+MODEL_COMPLETE = "model.complete"
+REPLY = "reply"
+STANDING_GET = "standing.get"
+LEARNED_READ = "learned.read"
+LEARNED_WRITE = "learned.write"
+MEMORY_SEARCH = "memory.search"
+MEMORY_GET = "memory.get"
+TASK_SCHEDULE = "task.schedule"
+TASK_LIST = "task.list"
+TASK_CANCEL = "task.cancel"
+OPS = (
+    MODEL_COMPLETE, REPLY, STANDING_GET, LEARNED_READ, LEARNED_WRITE, MEMORY_SEARCH,
+    MEMORY_GET, TASK_SCHEDULE, TASK_LIST, TASK_CANCEL,
+)  # fmt: skip
+
+SESSION_MODES = ("per-chat", "per-thread", "shared")
+SESSION_KEY_PATTERN = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"  # what session_key makes
+_ID_MAX = 200
+
+
+class BadFrame(Exception):
+    """A turn or an answer that is not what the protocol says (the message names the
+    field); it fails that turn only."""
+
+
+def session_key(mode: str, channel: str, chat: str, thread: str | None) -> str:
+    """A file-safe key: one session per (channel, chat), per (channel, chat, thread), or
+    one for the whole group (``shared``). The channel is part of the key, so a chat id
+    named through one channel (an HTTP bridge naming "dashboard", or a Telegram chat's
+    id) never reaches another channel's conversation."""
+    if mode == "shared":
+        return "shared"
+    # channels are "kind" or "kind:name" of [a-z0-9_-]: with ':' as '.', still distinct
+    where = re.sub(r"[^a-z0-9_-]+", ".", channel.lower())[:40].strip(".") or "channel"
+    raw = f"chat-{chat}" if mode == "per-chat" or not thread else f"chat-{chat}-thread-{thread}"
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", raw)[:72].strip("._") or "chat"
+    if safe != raw or where != channel.replace(":", "."):  # keep distinct ids distinct
+        safe += "-" + hashlib.sha256(f"{channel}\n{raw}".encode()).hexdigest()[:10]
+    return f"{where}.{safe}"
+
+
+def cap_standing(text: str, name: str, budget: int = STANDING_TEXT_BUDGET_CHARS) -> str:
+    """Standing text (the operator's instructions, learned behaviors) for a fresh
+    context: stripped and cut at ``budget`` characters with a visible notice."""
+    text = text.strip()
+    if len(text) <= budget:
+        return text
+    return (
+        text[:budget] + f"\n[truncated: {name} is longer than {budget:,} characters and only "
+        "its beginning was loaded]"
+    )
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    """One turn the host delivers: the message, from the host's own record of it."""
+
+    turn_id: str
+    chat: str
+    text: str
+    sender: str = ""
+    trust: str = MEMBER
+    thread: str | None = None
+    channel: str = "cli"
+    session: str | None = None  # the host's key for the turn's session (it decides)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "turn_id": self.turn_id,
+            "chat": self.chat,
+            "thread": self.thread,
+            "channel": self.channel,
+            "session": self.session,
+            "sender": self.sender,
+            "trust": self.trust,
+            "text": self.text,
+        }
+
+    @classmethod
+    def from_wire(cls, raw: Any) -> TurnRequest:
+        """The turn in an untrusted frame; BadFrame names the field."""
+        if not isinstance(raw, dict):
+            raise BadFrame("turn must be an object")
+
+        def text(key: str, limit: int, required: bool = True) -> str | None:
+            value = raw.get(key)
+            if value is None and not required:
+                return None
+            if not isinstance(value, str) or (required and not value) or len(value) > limit:
+                raise BadFrame(f"turn.{key} must be a string of 1..{limit} characters")
+            return value
+
+        session = text("session", 128, required=False)
+        if session is not None and not re.fullmatch(SESSION_KEY_PATTERN, session):
+            raise BadFrame("turn.session must be a session key (letters, digits, . _ -)")
+        return cls(
+            turn_id=text("turn_id", _ID_MAX) or "",
+            chat=text("chat", _ID_MAX) or "",
+            text=text("text", MESSAGE_MAX_CHARS) or "",
+            sender=text("sender", _ID_MAX, required=False) or "",
+            trust=text("trust", 20, required=False) or MEMBER,
+            thread=text("thread", _ID_MAX, required=False),
+            channel=text("channel", _ID_MAX, required=False) or "cli",
+            session=session,
+        )
+
+
+@dataclass
+class TurnResult:
+    """What the runner answers for a turn."""
+
+    session: str
+    replies: list[str] = field(default_factory=list)
+    fresh_context: str | None = None  # the source, when this turn created a context
+    compacted: bool = False
+    duplicate: bool = False  # the turn id was already completed; replies as recorded
+
+    def to_wire(self, turn_id: str) -> dict[str, Any]:
+        return {
+            "ok": True,
+            "turn_id": turn_id,
+            "session": self.session,
+            "replies": self.replies,
+            "fresh_context": self.fresh_context,
+            "compacted": self.compacted,
+        }
+
+    @classmethod
+    def from_wire(cls, frame: dict[str, Any]) -> TurnResult:
+        """The result in a runner's answer (``ok`` checked by the caller); BadFrame
+        when its replies are not a list of text."""
+        replies = frame.get("replies")
+        if not isinstance(replies, list) or not all(isinstance(r, str) for r in replies):
+            raise BadFrame("the runner's answer has no list of text replies")
+        session = frame.get("session")
+        fresh = frame.get("fresh_context")
+        return cls(
+            session=session if isinstance(session, str) else "",
+            replies=list(replies),
+            fresh_context=fresh if isinstance(fresh, str) else None,
+            compacted=frame.get("compacted") is True,
+        )

@@ -31,6 +31,7 @@ from orchestrator.limits import (
     MAX_DELIVERY_ATTEMPTS,
     STATE_RESERVE_BYTES,
 )
+from orchestrator.protocol import CLEAR_COMMAND
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -177,7 +178,6 @@ CREATE TABLE IF NOT EXISTS held_requests (
 );
 CREATE INDEX IF NOT EXISTS held_requests_chat ON held_requests (group_folder, channel, chat);
 """
-CLEAR_TEXT = "/clear"
 SQLITE_FULL = 13
 QUEUE_FILE = "queue.db"
 
@@ -705,7 +705,7 @@ class MessageQueue:
             clear = self._db.execute(
                 "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE group_folder=? AND session=?"
                 " AND seq<? AND state=? AND trim(text)=?",
-                (group, session, seq, DONE, CLEAR_TEXT),
+                (group, session, seq, DONE, CLEAR_COMMAND),
             ).fetchone()[0]
             return int(
                 self._db.execute(

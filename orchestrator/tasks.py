@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from orchestrator.agent.session import session_key
 from orchestrator.errors import BadInput, GroupNotFound, OrchestratorError
 from orchestrator.group_config import TaskSettings, classify_sender
 from orchestrator.groups import GroupStore
 from orchestrator.limits import TASK_TEXT_MAX_CHARS
+from orchestrator.protocol import session_key
 from orchestrator.queue import Message, MessageQueue, insert_message, new_message
 from orchestrator.units import parse_duration
 

@@ -18,10 +18,10 @@ import logging
 import sqlite3
 from dataclasses import dataclass
 
-from orchestrator.agent.session import session_key
 from orchestrator.confined import ConfinedDir
 from orchestrator.errors import OrchestratorError
 from orchestrator.groups import GroupStore
+from orchestrator.protocol import session_key
 from orchestrator.queue import MessageQueue
 
 log = logging.getLogger("orchestrator.upgrade")

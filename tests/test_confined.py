@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.agent.memory_hook import render_memory
 from orchestrator.confined import ConfinedDir, UnsafePath, split
 from orchestrator.groups import Group, memory_usage
 from orchestrator.memory.lint import lint_memory
+from orchestrator.memory.reading import render_memory
 from orchestrator.memory.scaffold import scaffold_memory
 from tests.hostile import fingerprint, swapping
 

@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 
-from orchestrator.agent.memory_hook import render_memory
 from orchestrator.config import OrchestratorConfig
 from orchestrator.disk import group_disk_usage
 from orchestrator.errors import InvalidConfig
@@ -30,6 +29,7 @@ from orchestrator.group_config import GroupConfig, set_option
 from orchestrator.groups import Group, GroupStore, memory_usage
 from orchestrator.home import Home
 from orchestrator.limits import HTTP_MAX_CONNECTIONS
+from orchestrator.memory.reading import render_memory
 from orchestrator.runtime.base import LABEL_PROJECT
 from orchestrator.runtime.docker import DockerBackend
 from orchestrator.runtime.lifecycle import GroupRuntime, default_skills_root

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator.agent.session import session_key
 from orchestrator.group_config import GroupConfig
 from orchestrator.groups import Group, GroupStore
+from orchestrator.protocol import session_key
 from orchestrator.runtime.base import LABEL_PROJECT
 from tests.test_daemon_docker import TOKEN, DaemonProcess, _free_port
 from tests.test_hostile_docker import container_of, inside, runtime_for

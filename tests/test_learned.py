@@ -21,16 +21,9 @@ from orchestrator.daemon import Daemon
 from orchestrator.group_config import GroupConfig
 from orchestrator.groups import GroupStore
 from orchestrator.home import Home
-from orchestrator.learned import (
-    LEARNED_FILE,
-    NOT_PERSISTED,
-    PERSISTED,
-    UNKNOWN,
-    LearnedStore,
-    cap_standing,
-    write_refusal,
-)
+from orchestrator.learned import LearnedStore, write_refusal
 from orchestrator.limits import HOST_NOTICE_SEQ
+from orchestrator.protocol import LEARNED_FILE, NOT_PERSISTED, PERSISTED, UNKNOWN, cap_standing
 from orchestrator.queue import open_queue
 from orchestrator.relay.turn import TurnRelay
 from tests.served import contexts, say

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.agent.memory_hook import cap, render_memory
 from orchestrator.limits import MEMORY_FILE_BUDGET_CHARS
+from orchestrator.memory.reading import cap, render_memory
 from orchestrator.memory.scaffold import scaffold_memory
 
 BUDGET = MEMORY_FILE_BUDGET_CHARS

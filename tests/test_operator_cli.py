@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.agent.runner import Runner, Turn
+from orchestrator.agent.runner import Runner
 from orchestrator.agent.settings import AgentSettings
 from orchestrator.channels.control import ControlChannel
 from orchestrator.config import OrchestratorConfig
@@ -20,6 +20,7 @@ from orchestrator.daemon import Daemon
 from orchestrator.group_config import GroupConfig
 from orchestrator.groups import GroupStore
 from orchestrator.home import Home
+from orchestrator.protocol import TurnRequest
 from orchestrator.queue import open_queue
 from orchestrator.runtime.fake import FakeBackend
 from orchestrator.runtime.lifecycle import GroupRuntime
@@ -97,7 +98,7 @@ def test_transcript_is_readable_and_read_through_the_confined_layer(run, home: P
     group = GroupStore(Home(home)).load("fam")
     (group.path / "sessions").mkdir()
     runner = Runner(AgentSettings(agent_dir=group.path, runtime_dir=home / "run"), hooks=[])
-    runner.handle(Turn("t1", "kitchen", "remember that the oven is hot", sender="alice"))
+    runner.handle(TurnRequest("t1", "kitchen", "remember that the oven is hot", sender="alice"))
     shown = run("transcript", "fam", "--chat", "kitchen").stdout
     assert "--- fresh context (startup, offline-rules) ---" in shown
     assert "alice (member): remember that the oven is hot" in shown
@@ -152,10 +153,10 @@ def test_offline_recall_answers_from_what_the_file_says_now(tmp_path: Path) -> N
     scaffold_memory(agent)
     (agent / "sessions").mkdir()
     runner = Runner(AgentSettings(agent_dir=agent, runtime_dir=tmp_path / "run"), hooks=[])
-    runner.handle(Turn("t1", "c", "remember that my timezone is Europe/Berlin"))
+    runner.handle(TurnRequest("t1", "c", "remember that my timezone is Europe/Berlin"))
     fact = agent / "memory/facts/my-timezone.md"
     fact.write_text(fact.read_text().replace("Europe/Berlin.", "Asia/Tokyo."))  # a hand edit
-    answer = runner.handle(Turn("t2", "c", "what do you know about my timezone?")).replies[0]
+    answer = runner.handle(TurnRequest("t2", "c", "what do you know about my timezone?")).replies[0]
     assert "Asia/Tokyo" in answer and "Europe/Berlin" not in answer
-    intro = runner.handle(Turn("t3", "c", "hello there")).replies[0]
+    intro = runner.handle(TurnRequest("t3", "c", "hello there")).replies[0]
     assert "orchestrator provider add" in intro

@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 
 from orchestrator.agent.hooks import CommandHook, load_hooks, run_session_start
-from orchestrator.agent.runner import Runner, Turn
-from orchestrator.agent.session import Session, session_key
+from orchestrator.agent.runner import Runner
+from orchestrator.agent.session import Session
 from orchestrator.agent.settings import AgentSettings
 from orchestrator.agent.tools import FLUSH, Toolbox, ToolError
 from orchestrator.memory.lint import lint_memory
 from orchestrator.memory.okf import split_frontmatter
 from orchestrator.memory.scaffold import scaffold_memory
+from orchestrator.protocol import TurnRequest, session_key
 
 MEMORY_HOOK = CommandHook(
     "startup|clear|compact", (sys.executable, "-m", "orchestrator", "hook", "session-start")
@@ -42,7 +43,7 @@ def runner(settings: AgentSettings) -> Runner:
 
 def say(r: Runner, text: str, chat: str = "c1", n: list[int] = [0]) -> object:  # noqa: B006
     n[0] += 1
-    return r.handle(Turn(turn_id=f"t{n[0]}", chat=chat, text=text, sender="alice"))
+    return r.handle(TurnRequest(turn_id=f"t{n[0]}", chat=chat, text=text, sender="alice"))
 
 
 def contexts(settings: AgentSettings, key: str = "cli.chat-c1") -> list[dict[str, object]]:
@@ -289,7 +290,7 @@ def test_shipped_hooks_config() -> None:
 
 def test_a_completed_turn_id_is_not_run_twice(settings: AgentSettings) -> None:
     r = runner(settings)
-    turn = Turn(turn_id="same", chat="c1", text="remember that the cat is grey")
+    turn = TurnRequest(turn_id="same", chat="c1", text="remember that the cat is grey")
     first = r.handle(turn)
     again = runner(settings).handle(turn)  # a retry after a crash, in a new process
     assert again.duplicate and again.replies == first.replies
@@ -308,7 +309,7 @@ def test_concurrent_remembers_in_one_group_lose_no_link(settings: AgentSettings)
     facts = [f"the code of room {n} is {n * 7}" for n in range(40)]
 
     def remember(n: int) -> list[str]:
-        turn = Turn(f"t{n}", f"chat-{n}", f"remember that {facts[n]}", sender="a")
+        turn = TurnRequest(f"t{n}", f"chat-{n}", f"remember that {facts[n]}", sender="a")
         return runner.handle(turn).replies
 
     with ThreadPoolExecutor(8) as pool:
@@ -324,8 +325,8 @@ def test_concurrent_remembers_in_one_group_lose_no_link(settings: AgentSettings)
 
 def test_a_fact_is_never_written_to_a_reserved_name(settings: AgentSettings) -> None:
     runner = Runner(settings)
-    runner.handle(Turn("t1", "c", "remember that index is the main map"))
-    runner.handle(Turn("t2", "c", "remember that log is a record of changes"))
+    runner.handle(TurnRequest("t1", "c", "remember that index is the main map"))
+    runner.handle(TurnRequest("t2", "c", "remember that log is a record of changes"))
     index = (settings.memory_dir / "facts/index.md").read_text()
     assert index.startswith("# Facts") and "(index-fact.md)" in index and "(log-fact.md)" in index
     assert (settings.memory_dir / "facts/index-fact.md").is_file()
@@ -334,7 +335,7 @@ def test_a_fact_is_never_written_to_a_reserved_name(settings: AgentSettings) -> 
 
 def test_a_transcript_line_of_the_wrong_shape_is_skipped(settings: AgentSettings) -> None:
     runner = Runner(settings)
-    runner.handle(Turn("t1", "c", "hello"))
+    runner.handle(TurnRequest("t1", "c", "hello"))
     transcript = settings.sessions_dir / "cli.chat-c/transcript.jsonl"
     with open(transcript, "a") as handle:
         handle.write('{"t": "context", "context_id": "not a number", "system": 5}\n')
@@ -342,7 +343,7 @@ def test_a_transcript_line_of_the_wrong_shape_is_skipped(settings: AgentSettings
         handle.write('["not", "an", "object"]\n')
         handle.write('{"t": "msg", "role": {"evil": true}, "content": "x"}\n')
     fresh = Runner(settings)  # as after a restart: the whole file is read again
-    result = fresh.handle(Turn("t2", "c", "hello again"))
+    result = fresh.handle(TurnRequest("t2", "c", "hello again"))
     assert result.replies and result.fresh_context is None  # the same context resumed
 
 
@@ -352,14 +353,14 @@ def test_a_large_transcript_rotates_and_the_session_carries_on(settings: AgentSe
     from orchestrator.agent.session import Session
 
     runner = Runner(settings)
-    runner.handle(Turn("t0", "c", "remember that the boat is blue"))
+    runner.handle(TurnRequest("t0", "c", "remember that the boat is blue"))
     session = runner._sessions["cli.chat-c"]
     session.rotate_bytes = 4000
     rotations: list[Path] = []
     real_rotate = session.rotate
     session.rotate = lambda: rotations.append(real_rotate()) or rotations[-1]  # type: ignore[method-assign]
     for n in range(1, 30):
-        runner.handle(Turn(f"t{n}", "c", f"message number {n} " + "x" * 200))
+        runner.handle(TurnRequest(f"t{n}", "c", f"message number {n} " + "x" * 200))
     archives = sorted((settings.sessions_dir / "cli.chat-c/archive").glob("*.jsonl.gz"))
     assert 1 <= len(archives) <= 4 and 2 <= len(rotations) <= 6  # not one per turn
     first = json.loads(
@@ -369,7 +370,7 @@ def test_a_large_transcript_rotates_and_the_session_carries_on(settings: AgentSe
     assert b"message number" in gzip.decompress(archives[-1].read_bytes())
     # after a restart the same context resumes, and a repeated turn id is still known
     again = Runner(settings)
-    repeat = again.handle(Turn("t29", "c", "message number 29 " + "x" * 200))
+    repeat = again.handle(TurnRequest("t29", "c", "message number 29 " + "x" * 200))
     assert repeat.duplicate
     reloaded = Session(settings.sessions_dir, "cli.chat-c")
     assert reloaded.current_context() is not None
@@ -387,7 +388,7 @@ def test_a_turn_stops_after_12_tool_steps(settings: AgentSettings) -> None:
             return Completion(None, (ToolCall(f"c{Looping.calls}", "list_dir", {}),))
 
     runner = Runner(settings, provider=Looping("x"), hooks=[])
-    result = runner.handle(Turn("t", "c", "go"))
+    result = runner.handle(TurnRequest("t", "c", "go"))
     assert Looping.calls == 12
     assert result.replies == ["(stopped after 12 tool steps in one turn)"]
 
@@ -462,7 +463,7 @@ def test_one_turn_is_recorded_exactly(settings: AgentSettings) -> None:
         Completion("  " + "z" * 32_010 + "  "),
     )
     r = Runner(settings, provider=script.provider, hooks=[])
-    result = r.handle(Turn("t1", "k", "read it", sender="bob", trust="member"))
+    result = r.handle(TurnRequest("t1", "k", "read it", sender="bob", trust="member"))
     assert (result.session, result.fresh_context, result.compacted, result.duplicate) == (
         "cli.chat-k",
         "startup",
@@ -533,10 +534,10 @@ def test_no_reply_blank_replies_and_a_tool_that_fails_on_the_disk(
         Completion("   "),
     )
     r = Runner(settings, provider=script.provider, hooks=[])
-    assert r.handle(Turn("t1", "k", "x")).replies == []
+    assert r.handle(TurnRequest("t1", "k", "x")).replies == []
     tool = next(e for e in _events(settings, "cli.chat-k") if e.get("role") == "tool")
     assert tool["content"] == "ERROR: read_file failed: Input/output error"
-    assert r.handle(Turn("t2", "k", "y")).replies == []
+    assert r.handle(TurnRequest("t2", "k", "y")).replies == []
 
 
 def test_clear_a_budget_and_a_repeated_turn_id(settings: AgentSettings) -> None:
@@ -548,16 +549,16 @@ def test_clear_a_budget_and_a_repeated_turn_id(settings: AgentSettings) -> None:
         Completion("three"),
     )
     r = Runner(settings, provider=script.provider, hooks=[])
-    assert r.handle(Turn("t1", "k", "a")).replies == ["one"]
-    cleared = r.handle(Turn("t2", "k", " /clear "))
+    assert r.handle(TurnRequest("t1", "k", "a")).replies == ["one"]
+    cleared = r.handle(TurnRequest("t2", "k", " /clear "))
     assert (cleared.replies, cleared.fresh_context) == (
         ["Started a fresh context; memory was loaded again."],
         "clear",
     )
-    spent = r.handle(Turn("t3", "k", "b"))
+    spent = r.handle(TurnRequest("t3", "k", "b"))
     assert spent.replies == ["This group has used its model budget for today."]
-    assert r.handle(Turn("t4", "k", "c")).replies == ["three"]
-    again = r.handle(Turn("t3", "k", "b"))
+    assert r.handle(TurnRequest("t4", "k", "c")).replies == ["three"]
+    again = r.handle(TurnRequest("t3", "k", "b"))
     assert (again.replies, again.duplicate) == (spent.replies, True)
     contexts_ = [e for e in _events(settings, "cli.chat-k") if e["t"] == "context"]
     assert [(c["context_id"], c["source"]) for c in contexts_] == [(1, "startup"), (2, "clear")]
@@ -595,8 +596,8 @@ def test_compaction_sends_the_flush_and_the_summary_exactly(settings: AgentSetti
 
     script.provider.complete = complete  # type: ignore[method-assign]
     r = Runner(copy(settings, context_budget_chars=10), provider=script.provider, hooks=[])
-    r.handle(Turn("t1", "k", "x" * 50), host)  # type: ignore[arg-type]
-    result = r.handle(Turn("t2", "k", "again"), host)  # type: ignore[arg-type]
+    r.handle(TurnRequest("t1", "k", "x" * 50), host)  # type: ignore[arg-type]
+    result = r.handle(TurnRequest("t2", "k", "again"), host)  # type: ignore[arg-type]
     assert (result.fresh_context, result.compacted, result.replies) == ("compact", True, ["two"])
     assert all(h is host for _, h in seen)  # every model call goes through the turn's host
     first_flush, second_flush, summary = script.requests[1:4]  # as they were when sent
@@ -631,7 +632,7 @@ def test_compaction_never_splits_a_tool_call_from_its_result(settings: AgentSett
         Completion("summary"),
     )
     r = Runner(copy(settings, context_budget_chars=50_000), provider=script.provider, hooks=[])
-    r.handle(Turn("t1", "k", "look"))
+    r.handle(TurnRequest("t1", "k", "look"))
     session = r._sessions["cli.chat-k"]
     context = session.current_context()
     assert context is not None
@@ -644,7 +645,7 @@ def test_compaction_never_splits_a_tool_call_from_its_result(settings: AgentSett
     assert fresh.messages[0]["content"] == "[Summary of the earlier conversation]\nsummary"
     short = Scripted(Completion("hi"), Completion(None), Completion("s"))
     r2 = Runner(copy(settings, context_budget_chars=50_000), provider=short.provider, hooks=[])
-    r2.handle(Turn("t1", "two", "hello"))
+    r2.handle(TurnRequest("t1", "two", "hello"))
     s2 = r2._sessions["cli.chat-two"]
     c2 = s2.current_context()
     assert c2 is not None and len(c2.messages) == 2
@@ -657,8 +658,8 @@ def test_sessions_per_thread_and_one_lock_per_session(settings: AgentSettings) -
     from dataclasses import replace as copy
 
     r = Runner(copy(settings, session_mode="per-thread"), hooks=[])
-    a = r.handle(Turn("t1", "c", "hello", thread="a"))
-    b = r.handle(Turn("t2", "c", "hello", thread="b"))
+    a = r.handle(TurnRequest("t1", "c", "hello", thread="a"))
+    b = r.handle(TurnRequest("t2", "c", "hello", thread="b"))
     assert (a.session, b.session) == ("cli.chat-c-thread-a", "cli.chat-c-thread-b")
     assert r.lock_for("x") is r.lock_for("x") and r.lock_for("x") is not r.lock_for("y")
 
@@ -715,7 +716,7 @@ def test_the_default_provider_and_hooks_come_from_the_settings(
     assert len(Runner(configured).hooks) == 1
     assert Runner(configured, hooks=[]).hooks == []  # given hooks win over the file
     r = Runner(configured)
-    r.handle(Turn("t1", "k", "hi"))
+    r.handle(TurnRequest("t1", "k", "hi"))
     assert "FROM-THE-HOOKS-FILE" in str(contexts(settings, "cli.chat-k")[0]["system"])
 
 
@@ -763,9 +764,9 @@ def test_every_fresh_context_takes_its_standing_text_from_the_host(
     host = StandingHost(instructions="Speak French.", learned="Say please.")
     script = Scripted(*[Completion("ok")] * 12)  # turns, flushes and summaries
     r = Runner(copy(settings, context_budget_chars=10), provider=script.provider, hooks=[])
-    r.handle(Turn("t1", "k", "x"), host)  # type: ignore[arg-type]  # startup
-    r.handle(Turn("t2", "k", "/clear"), host)  # type: ignore[arg-type]
-    r.handle(Turn("t3", "k", "y" * 50), host)  # type: ignore[arg-type]  # over 10: compaction
+    r.handle(TurnRequest("t1", "k", "x"), host)  # type: ignore[arg-type]  # startup
+    r.handle(TurnRequest("t2", "k", "/clear"), host)  # type: ignore[arg-type]
+    r.handle(TurnRequest("t3", "k", "y" * 50), host)  # type: ignore[arg-type]  # over 10: compaction
     made = contexts(settings, "cli.chat-k")
     assert [c["source"] for c in made] == ["startup", "clear", "compact"]
     assert host.ops == ["standing.get"] * 3
@@ -778,8 +779,8 @@ def test_every_fresh_context_takes_its_standing_text_from_the_host(
 def test_standing_text_over_its_budget_is_cut_with_a_notice_naming_it(
     settings: AgentSettings,
 ) -> None:
-    from orchestrator.learned import INSTRUCTIONS_FILE, LEARNED_FILE
     from orchestrator.limits import STANDING_TEXT_BUDGET_CHARS
+    from orchestrator.protocol import INSTRUCTIONS_FILE, LEARNED_FILE
 
     long = "w" * (STANDING_TEXT_BUDGET_CHARS + 5)
     r = Runner(settings, hooks=[])
@@ -814,8 +815,8 @@ def test_hooks_are_told_the_session_and_the_source(settings: AgentSettings) -> N
         ),
     )
     r = Runner(settings, hooks=[hook])
-    r.handle(Turn("t1", "k", "hi"))
-    r.handle(Turn("t2", "k", "/clear"))
+    r.handle(TurnRequest("t1", "k", "hi"))
+    r.handle(TurnRequest("t2", "k", "/clear"))
     systems = [str(c["system"]) for c in contexts(settings, "cli.chat-k")]
     assert "SESSION=cli.chat-k SOURCE=startup" in systems[0]
     assert "SESSION=cli.chat-k SOURCE=clear" in systems[1]
@@ -826,10 +827,10 @@ def test_the_session_mode_picks_the_session_of_a_turn(settings: AgentSettings) -
     from dataclasses import replace as copy
 
     r = Runner(copy(settings, session_mode="per-chat"), hooks=[])
-    assert r.handle(Turn("t1", "c", "hi", thread="th")).session == "cli.chat-c"
+    assert r.handle(TurnRequest("t1", "c", "hi", thread="th")).session == "cli.chat-c"
     shared = Runner(copy(settings, session_mode="shared"), hooks=[])
-    assert shared.handle(Turn("t2", "a", "hi")).session == "shared"
-    again = shared.handle(Turn("t2", "b", "hi"))  # the same turn id, from anywhere
+    assert shared.handle(TurnRequest("t2", "a", "hi")).session == "shared"
+    again = shared.handle(TurnRequest("t2", "b", "hi"))  # the same turn id, from anywhere
     assert (again.session, again.duplicate) == ("shared", True)
 
 
@@ -840,7 +841,7 @@ def test_a_spent_budget_is_logged_and_kept_in_the_session(
 
     script = Scripted(BudgetExhausted("No budget left today."))
     r = Runner(settings, provider=script.provider, hooks=[])
-    result = r.handle(Turn("t9", "k", "hi"))
+    result = r.handle(TurnRequest("t9", "k", "hi"))
     assert (result.session, result.replies) == ("cli.chat-k", ["No budget left today."])
     assert "turn t9: No budget left today." in caplog.messages
 
@@ -863,12 +864,12 @@ def test_sessions_do_not_wait_for_each_other(settings: AgentSettings) -> None:
             return Completion("done " + text)
 
     r = Runner(settings, provider=Slow("m"), hooks=[])
-    slow = threading.Thread(target=lambda: r.handle(Turn("t1", "a", "slow")))
+    slow = threading.Thread(target=lambda: r.handle(TurnRequest("t1", "a", "slow")))
     slow.start()
     try:
         assert entered.wait(30)
         # another chat's turn runs while the first is still in its model call
-        assert r.handle(Turn("t2", "b", "fast")).replies == ["done fast"]
+        assert r.handle(TurnRequest("t2", "b", "fast")).replies == ["done fast"]
     finally:
         release.set()
         slow.join(30)
@@ -881,12 +882,12 @@ def test_a_context_exactly_at_its_budget_is_not_compacted(settings: AgentSetting
 
     script = Scripted(Completion("one"), Completion("two"))
     probe = Runner(settings, provider=script.provider, hooks=[])
-    probe.handle(Turn("t1", "k", "hello"))
+    probe.handle(TurnRequest("t1", "k", "hello"))
     context = probe._sessions["cli.chat-k"].current_context()
     assert context is not None
     size = context.size_chars()
     r = Runner(copy(settings, context_budget_chars=size), provider=script.provider, hooks=[])
-    result = r.handle(Turn("t2", "k", "again"))
+    result = r.handle(TurnRequest("t2", "k", "again"))
     assert (result.compacted, result.replies) == (False, ["two"])
 
 
@@ -907,7 +908,7 @@ def test_compaction_keeps_from_the_first_user_message_after_a_tool_result(
     )
     r = Runner(copy(settings, context_budget_chars=50_000), provider=script.provider, hooks=[])
     for n, text in enumerate(("look", "second", "third")):
-        r.handle(Turn(f"t{n}", "k", text))
+        r.handle(TurnRequest(f"t{n}", "k", text))
     session = r._sessions["cli.chat-k"]
     context = session.current_context()
     assert context is not None
@@ -941,8 +942,8 @@ def test_the_flush_and_the_turns_share_the_runners_file_locks(
     monkeypatch.setattr(runner_module, "Toolbox", Recorded)
     script = Scripted(Completion("one"), Completion(None), Completion("sum"), Completion("two"))
     r = Runner(copy(settings, context_budget_chars=10), provider=script.provider, hooks=[])
-    r.handle(Turn("t1", "k", "x" * 50))
-    assert r.handle(Turn("t2", "k", "y")).compacted  # a turn, a flush, then a turn
+    r.handle(TurnRequest("t1", "k", "x" * 50))
+    assert r.handle(TurnRequest("t2", "k", "y")).compacted  # a turn, a flush, then a turn
     assert len(made) == 3 and all(locks is r.file_locks for locks in made)
 
 

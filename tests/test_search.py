@@ -22,14 +22,8 @@ from orchestrator.confined import UnsafePath
 from orchestrator.group_config import GroupConfig
 from orchestrator.groups import GroupStore
 from orchestrator.home import Home
-from orchestrator.memory.search import (
-    MemoryIndex,
-    chunk_lines,
-    context_report,
-    fts_query,
-    memory_relative,
-    read_lines,
-)
+from orchestrator.memory.reading import memory_relative, read_lines
+from orchestrator.memory.search import MemoryIndex, chunk_lines, context_report, fts_query
 from tests.searchcorpus import FILES, QUERIES, write_corpus
 from tests.served import say
 
@@ -328,7 +322,7 @@ def test_memory_get_refuses_links_and_special_files(tree) -> None:  # type: igno
 
 
 def test_the_context_report_has_the_hooks_numbers(tree) -> None:  # type: ignore[no-untyped-def]
-    from orchestrator.agent.memory_hook import render_memory
+    from orchestrator.memory.reading import render_memory
 
     memory: Path = tree["memory"]
     (memory / "index.md").write_text("# Memory\n\n" + "a long line of the map\n" * 1000)

@@ -22,7 +22,7 @@ from orchestrator.errors import InvalidConfig
 from orchestrator.group_config import GroupConfig, TaskSettings, load_group_config
 from orchestrator.groups import GroupStore
 from orchestrator.home import Home
-from orchestrator.learned import NOT_PERSISTED
+from orchestrator.protocol import NOT_PERSISTED
 from orchestrator.queue import DONE as MESSAGE_DONE
 from orchestrator.queue import QUEUED, MessageQueue, open_queue
 from orchestrator.relay.ops import task_cancel, task_list, task_schedule

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.agent.session import session_key
 from orchestrator.group_config import GroupConfig
 from orchestrator.groups import GroupStore
 from orchestrator.home import Home
+from orchestrator.protocol import session_key
 from orchestrator.queue import MessageQueue, open_queue
 from orchestrator.upgrade import carry_sessions_to_channels
 

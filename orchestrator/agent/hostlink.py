@@ -15,17 +15,6 @@ from typing import Any
 
 from orchestrator import wire
 
-MODEL_COMPLETE = "model.complete"
-REPLY = "reply"
-STANDING_GET = "standing.get"
-LEARNED_READ = "learned.read"
-LEARNED_WRITE = "learned.write"
-MEMORY_SEARCH_OP = "memory.search"
-MEMORY_GET_OP = "memory.get"
-TASK_SCHEDULE = "task.schedule"
-TASK_LIST = "task.list"
-TASK_CANCEL = "task.cancel"
-
 
 class HostRequestFailed(Exception):
     """The host answered a request with an error (or the link broke)."""

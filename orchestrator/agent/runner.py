@@ -14,13 +14,12 @@ import logging
 import os
 import stat
 import threading
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from orchestrator.agent.hooks import CommandHook, load_hooks, run_session_start
-from orchestrator.agent.hostlink import STANDING_GET, HostLink, HostRequestFailed
+from orchestrator.agent.hostlink import HostLink, HostRequestFailed
 from orchestrator.agent.providers import Provider, get_provider
 from orchestrator.agent.providers.base import (
     FLUSH,
@@ -29,20 +28,28 @@ from orchestrator.agent.providers.base import (
     BudgetExhausted,
     CompletionRequest,
 )
-from orchestrator.agent.session import Context, Session, session_key
+from orchestrator.agent.session import Context, Session
 from orchestrator.agent.settings import AgentSettings
 from orchestrator.agent.tools import FLUSH as FLUSH_MODE
 from orchestrator.agent.tools import FileLocks, Toolbox, ToolError
-from orchestrator.learned import INSTRUCTIONS_FILE, LEARNED_FILE, cap_standing
 from orchestrator.limits import (
     COMPACTION_KEEP_MESSAGES,
     LEARNED_READ_MAX_BYTES,
     MAX_TOOL_STEPS_PER_TURN,
     MESSAGE_MAX_CHARS,
 )
+from orchestrator.protocol import (
+    CLEAR_COMMAND,
+    INSTRUCTIONS_FILE,
+    LEARNED_FILE,
+    STANDING_GET,
+    TurnRequest,
+    TurnResult,
+    cap_standing,
+    session_key,
+)
 
 log = logging.getLogger(__name__)
-CLEAR_COMMAND = "/clear"
 NO_REPLY = "NO_REPLY"
 FLUSH_PROMPT = (
     "[memory flush] This conversation is about to be compacted: older turns will be "
@@ -50,27 +57,6 @@ FLUSH_PROMPT = (
     "to today's daily note with append_daily, sending only text that is not there yet. "
     "Reply NO_REPLY when there is nothing to keep."
 )
-
-
-@dataclass(frozen=True)
-class Turn:
-    turn_id: str
-    chat: str
-    text: str
-    sender: str = ""
-    trust: str = "member"
-    thread: str | None = None
-    channel: str = "cli"
-    session: str | None = None  # the host's key for the turn's session (it decides)
-
-
-@dataclass
-class TurnResult:
-    session: str
-    replies: list[str] = field(default_factory=list)
-    fresh_context: str | None = None  # the source, when this turn created a context
-    compacted: bool = False
-    duplicate: bool = False  # the turn id was already completed; replies as recorded
 
 
 class Runner:
@@ -93,7 +79,7 @@ class Runner:
         with self._locks_guard:
             return self._locks.setdefault(key, threading.Lock())
 
-    def handle(self, turn: Turn, host: HostLink | None = None) -> TurnResult:
+    def handle(self, turn: TurnRequest, host: HostLink | None = None) -> TurnResult:
         """Run one turn. A turn id already completed returns its recorded replies: the
         host delivers at least once, and a retried turn must not run twice. ``host`` is
         the turn's link to the host (model calls of relayed providers, replies as they
@@ -118,7 +104,7 @@ class Runner:
             return result
 
     def _handle(
-        self, session: Session, context: Context | None, turn: Turn, host: HostLink | None
+        self, session: Session, context: Context | None, turn: TurnRequest, host: HostLink | None
     ) -> TurnResult:
         result = TurnResult(session.key)
         if turn.text.strip() == CLEAR_COMMAND:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import signal
 import socket
 import sys
@@ -19,46 +18,13 @@ from typing import Any
 
 from orchestrator import __version__
 from orchestrator.agent.hostlink import HostLink
-from orchestrator.agent.runner import Runner, Turn
-from orchestrator.agent.session import SESSION_KEY_PATTERN
+from orchestrator.agent.runner import Runner
 from orchestrator.agent.settings import AgentSettings
-from orchestrator.limits import MESSAGE_MAX_CHARS, model_request_cap
+from orchestrator.limits import model_request_cap
+from orchestrator.protocol import BadFrame, TurnRequest
 from orchestrator.wire import ProtocolError, recv_frame, send_frame
 
 log = logging.getLogger(__name__)
-_ID_MAX = 200
-
-
-class BadRequest(Exception):
-    pass
-
-
-def parse_turn(raw: Any) -> Turn:
-    """A Turn from an untrusted frame; BadRequest names the field."""
-    if not isinstance(raw, dict):
-        raise BadRequest("turn must be an object")
-
-    def text(key: str, limit: int, required: bool = True) -> str | None:
-        value = raw.get(key)
-        if value is None and not required:
-            return None
-        if not isinstance(value, str) or (required and not value) or len(value) > limit:
-            raise BadRequest(f"turn.{key} must be a string of 1..{limit} characters")
-        return value
-
-    session = text("session", 128, required=False)
-    if session is not None and not re.fullmatch(SESSION_KEY_PATTERN, session):
-        raise BadRequest("turn.session must be a session key (letters, digits, . _ -)")
-    return Turn(
-        turn_id=text("turn_id", _ID_MAX) or "",
-        chat=text("chat", _ID_MAX) or "",
-        text=text("text", MESSAGE_MAX_CHARS) or "",
-        sender=text("sender", _ID_MAX, required=False) or "",
-        trust=text("trust", 20, required=False) or "member",
-        thread=text("thread", _ID_MAX, required=False),
-        channel=text("channel", _ID_MAX, required=False) or "cli",
-        session=session,
-    )
 
 
 class RunnerServer:
@@ -121,22 +87,15 @@ class RunnerServer:
             return {"ok": True, "runner": __version__, "provider": self.settings.provider}
         if op == "turn":
             try:
-                turn = parse_turn(request.get("turn"))
-            except BadRequest as exc:
+                turn = TurnRequest.from_wire(request.get("turn"))
+            except BadFrame as exc:
                 return {"ok": False, "error": str(exc)}
             try:
                 result = self.runner.handle(turn, host)
             except Exception as exc:  # a failed turn must not take the runner down
                 log.exception("turn %s failed", turn.turn_id)
                 return {"ok": False, "error": f"turn failed: {type(exc).__name__}: {exc}"}
-            return {
-                "ok": True,
-                "turn_id": turn.turn_id,
-                "session": result.session,
-                "replies": result.replies,
-                "fresh_context": result.fresh_context,
-                "compacted": result.compacted,
-            }
+            return result.to_wire(turn.turn_id)
         return {"ok": False, "error": f"unknown op {op!r}; expected ping or turn"}
 
     def stop(self, *_: object) -> None:

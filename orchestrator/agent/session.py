@@ -12,7 +12,6 @@ import gzip
 import json
 import logging
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,28 +27,6 @@ from orchestrator.limits import (
 log = logging.getLogger(__name__)
 TRANSCRIPT = "transcript.jsonl"
 ARCHIVE_DIR = "archive"
-SESSION_MODES = ("per-chat", "per-thread", "shared")
-
-
-SESSION_KEY_PATTERN = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"  # what session_key makes
-
-
-def session_key(mode: str, channel: str, chat: str, thread: str | None) -> str:
-    """A file-safe key: one session per (channel, chat), per (channel, chat, thread), or
-    one for the whole group (``shared``). The channel is part of the key, so a chat id
-    named through one channel (an HTTP bridge naming "dashboard", or a Telegram chat's
-    id) never reaches another channel's conversation."""
-    if mode == "shared":
-        return "shared"
-    # channels are "kind" or "kind:name" of [a-z0-9_-]: with ':' as '.', still distinct
-    where = re.sub(r"[^a-z0-9_-]+", ".", channel.lower())[:40].strip(".") or "channel"
-    raw = f"chat-{chat}" if mode == "per-chat" or not thread else f"chat-{chat}-thread-{thread}"
-    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", raw)[:72].strip("._") or "chat"
-    if safe != raw or where != channel.replace(":", "."):  # keep distinct ids distinct
-        import hashlib
-
-        safe += "-" + hashlib.sha256(f"{channel}\n{raw}".encode()).hexdigest()[:10]
-    return f"{where}.{safe}"
 
 
 @dataclass

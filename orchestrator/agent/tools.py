@@ -22,21 +22,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from orchestrator.agent.hostlink import (
-    LEARNED_READ,
-    LEARNED_WRITE,
-    MEMORY_GET_OP,
-    MEMORY_SEARCH_OP,
-    REPLY,
-    TASK_CANCEL,
-    TASK_LIST,
-    TASK_SCHEDULE,
-    HostLink,
-    HostRequestFailed,
-)
+from orchestrator import protocol
+from orchestrator.agent.hostlink import HostLink, HostRequestFailed
 from orchestrator.fsatomic import write_atomic
-from orchestrator.learned import LABEL as LEARNED_LABEL
-from orchestrator.learned import NOT_PERSISTED, PERSISTED, UNKNOWN
 from orchestrator.limits import (
     FLUSH_MAX_CHARS,
     MAX_LEARNED_MAX_CHARS,
@@ -46,6 +34,18 @@ from orchestrator.limits import (
     TOOL_WRITE_MAX_CHARS,
 )
 from orchestrator.memory.okf import DAILY_DIR
+from orchestrator.protocol import (
+    LEARNED_LABEL,
+    LEARNED_READ,
+    LEARNED_WRITE,
+    NOT_PERSISTED,
+    PERSISTED,
+    REPLY,
+    TASK_CANCEL,
+    TASK_LIST,
+    TASK_SCHEDULE,
+    UNKNOWN,
+)
 from orchestrator.validate import shown_name, text_problem
 
 WRITABLE_ROOTS = ("memory", "files")
@@ -488,7 +488,10 @@ class Toolbox:
             raise ToolError("memory search is answered by the orchestrator; use grep here")
         try:
             answer = self.host.request(
-                MEMORY_SEARCH_OP, query=query, max_results=max_results, changed=self.memory_changed
+                protocol.MEMORY_SEARCH,
+                query=query,
+                max_results=max_results,
+                changed=self.memory_changed,
             )
         except HostRequestFailed as exc:
             raise ToolError(str(exc)) from None
@@ -512,7 +515,7 @@ class Toolbox:
         if not isinstance(path, str):
             raise ToolError("path must be a string")
         if self.host is None:
-            from orchestrator.memory.search import read_lines
+            from orchestrator.memory.reading import read_lines
 
             agent = Path(self.agent_dir)
             try:
@@ -522,7 +525,7 @@ class Toolbox:
         else:
             try:
                 found = self.host.request(
-                    MEMORY_GET_OP, path=path, from_line=from_line, lines=lines
+                    protocol.MEMORY_GET, path=path, from_line=from_line, lines=lines
                 )
             except HostRequestFailed as exc:
                 raise ToolError(str(exc)) from None

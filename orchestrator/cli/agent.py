@@ -94,8 +94,9 @@ def turn(text: str, chat: str, thread: str | None, sender: str, agent_dir: Path 
     A local entry point for inspection and tests; the host normally sends turns over
     the runner's socket.
     """
-    from orchestrator.agent.runner import Runner, Turn
+    from orchestrator.agent.runner import Runner
     from orchestrator.errors import BadInput
+    from orchestrator.protocol import TurnRequest
 
     settings = _settings(agent_dir, None)
     if not settings.memory_dir.is_dir():
@@ -105,6 +106,6 @@ def turn(text: str, chat: str, thread: str | None, sender: str, agent_dir: Path 
         )
     runner = Runner(settings)
     result = runner.handle(
-        Turn(turn_id=uuid.uuid4().hex, chat=chat, thread=thread, sender=sender, text=text)
+        TurnRequest(turn_id=uuid.uuid4().hex, chat=chat, thread=thread, sender=sender, text=text)
     )
     click.echo(json.dumps(result.__dict__, ensure_ascii=False, indent=2))

@@ -83,10 +83,11 @@ def transcript(
     what was said and by whom, tool calls and their results. Read through the confined
     file layer (the container writes these files). A conversation is a chat of one
     channel: the same chat id on two channels is two conversations."""
-    from orchestrator.agent.session import TRANSCRIPT, session_key
+    from orchestrator.agent.session import TRANSCRIPT
     from orchestrator.confined import ConfinedDir, UnsafePath
     from orchestrator.errors import BadInput
     from orchestrator.groups import GroupStore
+    from orchestrator.protocol import session_key
 
     group = GroupStore(obj.home).find(name)
     with ConfinedDir.open(group.path.parent, f"{group.folder}/sessions") as sessions:

@@ -63,7 +63,8 @@ def show(obj: CliContext, name: str, pending: bool, as_json: bool) -> None:
     id, size, the chat it was asked in, who asked, when it expires, and its whole text."""
     from orchestrator.errors import BadInput
     from orchestrator.groups import GroupStore
-    from orchestrator.learned import LABEL, LearnedStore, open_queue_if_any, report
+    from orchestrator.learned import LearnedStore, open_queue_if_any, report
+    from orchestrator.protocol import LEARNED_LABEL as LABEL
 
     group = GroupStore(obj.home).find(name)
     queue = open_queue_if_any(obj.home.state_dir)
@@ -126,7 +127,8 @@ def _held_request(obj: CliContext, name: str, request_id: int) -> tuple[Group, H
     the ids that wait when there is no such request."""
     from orchestrator.errors import BadInput
     from orchestrator.groups import GroupStore
-    from orchestrator.learned import LABEL, open_queue_if_any
+    from orchestrator.learned import open_queue_if_any
+    from orchestrator.protocol import LEARNED_LABEL as LABEL
 
     group = GroupStore(obj.home).find(name)
     queue = open_queue_if_any(obj.home.state_dir)

@@ -35,12 +35,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from orchestrator.confined import ConfinedDir, UnsafePath
 from orchestrator.limits import (
     MEMORY_FILE_READ_MAX_BYTES,
-    MEMORY_GET_MAX_LINES,
     SEARCH_CHUNK_MAX_CHARS,
     SEARCH_CHUNK_MAX_LINES,
     SEARCH_MAX_FILES,
     SEARCH_MAX_RESULTS,
-    TOOL_READ_MAX_CHARS,
 )
 from orchestrator.validate import NOT_UTF8, shown_name
 
@@ -619,52 +617,6 @@ def remove_index(state_dir: Path, folder: str) -> None:
         os.unlink(Path(state_dir) / INDEX_DIR / f"{folder}.lock")
 
 
-def memory_relative(path: str) -> str:
-    """``path`` as a path inside the memory tree ('memory/a/b.md', '/workspace/agent/
-    memory/a/b.md' and 'a/b.md' are the same); ValueError when it leaves the tree."""
-    if not isinstance(path, str) or not path.strip() or "\x00" in path:
-        raise ValueError("path must be a non-empty string")
-    text = path.strip()
-    for prefix in ("/workspace/agent/memory/", "memory/"):
-        if text.startswith(prefix):
-            text = text[len(prefix) :]
-            break
-    parts = [p for p in text.split("/") if p not in ("", ".")]
-    if text.startswith("/") or not parts or ".." in parts:
-        raise ValueError(f"{path}: not a file inside the memory tree")
-    return "/".join(parts)
-
-
-def read_lines(
-    groups_dir: Path, folder: str, path: str, from_line: int = 1, lines: int = 60
-) -> dict[str, object]:
-    """Lines ``from_line`` .. ``from_line + lines - 1`` of a memory file, read through the
-    confined file layer. A missing file is an empty result, not an error; ValueError for
-    a path outside the tree; UnsafePath for a symlink or special file on the way."""
-    rel = memory_relative(path)
-    first = max(1, int(from_line))
-    count = max(1, min(int(lines), MEMORY_GET_MAX_LINES))
-    shown = f"memory/{rel}"
-    try:
-        with ConfinedDir.open(groups_dir, f"{folder}/memory") as memory:
-            data = memory.read_bytes(rel, MEMORY_FILE_READ_MAX_BYTES, truncate=True)
-    except (FileNotFoundError, NotADirectoryError):
-        return {"path": shown, "missing": True, "from_line": first, "to_line": 0,
-                "total_lines": 0, "text": ""}  # fmt: skip
-    all_lines = data.decode("utf-8", errors="replace").splitlines()
-    picked = all_lines[first - 1 : first - 1 + count]
-    text = "\n".join(picked)
-    cut = len(text) > TOOL_READ_MAX_CHARS
-    return {
-        "path": shown,
-        "missing": False,
-        "from_line": first,
-        "to_line": first + len(picked) - 1 if picked else first - 1,
-        "total_lines": len(all_lines),
-        "text": text[:TOOL_READ_MAX_CHARS] + ("\n[cut]" if cut else ""),
-    }
-
-
 @dataclass(frozen=True)
 class Injected:
     """One file of a fresh context: its size on disk and what the context gets."""
@@ -689,17 +641,13 @@ def context_report(groups_dir: Path, folder: str) -> list[Injected]:
     """What a fresh context of the group gets, file by file: the operator's instructions
     and the learned behaviors (which the runner asks the host for), then the memory
     files the hook injects, with the very numbers the hook's own code produces."""
-    from orchestrator.agent.memory_hook import INJECTED_FILES, _read_inside
-    from orchestrator.learned import (
-        INSTRUCTIONS_FILE,
-        LEARNED_FILE,
-        cap_standing,
-    )
     from orchestrator.limits import (
         LEARNED_READ_MAX_BYTES,
         MEMORY_FILE_BUDGET_CHARS,
         STANDING_TEXT_BUDGET_CHARS,
     )
+    from orchestrator.memory.reading import INJECTED_FILES, read_injected
+    from orchestrator.protocol import INSTRUCTIONS_FILE, LEARNED_FILE, cap_standing
 
     out: list[Injected] = []
     group_dir = Path(groups_dir) / folder
@@ -717,7 +665,7 @@ def context_report(groups_dir: Path, folder: str) -> list[Injected]:
         )
     for rel in INJECTED_FILES:
         raw, problem = _raw(groups_dir, f"{folder}/memory", rel, MEMORY_FILE_READ_MAX_BYTES)
-        block = _read_inside(str(group_dir), rel)
+        block = read_injected(str(group_dir), rel)
         out.append(
             Injected(
                 f"memory/{rel}",

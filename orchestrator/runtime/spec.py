@@ -13,8 +13,8 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from orchestrator.groups import Group
-from orchestrator.learned import INSTRUCTIONS_FILE, LEARNED_FILE
 from orchestrator.limits import CONTAINER_TMPFS_BYTES
+from orchestrator.protocol import INSTRUCTIONS_FILE, LEARNED_FILE
 from orchestrator.runtime.base import (
     LABEL_CONFIG_HASH,
     LABEL_GROUP,

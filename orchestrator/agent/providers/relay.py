@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.agent.hostlink import MODEL_COMPLETE, HostLink, HostRequestFailed
+from orchestrator.agent.hostlink import HostLink, HostRequestFailed
 from orchestrator.agent.providers.base import (
     BudgetExhausted,
     Completion,
@@ -19,6 +19,7 @@ from orchestrator.agent.providers.base import (
     ProviderError,
     ToolCall,
 )
+from orchestrator.protocol import MODEL_COMPLETE
 
 
 class RelayProvider(Provider):

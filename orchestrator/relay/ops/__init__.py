@@ -8,17 +8,19 @@ import importlib
 from functools import cache
 from types import ModuleType
 
+from orchestrator import protocol
+
 OPS: dict[str, str] = {
-    "model.complete": "orchestrator.relay.ops.model",
-    "reply": "orchestrator.relay.ops.reply",
-    "standing.get": "orchestrator.relay.ops.standing",
-    "learned.read": "orchestrator.relay.ops.learned_read",
-    "learned.write": "orchestrator.relay.ops.learned_write",
-    "memory.search": "orchestrator.relay.ops.memory_search",
-    "memory.get": "orchestrator.relay.ops.memory_get",
-    "task.schedule": "orchestrator.relay.ops.task_schedule",
-    "task.list": "orchestrator.relay.ops.task_list",
-    "task.cancel": "orchestrator.relay.ops.task_cancel",
+    protocol.MODEL_COMPLETE: "orchestrator.relay.ops.model",
+    protocol.REPLY: "orchestrator.relay.ops.reply",
+    protocol.STANDING_GET: "orchestrator.relay.ops.standing",
+    protocol.LEARNED_READ: "orchestrator.relay.ops.learned_read",
+    protocol.LEARNED_WRITE: "orchestrator.relay.ops.learned_write",
+    protocol.MEMORY_SEARCH: "orchestrator.relay.ops.memory_search",
+    protocol.MEMORY_GET: "orchestrator.relay.ops.memory_get",
+    protocol.TASK_SCHEDULE: "orchestrator.relay.ops.task_schedule",
+    protocol.TASK_LIST: "orchestrator.relay.ops.task_list",
+    protocol.TASK_CANCEL: "orchestrator.relay.ops.task_cancel",
 }
 
 

@@ -17,9 +17,10 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.approvals import LEARNED, hold
-from orchestrator.learned import CREATOR, NOT_PERSISTED, LearnedStore, Outcome, write_refusal
+from orchestrator.learned import LearnedStore, Outcome, write_refusal
 from orchestrator.limits import MAX_LEARNED_MAX_CHARS, RELAY_SMALL_REQUEST_BYTES
 from orchestrator.memory.history import LEARNED_WRITE, Provenance, record_quietly
+from orchestrator.protocol import CREATOR, NOT_PERSISTED
 
 if TYPE_CHECKING:
     from orchestrator.relay.turn import TurnRelay

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.confined import UnsafePath
 from orchestrator.limits import RELAY_SMALL_REQUEST_BYTES
-from orchestrator.memory.search import read_lines
+from orchestrator.memory.reading import read_lines
 
 if TYPE_CHECKING:
     from orchestrator.relay.turn import TurnRelay

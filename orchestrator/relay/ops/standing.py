@@ -9,14 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.learned import (
-    INSTRUCTIONS_FILE,
-    LEARNED_FILE,
-    LearnedStore,
-    cap_standing,
-    read_instructions,
-)
+from orchestrator.learned import LearnedStore, read_instructions
 from orchestrator.limits import RELAY_SMALL_REQUEST_BYTES
+from orchestrator.protocol import INSTRUCTIONS_FILE, LEARNED_FILE, cap_standing
 
 if TYPE_CHECKING:
     from orchestrator.relay.turn import TurnRelay

@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.learned import CREATOR
 from orchestrator.limits import RELAY_SMALL_REQUEST_BYTES
+from orchestrator.protocol import CREATOR
 from orchestrator.tasks import DONE, TaskStore
 
 if TYPE_CHECKING:
