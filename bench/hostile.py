@@ -44,8 +44,8 @@ while True:
 
 def run(quick: bool) -> Result:
     from bench.messages import _setup
-    from orchestrator.daemon import Daemon
-    from orchestrator.group_config import set_option
+    from orchestrator.daemon.core import Daemon
+    from orchestrator.groups.config import set_option
 
     rounds = 40 if quick else 200
     with _setup(2) as (daemon, folders, _echo):

@@ -39,13 +39,13 @@ def _rig() -> Iterator[dict[str, Any]]:
     from orchestrator.channels.matrix import MatrixChannel
     from orchestrator.config import OrchestratorConfig
     from orchestrator.config.accounts import ChannelAccount
-    from orchestrator.daemon import Daemon
-    from orchestrator.group_config import GroupConfig
+    from orchestrator.daemon.core import Daemon
     from orchestrator.groups import GroupStore
+    from orchestrator.groups.config import GroupConfig
     from orchestrator.home import Home
-    from orchestrator.queue import open_queue
     from orchestrator.runtime.fake import FakeBackend
     from orchestrator.runtime.lifecycle import GroupRuntime
+    from orchestrator.store.messages import open_queue
     from tests.fakerunner import FakeRunner
     from tests.homeserver import Homeserver, User, synapse_python
 

@@ -58,15 +58,15 @@ class Echo:
 @contextmanager
 def _setup(groups: int) -> Iterator[tuple[object, list[str], object]]:
     from orchestrator.config import DEFAULT_IMAGE_REPOSITORY, OrchestratorConfig
-    from orchestrator.daemon import Daemon
-    from orchestrator.group_config import GroupConfig
+    from orchestrator.daemon.core import Daemon
+    from orchestrator.groups.config import GroupConfig
     from orchestrator.home import Home
     from orchestrator.image.agent import build_agent_image
-    from orchestrator.queue import MessageQueue
     from orchestrator.runtime.base import LABEL_PROJECT
     from orchestrator.runtime.docker import DockerBackend
     from orchestrator.runtime.engine import connect
     from orchestrator.runtime.lifecycle import GroupRuntime, default_skills_root
+    from orchestrator.store.messages import MessageQueue
 
     client = connect()
     image = build_agent_image(client, DEFAULT_IMAGE_REPOSITORY, offline=True).tag
@@ -120,7 +120,7 @@ def _setup(groups: int) -> Iterator[tuple[object, list[str], object]]:
 
 
 def warm_turn(quick: bool) -> Result:
-    from orchestrator.daemon import Daemon
+    from orchestrator.daemon.core import Daemon
 
     with _setup(1) as (daemon, folders, echo):
         assert isinstance(daemon, Daemon) and isinstance(echo, Echo)
@@ -151,7 +151,7 @@ def throughput(quick: bool) -> Result:
     stored (hundreds of samples, so the p99 means something), against the same number of
     echo round trips through the same kind of socket at the same concurrency. One
     unmeasured warm-up round first; the rate is messages per second of a whole burst."""
-    from orchestrator.daemon import Daemon
+    from orchestrator.daemon.core import Daemon
 
     count = 100 if quick else 400
     with _setup(10) as (daemon, folders, echo):

@@ -20,15 +20,15 @@ CHATS = 10
 
 def run(quick: bool) -> Result:
     from orchestrator.config import DEFAULT_IMAGE_REPOSITORY, load_config
-    from orchestrator.daemon import Daemon
-    from orchestrator.group_config import GroupConfig, ModelLimits
+    from orchestrator.daemon.core import Daemon
+    from orchestrator.groups.config import GroupConfig, ModelLimits
     from orchestrator.home import Home
     from orchestrator.image.agent import build_agent_image
-    from orchestrator.queue import open_queue
     from orchestrator.runtime.base import LABEL_PROJECT
     from orchestrator.runtime.docker import DockerBackend
     from orchestrator.runtime.engine import connect
     from orchestrator.runtime.lifecycle import GroupRuntime, default_skills_root
+    from orchestrator.store.messages import open_queue
     from tests.fakeproviders import FakeProviderProcess
 
     client = connect()

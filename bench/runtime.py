@@ -61,7 +61,7 @@ def _runtime(project: str) -> Iterator[tuple[object, object, str]]:
 def cold_start(quick: bool) -> Result:
     from dataclasses import replace
 
-    from orchestrator.group_config import GroupConfig
+    from orchestrator.groups.config import GroupConfig
     from orchestrator.runtime.lifecycle import GroupRuntime
 
     project = f"bench-{uuid.uuid4().hex[:6]}"
@@ -138,7 +138,7 @@ def _process_memory(home: Path, project: str) -> int:
 
 
 def idle_cost(quick: bool) -> Result:
-    from orchestrator.group_config import GroupConfig
+    from orchestrator.groups.config import GroupConfig
     from orchestrator.runtime.lifecycle import GroupRuntime
 
     project = f"bench-{uuid.uuid4().hex[:6]}"

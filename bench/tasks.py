@@ -38,8 +38,8 @@ def _fill(db: sqlite3.Connection, start: float, rng: random.Random) -> None:
 
 
 def run(quick: bool) -> Result:
-    from orchestrator.queue import MessageQueue
-    from orchestrator.tasks import TaskStore
+    from orchestrator.store.messages import MessageQueue
+    from orchestrator.store.tasks import TaskStore
 
     rounds = 500 if quick else 3000
     rng = random.Random(5)

@@ -49,13 +49,13 @@ def _rig() -> Iterator[dict[str, Any]]:
     from orchestrator.channels.telegram import TelegramChannel
     from orchestrator.config import OrchestratorConfig
     from orchestrator.config.accounts import ChannelAccount
-    from orchestrator.daemon import Daemon
-    from orchestrator.group_config import GroupConfig
+    from orchestrator.daemon.core import Daemon
     from orchestrator.groups import GroupStore
+    from orchestrator.groups.config import GroupConfig
     from orchestrator.home import Home
-    from orchestrator.queue import open_queue
     from orchestrator.runtime.fake import FakeBackend
     from orchestrator.runtime.lifecycle import GroupRuntime
+    from orchestrator.store.messages import open_queue
     from tests.faketelegram import FakeTelegram
 
     server = FakeTelegram(TOKEN)

@@ -1,4 +1,5 @@
-"""The orchestrator home: its paths and its identity, and nothing above them.
+"""The orchestrator home: its paths, its identity and its daemon lock, and nothing above
+them.
 
 The home (``--home``, env ``ORCHESTRATOR_HOME``, default: the current directory) holds
 ``orchestrator.yaml``, ``groups/`` and ``state/``. ``orchestrator.config.load_config``
@@ -7,19 +8,23 @@ reads its settings.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import IO
 
-from orchestrator.errors import HomeNotWritable
+from orchestrator.errors import HomeNotWritable, OrchestratorError
 from orchestrator.limits import CONFIG_FILE_MAX_BYTES
 
 CONFIG_FILE = "orchestrator.yaml"
 STATE_DIR_ENV = "ORCHESTRATOR_STATE_DIR"
 HOME_ID_FILE = "home-id"
+PID_FILE = "orchestrator.pid"
+LOCK_FILE = "orchestrator.lock"  # held by the daemon for as long as it runs
 
 
 def _state_dir_setting(config_file: Path, root: Path) -> Path | None:
@@ -124,3 +129,54 @@ class Home:
                     f"{path} is not writable by uid {os.getuid()}",
                     hint="pass --home DIR (or set ORCHESTRATOR_HOME) to a writable folder",
                 )
+
+
+def lock_holder(home: Home) -> int | None:
+    """The pid holding the home's daemon lock, from the kernel's lock table; None when
+    no process holds it."""
+    path = home.state_dir / LOCK_FILE
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    device = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5678 0 EOF" ("->" marks a waiter)
+        if len(fields) >= 6 and fields[1] == "FLOCK" and "->" not in fields and fields[5] == device:
+            return int(fields[4])
+    if not lines:  # no /proc/locks: probe the lock itself
+        with open(path, "a+") as probe:
+            try:
+                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return read_pid(home) or -1
+            fcntl.flock(probe, fcntl.LOCK_UN)
+    return None
+
+
+def take_lock(home: Home) -> IO[str]:
+    """Take the home's daemon lock (held as long as the file object is open);
+    OrchestratorError naming the holder when another process has it."""
+    lock = open(home.state_dir / LOCK_FILE, "a+")  # noqa: SIM115 (held for the process)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        holder = lock_holder(home)
+        raise OrchestratorError(
+            f"a daemon already runs for {home.root} (pid {holder or '?'})",
+            hint="stop it with: orchestrator down",
+        ) from None
+    return lock
+
+
+def read_pid(home: Home) -> int | None:
+    try:
+        return int((home.state_dir / PID_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return None

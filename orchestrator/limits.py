@@ -105,6 +105,9 @@ HTTP_LISTEN_BACKLOG = 128
 CONTROL_MAX_CONNECTIONS = 64
 CONTROL_IDLE_TIMEOUT_SECONDS = 60.0
 DRAIN_TIMEOUT_SECONDS = 30.0  # how long SIGTERM waits for turns in flight
+# A pause that needs the group's turns finished (migrate-memory, memory revert) waits
+# for them at most the group's turn_timeout plus this.
+PAUSE_SLACK_SECONDS = 10
 # `orchestrator down` escalates: after the drain (plus this) a second SIGTERM, after
 # this again SIGKILL, then it waits at most DOWN_KILL_WAIT_SECONDS for the process to go.
 DOWN_TERM_WAIT_SECONDS = 5.0

@@ -12,13 +12,13 @@ from typing import Any
 from orchestrator.agent.serve import RunnerServer
 from orchestrator.agent.settings import AgentSettings
 from orchestrator.config import load_config
-from orchestrator.daemon import Daemon
-from orchestrator.group_config import GroupConfig
+from orchestrator.daemon.core import Daemon
 from orchestrator.groups import GroupStore
+from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
-from orchestrator.queue import DONE, open_queue
 from orchestrator.runtime.fake import FakeBackend
 from orchestrator.runtime.lifecycle import GroupRuntime
+from orchestrator.store.messages import DONE, open_queue
 from tests.fakerunner import bind_unix
 
 

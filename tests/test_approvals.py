@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.approvals import hiding_problem, notice_pieces
 from orchestrator.commands import Command, parse_command
 from orchestrator.limits import HELD_NOTICE_PIECE_CHARS
-from orchestrator.queue import HeldRequest, content_sha256
+from orchestrator.relay.approvals import hiding_problem, notice_pieces
+from orchestrator.store.held import HeldRequest, content_sha256
 
 
 @pytest.mark.parametrize(

@@ -12,15 +12,15 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.channels.chats import ChatStore, normalize_code, parse_chat_ref
 from orchestrator.channels.telegram import SenderRate, inbox_name, shown_name
 from orchestrator.channels.textfmt import markdown_to_html, split_message, utf16_len
 from orchestrator.cli import cli
 from orchestrator.config import load_config
 from orchestrator.errors import BadInput, InvalidConfig
 from orchestrator.home import Home
-from orchestrator.queue import open_queue
 from orchestrator.redact import RedactingFilter, redact, register_secret
+from orchestrator.store.chats import ChatStore, normalize_code, parse_chat_ref
+from orchestrator.store.messages import open_queue
 
 # splitting and rendering
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.group_config import GroupConfig
 from orchestrator.groups import GroupStore
+from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
 from tests.test_daemon_docker import _free_port
 

@@ -16,12 +16,11 @@ import pytest
 
 from orchestrator import wire
 from orchestrator.config import OrchestratorConfig, load_config
-from orchestrator.daemon import Daemon, DeliveryFailed, check_inbound, choose, group_share
+from orchestrator.daemon.core import Daemon, DeliveryFailed, check_inbound, choose, group_share
 from orchestrator.errors import BadInput, GroupPaused
-from orchestrator.group_config import GroupConfig, set_option
 from orchestrator.groups import GroupStore
+from orchestrator.groups.config import GroupConfig, set_option
 from orchestrator.home import Home
-from orchestrator.queue import DONE, INFLIGHT, QUEUED, Message, open_queue
 from orchestrator.runtime.channel import (
     UNRELAYED_REQUESTS_PER_TURN,
     Cancel,
@@ -30,6 +29,7 @@ from orchestrator.runtime.channel import (
 )
 from orchestrator.runtime.fake import FakeBackend
 from orchestrator.runtime.lifecycle import GroupRuntime
+from orchestrator.store.messages import DONE, INFLIGHT, QUEUED, Message, open_queue
 from tests.fakerunner import FakeRunner, drip, echo, silent
 
 
@@ -268,7 +268,10 @@ def test_a_commit_that_failed_is_queued_again_by_housekeeping(setup, caplog) -> 
     runners["good"].close()
     daemon.queue.pause("good", "operator", "hold")
     message = daemon.submit("good", "hi", chat="c", sender="op", channel="cli")
-    assert daemon.queue.claim(message.id)  # as if a worker died before it could commit
+    with daemon.cond:  # the dispatcher waits for this lock: nothing else claims meanwhile
+        daemon.queue.resume("good")  # a paused group's message cannot be claimed
+        assert daemon.queue.claim(message.id)  # as if a worker died before it could commit
+        daemon.queue.pause("good", "operator", "hold")
     with caplog.at_level("WARNING", logger="orchestrator.daemon"):
         daemon.housekeeping()
     assert daemon.queue.get(message.id).state == QUEUED  # type: ignore[union-attr]
@@ -511,7 +514,7 @@ def test_retry_watch_and_listeners(setup) -> None:  # type: ignore[no-untyped-de
 
 
 def test_an_engine_away_never_dead_letters_a_message(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from orchestrator import daemon as daemon_module
+    from orchestrator.daemon import core as daemon_module
     from orchestrator.errors import EngineUnreachable
 
     monkeypatch.setattr(daemon_module, "ENGINE_AWAY_RETRY_SECONDS", 0.05)
@@ -593,8 +596,8 @@ def test_failures_are_logged_with_their_reason(setup, monkeypatch, caplog) -> No
 def test_disk_limits_pause_and_resume_at_the_limit(setup, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
     import logging
 
-    from orchestrator import daemon as daemon_module
-    from orchestrator.disk import over_limit_reason
+    from orchestrator.daemon import core as daemon_module
+    from orchestrator.groups.disk import over_limit_reason
 
     daemon, _runners = setup
     limit = daemon.runtime.store.load("good").config.container.disk_bytes
@@ -621,7 +624,7 @@ def test_disk_limits_pause_and_resume_at_the_limit(setup, monkeypatch, caplog) -
 
 
 def test_housekeeping_checks_the_groups_that_ran_or_every_group(setup, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from orchestrator import daemon as daemon_module
+    from orchestrator.daemon import core as daemon_module
 
     daemon, _runners = setup
     checked: list[str] = []
@@ -833,7 +836,7 @@ def test_drain_lets_a_turn_in_flight_finish(setup) -> None:  # type: ignore[no-u
 def test_a_turns_memory_changes_are_also_attributed_to_its_groups_other_turns(
     idle: Daemon, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from orchestrator.daemon import Delivery
+    from orchestrator.daemon.core import Delivery
     from orchestrator.runtime.channel import Cancel
 
     GroupStore(idle.home).add(GroupConfig(name="other", creators=("op",)))
@@ -884,7 +887,7 @@ def test_a_history_that_fails_is_logged_and_never_fails_the_turn(
 
 
 def _in_flight(daemon: Daemon, message: Message) -> Any:
-    from orchestrator.daemon import Delivery
+    from orchestrator.daemon.core import Delivery
     from orchestrator.runtime.channel import Cancel
 
     assert daemon.queue.claim(message.id)
@@ -1009,7 +1012,7 @@ def test_a_runner_started_too_late_fails_the_turn_naming_its_limit(
 ) -> None:
     import types
 
-    from orchestrator import daemon as daemon_module
+    from orchestrator.daemon import core as daemon_module
     from orchestrator.runtime.channel import Cancel, RunnerUnavailable
 
     clock = [1000.0]
@@ -1053,9 +1056,9 @@ def test_a_runner_started_too_late_fails_the_turn_naming_its_limit(
 def test_start_queues_again_what_was_in_flight_and_says_how_many(
     idle: Daemon, caplog: pytest.LogCaptureFixture
 ) -> None:
-    idle.queue.pause("good", "operator", "hold")  # nothing runs during the test
     message = idle.submit("good", "hi", chat="c", sender="op", channel="cli")
     assert idle.queue.claim(message.id)  # in flight when the last daemon stopped
+    idle.queue.pause("good", "operator", "hold")  # nothing runs during the test
     with caplog.at_level("INFO", logger="orchestrator.daemon"):
         idle.start()
     try:
@@ -1157,7 +1160,7 @@ def test_dispatch_with_nothing_to_start_waits_until_the_next_backoff_ends_or_a_s
 ) -> None:
     import types
 
-    from orchestrator import daemon as daemon_module
+    from orchestrator.daemon import core as daemon_module
 
     waits: list[float | None] = []
     monkeypatch.setattr(idle.cond, "wait", lambda timeout=None: waits.append(timeout))
@@ -1268,7 +1271,7 @@ def test_housekeeping_measures_every_group_first_and_then_once_a_minute(
 ) -> None:
     import types
 
-    from orchestrator import daemon as daemon_module
+    from orchestrator.daemon import core as daemon_module
     from orchestrator.limits import DISK_CHECK_INTERVAL_SECONDS, HOUSEKEEPING_INTERVAL_SECONDS
 
     # a host booted 30 s ago (the monotonic clock counts from boot): the first round is

@@ -15,15 +15,15 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from orchestrator.channels.http import HttpChannel
 from orchestrator.config import OrchestratorConfig
-from orchestrator.daemon import Daemon
+from orchestrator.daemon.core import Daemon
 from orchestrator.dashboard.app import CSP, Sessions
 from orchestrator.dashboard.render import Bar, bar_chart, render_markdown
-from orchestrator.group_config import GroupConfig
 from orchestrator.groups import GroupStore
+from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
-from orchestrator.queue import open_queue
 from orchestrator.runtime.fake import FakeBackend
 from orchestrator.runtime.lifecycle import GroupRuntime
+from orchestrator.store.messages import open_queue
 
 TOKEN = "operator-token-0123456789"
 HOSTILE = """---

@@ -21,14 +21,14 @@ import pytest
 
 from orchestrator.channels.http import HttpChannel
 from orchestrator.config import OrchestratorConfig
-from orchestrator.daemon import Daemon
-from orchestrator.group_config import GroupConfig
+from orchestrator.daemon.core import Daemon
 from orchestrator.groups import GroupStore
+from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
-from orchestrator.queue import open_queue
-from orchestrator.relay.usage import Call
 from orchestrator.runtime.fake import FakeBackend
 from orchestrator.runtime.lifecycle import GroupRuntime
+from orchestrator.store.messages import open_queue
+from orchestrator.store.usage import Call
 from tests.fakerunner import FakeRunner
 
 TOKEN = "operator-token-for-the-browser-0123"

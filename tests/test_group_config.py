@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import InvalidConfig
-from orchestrator.group_config import GroupConfig, parse_group_config
+from orchestrator.groups.config import GroupConfig, parse_group_config
 from orchestrator.units import parse_duration, parse_size
 
 P = Path("/g/group.yaml")
@@ -116,7 +116,7 @@ def test_sizes_and_durations() -> None:
 
 def test_a_key_given_twice_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from orchestrator.errors import InvalidConfig
-    from orchestrator.group_config import parse_group_config
+    from orchestrator.groups.config import parse_group_config
 
     text = "name: a\ncontainer:\n  disk: 1m\n  memory: 1g\n  disk: 2g\n"
     with pytest.raises(InvalidConfig, match=r"group.yaml:5: disk: given twice \(also on line 3\)"):
@@ -125,7 +125,7 @@ def test_a_key_given_twice_is_refused(tmp_path) -> None:  # type: ignore[no-unty
 
 def test_every_problem_of_a_group_yaml_is_reported_at_once(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from orchestrator.errors import InvalidConfig
-    from orchestrator.group_config import parse_group_config
+    from orchestrator.groups.config import parse_group_config
 
     text = (
         "name: ''\nsession_mode: sometimes\ncontainer:\n  cpus: 1000\n"
@@ -147,7 +147,7 @@ def test_every_problem_of_a_group_yaml_is_reported_at_once(tmp_path) -> None:  #
 
 def test_a_display_name_of_100_characters_passes_and_101_does_not(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from orchestrator.errors import InvalidConfig
-    from orchestrator.group_config import parse_group_config
+    from orchestrator.groups.config import parse_group_config
 
     assert parse_group_config(f"name: {'n' * 100}\n", tmp_path / "g.yaml").name == "n" * 100
     with pytest.raises(InvalidConfig, match="is 101 characters; at most 100 allowed"):
@@ -156,7 +156,7 @@ def test_a_display_name_of_100_characters_passes_and_101_does_not(tmp_path) -> N
 
 def test_a_config_file_over_256_kib_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from orchestrator.errors import InvalidConfig
-    from orchestrator.group_config import load_group_config
+    from orchestrator.groups.config import load_group_config
 
     path = tmp_path / "group.yaml"
     path.write_text("name: big\n" + "# padding\n" * ((256 * 1024 - 10) // 10))

@@ -182,7 +182,7 @@ def test_a_failed_add_leaves_nothing_and_a_retry_works(run, home: Path, monkeypa
 
 def test_pause_and_resume_from_the_cli(run, home: Path) -> None:  # type: ignore[no-untyped-def]
     from orchestrator.home import Home
-    from orchestrator.queue import open_queue
+    from orchestrator.store.messages import open_queue
 
     run("group", "add", "Fam")
     assert "paused fam until" in run("group", "pause", "fam", "--reason", "backup").stdout

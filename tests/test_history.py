@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from orchestrator.config import load_config
-from orchestrator.daemon import Daemon
-from orchestrator.group_config import GroupConfig
+from orchestrator.daemon.core import Daemon
 from orchestrator.groups import GroupStore
+from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
 from orchestrator.memory.history import (
     BASELINE,
@@ -335,7 +335,7 @@ def test_memory_commands_show_a_name_that_is_not_utf8_escaped(run, home: Path) -
 
 
 def test_a_gap_is_shown_by_doctor(home: Path) -> None:
-    from orchestrator.doctor import WARN, check_histories
+    from orchestrator.daemon.doctor import WARN, check_histories
 
     group = GroupStore(Home(home)).add(GroupConfig(name="fam"))
     assert check_histories(Home(home)) == []
@@ -344,3 +344,60 @@ def test_a_gap_is_shown_by_doctor(home: Path) -> None:
     assert (check.name, check.status) == ("history fam", WARN)
     assert check.detail.startswith("not recording since ")
     assert check.detail.endswith(": OSError: [Errno 5] Input/output error")
+
+
+def test_a_revert_waits_for_the_groups_turns_in_flight(run, home: Path) -> None:  # type: ignore[no-untyped-def]
+    """A turn in flight cannot write memory during a revert: the revert pauses the group
+    (no turn starts), waits for the turn to finish, and only then writes."""
+    import threading
+    import time
+
+    from orchestrator.store.messages import open_queue
+
+    assert run("group", "add", "Fam").exit_code == 0
+    facts = home / "groups/fam/memory/facts"
+    facts.mkdir()
+    history = History(home / "groups", "fam")
+    history.record_outside(None)
+    (facts / "a.md").write_text("---\ntype: fact\n---\nby bob\n")
+    history.record(turn("bob", message_id="m1"))
+    queue = open_queue(Home(home))
+    running = queue.enqueue(
+        group="fam", session="s", chat="c", thread=None, sender="alice", trust="creator",
+        text="a turn that writes", channel="cli",
+    )  # fmt: skip
+    assert queue.claim(running.id)  # in flight
+    outcome: list[Any] = []
+    revert = threading.Thread(
+        target=lambda: outcome.append(run("memory", "revert", "fam", "--sender", "bob"))
+    )
+    revert.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not queue.pauses("fam"):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        # the group is paused: nothing new of it starts while the revert waits
+        waiting = queue.enqueue(
+            group="fam", session="s2", chat="c2", thread=None, sender="alice",
+            trust="creator", text="later", channel="cli",
+        )  # fmt: skip
+        assert not queue.claim(waiting.id)
+        (facts / "b.md").write_text("---\ntype: fact\n---\nby the turn in flight\n")
+        time.sleep(0.5)
+        assert revert.is_alive() and (facts / "a.md").exists()  # it waits, writing nothing
+        history.record(turn("alice", "creator", message_id=running.id))  # the turn ends
+        queue.complete(running.id, ["done"])
+        revert.join(15)
+        assert not revert.is_alive()
+    finally:
+        queue.close()
+    [result] = outcome
+    assert result.exit_code == 0, result.output
+    assert "waiting for 1 turn(s) in flight" in result.output
+    assert not (facts / "a.md").exists() and (facts / "b.md").exists()
+    after = open_queue(Home(home))
+    try:
+        assert not after.pauses("fam")  # the lease ended with the revert
+    finally:
+        after.close()

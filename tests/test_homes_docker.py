@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator.config import load_config
 from orchestrator.errors import OrchestratorError
-from orchestrator.group_config import GroupConfig
+from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
 from orchestrator.runtime.base import LABEL_HOME
 from orchestrator.runtime.docker import DockerBackend

@@ -23,17 +23,17 @@ from typing import Any
 import pytest
 
 from orchestrator.config import OrchestratorConfig
-from orchestrator.disk import group_disk_usage
+from orchestrator.daemon.service import down
 from orchestrator.errors import InvalidConfig
-from orchestrator.group_config import GroupConfig, set_option
 from orchestrator.groups import Group, GroupStore, memory_usage
-from orchestrator.home import Home
+from orchestrator.groups.config import GroupConfig, set_option
+from orchestrator.groups.disk import group_disk_usage
+from orchestrator.home import Home, lock_holder
 from orchestrator.limits import HTTP_MAX_CONNECTIONS
 from orchestrator.memory.reading import render_memory
 from orchestrator.runtime.base import LABEL_PROJECT
 from orchestrator.runtime.docker import DockerBackend
 from orchestrator.runtime.lifecycle import GroupRuntime, default_skills_root
-from orchestrator.service import down, lock_holder
 from tests.hostile import SWAP_SCRIPT, fingerprint
 from tests.test_daemon_docker import TOKEN, DaemonProcess, _free_port
 
@@ -243,7 +243,7 @@ def test_a_dripping_runner_cannot_hold_the_workers_or_the_daemon(served, docker_
     served.process = None
     # nothing lost: each message of the hostile group waits, or is a dead letter that
     # says why (and can be retried)
-    from orchestrator.queue import open_queue
+    from orchestrator.store.messages import open_queue
 
     queue = open_queue(served.home)
     messages = [queue.get(i) for i in evil_ids]

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.group_config import GroupConfig
 from orchestrator.groups import Group, GroupStore
+from orchestrator.groups.config import GroupConfig
 from orchestrator.protocol import session_key
 from orchestrator.runtime.base import LABEL_PROJECT
 from tests.test_daemon_docker import TOKEN, DaemonProcess, _free_port

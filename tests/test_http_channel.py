@@ -19,13 +19,13 @@ from aiohttp.test_utils import TestClient, TestServer
 from orchestrator.channels import http as http_module
 from orchestrator.channels.http import HttpChannel, bearer_token
 from orchestrator.config import OrchestratorConfig, load_config
-from orchestrator.daemon import Daemon
-from orchestrator.group_config import GroupConfig
+from orchestrator.daemon.core import Daemon
 from orchestrator.groups import GroupStore
+from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
-from orchestrator.queue import open_queue
 from orchestrator.runtime.fake import FakeBackend
 from orchestrator.runtime.lifecycle import GroupRuntime
+from orchestrator.store.messages import open_queue
 
 TOKEN = "t" * 24
 

@@ -11,8 +11,8 @@ import pytest
 
 from orchestrator.config import OrchestratorConfig
 from orchestrator.errors import InvalidConfig, MountRefused, OrchestratorError
-from orchestrator.group_config import GroupConfig, set_option
 from orchestrator.groups import GroupStore
+from orchestrator.groups.config import GroupConfig, set_option
 from orchestrator.home import Home
 from orchestrator.runtime.base import LABEL_HOME
 from orchestrator.runtime.fake import FakeBackend

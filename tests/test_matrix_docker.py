@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from orchestrator.channels.chats import ChatStore
-from orchestrator.group_config import GroupConfig
 from orchestrator.groups import GroupStore
+from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
-from orchestrator.queue import MessageQueue
+from orchestrator.store.chats import ChatStore
+from orchestrator.store.messages import MessageQueue
 from tests.homeserver import Homeserver, User
 from tests.test_telegram_docker import Serve, wait_for
 

@@ -9,11 +9,11 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from orchestrator import migrate
 from orchestrator.cli import cli
-from orchestrator.group_config import GroupConfig
 from orchestrator.groups import GroupStore
-from orchestrator.queue import open_queue
+from orchestrator.groups.config import GroupConfig
+from orchestrator.memory import migrate
+from orchestrator.store.messages import open_queue
 from tests.test_daemon_docker import daemon  # noqa: F401 - the daemon process fixture
 
 pytestmark = pytest.mark.docker

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import InvalidConfig, MountRefused
-from orchestrator.group_config import MountRequest
+from orchestrator.groups.config import MountRequest
 from orchestrator.runtime.mounts import resolve_mounts
 
 

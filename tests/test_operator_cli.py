@@ -16,14 +16,14 @@ from orchestrator.agent.runner import Runner
 from orchestrator.agent.settings import AgentSettings
 from orchestrator.channels.control import ControlChannel
 from orchestrator.config import OrchestratorConfig
-from orchestrator.daemon import Daemon
-from orchestrator.group_config import GroupConfig
+from orchestrator.daemon.core import Daemon
 from orchestrator.groups import GroupStore
+from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
 from orchestrator.protocol import TurnRequest
-from orchestrator.queue import open_queue
 from orchestrator.runtime.fake import FakeBackend
 from orchestrator.runtime.lifecycle import GroupRuntime
+from orchestrator.store.messages import open_queue
 from tests.fakerunner import FakeRunner
 
 

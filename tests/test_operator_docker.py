@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.group_config import GroupConfig
 from orchestrator.groups import GroupStore
+from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
 from orchestrator.runtime.base import LABEL_PROJECT
 from tests.test_daemon_docker import DaemonProcess, _free_port

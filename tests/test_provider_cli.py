@@ -12,9 +12,9 @@ import pytest
 from orchestrator.config.providers import ProviderDef, resolve_key
 from orchestrator.errors import BadInput
 from orchestrator.home import Home
-from orchestrator.queue import open_queue
-from orchestrator.relay.usage import OK, REFUSED, Call, UsageStore
 from orchestrator.secrets import MissingSecret
+from orchestrator.store.messages import open_queue
+from orchestrator.store.usage import OK, REFUSED, Call, UsageStore
 
 
 def test_add_list_remove_keep_comments_and_never_show_keys(run, home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

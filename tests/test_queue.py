@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.daemon import classify_sender, fair_order
-from orchestrator.group_config import GroupConfig
-from orchestrator.limits import HELD_REQUEST_TTL_SECONDS, HOST_NOTICE_SEQ, MAX_DELIVERY_ATTEMPTS
-from orchestrator.queue import DEAD, DONE, INFLIGHT, QUEUED, MessageQueue
+from orchestrator.daemon.core import classify_sender, fair_order
+from orchestrator.groups.config import GroupConfig
+from orchestrator.limits import HOST_NOTICE_SEQ, MAX_DELIVERY_ATTEMPTS
+from orchestrator.store.held import HeldRequests
+from orchestrator.store.messages import DEAD, DONE, INFLIGHT, QUEUED, MessageQueue
 
 
 @pytest.fixture
@@ -89,7 +90,7 @@ def test_recover_requeues_inflight_after_a_crash(tmp_path: Path) -> None:
 
 
 def test_fair_order_round_robins_groups() -> None:
-    from orchestrator.queue import Message
+    from orchestrator.store.messages import Message
 
     def msg(group: str, n: int) -> Message:
         return Message(
@@ -126,7 +127,7 @@ def test_classify_sender() -> None:
 
 
 def test_backoff_is_half_a_second_doubling_to_thirty() -> None:
-    from orchestrator.queue import delivery_backoff
+    from orchestrator.store.messages import delivery_backoff
 
     assert [delivery_backoff(n) for n in range(1, 9)] == [0.5, 1, 2, 4, 8, 16, 30, 30]
 
@@ -168,7 +169,7 @@ def test_a_reserve_in_place_is_kept_and_one_that_cannot_be_measured_is_not_made(
 ) -> None:
     import os
 
-    from orchestrator.queue import Reserve
+    from orchestrator.store.db import Reserve
 
     reserve = Reserve(tmp_path, size=4096)
     assert reserve.ensure() is True and reserve.path.stat().st_size == 4096
@@ -184,7 +185,7 @@ def test_a_reserve_in_place_is_kept_and_one_that_cannot_be_measured_is_not_made(
 
 
 def test_a_full_disk_without_a_reserve_is_a_clear_error(queue: MessageQueue) -> None:
-    from orchestrator.queue import QueueFull
+    from orchestrator.store.db import QueueFull
 
     _fill(queue)
     with pytest.raises(QueueFull, match="the disk is full"):
@@ -200,7 +201,7 @@ def test_release_stale_queues_again_only_what_no_worker_holds(queue: MessageQueu
 
 
 def test_a_corrupt_queue_names_its_file_and_the_way_out(tmp_path: Path) -> None:
-    from orchestrator.queue import QueueCorrupt
+    from orchestrator.store.db import QueueCorrupt
 
     path = tmp_path / "queue.db"
     path.write_bytes(b"this is not a database" * 100)
@@ -211,7 +212,7 @@ def test_a_corrupt_queue_names_its_file_and_the_way_out(tmp_path: Path) -> None:
 
 def test_set_aside_keeps_the_pending_messages_it_can_read(tmp_path: Path) -> None:
     from orchestrator.home import Home
-    from orchestrator.queue import check_queue, open_queue, set_aside
+    from orchestrator.store.messages import check_queue, open_queue, set_aside
 
     home = Home(tmp_path)
     queue = open_queue(home)
@@ -240,7 +241,7 @@ def test_the_old_queue_is_opened_read_only_by_uri_also_where_sqlite_must_be_aske
     import sqlite3
 
     from orchestrator.home import Home
-    from orchestrator.queue import check_queue, open_queue, set_aside
+    from orchestrator.store.messages import check_queue, open_queue, set_aside
 
     home = Home(tmp_path)
     queue = open_queue(home)
@@ -438,7 +439,7 @@ def test_an_expired_pause_no_longer_holds_messages(queue: MessageQueue) -> None:
 def test_a_full_disk_is_recognised_by_code_or_by_message() -> None:
     import sqlite3
 
-    from orchestrator.queue import _is_full
+    from orchestrator.store.db import _is_full
 
     coded = sqlite3.OperationalError("whatever")
     coded.sqlite_errorcode = 13  # type: ignore[attr-defined]
@@ -448,7 +449,7 @@ def test_a_full_disk_is_recognised_by_code_or_by_message() -> None:
 
 
 def test_the_full_disk_error_says_what_to_do(queue: MessageQueue) -> None:
-    from orchestrator.queue import QueueFull
+    from orchestrator.store.db import QueueFull
 
     _fill(queue)
     with pytest.raises(QueueFull) as caught:
@@ -459,7 +460,7 @@ def test_the_full_disk_error_says_what_to_do(queue: MessageQueue) -> None:
 
 def test_the_reserve_is_released_once_per_commit(queue: MessageQueue) -> None:
     """A disk still full after the reserve is gone fails: it does not free more."""
-    from orchestrator.queue import QueueFull
+    from orchestrator.store.db import QueueFull
 
     class Empty(_ShrinkingReserve):
         def release(self) -> bool:
@@ -477,7 +478,7 @@ def test_the_reserve_is_released_once_per_commit(queue: MessageQueue) -> None:
 def test_the_reserve_file(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import os
 
-    from orchestrator.queue import RESERVE_FILE, Reserve
+    from orchestrator.store.db import RESERVE_FILE, Reserve
 
     reserve = Reserve(tmp_path, size=1024 * 1024)
     assert not reserve.release()  # nothing to free yet
@@ -515,7 +516,7 @@ def test_the_reserve_file(tmp_path: Path, monkeypatch) -> None:  # type: ignore[
 def test_a_leftover_temporary_reserve_is_cut_to_size_and_an_unusable_one_is_no_error(
     tmp_path: Path,
 ) -> None:
-    from orchestrator.queue import RESERVE_FILE, Reserve
+    from orchestrator.store.db import RESERVE_FILE, Reserve
 
     reserve = Reserve(tmp_path, size=4096)
     tmp = tmp_path / (RESERVE_FILE + ".tmp")
@@ -528,7 +529,8 @@ def test_a_leftover_temporary_reserve_is_cut_to_size_and_an_unusable_one_is_no_e
 
 def test_open_queue_makes_the_reserve_and_uses_it(tmp_path: Path) -> None:
     from orchestrator.home import Home
-    from orchestrator.queue import RESERVE_FILE, open_queue
+    from orchestrator.store.db import RESERVE_FILE
+    from orchestrator.store.messages import open_queue
 
     queue = open_queue(Home(tmp_path))
     assert queue.reserve is not None and (tmp_path / "state" / RESERVE_FILE).exists()
@@ -541,7 +543,7 @@ def test_open_queue_makes_the_reserve_and_uses_it(tmp_path: Path) -> None:
 def test_a_full_disk_at_open_is_queue_full(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import sqlite3
 
-    from orchestrator.queue import QueueFull
+    from orchestrator.store.db import QueueFull
 
     def full(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise sqlite3.OperationalError("database or disk is full")
@@ -555,7 +557,7 @@ def test_a_full_disk_at_open_is_queue_full(tmp_path: Path, monkeypatch) -> None:
 
 
 def test_the_corrupt_queue_hint_in_full(tmp_path: Path) -> None:
-    from orchestrator.queue import QueueCorrupt
+    from orchestrator.store.db import QueueCorrupt
 
     path = tmp_path / "queue.db"
     path.write_bytes(b"this is not a database" * 100)
@@ -571,7 +573,7 @@ def test_set_aside_moves_the_journal_files_too(tmp_path: Path) -> None:
     import re
 
     from orchestrator.home import Home
-    from orchestrator.queue import QUEUE_FILE, check_queue, open_queue, set_aside
+    from orchestrator.store.messages import QUEUE_FILE, check_queue, open_queue, set_aside
 
     home = Home(tmp_path)
     queue = open_queue(home)
@@ -632,15 +634,22 @@ def test_held_requests_each_keep_their_own_id_content_and_chat(queue: MessageQue
         "group": "g", "kind": "learned", "channel": "cli", "thread": None,
         "message_id": "m1", "chat_approvable": True, "ttl": 60.0,
     }  # fmt: skip
-    assert queue.held_requests("g") == []
-    first = queue.hold_request(content="old text", chat="c1", sender="alice", now=100.0, **fields)
-    second = queue.hold_request(content="new text", chat="c2", sender="carol", now=100.0, **fields)
+    assert HeldRequests(queue).waiting("g") == []
+    first = HeldRequests(queue).hold(
+        content="old text", chat="c1", sender="alice", now=100.0, **fields
+    )
+    second = HeldRequests(queue).hold(
+        content="new text", chat="c2", sender="carol", now=100.0, **fields
+    )
     assert first.id != second.id  # a newer request never replaces an older one
-    assert [r.content for r in queue.held_requests("g", now=101.0)] == ["old text", "new text"]
-    assert queue.held_requests("g", channel="cli", chat="c2", now=101.0) == [second]
-    assert queue.held_requests("g", channel="http", chat="c2", now=101.0) == []
-    assert queue.held_requests("other", now=101.0) == []
-    assert queue.held_request(first.id) == first
+    assert [r.content for r in HeldRequests(queue).waiting("g", now=101.0)] == [
+        "old text",
+        "new text",
+    ]
+    assert HeldRequests(queue).waiting("g", channel="cli", chat="c2", now=101.0) == [second]
+    assert HeldRequests(queue).waiting("g", channel="http", chat="c2", now=101.0) == []
+    assert HeldRequests(queue).waiting("other", now=101.0) == []
+    assert HeldRequests(queue).get(first.id) == first
     assert first.sha256 == hashlib.sha256(b"old text").hexdigest()
     assert first.to_dict() == {
         "id": first.id, "group": "g", "kind": "learned", "chars": 8, "sha256": first.sha256,
@@ -648,11 +657,11 @@ def test_held_requests_each_keep_their_own_id_content_and_chat(queue: MessageQue
         "chat_approvable": True, "created": 100.0, "expires": 160.0,
     }  # fmt: skip
     # expired: no longer waiting, still known until pruned
-    assert queue.held_requests("g", now=160.0) == []
-    assert queue.held_request(first.id) == first
-    assert queue.prune_held(now=160.0) == 2 and queue.held_request(first.id) is None
-    third = queue.hold_request(content="x", chat="c1", sender="alice", **fields)
-    assert queue.drop_held(third.id) and not queue.drop_held(third.id)
+    assert HeldRequests(queue).waiting("g", now=160.0) == []
+    assert HeldRequests(queue).get(first.id) == first
+    assert HeldRequests(queue).prune(now=160.0) == 2 and HeldRequests(queue).get(first.id) is None
+    third = HeldRequests(queue).hold(content="x", chat="c1", sender="alice", **fields)
+    assert HeldRequests(queue).drop(third.id) and not HeldRequests(queue).drop(third.id)
 
 
 def test_host_notices_never_reuse_a_sequence_number(queue: MessageQueue) -> None:
@@ -664,38 +673,6 @@ def test_host_notices_never_reuse_a_sequence_number(queue: MessageQueue) -> None
     assert queue.add_host_notices(m.id, ["three"]) == [HOST_NOTICE_SEQ + 2]
     queue.complete(m.id, ["the answer"])
     assert queue.get(m.id).replies == ("the answer", "one", "two", "three")
-
-
-def test_a_write_held_by_an_older_release_waits_in_its_chat(tmp_path: Path) -> None:
-    import sqlite3
-
-    path = tmp_path / "queue.db"
-    old = MessageQueue(path)
-    m = old.enqueue(
-        group="g", session="s", chat="c9", thread="t", sender="alice", trust="creator",
-        text="hi", channel="telegram:fam",
-    )  # fmt: skip
-    old.close()
-    db = sqlite3.connect(path)
-    db.execute(
-        "INSERT INTO learned_pending VALUES (?,?,?,?,?)", ("g", "- Be kind.", "alice", m.id, 5.0)
-    )
-    db.execute(
-        "INSERT INTO learned_pending VALUES (?,?,?,?,?)", ("h", "x" * 2001, "bob", "gone", 5.0)
-    )
-    db.commit()
-    db.close()
-    queue = MessageQueue(path)
-    try:
-        short, long = queue.held_requests(now=6.0)
-        assert (short.group, short.content, short.channel, short.chat, short.thread) == (
-            "g", "- Be kind.", "telegram:fam", "c9", "t",
-        )  # fmt: skip
-        assert short.chat_approvable and short.expires == 5.0 + HELD_REQUEST_TTL_SECONDS
-        assert long.group == "h" and not long.chat_approvable  # its notice showed 2,000 only
-        assert queue.read("SELECT COUNT(*) FROM learned_pending") == [(0,)]
-    finally:
-        queue.close()
 
 
 def test_a_message_the_host_answered_is_stored_done(queue: MessageQueue) -> None:
@@ -742,7 +719,7 @@ def test_a_chats_messages_by_default_the_newest_hundred(queue: MessageQueue) -> 
 
 def test_set_aside_queues_again_what_was_in_flight(tmp_path: Path) -> None:
     from orchestrator.home import Home
-    from orchestrator.queue import open_queue, set_aside
+    from orchestrator.store.messages import open_queue, set_aside
 
     home = Home(tmp_path)
     queue = open_queue(home)
@@ -763,7 +740,7 @@ def test_check_queue_names_what_sqlite_found(tmp_path: Path) -> None:
     import sqlite3
 
     from orchestrator.home import Home
-    from orchestrator.queue import check_queue
+    from orchestrator.store.messages import check_queue
 
     home = Home(tmp_path)
     (tmp_path / "state").mkdir()
@@ -789,7 +766,7 @@ def test_set_aside_names_the_file_in_utc(tmp_path: Path, monkeypatch) -> None:  
     import time as clock
 
     from orchestrator.home import Home
-    from orchestrator.queue import open_queue, set_aside
+    from orchestrator.store.messages import open_queue, set_aside
 
     monkeypatch.setenv("TZ", "Asia/Tokyo")
     clock.tzset()
@@ -823,3 +800,37 @@ def test_defer_puts_an_in_flight_message_back_uncounted_after_its_wait(
     assert queue.runnable(now=before) == []  # waits out its time
     assert [x.id for x in queue.runnable(now=after + 30)] == [m.id]
     assert queue.defer(m.id, 30, "again") is False  # queued, not in flight
+
+
+def test_a_paused_groups_messages_cannot_be_claimed(queue: MessageQueue) -> None:
+    m = queue.enqueue(
+        group="g", session="s", chat="c", thread=None, sender="a", trust="creator", text="hi",
+        channel="cli",
+    )  # fmt: skip
+    queue.pause("g", "operator", "hold")
+    assert not queue.claim(m.id)  # the pause holds even against a claim already chosen
+    queue.resume("g")
+    queue.pause("g", "operator", "over", expires=1.0)  # an expired lease holds nothing
+    assert queue.claim(m.id)
+
+
+def test_a_pause_that_waits_gives_up_at_its_deadline_and_lets_go(queue: MessageQueue) -> None:
+    from orchestrator.store.messages import GroupBusy
+
+    m = queue.enqueue(
+        group="g", session="s", chat="c", thread=None, sender="a", trust="creator", text="hi",
+        channel="cli",
+    )  # fmt: skip
+    assert queue.claim(m.id)
+    heard: list[int] = []
+    with (
+        pytest.raises(GroupBusy) as busy,
+        queue.paused("g", "x", "y", wait=0.3, progress=heard.append),
+    ):
+        raise AssertionError("the body must not run while a turn is in flight")
+    assert busy.value.message == "1 turn(s) of g are still running; nothing was changed"
+    assert heard == [1] and queue.pauses("g") == []  # told once; the lease is gone
+    queue.complete(m.id, [])
+    with queue.paused("g", "x", "y", wait=0.3):
+        assert [p.holder for p in queue.pauses("g")] == ["x"]
+    assert queue.pauses("g") == []

@@ -16,9 +16,9 @@ from orchestrator import wire
 from orchestrator.agent.serve import RunnerServer
 from orchestrator.agent.settings import AgentSettings
 from orchestrator.config import load_config
-from orchestrator.daemon import Daemon
-from orchestrator.group_config import GroupConfig, ModelLimits
+from orchestrator.daemon.core import Daemon
 from orchestrator.groups import GroupStore
+from orchestrator.groups.config import GroupConfig, ModelLimits
 from orchestrator.home import Home
 from orchestrator.limits import (
     MAX_DELIVERY_ATTEMPTS,
@@ -26,12 +26,12 @@ from orchestrator.limits import (
     RELAY_PROVIDER_ATTEMPTS,
     model_request_cap,
 )
-from orchestrator.queue import DONE, open_queue
 from orchestrator.relay.budget import budget_refusal
 from orchestrator.relay.turn import RelayViolation, TurnRelay
-from orchestrator.relay.usage import UsageStore
 from orchestrator.runtime.fake import FakeBackend
 from orchestrator.runtime.lifecycle import GroupRuntime
+from orchestrator.store.messages import DONE, open_queue
+from orchestrator.store.usage import UsageStore
 from tests.fakeproviders import Error, FakeProvider, Text, ToolUse
 from tests.fakerunner import bind_unix
 
@@ -190,7 +190,7 @@ def test_a_missing_credential_is_a_clear_error(setup, monkeypatch) -> None:  # t
 
 def test_an_unknown_provider_or_model_is_refused_when_group_yaml_loads(setup) -> None:  # type: ignore[no-untyped-def]
     from orchestrator.errors import InvalidConfig
-    from orchestrator.group_config import set_option
+    from orchestrator.groups.config import set_option
 
     store = setup["runtime"].store
     path = store.load("fam").config_file
@@ -272,7 +272,7 @@ def test_a_provider_that_stays_down_dead_letters_with_the_reason(
     # The waits themselves are tested in test_relay_providers and test_queue; here only the
     # path to the dead letter counts, so every wait is short.
     monkeypatch.setattr("orchestrator.relay.retry.retry_wait", lambda failure, attempt: 0.01)
-    monkeypatch.setattr("orchestrator.queue.delivery_backoff", lambda attempts: 0.01)
+    monkeypatch.setattr("orchestrator.store.messages.delivery_backoff", lambda attempts: 0.01)
     provider.default = Error(503, "overloaded")
     daemon: Daemon = served["daemon"]
     message = daemon.submit("work", "hello", chat="c", sender="bob", channel="cli")

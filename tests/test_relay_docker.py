@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.group_config import GroupConfig
 from orchestrator.groups import GroupStore
+from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
 from orchestrator.runtime.base import LABEL_PROJECT
 from tests.fakeproviders import FakeProvider, Text, ToolUse

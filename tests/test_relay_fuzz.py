@@ -21,9 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.daemon import Daemon
-from orchestrator.group_config import GroupConfig
+from orchestrator.daemon.core import Daemon
 from orchestrator.groups import GroupStore
+from orchestrator.groups.config import GroupConfig
 from orchestrator.relay.ops import OPS
 from orchestrator.relay.turn import RelayViolation, TurnRelay
 from tests.hostile import fingerprint

@@ -13,8 +13,8 @@ import pytest
 
 from orchestrator import wire
 from orchestrator.config import OrchestratorConfig
-from orchestrator.group_config import GroupConfig
 from orchestrator.groups import GroupStore
+from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
 from orchestrator.runtime.base import LABEL_PROJECT
 from orchestrator.runtime.docker import DockerBackend

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from orchestrator.config import PROJECT_PATTERN
-from orchestrator.group_config import ContainerSettings, GroupConfig
 from orchestrator.groups import Group
+from orchestrator.groups.config import ContainerSettings, GroupConfig
 from orchestrator.limits import FOLDER_NAME_PATTERN
 from orchestrator.runtime.base import LABEL_CONFIG_HASH, BindMount, ContainerInfo
 from orchestrator.runtime.reconcile import plan_reconcile

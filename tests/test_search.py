@@ -19,8 +19,8 @@ import pytest
 
 from orchestrator.config import load_config
 from orchestrator.confined import UnsafePath
-from orchestrator.group_config import GroupConfig
 from orchestrator.groups import GroupStore
+from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
 from orchestrator.memory.reading import memory_relative, read_lines
 from orchestrator.memory.search import MemoryIndex, chunk_lines, context_report, fts_query
@@ -350,11 +350,11 @@ def test_the_context_report_has_the_hooks_numbers(tree) -> None:  # type: ignore
 
 
 def test_search_and_get_through_the_relay(tree) -> None:  # type: ignore[no-untyped-def]
-    from orchestrator.daemon import Daemon
-    from orchestrator.queue import open_queue
+    from orchestrator.daemon.core import Daemon
     from orchestrator.relay.turn import RelayViolation, TurnRelay
     from orchestrator.runtime.fake import FakeBackend
     from orchestrator.runtime.lifecycle import GroupRuntime
+    from orchestrator.store.messages import open_queue
 
     home: Home = tree["home"]
     other = GroupStore(home).add(GroupConfig(name="work"))

@@ -17,31 +17,20 @@ import pytest
 
 from orchestrator.agent.providers.base import CompletionRequest
 from orchestrator.agent.providers.offline import OfflineProvider
-from orchestrator.daemon import Daemon
+from orchestrator.daemon.core import Daemon
+from orchestrator.daemon.scheduler import Scheduler, store_lookup
 from orchestrator.errors import InvalidConfig
-from orchestrator.group_config import GroupConfig, TaskSettings, load_group_config
 from orchestrator.groups import GroupStore
+from orchestrator.groups.config import GroupConfig, TaskSettings, load_group_config
 from orchestrator.home import Home
 from orchestrator.protocol import NOT_PERSISTED
-from orchestrator.queue import DONE as MESSAGE_DONE
-from orchestrator.queue import QUEUED, MessageQueue, open_queue
 from orchestrator.relay.ops import task_cancel, task_list, task_schedule
 from orchestrator.relay.ops.learned_write import decide
 from orchestrator.relay.turn import RelayViolation, TurnRelay
-from orchestrator.tasks import (
-    ACTIVE,
-    DONE,
-    OPERATOR,
-    PAUSED,
-    Scheduler,
-    Task,
-    TaskRefused,
-    TaskStore,
-    check_schedule,
-    cron_next,
-    parse_at,
-    store_lookup,
-)
+from orchestrator.schedules import TaskRefused, check_schedule, cron_next, parse_at
+from orchestrator.store.messages import DONE as MESSAGE_DONE
+from orchestrator.store.messages import QUEUED, MessageQueue, open_queue
+from orchestrator.store.tasks import ACTIVE, DONE, OPERATOR, PAUSED, Task, TaskStore
 from tests.served import say
 
 LISBON = ZoneInfo("Europe/Lisbon")

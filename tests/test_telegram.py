@@ -16,13 +16,13 @@ from orchestrator import wire
 from orchestrator.channels.telegram import TelegramChannel
 from orchestrator.config import OrchestratorConfig
 from orchestrator.config.accounts import ChannelAccount
-from orchestrator.daemon import Daemon
-from orchestrator.group_config import GroupConfig, set_option
+from orchestrator.daemon.core import Daemon
 from orchestrator.groups import GroupStore
+from orchestrator.groups.config import GroupConfig, set_option
 from orchestrator.home import Home
-from orchestrator.queue import open_queue
 from orchestrator.runtime.fake import FakeBackend
 from orchestrator.runtime.lifecycle import GroupRuntime
+from orchestrator.store.messages import open_queue
 from tests.fakerunner import FakeRunner
 from tests.faketelegram import BOT_ID, BOT_USERNAME, FakeTelegram
 
@@ -438,7 +438,7 @@ def test_a_reply_claimed_but_unconfirmed_at_a_crash_is_never_sent_again(
     h = Home(home)
     queue = open_queue(h)
     GroupStore(h).add(GroupConfig(name="fam", creators=(f"telegram:{ALICE}",)))
-    from orchestrator.channels.chats import ChatStore
+    from orchestrator.store.chats import ChatStore
 
     chats = ChatStore(queue)
     chats.bind("fambot", str(ALICE), "fam")
@@ -532,7 +532,7 @@ def test_a_message_that_could_not_be_answered_gets_an_apology_once(rig: Rig) -> 
 def test_doctor_reports_a_missing_token_and_privacy_mode(
     home: Path, monkeypatch: pytest.MonkeyPatch, server: FakeTelegram
 ) -> None:
-    from orchestrator.doctor import FAIL, WARN, check_channels
+    from orchestrator.daemon.doctor import FAIL, WARN, check_channels
 
     (home / "orchestrator.yaml").write_text(
         "channels:\n"

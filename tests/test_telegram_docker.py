@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from orchestrator.group_config import GroupConfig
+from orchestrator.daemon.service import control_request
 from orchestrator.groups import GroupStore
+from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
-from orchestrator.queue import MessageQueue
-from orchestrator.service import control_request
+from orchestrator.store.messages import MessageQueue
 from tests.faketelegram import FakeTelegram
 
 pytestmark = pytest.mark.docker

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.group_config import GroupConfig
+from orchestrator.daemon.upgrade import carry_sessions_to_channels
 from orchestrator.groups import GroupStore
+from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
 from orchestrator.protocol import session_key
-from orchestrator.queue import MessageQueue, open_queue
-from orchestrator.upgrade import carry_sessions_to_channels
+from orchestrator.store.messages import MessageQueue, open_queue
 
 
 def _old(queue: MessageQueue, chat: str, channel: str, text: str = "hi") -> str:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from orchestrator.config import OrchestratorConfig
-    from orchestrator.daemon import Daemon
+    from orchestrator.daemon.core import Daemon
 
 
 class Channel(abc.ABC):

@@ -13,7 +13,7 @@ from orchestrator.channels.base import Channel
 from orchestrator.config.accounts import ChannelAccount
 
 if TYPE_CHECKING:
-    from orchestrator.daemon import Daemon
+    from orchestrator.daemon.core import Daemon
 
 log = logging.getLogger("orchestrator.channels")
 

@@ -58,7 +58,7 @@ from orchestrator.limits import (
     HTTP_LONG_POLL_MAX_SECONDS,
     HTTP_MAX_CONNECTIONS,
 )
-from orchestrator.queue import DEAD, DONE, Message
+from orchestrator.store.messages import DEAD, DONE, Message
 
 log = logging.getLogger("orchestrator.channels.http")
 

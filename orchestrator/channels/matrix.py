@@ -43,7 +43,6 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.channels.chatapp import ChatAppChannel
-from orchestrator.channels.chats import DEAD_NOTICE_SEQ, FAILED, SENT, Binding
 from orchestrator.channels.telegram import Health, SenderRate
 from orchestrator.channels.textfmt import markdown_to_html, split_message
 from orchestrator.config.accounts import ChannelAccount, account_token
@@ -63,13 +62,14 @@ from orchestrator.limits import (
     INBOUND_TEXT_MAX_CHARS,
     MATRIX_TEXT_MAX,
 )
-from orchestrator.queue import DEAD, INFLIGHT, Message
 from orchestrator.redact import redact
+from orchestrator.store.chats import DEAD_NOTICE_SEQ, FAILED, SENT, Binding
+from orchestrator.store.messages import DEAD, INFLIGHT, Message
 
 if TYPE_CHECKING:
     import nio
 
-    from orchestrator.daemon import Daemon
+    from orchestrator.daemon.core import Daemon
 
 log = logging.getLogger("orchestrator.channels.matrix")
 KIND = "matrix"
@@ -604,14 +604,6 @@ class MatrixAccount:
             except Exception:
                 log.exception("Matrix account %s: sweep failed", self.name)
 
-    def _replies(self, message_id: str) -> list[tuple[int, str]]:
-        return [
-            (int(r[0]), str(r[1]))  # type: ignore[call-overload]
-            for r in self.daemon.queue.read(
-                "SELECT seq, text FROM replies WHERE message_id=? ORDER BY seq", (message_id,)
-            )
-        ]
-
     async def deliver(self, message_id: str) -> None:
         """Send the replies of a message of this account not confirmed sent yet (those
         claimed before a crash are sent again: their transaction ids make it safe)."""
@@ -623,7 +615,7 @@ class MatrixAccount:
             return  # never a reply in clear text inside an encrypted room
         if message.state == INFLIGHT:
             self._start_typing(message)
-        replies = await asyncio.to_thread(self._replies, message_id)
+        replies = await asyncio.to_thread(self.daemon.queue.replies_of, message_id)
         if message.state == DEAD and not replies:
             replies = [
                 (

@@ -42,7 +42,6 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from orchestrator.channels.chatapp import ChatAppChannel
-from orchestrator.channels.chats import DEAD_NOTICE_SEQ, FAILED, SENT, UNKNOWN, Binding
 from orchestrator.channels.textfmt import markdown_to_html, split_message
 from orchestrator.config.accounts import ChannelAccount, account_token
 from orchestrator.errors import (
@@ -63,13 +62,14 @@ from orchestrator.limits import (
     INBOUND_TEXT_MAX_CHARS,
     TELEGRAM_TEXT_MAX,
 )
-from orchestrator.queue import DEAD, INFLIGHT, Message
 from orchestrator.redact import redact
+from orchestrator.store.chats import DEAD_NOTICE_SEQ, FAILED, SENT, UNKNOWN, Binding
+from orchestrator.store.messages import DEAD, INFLIGHT, Message
 
 if TYPE_CHECKING:
     import telegram
 
-    from orchestrator.daemon import Daemon
+    from orchestrator.daemon.core import Daemon
 
 log = logging.getLogger("orchestrator.channels.telegram")
 # python-telegram-bot gives time periods (429's retry_after) as timedelta with this set,
@@ -793,14 +793,6 @@ class TelegramAccount:
             except Exception:
                 log.exception("Telegram account %s: sweep failed", self.name)
 
-    def _replies(self, message_id: str) -> list[tuple[int, str]]:
-        return [
-            (int(r[0]), str(r[1]))  # type: ignore[call-overload]
-            for r in self.daemon.queue.read(
-                "SELECT seq, text FROM replies WHERE message_id=? ORDER BY seq", (message_id,)
-            )
-        ]
-
     async def deliver(self, message_id: str) -> None:
         """Send the replies of a message of this account that are not sent yet."""
         message = await asyncio.to_thread(self.daemon.queue.get, message_id)
@@ -811,7 +803,7 @@ class TelegramAccount:
         origin = await asyncio.to_thread(self.chats.inbound_of, message_id)
         reply_to = int(origin[1]) if origin and origin[1] and origin[1].isdigit() else None
         chat = message.chat
-        replies = await asyncio.to_thread(self._replies, message_id)
+        replies = await asyncio.to_thread(self.daemon.queue.replies_of, message_id)
         if message.state == DEAD and not replies:
             replies = [
                 (

@@ -43,8 +43,8 @@ def binding_options(command: Any) -> Any:
 
 
 def _chats(obj: CliContext) -> Any:
-    from orchestrator.channels.chats import ChatStore
-    from orchestrator.queue import open_queue
+    from orchestrator.store.chats import ChatStore
+    from orchestrator.store.messages import open_queue
 
     obj.home.ensure_writable()
     return ChatStore(open_queue(obj.home))
@@ -52,8 +52,8 @@ def _chats(obj: CliContext) -> Any:
 
 def _reload_if_running(obj: CliContext) -> str:
     """Ask a running daemon to read orchestrator.yaml again; a line saying what happened."""
+    from orchestrator.daemon.service import control_request, daemon_running
     from orchestrator.errors import OrchestratorError
-    from orchestrator.service import control_request, daemon_running
 
     if not daemon_running(obj.home):
         return "it takes effect when the daemon starts (orchestrator up)"
@@ -147,7 +147,7 @@ def add(
     Matrix: the bot's user, an access token of it (from logging it in once), its
     homeserver; --allow-inviter names whose invites it accepts.
     """
-    from orchestrator.configedit import edit_config
+    from orchestrator.config.edit import edit_config
     from orchestrator.errors import BadInput
 
     if kind == "matrix":
@@ -208,7 +208,7 @@ def add(
 @pass_cli
 def remove(obj: CliContext, name: str, unbind: bool) -> None:
     """Remove channel account NAME; refused while chats are bound to it (unless --unbind)."""
-    from orchestrator.configedit import edit_config
+    from orchestrator.config.edit import edit_config
     from orchestrator.errors import BadInput
 
     chats = _chats(obj)
@@ -318,8 +318,8 @@ def bind(obj: CliContext, group: str, chat_ref: str, activation: str, trust: str
     """Bind chat CHAT_ID of channel account ACCOUNT to GROUP (a running daemon routes its
     next message there). A chat is bound to one group; binding it again changes the
     activation and trust."""
-    from orchestrator.channels.chats import parse_chat_ref
     from orchestrator.groups import GroupStore
+    from orchestrator.store.chats import parse_chat_ref
 
     account, chat = parse_chat_ref(chat_ref)
     _check_account(obj, account)
@@ -352,8 +352,8 @@ def _check_account(obj: CliContext, account: str) -> None:
 @pass_cli
 def unbind(obj: CliContext, chat_ref: str) -> None:
     """Unbind a chat: its messages reach no group (it is offered a pairing code again)."""
-    from orchestrator.channels.chats import parse_chat_ref
     from orchestrator.errors import BadInput
+    from orchestrator.store.chats import parse_chat_ref
 
     account, chat = parse_chat_ref(chat_ref)
     chats = _chats(obj)

@@ -23,7 +23,7 @@ pass_cli = click.make_pass_decorator(CliContext)
 def doctor(obj: CliContext, as_json: bool, repair_queue: bool) -> None:
     """Check the home, config, queue, disk, engine, agent image, containers and daemon;
     exit 1 if any check fails."""
-    from orchestrator.doctor import FAIL, run_checks
+    from orchestrator.daemon.doctor import FAIL, run_checks
 
     if repair_queue:
         _repair_queue(obj)
@@ -46,8 +46,8 @@ def doctor(obj: CliContext, as_json: bool, repair_queue: bool) -> None:
 
 def _repair_queue(obj: CliContext) -> None:
     from orchestrator.errors import OrchestratorError
-    from orchestrator.queue import check_queue, set_aside
-    from orchestrator.service import lock_holder
+    from orchestrator.home import lock_holder
+    from orchestrator.store.messages import check_queue, set_aside
 
     problem = check_queue(obj.home)
     if problem is None:

@@ -9,8 +9,8 @@ import click
 from orchestrator.cli import CliContext
 from orchestrator.cli.output import plural, print_json, print_table, safe_line
 from orchestrator.config import load_config
-from orchestrator.group_config import DEFAULT_MODEL, DEFAULT_PROVIDER, GroupConfig
 from orchestrator.groups import GroupStore, memory_usage
+from orchestrator.groups.config import DEFAULT_MODEL, DEFAULT_PROVIDER, GroupConfig
 from orchestrator.units import human_bytes
 
 pass_cli = click.make_pass_decorator(CliContext)
@@ -124,14 +124,20 @@ def list_(obj: CliContext, as_json: bool) -> None:
 @pass_cli
 def show(obj: CliContext, name: str, as_json: bool) -> None:
     """Show a group's configuration, paths and memory size. NAME is a folder or display name."""
-    from orchestrator.channels.chats import ChatStore
-    from orchestrator.learned import open_queue_if_any, report
+    from orchestrator.memory.learned import report
+    from orchestrator.protocol import LEARNED_LABEL
+    from orchestrator.store.chats import ChatStore
+    from orchestrator.store.held import HeldRequests
+    from orchestrator.store.messages import open_queue_if_any
 
     found = GroupStore(obj.home).find(name)
     size = memory_usage(found)
-    queue = open_queue_if_any(obj.home.state_dir)
+    queue = open_queue_if_any(obj.home)
     try:
-        store = report(found.path.parent, found.folder, found.config.creators, queue)
+        held = (
+            [] if queue is None else HeldRequests(queue).waiting(found.folder, kind=LEARNED_LABEL)
+        )
+        store = report(found.path.parent, found.folder, found.config.creators, held)
         bindings = [] if queue is None else ChatStore(queue).bindings(group=found.folder)
     finally:
         if queue is not None:
@@ -246,10 +252,10 @@ def remove(obj: CliContext, name: str, purge: bool, yes: bool, as_json: bool) ->
 def _remove_tasks(obj: CliContext, folder: str) -> None:
     """A purged group's scheduled tasks go with it (an archived group's stay, and pause
     at their next due time until it is restored)."""
-    from orchestrator.learned import open_queue_if_any
-    from orchestrator.tasks import TaskStore
+    from orchestrator.store.messages import open_queue_if_any
+    from orchestrator.store.tasks import TaskStore
 
-    queue = open_queue_if_any(obj.home.state_dir)
+    queue = open_queue_if_any(obj.home)
     if queue is None:
         return
     try:
@@ -324,7 +330,7 @@ def pause(obj: CliContext, name: str, reason: str, duration: str | None, as_json
     import time
 
     from orchestrator.errors import BadInput
-    from orchestrator.queue import open_queue
+    from orchestrator.store.messages import open_queue
     from orchestrator.units import parse_duration
 
     found = GroupStore(obj.home).find(name)
@@ -361,7 +367,7 @@ def pause(obj: CliContext, name: str, reason: str, duration: str | None, as_json
 @pass_cli
 def resume(obj: CliContext, name: str, every: bool, as_json: bool) -> None:
     """Resume NAME: its waiting messages are delivered again."""
-    from orchestrator.queue import open_queue
+    from orchestrator.store.messages import open_queue
 
     found = GroupStore(obj.home).find(name)
     queue = open_queue(obj.home)

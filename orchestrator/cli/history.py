@@ -169,10 +169,12 @@ def revert(
     """Undo change REV (or, with --sender, every change one sender's turns made) by a
     new change that restores the earlier content; history is never rewritten. When a
     file was changed again later, nothing is written and the files are named. The
-    group is paused (its messages wait) while it writes."""
+    group is paused (its messages wait) and its turns in flight finish first, so no
+    turn writes memory while it does."""
     from orchestrator.errors import BadInput
+    from orchestrator.limits import PAUSE_SLACK_SECONDS
     from orchestrator.memory.history import REVERT, Provenance
-    from orchestrator.queue import open_queue
+    from orchestrator.store.messages import open_queue
 
     if (rev is None) == (sender is None):
         raise BadInput("give a change (REV) or --sender, one of them")
@@ -195,12 +197,17 @@ def revert(
         )
     queue = open_queue(obj.home)
     try:
-        queue.pause(group.folder, "memory-revert", "memory revert in progress")
-        change = history.apply(
-            content, Provenance(REVERT, sender="operator", note=f"reverted {what}")
-        )
+        with queue.paused(
+            group.folder,
+            "memory-revert",
+            "memory revert in progress",
+            wait=group.config.turn_timeout_seconds + PAUSE_SLACK_SECONDS,
+            progress=lambda busy: click.echo(f"waiting for {busy} turn(s) in flight", err=True),
+        ):
+            change = history.apply(
+                content, Provenance(REVERT, sender="operator", note=f"reverted {what}")
+            )
     finally:
-        queue.resume(group.folder, "memory-revert")
         queue.close()
     if as_json:
         print_json({"reverted": revs, "change": change.to_dict() if change else None})

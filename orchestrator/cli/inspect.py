@@ -29,7 +29,7 @@ def show(obj: CliContext, message_id: str, as_json: bool) -> None:
     """Show message MESSAGE_ID: group, chat, sender, trust, state, attempts, replies and
     error (read from the queue; works whether or not the daemon runs)."""
     from orchestrator.errors import BadInput
-    from orchestrator.queue import QUEUE_FILE, MessageQueue
+    from orchestrator.store.messages import QUEUE_FILE, MessageQueue
 
     path = obj.home.state_dir / QUEUE_FILE
     if not path.exists():
@@ -131,20 +131,15 @@ def transcript(
 def _channels_of(obj: CliContext, folder: str, chat: str) -> list[str]:
     """The channels the queue has seen ``chat`` of group ``folder`` on (``cli`` when it
     has seen none)."""
-    from orchestrator.learned import open_queue_if_any
+    from orchestrator.store.messages import open_queue_if_any
 
-    queue = open_queue_if_any(obj.home.state_dir)
+    queue = open_queue_if_any(obj.home)
     if queue is None:
         return ["cli"]
     try:
-        rows = queue.read(
-            "SELECT DISTINCT channel FROM messages WHERE group_folder=? AND chat=?"
-            " ORDER BY channel",
-            (folder, chat),
-        )
+        return queue.channels_of_chat(folder, chat) or ["cli"]
     finally:
         queue.close()
-    return [str(r[0]) for r in rows] or ["cli"]
 
 
 def _describe(key: str, event: dict[str, Any], several: bool) -> str:

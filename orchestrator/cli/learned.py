@@ -11,11 +11,13 @@ import click
 
 from orchestrator.cli import CliContext
 from orchestrator.cli.output import print_json, safe_line, safe_text
+from orchestrator.protocol import LEARNED_LABEL
 from orchestrator.units import human_bytes
 
 if TYPE_CHECKING:
     from orchestrator.groups import Group
-    from orchestrator.queue import HeldRequest
+    from orchestrator.home import Home
+    from orchestrator.store.held import HeldRequest
 
 pass_cli = click.make_pass_decorator(CliContext)
 
@@ -63,17 +65,11 @@ def show(obj: CliContext, name: str, pending: bool, as_json: bool) -> None:
     id, size, the chat it was asked in, who asked, when it expires, and its whole text."""
     from orchestrator.errors import BadInput
     from orchestrator.groups import GroupStore
-    from orchestrator.learned import LearnedStore, open_queue_if_any, report
-    from orchestrator.protocol import LEARNED_LABEL as LABEL
+    from orchestrator.memory.learned import LearnedStore, report
 
     group = GroupStore(obj.home).find(name)
-    queue = open_queue_if_any(obj.home.state_dir)
-    try:
-        described = report(group.path.parent, group.folder, group.config.creators, queue)
-        held = queue.held_requests(group.folder, kind=LABEL) if queue is not None else []
-    finally:
-        if queue is not None:
-            queue.close()
+    held = held_learned(obj.home, group.folder)
+    described = report(group.path.parent, group.folder, group.config.creators, held)
     if pending:
         if as_json:
             print_json(
@@ -122,21 +118,28 @@ def show(obj: CliContext, name: str, pending: bool, as_json: bool) -> None:
     click.echo(safe_text(text.rstrip("\n")) if text.strip() else "(empty)")
 
 
+def held_learned(home: Home, folder: str) -> list[HeldRequest]:
+    """The learned-behaviors writes of ``folder`` that wait for approval."""
+    from orchestrator.store.held import HeldRequests
+    from orchestrator.store.messages import open_queue_if_any
+
+    queue = open_queue_if_any(home)
+    if queue is None:
+        return []
+    try:
+        return HeldRequests(queue).waiting(folder, kind=LEARNED_LABEL)
+    finally:
+        queue.close()
+
+
 def _held_request(obj: CliContext, name: str, request_id: int) -> tuple[Group, HeldRequest]:
     """(the group, its held learned-behaviors request ``request_id``); BadInput naming
     the ids that wait when there is no such request."""
     from orchestrator.errors import BadInput
     from orchestrator.groups import GroupStore
-    from orchestrator.learned import open_queue_if_any
-    from orchestrator.protocol import LEARNED_LABEL as LABEL
 
     group = GroupStore(obj.home).find(name)
-    queue = open_queue_if_any(obj.home.state_dir)
-    try:
-        held = queue.held_requests(group.folder, kind=LABEL) if queue is not None else []
-    finally:
-        if queue is not None:
-            queue.close()
+    held = held_learned(obj.home, group.folder)
     found = next((r for r in held if r.id == request_id), None)
     if found is None:
         waiting = ", ".join(str(r.id) for r in held)
@@ -166,7 +169,7 @@ def set_(obj: CliContext, name: str, source: Path, as_json: bool) -> None:
     the new text at their next fresh context."""
     from orchestrator.errors import BadInput, OrchestratorError
     from orchestrator.groups import GroupStore
-    from orchestrator.learned import LearnedStore
+    from orchestrator.memory.learned import LearnedStore
 
     group = GroupStore(obj.home).find(name)
     limit = group.config.learned_max_chars
@@ -206,16 +209,16 @@ def set_(obj: CliContext, name: str, source: Path, as_json: bool) -> None:
 def approve(obj: CliContext, name: str, request_id: int, as_json: bool) -> None:
     """Apply the change waiting for approval as request ID, exactly as it was held (its
     text is printed first). The ids are in `learned show NAME --pending`."""
-    from orchestrator.approvals import approve as approve_request
     from orchestrator.errors import OrchestratorError
-    from orchestrator.learned import open_queue_if_any
+    from orchestrator.relay.approvals import approve as approve_request
+    from orchestrator.store.messages import open_queue_if_any
 
     group, request = _held_request(obj, name, request_id)
     folder = group.folder
     if not as_json:
         click.echo(f"# request {request.id}, {len(request.content):,} characters:")
         click.echo(safe_text(request.content.rstrip("\n")) or "(empty)")
-    queue = open_queue_if_any(obj.home.state_dir)
+    queue = open_queue_if_any(obj.home)
     assert queue is not None
     try:
         applied = approve_request(queue, group.path.parent, request, "operator")
@@ -239,14 +242,15 @@ def approve(obj: CliContext, name: str, request_id: int, as_json: bool) -> None:
 @pass_cli
 def discard(obj: CliContext, name: str, request_id: int, as_json: bool) -> None:
     """Drop the change waiting as request ID; the learned behaviors stay as they are."""
-    from orchestrator.learned import open_queue_if_any
+    from orchestrator.store.held import HeldRequests
+    from orchestrator.store.messages import open_queue_if_any
 
     group, _ = _held_request(obj, name, request_id)
     folder = group.folder
-    queue = open_queue_if_any(obj.home.state_dir)
+    queue = open_queue_if_any(obj.home)
     assert queue is not None
     try:
-        queue.drop_held(request_id)
+        HeldRequests(queue).drop(request_id)
     finally:
         queue.close()
     if as_json:

@@ -73,7 +73,7 @@ def add(
 
     A server that needs no key (a local Ollama) needs no --key-env or --key-secret.
     """
-    from orchestrator.configedit import edit_config
+    from orchestrator.config.edit import edit_config
     from orchestrator.errors import BadInput
 
     if key_env and key_secret:
@@ -147,7 +147,7 @@ def list_(obj: CliContext, as_json: bool) -> None:
 @pass_cli
 def remove(obj: CliContext, name: str) -> None:
     """Remove provider NAME; refused while a group uses it."""
-    from orchestrator.configedit import edit_config
+    from orchestrator.config.edit import edit_config
     from orchestrator.errors import BadInput
     from orchestrator.groups import GroupStore
 
@@ -188,8 +188,8 @@ def usage(obj: CliContext, name: str | None, since: str, as_json: bool) -> None:
 
     from orchestrator.errors import BadInput
     from orchestrator.groups import GroupStore
-    from orchestrator.queue import open_queue
-    from orchestrator.relay.usage import UsageStore
+    from orchestrator.store.messages import open_queue
+    from orchestrator.store.usage import UsageStore
     from orchestrator.units import parse_duration
 
     seconds = parse_duration(since)

@@ -93,7 +93,7 @@ def status(obj: CliContext, as_json: bool) -> None:
     """The daemon (running or not, pid, uptime, channels, queue); then per group:
     container state, uptime, memory and disk use, config drift, last activity, pauses;
     then dead letters and the free disk space."""
-    from orchestrator.disk import free_space, group_disk_usage
+    from orchestrator.groups.disk import free_space, group_disk_usage
     from orchestrator.memory.history import History
 
     daemon = _daemon_summary(obj)
@@ -209,8 +209,8 @@ def _memory(row: Any) -> str:
 def _runner_recreations(obj: CliContext) -> dict[str, int]:
     """Per group, how often the running daemon recreated its container for a dead
     runner socket ({} when it cannot be asked)."""
+    from orchestrator.daemon.service import control_request
     from orchestrator.errors import OrchestratorError
-    from orchestrator.service import control_request
 
     try:
         answer = control_request(obj.home, {"op": "status"}, timeout=5)
@@ -224,7 +224,7 @@ def _runner_recreations(obj: CliContext) -> dict[str, int]:
 
 def _daemon_summary(obj: CliContext) -> dict[str, Any] | None:
     """What the running daemon says of itself; None when none runs for this home."""
-    from orchestrator.service import daemon_facts
+    from orchestrator.daemon.service import daemon_facts
 
     return daemon_facts(obj.home)
 
@@ -234,7 +234,7 @@ def _queue_summary(obj: CliContext) -> dict[str, Any] | None:
     path = obj.home.state_dir / "queue.db"
     if not path.exists():
         return None
-    from orchestrator.queue import MessageQueue
+    from orchestrator.store.messages import MessageQueue
 
     queue = MessageQueue(path)
     try:
@@ -250,8 +250,8 @@ def _queue_summary(obj: CliContext) -> dict[str, Any] | None:
 
 def channel_health(obj: CliContext, queue: Any) -> list[dict[str, Any]]:
     """Each channel account of orchestrator.yaml with the health its daemon recorded."""
-    from orchestrator.channels.chats import ChatStore
     from orchestrator.errors import OrchestratorError
+    from orchestrator.store.chats import ChatStore
 
     try:
         accounts = load_config(obj.home).channel_accounts
@@ -299,8 +299,8 @@ def logs(
 
 
 def _daemon_log(obj: CliContext, follow: bool, tail: int | None) -> None:
+    from orchestrator.daemon.service import LOG_FILE
     from orchestrator.errors import BadInput
-    from orchestrator.service import LOG_FILE
 
     path = obj.home.state_dir / LOG_FILE
     try:

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 
 from orchestrator.cli import CliContext
 from orchestrator.cli.output import print_json, print_table, safe_line
 from orchestrator.config import load_config
+
+if TYPE_CHECKING:
+    from orchestrator.groups import Group
+
+T = TypeVar("T")
 
 pass_cli = click.make_pass_decorator(CliContext)
 MIGRATE = "migrate-memory"
@@ -110,9 +116,9 @@ def run(
     .memory-migration/, --from sources only read; the report is printed and kept in
     .memory-migration/report.md. Then --approve, or --rollback.
     """
-    from orchestrator import migrate
     from orchestrator.errors import BadInput
     from orchestrator.groups import GroupStore
+    from orchestrator.memory import migrate
 
     if skill_name != MIGRATE:
         known = {str(s["name"]) for s in _skills()}
@@ -193,7 +199,7 @@ def _say(as_json: bool, data: dict[str, object], text: str) -> None:
 
 
 def _plan(group_path: Path, froms: tuple[Path, ...], as_json: bool) -> None:
-    from orchestrator import migrate
+    from orchestrator.memory import migrate
     from orchestrator.units import human_bytes
 
     sources, stops = migrate.inventory(group_path, froms)
@@ -227,49 +233,41 @@ def _plan(group_path: Path, froms: tuple[Path, ...], as_json: bool) -> None:
         raise SystemExit(1)
 
 
-def _paused(obj: CliContext, group: object, work):  # type: ignore[no-untyped-def]
+def _paused(obj: CliContext, group: Group, work: Callable[[], T]) -> T:
     """Run ``work`` with the group paused (messages wait), its turns in flight finished
     and its container stopped; the pause ends with the run, however it ends."""
-    from orchestrator import migrate
-    from orchestrator.errors import BadInput, EngineUnreachable
-    from orchestrator.groups import Group
-    from orchestrator.queue import INFLIGHT, open_queue
+    from orchestrator.limits import PAUSE_SLACK_SECONDS
+    from orchestrator.memory import migrate
+    from orchestrator.store.messages import open_queue
 
-    assert isinstance(group, Group)
     queue = open_queue(obj.home)
     try:
-        queue.pause(group.folder, migrate.PAUSE_HOLDER, "memory migration in progress")
-        deadline = time.monotonic() + group.config.turn_timeout_seconds + 10
-        while True:
-            rows = queue.read(
-                "SELECT COUNT(*) FROM messages WHERE group_folder=? AND state=?",
-                (group.folder, INFLIGHT),
-            )
-            busy = int(rows[0][0])  # type: ignore[call-overload]
-            if not busy:
-                break
-            if time.monotonic() > deadline:
-                raise BadInput(
-                    f"{busy} turn(s) of {group.folder} are still running; nothing was changed",
-                    hint="try again when they are done (see: orchestrator status)",
-                )
-            click.echo(f"waiting for {busy} turn(s) in flight to finish", err=True)
-            time.sleep(1.0)
-        try:
-            from orchestrator.cli.runtime import open_runtime
-
-            open_runtime(obj).stop(group)
-        except EngineUnreachable as exc:
-            click.echo(f"note: {exc.message}; the container, if any, was not stopped", err=True)
-        done = work()
-        from orchestrator.memory.history import MIGRATION, Provenance, record_quietly
-
-        record_quietly(
-            group.path.parent,
+        with queue.paused(
             group.folder,
-            Provenance(MIGRATION, sender="operator", note="migrate-memory"),
-        )
-        return done
+            migrate.PAUSE_HOLDER,
+            "memory migration in progress",
+            wait=group.config.turn_timeout_seconds + PAUSE_SLACK_SECONDS,
+            progress=lambda busy: click.echo(f"waiting for {busy} turn(s) in flight", err=True),
+        ):
+            return _stopped_run(obj, group, work)
     finally:
-        queue.resume(group.folder, migrate.PAUSE_HOLDER)
         queue.close()
+
+
+def _stopped_run(obj: CliContext, group: Group, work: Callable[[], T]) -> T:
+    """``work`` with the group's container stopped, then recorded in its history."""
+    from orchestrator.cli.runtime import open_runtime
+    from orchestrator.errors import EngineUnreachable
+    from orchestrator.memory.history import MIGRATION, Provenance, record_quietly
+
+    try:
+        open_runtime(obj).stop(group)
+    except EngineUnreachable as exc:
+        click.echo(f"note: {exc.message}; the container, if any, was not stopped", err=True)
+    done = work()
+    record_quietly(
+        group.path.parent,
+        group.folder,
+        Provenance(MIGRATION, sender="operator", note="migrate-memory"),
+    )
+    return done

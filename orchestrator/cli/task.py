@@ -12,8 +12,8 @@ from orchestrator.cli import CliContext
 from orchestrator.cli.output import print_json, print_table
 
 if TYPE_CHECKING:
-    from orchestrator.queue import MessageQueue
-    from orchestrator.tasks import Task, TaskStore
+    from orchestrator.store.messages import MessageQueue
+    from orchestrator.store.tasks import Task, TaskStore
 
 pass_cli = click.make_pass_decorator(CliContext)
 
@@ -41,9 +41,9 @@ def task() -> None:
 
 @contextmanager
 def _queue(obj: CliContext) -> Iterator[MessageQueue | None]:
-    from orchestrator.learned import open_queue_if_any
+    from orchestrator.store.messages import open_queue_if_any
 
-    queue = open_queue_if_any(obj.home.state_dir)
+    queue = open_queue_if_any(obj.home)
     try:
         yield queue
     finally:
@@ -106,9 +106,10 @@ def add(
     chat that has sent it a message), so a task cannot answer into another group's
     chats; send it a first message with `orchestrator send NAME --chat ID ...`.
     """
-    from orchestrator.daemon import check_inbound
+    from orchestrator.daemon.core import check_inbound
     from orchestrator.groups import GroupStore
-    from orchestrator.tasks import OPERATOR, TaskRefused, TaskStore
+    from orchestrator.schedules import TaskRefused
+    from orchestrator.store.tasks import OPERATOR, TaskStore
 
     given = [(k, v) for k, v in (("at", at), ("every", every), ("cron", cron)) if v is not None]
     if len(given) != 1:
@@ -120,8 +121,8 @@ def add(
     group = GroupStore(obj.home).find(name)
     with _queue(obj) as queue:
         store = TaskStore(queue) if queue is not None else None
-        seen = store.chat_channel(group.folder, chat, channel) if store is not None else None
-        if store is None or seen is None:
+        seen = queue.channel_of_chat(group.folder, chat, channel) if queue is not None else None
+        if store is None or queue is None or seen is None:
             raise TaskRefused(
                 f"group {group.folder!r} has never seen chat {chat!r}"
                 + (f" on channel {channel!r}" if channel else ""),
@@ -156,7 +157,7 @@ def add(
 def list_(obj: CliContext, name: str | None, show_all: bool, as_json: bool) -> None:
     """List scheduled tasks, of every group or of group NAME."""
     from orchestrator.groups import GroupStore
-    from orchestrator.tasks import TaskStore
+    from orchestrator.store.tasks import TaskStore
 
     folder = GroupStore(obj.home).find(name).folder if name else None
     with _queue(obj) as queue:
@@ -180,7 +181,8 @@ def _change(
     @click.option("--json", "as_json", is_flag=True, help="Print the task as JSON.")
     @pass_cli
     def command(obj: CliContext, task_id: int, as_json: bool) -> None:
-        from orchestrator.tasks import TaskRefused, TaskStore
+        from orchestrator.schedules import TaskRefused
+        from orchestrator.store.tasks import TaskStore
 
         with _queue(obj) as queue:
             if queue is None:
@@ -198,7 +200,8 @@ def _change(
 
 
 def _pause(obj: CliContext, store: TaskStore, task_id: int) -> str:
-    from orchestrator.tasks import DONE, PAUSED, TaskRefused
+    from orchestrator.schedules import TaskRefused
+    from orchestrator.store.tasks import DONE, PAUSED
 
     if store.require(task_id).state == DONE:
         raise TaskRefused(f"task {task_id} is done; there is nothing to pause")
@@ -207,7 +210,8 @@ def _pause(obj: CliContext, store: TaskStore, task_id: int) -> str:
 
 
 def _resume(obj: CliContext, store: TaskStore, task_id: int) -> str:
-    from orchestrator.tasks import ACTIVE, DONE, TaskRefused
+    from orchestrator.schedules import TaskRefused
+    from orchestrator.store.tasks import ACTIVE, DONE
 
     if store.require(task_id).state == DONE:
         raise TaskRefused(f"task {task_id} is done; add a new one")
@@ -221,8 +225,8 @@ def _remove(obj: CliContext, store: TaskStore, task_id: int) -> str:
 
 
 def _run(obj: CliContext, store: TaskStore, task_id: int) -> str:
+    from orchestrator.daemon.scheduler import Scheduler, store_lookup
     from orchestrator.groups import GroupStore
-    from orchestrator.tasks import Scheduler, store_lookup
 
     ran = Scheduler(store, store_lookup(GroupStore(obj.home))).run_now(task_id)
     return (

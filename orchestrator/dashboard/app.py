@@ -240,12 +240,7 @@ class Dashboard:
     def _groups(self) -> dict[str, Any]:
         runtime = self.daemon.runtime
         status = {row.folder: row for row in runtime.status()}
-        counts: dict[str, dict[str, int]] = {}
-        for folder, state, n in self.daemon.queue.read(
-            "SELECT group_folder, state, COUNT(*) FROM messages WHERE state IN"
-            " ('queued','inflight','dead') GROUP BY group_folder, state"
-        ):
-            counts.setdefault(str(folder), {})[str(state)] = int(n)
+        counts = self.daemon.queue.counts_by_group()
         bindings: dict[str, list[Any]] = {}
         for binding in self.daemon.chats.bindings():
             bindings.setdefault(binding.group, []).append(binding)
@@ -361,30 +356,8 @@ class Dashboard:
 
     async def queue(self, request: web.Request) -> web.Response:
         def read() -> dict[str, Any]:
-            recent = self.daemon.queue.read(
-                "SELECT id, group_folder, chat, sender, channel, state, attempts, created"
-                " FROM messages ORDER BY seq DESC LIMIT 100"
-            )
             return {
-                "recent": [
-                    dict(
-                        zip(
-                            (
-                                "id",
-                                "group",
-                                "chat",
-                                "sender",
-                                "channel",
-                                "state",
-                                "attempts",
-                                "created",
-                            ),
-                            row,
-                            strict=True,
-                        )
-                    )
-                    for row in recent
-                ],
+                "recent": self.daemon.queue.recent(100),
                 "dead": self.daemon.queue.dead_letters(),
                 "counts": self.daemon.queue.counts(),
             }

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orchestrator.group_config import ModelLimits
+from orchestrator.groups.config import ModelLimits
 
 
 def budget_refusal(

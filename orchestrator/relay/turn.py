@@ -25,11 +25,11 @@ from orchestrator.groups import Group
 from orchestrator.limits import RELAY_OPS_PER_TURN
 from orchestrator.memory.embeddings import EmbedderUnavailable
 from orchestrator.memory.search import Hit, MemoryIndex, index_for
-from orchestrator.queue import Message, MessageQueue
 from orchestrator.relay.ops import OPS, load_op
 from orchestrator.relay.providers import adapter_for
 from orchestrator.relay.providers.base import HostProvider
-from orchestrator.relay.usage import UsageStore
+from orchestrator.store.messages import Message, MessageQueue
+from orchestrator.store.usage import UsageStore
 
 log = logging.getLogger("orchestrator.relay")
 

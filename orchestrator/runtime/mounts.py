@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import InvalidConfig, MountRefused
-from orchestrator.group_config import MountRequest
+from orchestrator.groups.config import MountRequest
 from orchestrator.runtime.base import BindMount
 from orchestrator.validate import MappingReader
 from orchestrator.yamldoc import load_yaml_file

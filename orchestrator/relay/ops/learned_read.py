@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.learned import LearnedStore
 from orchestrator.limits import RELAY_SMALL_REQUEST_BYTES, TOOL_READ_MAX_CHARS
+from orchestrator.memory.learned import LearnedStore
 
 if TYPE_CHECKING:
     from orchestrator.relay.turn import TurnRelay

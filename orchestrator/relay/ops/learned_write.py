@@ -16,11 +16,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.approvals import LEARNED, hold
-from orchestrator.learned import LearnedStore, Outcome, write_refusal
 from orchestrator.limits import MAX_LEARNED_MAX_CHARS, RELAY_SMALL_REQUEST_BYTES
 from orchestrator.memory.history import LEARNED_WRITE, Provenance, record_quietly
+from orchestrator.memory.learned import LearnedStore, Outcome, write_refusal
 from orchestrator.protocol import CREATOR, NOT_PERSISTED
+from orchestrator.relay.approvals import LEARNED, hold
 
 if TYPE_CHECKING:
     from orchestrator.relay.turn import TurnRelay

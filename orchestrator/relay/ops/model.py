@@ -18,8 +18,8 @@ from orchestrator.protocol import OFFLINE
 from orchestrator.relay.budget import budget_refusal
 from orchestrator.relay.providers.base import ModelCall, ProviderFailure
 from orchestrator.relay.retry import call_with_retries
-from orchestrator.relay.usage import FAILED, OK, REFUSED, Call, utc_midnight
 from orchestrator.secrets import MissingSecret
+from orchestrator.store.usage import FAILED, OK, REFUSED, Call, utc_midnight
 
 if TYPE_CHECKING:
     from orchestrator.relay.turn import TurnRelay

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.learned import LearnedStore, read_instructions
 from orchestrator.limits import RELAY_SMALL_REQUEST_BYTES
+from orchestrator.memory.learned import LearnedStore, read_instructions
 from orchestrator.protocol import INSTRUCTIONS_FILE, LEARNED_FILE, cap_standing
 
 if TYPE_CHECKING:

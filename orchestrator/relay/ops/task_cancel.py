@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.limits import RELAY_SMALL_REQUEST_BYTES
 from orchestrator.protocol import CREATOR
-from orchestrator.tasks import DONE, TaskStore
+from orchestrator.store.tasks import DONE, TaskStore
 
 if TYPE_CHECKING:
     from orchestrator.relay.turn import TurnRelay

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.limits import RELAY_SMALL_REQUEST_BYTES
-from orchestrator.tasks import TaskStore
+from orchestrator.store.tasks import TaskStore
 
 if TYPE_CHECKING:
     from orchestrator.relay.turn import TurnRelay

@@ -13,7 +13,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.limits import RELAY_SMALL_REQUEST_BYTES, TASK_TEXT_MAX_CHARS
-from orchestrator.tasks import KINDS, TaskRefused, TaskStore
+from orchestrator.schedules import KINDS, TaskRefused
+from orchestrator.store.tasks import TaskStore
 
 if TYPE_CHECKING:
     from orchestrator.relay.turn import TurnRelay

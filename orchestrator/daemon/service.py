@@ -12,7 +12,6 @@ time, channels) are in ``state/daemon.json``; the log of background runs in
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -31,7 +30,7 @@ from orchestrator.channels.control import SOCKET_NAME
 from orchestrator.config import load_config
 from orchestrator.errors import DaemonNotRunning, OrchestratorError
 from orchestrator.fsatomic import write_atomic
-from orchestrator.home import Home
+from orchestrator.home import LOCK_FILE, PID_FILE, Home, lock_holder, take_lock
 from orchestrator.limits import (
     DOWN_KILL_WAIT_SECONDS,
     DOWN_TERM_WAIT_SECONDS,
@@ -40,11 +39,9 @@ from orchestrator.limits import (
 
 if TYPE_CHECKING:
     from orchestrator.channels.base import Channel
-    from orchestrator.daemon import Daemon
+    from orchestrator.daemon.core import Daemon
 
 log = logging.getLogger("orchestrator.service")
-PID_FILE = "orchestrator.pid"
-LOCK_FILE = "orchestrator.lock"
 LOG_FILE = "orchestrator.log"
 FACTS_FILE = "daemon.json"
 
@@ -80,48 +77,6 @@ def setup_logging(log_format: str, debug: bool = False) -> None:
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if debug else logging.INFO)
     quiet_clients()
-
-
-def lock_holder(home: Home) -> int | None:
-    """The pid holding the home's daemon lock, from the kernel's lock table; None when
-    no process holds it."""
-    path = home.state_dir / LOCK_FILE
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    device = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    try:
-        lines = Path("/proc/locks").read_text().splitlines()
-    except OSError:
-        lines = []
-    for line in lines:
-        fields = line.split()
-        # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5678 0 EOF" ("->" marks a waiter)
-        if len(fields) >= 6 and fields[1] == "FLOCK" and "->" not in fields and fields[5] == device:
-            return int(fields[4])
-    if not lines:  # no /proc/locks: probe the lock itself
-        with open(path, "a+") as probe:
-            try:
-                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return read_pid(home) or -1
-            fcntl.flock(probe, fcntl.LOCK_UN)
-    return None
-
-
-def _take_lock(home: Home) -> IO[str]:
-    lock = open(home.state_dir / LOCK_FILE, "a+")  # noqa: SIM115 (held for the process)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.close()
-        holder = lock_holder(home)
-        raise OrchestratorError(
-            f"a daemon already runs for {home.root} (pid {holder or '?'})",
-            hint="stop it with: orchestrator down",
-        ) from None
-    return lock
 
 
 # The lock's file object lives as long as the process: closing it would release the lock
@@ -212,15 +167,15 @@ def serve(home: Home, concurrency: int | None = None) -> None:
     SIGHUP reloads orchestrator.yaml. A second SIGTERM or SIGINT during the drain stops
     at once: turns in flight are cancelled and delivered again at the next start.
     """
-    from orchestrator.daemon import Daemon
+    from orchestrator.daemon.core import Daemon
     from orchestrator.image.agent import agent_image_ref
-    from orchestrator.queue import open_queue
     from orchestrator.runtime.docker import DockerBackend
     from orchestrator.runtime.engine import connect
     from orchestrator.runtime.lifecycle import GroupRuntime, default_skills_root
+    from orchestrator.store.messages import open_queue
 
     home.ensure_writable()
-    _LOCK.append(_take_lock(home))
+    _LOCK.append(take_lock(home))
     config = load_config(home)
     raise_file_limit()
     client = connect()
@@ -287,13 +242,6 @@ def raise_file_limit() -> None:
     if hard == resource.RLIM_INFINITY or hard > soft:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
-def read_pid(home: Home) -> int | None:
-    try:
-        return int((home.state_dir / PID_FILE).read_text().strip())
-    except (OSError, ValueError):
-        return None
 
 
 def daemon_facts(home: Home) -> dict[str, Any] | None:

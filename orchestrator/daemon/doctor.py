@@ -171,7 +171,7 @@ def check_containers(home: Home, client: docker.DockerClient | None) -> list[Che
 
 
 def check_daemon(home: Home) -> Check:
-    from orchestrator.service import control_request
+    from orchestrator.daemon.service import control_request
 
     try:
         answer = control_request(home, {"op": "status"}, timeout=3)
@@ -205,7 +205,7 @@ def listen_is_remote(host: str) -> bool:
 
 
 def check_queue(home: Home) -> Check:
-    from orchestrator.queue import QUEUE_FILE, check_queue
+    from orchestrator.store.messages import QUEUE_FILE, check_queue
 
     problem = check_queue(home)
     path = home.state_dir / QUEUE_FILE
@@ -221,9 +221,9 @@ def check_queue(home: Home) -> Check:
 
 
 def check_disk(home: Home) -> list[Check]:
-    from orchestrator.disk import free_space, limit_mode
+    from orchestrator.groups.disk import free_space, limit_mode
     from orchestrator.limits import STATE_RESERVE_BYTES
-    from orchestrator.queue import RESERVE_FILE
+    from orchestrator.store.db import RESERVE_FILE
     from orchestrator.units import human_bytes
 
     checks = []
@@ -335,14 +335,14 @@ def _handle(bot: object) -> str:
 def check_channels(home: Home) -> list[Check]:
     """Each channel account: its token can be found (never shown), the daemon's last word
     on its connection, and Telegram's privacy mode where it hides group messages."""
-    from orchestrator.channels.chats import ChatStore
     from orchestrator.config.accounts import account_token
-    from orchestrator.learned import open_queue_if_any
+    from orchestrator.store.chats import ChatStore
+    from orchestrator.store.messages import open_queue_if_any
 
     config = load_config(home)
     if not config.channel_accounts:
         return []
-    queue = open_queue_if_any(home.state_dir)
+    queue = open_queue_if_any(home)
     chats = ChatStore(queue) if queue is not None else None
     checks = []
     try:

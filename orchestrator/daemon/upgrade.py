@@ -15,14 +15,13 @@ words). Folders are renamed through the confined file layer: the container can w
 from __future__ import annotations
 
 import logging
-import sqlite3
 from dataclasses import dataclass
 
 from orchestrator.confined import ConfinedDir
 from orchestrator.errors import OrchestratorError
 from orchestrator.groups import GroupStore
 from orchestrator.protocol import session_key
-from orchestrator.queue import MessageQueue
+from orchestrator.store.messages import MessageQueue
 
 log = logging.getLogger("orchestrator.upgrade")
 OLD_PREFIX = "chat-"  # keys of the old scheme; a new key starts with its channel
@@ -37,34 +36,24 @@ class SessionsCarried:
 
 def carry_sessions_to_channels(queue: MessageQueue, groups: GroupStore) -> SessionsCarried:
     """Move every session of the old scheme to its (channel, chat) key; idempotent."""
-    rows = queue.read(
-        "SELECT id, group_folder, session, channel, chat, thread FROM messages"
-        " WHERE substr(session, 1, ?)=? ORDER BY seq",
-        (len(OLD_PREFIX), OLD_PREFIX),
-    )
+    messages = queue.with_session_prefix(OLD_PREFIX)
     done = SessionsCarried()
-    if not rows:
+    if not messages:
         return done
     by_group: dict[str, list[tuple[str, str, str]]] = {}  # folder -> (id, old, new)
-    for message_id, folder, old, channel, chat, thread in rows:
+    for message in messages:
         try:
-            mode = groups.load(str(folder)).config.session_mode
+            mode = groups.load(message.group).config.session_mode
         except OrchestratorError:
             continue  # a group gone or invalid keeps its keys (its runner uses them too)
-        new = session_key(mode, str(channel), str(chat), None if thread is None else str(thread))
-        by_group.setdefault(str(folder), []).append((str(message_id), str(old), new))
+        new = session_key(mode, message.channel, message.chat, message.thread)
+        by_group.setdefault(message.group, []).append((message.id, message.session, new))
     for folder, changes in by_group.items():
         latest = {old: new for _, old, new in changes}  # rows are oldest first
         _rename(groups, folder, latest, done)
-
-    def work(db: sqlite3.Connection) -> int:
-        return sum(
-            db.execute("UPDATE messages SET session=? WHERE id=?", (new, message_id)).rowcount
-            for changes in by_group.values()
-            for message_id, _, new in changes
-        )
-
-    done.messages = queue.transaction(work)
+    done.messages = queue.set_sessions(
+        {mid: new for changes in by_group.values() for mid, _, new in changes}
+    )
     log.info(
         "sessions now kept per channel: %d session folders renamed, %d messages re-keyed%s",
         done.renamed,

@@ -19,13 +19,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from orchestrator.errors import BadInput
-from orchestrator.group_config import GUEST, MEMBER
+from orchestrator.groups.config import GUEST, MEMBER
 from orchestrator.limits import (
     CHANNEL_KEEP_SECONDS,
     PAIRING_CODE_TTL_SECONDS,
     PAIRINGS_PENDING_MAX,
 )
-from orchestrator.queue import Message, MessageQueue
+from orchestrator.store.messages import Message, MessageQueue
 
 ACTIVATIONS = ("mention", "always")  # in group chats: mentioned or replied to, or every message
 BOUND_TRUSTS = (MEMBER, GUEST)

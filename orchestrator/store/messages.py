@@ -1,4 +1,4 @@
-"""The durable message queue: SQLite in WAL mode, ``synchronous=FULL``.
+"""The durable message queue, in the state database (``store.db``).
 
 An inbound message is acknowledged to its sender only after its row is committed.
 Messages of one session are delivered in order, one at a time; a failed delivery is
@@ -8,186 +8,41 @@ retried with backoff, then dead-lettered with its reason. Replies are keyed by
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import logging
 import os
 import sqlite3
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TypeVar
 
-from orchestrator.errors import OrchestratorError
-from orchestrator.home import Home
+from orchestrator.errors import BadInput
+from orchestrator.home import Home, lock_holder
 from orchestrator.limits import (
     DELIVERY_BACKOFF_FIRST_SECONDS,
     DELIVERY_BACKOFF_MAX_SECONDS,
     HOST_NOTICE_SEQ,
     MAX_DELIVERY_ATTEMPTS,
-    STATE_RESERVE_BYTES,
 )
 from orchestrator.protocol import CLEAR_COMMAND
+from orchestrator.store.db import QueueCorrupt, QueueFull, Reserve, Row, StateDB
+from orchestrator.store.rows import flag, opt_real, opt_text, real, text, whole
 
-log = logging.getLogger(__name__)
-T = TypeVar("T")
-RESERVE_FILE = "reserve"
+log = logging.getLogger("orchestrator.queue")
+QUEUE_FILE = "queue.db"
+PAUSE_POLL_SECONDS = 0.2  # how often a pause looks whether the group's turns are done
+
+
+class GroupBusy(BadInput):
+    """A group's turns did not finish in time for what needs it paused."""
+
+
+__all__ = ["QueueCorrupt", "QueueFull", "Reserve"]  # raised by the queue, kept with it
 
 QUEUED, INFLIGHT, DONE, DEAD = "queued", "inflight", "done", "dead"
 PENDING = (QUEUED, INFLIGHT)
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS messages (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT UNIQUE NOT NULL,
-    group_folder TEXT NOT NULL,
-    session TEXT NOT NULL,
-    chat TEXT NOT NULL,
-    thread TEXT,
-    sender TEXT NOT NULL,
-    trust TEXT NOT NULL,
-    text TEXT NOT NULL,
-    channel TEXT NOT NULL,
-    state TEXT NOT NULL,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    last_error TEXT,
-    not_before REAL NOT NULL DEFAULT 0,
-    created REAL NOT NULL,
-    updated REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS messages_pending ON messages (state, seq);
-CREATE TABLE IF NOT EXISTS replies (
-    message_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    text TEXT NOT NULL,
-    created REAL NOT NULL,
-    PRIMARY KEY (message_id, seq)
-);
-CREATE TABLE IF NOT EXISTS pauses (
-    group_folder TEXT NOT NULL,
-    holder TEXT NOT NULL,
-    reason TEXT NOT NULL,
-    refuse_new INTEGER NOT NULL DEFAULT 0,
-    created REAL NOT NULL,
-    expires REAL,
-    PRIMARY KEY (group_folder, holder)
-);
-CREATE TABLE IF NOT EXISTS tasks (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    group_folder TEXT NOT NULL,
-    chat TEXT NOT NULL,
-    thread TEXT,
-    channel TEXT NOT NULL,
-    text TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    spec TEXT NOT NULL,
-    tz TEXT NOT NULL,
-    author TEXT NOT NULL,
-    author_trust TEXT NOT NULL,
-    state TEXT NOT NULL,
-    created REAL NOT NULL,
-    next_run REAL,
-    last_run REAL,
-    last_outcome TEXT,
-    runs INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS tasks_due ON tasks (state, next_run);
-CREATE TABLE IF NOT EXISTS task_runs (
-    task_id INTEGER NOT NULL,
-    due REAL NOT NULL,
-    message_id TEXT,
-    outcome TEXT NOT NULL,
-    at REAL NOT NULL,
-    PRIMARY KEY (task_id, due)
-);
-CREATE INDEX IF NOT EXISTS messages_channel ON messages (channel, updated);
-CREATE TABLE IF NOT EXISTS bindings (
-    account TEXT NOT NULL,
-    chat TEXT NOT NULL,
-    group_folder TEXT NOT NULL,
-    activation TEXT NOT NULL,
-    trust TEXT NOT NULL,
-    title TEXT,
-    created REAL NOT NULL,
-    PRIMARY KEY (account, chat)
-);
-CREATE TABLE IF NOT EXISTS pairings (
-    code TEXT PRIMARY KEY,
-    account TEXT NOT NULL,
-    chat TEXT NOT NULL,
-    title TEXT,
-    requested_by TEXT,
-    state TEXT NOT NULL,
-    created REAL NOT NULL,
-    expires REAL NOT NULL,
-    group_folder TEXT,
-    decided REAL
-);
-CREATE INDEX IF NOT EXISTS pairings_chat ON pairings (account, chat, state);
-CREATE TABLE IF NOT EXISTS channel_inbound (
-    account TEXT NOT NULL,
-    update_id TEXT NOT NULL,
-    message_id TEXT,
-    platform_chat TEXT,
-    platform_message TEXT,
-    at REAL NOT NULL,
-    PRIMARY KEY (account, update_id)
-);
-CREATE INDEX IF NOT EXISTS channel_inbound_message ON channel_inbound (message_id);
-CREATE TABLE IF NOT EXISTS channel_outbound (
-    message_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    account TEXT NOT NULL,
-    state TEXT NOT NULL,
-    platform_ids TEXT,
-    error TEXT,
-    at REAL NOT NULL,
-    PRIMARY KEY (message_id, seq)
-);
-CREATE TABLE IF NOT EXISTS channel_state (
-    account TEXT NOT NULL,
-    key TEXT NOT NULL,
-    value TEXT NOT NULL,
-    PRIMARY KEY (account, key)
-);
-CREATE TABLE IF NOT EXISTS learned_pending (
-    group_folder TEXT PRIMARY KEY,
-    content TEXT NOT NULL,
-    sender TEXT NOT NULL,
-    message_id TEXT NOT NULL,
-    created REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS held_requests (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    group_folder TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    content TEXT NOT NULL,
-    sha256 TEXT NOT NULL,
-    channel TEXT NOT NULL,
-    chat TEXT NOT NULL,
-    thread TEXT,
-    sender TEXT NOT NULL,
-    message_id TEXT NOT NULL,
-    chat_approvable INTEGER NOT NULL,
-    created REAL NOT NULL,
-    expires REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS held_requests_chat ON held_requests (group_folder, channel, chat);
-"""
-SQLITE_FULL = 13
-QUEUE_FILE = "queue.db"
-
-
-class QueueCorrupt(OrchestratorError):
-    """The queue database cannot be read."""
-
-
-class QueueFull(OrchestratorError):
-    """The queue cannot commit: the disk holding it is full."""
 
 
 @dataclass(frozen=True)
@@ -212,74 +67,6 @@ class Pause:
             "created": self.created,
             "expires": self.expires,
         }
-
-
-@dataclass(frozen=True)
-class HeldRequest:
-    """Something a creator must approve (a learned-behaviors write, later packages and
-    MCP servers): its exact content and hash, the chat it was made in, its expiry.
-
-    ``chat_approvable``: the chat was shown the whole content, so a creator may approve
-    it there; otherwise only the operator may (from the CLI)."""
-
-    id: int
-    group: str
-    kind: str
-    content: str
-    sha256: str
-    channel: str
-    chat: str
-    thread: str | None
-    sender: str
-    message_id: str
-    chat_approvable: bool
-    created: float
-    expires: float
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "id": self.id,
-            "group": self.group,
-            "kind": self.kind,
-            "chars": len(self.content),
-            "sha256": self.sha256,
-            "channel": self.channel,
-            "chat": self.chat,
-            "thread": self.thread,
-            "sender": self.sender,
-            "message_id": self.message_id,
-            "chat_approvable": self.chat_approvable,
-            "created": self.created,
-            "expires": self.expires,
-        }
-
-
-_HELD_COLUMNS = (
-    "id, group_folder, kind, content, sha256, channel, chat, thread, sender, message_id, "
-    "chat_approvable, created, expires"
-)
-
-
-def _held(row: tuple[object, ...]) -> HeldRequest:
-    return HeldRequest(
-        int(row[0]),  # type: ignore[call-overload]
-        str(row[1]),
-        str(row[2]),
-        str(row[3]),
-        str(row[4]),
-        str(row[5]),
-        str(row[6]),
-        None if row[7] is None else str(row[7]),
-        str(row[8]),
-        str(row[9]),
-        bool(row[10]),
-        float(row[11]),  # type: ignore[arg-type]
-        float(row[12]),  # type: ignore[arg-type]
-    )
-
-
-def content_sha256(content: str) -> str:
-    return hashlib.sha256(content.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -339,85 +126,27 @@ def _row_values(m: Message) -> tuple[object, ...]:
     )
 
 
-def _row(row: tuple[object, ...], replies: tuple[str, ...] = ()) -> Message:
+def _row(row: Row, replies: tuple[str, ...] = ()) -> Message:
     return Message(
-        str(row[0]),
-        str(row[1]),
-        str(row[2]),
-        str(row[3]),
-        row[4] if row[4] is None else str(row[4]),
-        str(row[5]),
-        str(row[6]),
-        str(row[7]),
-        str(row[8]),
-        str(row[9]),
-        int(row[10]),  # type: ignore[call-overload]
-        row[11] if row[11] is None else str(row[11]),
-        float(row[12]),  # type: ignore[arg-type]
+        text(row[0]),
+        text(row[1]),
+        text(row[2]),
+        text(row[3]),
+        opt_text(row[4]),
+        text(row[5]),
+        text(row[6]),
+        text(row[7]),
+        text(row[8]),
+        text(row[9]),
+        whole(row[10]),
+        opt_text(row[11]),
+        real(row[12]),
         replies,
     )
 
 
-class MessageQueue:
-    def __init__(self, path: Path, reserve: Reserve | None = None) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-        self.reserve = reserve
-        self._lock = threading.RLock()
-        try:
-            self._db = sqlite3.connect(
-                path, check_same_thread=False, isolation_level=None, timeout=30
-            )
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.executescript(SCHEMA)
-            self._carry_learned_pending()
-        except sqlite3.DatabaseError as exc:
-            if _is_full(exc):
-                raise QueueFull(
-                    f"cannot open {path}: the disk is full", hint="free some space, then retry"
-                ) from None
-            raise QueueCorrupt(
-                f"{path} is not a usable SQLite database ({exc})",
-                hint="`orchestrator doctor` explains; `orchestrator doctor --repair-queue` "
-                "moves it aside and starts a new queue with the messages it can still read",
-            ) from None
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-                self._db.execute("COMMIT")
-            except BaseException:
-                # SQLite may have rolled back already (a full disk does that).
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise
-
-    def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``work`` in a write transaction. When the disk is full, the reserve file
-        is released once and the transaction tried again: the queue must still commit."""
-        for attempt in range(2):
-            try:
-                with self._tx() as db:
-                    return work(db)
-            except sqlite3.OperationalError as exc:
-                if not _is_full(exc):
-                    raise
-                if attempt == 0 and self.reserve is not None and self.reserve.release():
-                    log.error("the disk holding %s is full: released the reserve", self.path)
-                    continue
-                raise QueueFull(
-                    f"cannot commit to {self.path}: the disk is full",
-                    hint="free some space; nothing committed is lost",
-                ) from None
-        raise AssertionError("unreachable")
+class MessageQueue(StateDB):
+    """Messages, their replies and the pause leases, in the state database."""
 
     def enqueue(
         self,
@@ -455,21 +184,12 @@ class MessageQueue:
                 insert_message(db, message)
             return earlier
 
-        earlier = self._write(work)
+        earlier = self.transaction(work)
         if earlier is not None:
             found = self.get(earlier)
             if found is not None:
                 return found
         return message
-
-    def transaction(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``work(db)`` in one write transaction (as the queue's own writes are:
-        a full disk releases the reserve once)."""
-        return self._write(work)
-
-    def read(self, sql: str, args: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
-        with self._lock:
-            return list(self._db.execute(sql, args).fetchall())
 
     def record_done(
         self,
@@ -502,12 +222,12 @@ class MessageQueue:
                 (message.id, 0, reply, message.created),
             )
 
-        self._write(work)
+        self.transaction(work)
         return message
 
     def recover(self) -> int:
         """After a crash: messages that were in flight are queued again."""
-        return self._write(
+        return self.transaction(
             lambda db: (
                 db.execute(
                     "UPDATE messages SET state=?, updated=? WHERE state=?",
@@ -525,7 +245,7 @@ class MessageQueue:
         if not stale:
             return 0
         now = time.time()
-        return self._write(
+        return self.transaction(
             lambda db: sum(
                 db.execute(
                     "UPDATE messages SET state=?, updated=? WHERE id=? AND state=?",
@@ -550,7 +270,7 @@ class MessageQueue:
         return [
             _row(r[:-1])
             for r in heads.values()
-            if r[9] == QUEUED and float(r[-1]) <= now and r[1] not in paused  # type: ignore[arg-type]
+            if r[9] == QUEUED and real(r[-1]) <= now and r[1] not in paused
         ]
 
     def next_wakeup(self) -> float | None:
@@ -563,16 +283,54 @@ class MessageQueue:
         return float(row[0]) if row and row[0] is not None else None
 
     def claim(self, message_id: str) -> bool:
-        return self._write(
+        """Mark a queued message in flight; False when it is not queued any more, or its
+        group is paused now (checked in the same transaction: once a pause is committed,
+        no turn of the group starts)."""
+        now = time.time()
+        return self.transaction(
             lambda db: (
                 db.execute(
                     "UPDATE messages SET state=?, attempts=attempts+1, updated=? "
-                    "WHERE id=? AND state=?",
-                    (INFLIGHT, time.time(), message_id, QUEUED),
+                    "WHERE id=? AND state=? AND group_folder NOT IN (SELECT group_folder"
+                    " FROM pauses WHERE expires IS NULL OR expires>?)",
+                    (INFLIGHT, now, message_id, QUEUED, now),
                 ).rowcount
                 == 1
             )
         )
+
+    @contextmanager
+    def paused(
+        self,
+        group: str,
+        holder: str,
+        reason: str,
+        *,
+        wait: float,
+        progress: Callable[[int], None] | None = None,
+    ) -> Iterator[None]:
+        """Pause ``group`` under ``holder``'s lease and wait (at most ``wait`` seconds)
+        until none of its turns is in flight; the body runs with nothing of the group
+        running and none starting, and the lease ends with it, however it ends.
+        GroupBusy when turns are still running at the deadline (nothing else done).
+        ``progress(n)`` hears how many still run, each time that changes."""
+        self.pause(group, holder, reason)
+        try:
+            deadline = time.monotonic() + wait
+            told = 0
+            while busy := self.in_flight(group):
+                if time.monotonic() > deadline:
+                    raise GroupBusy(
+                        f"{busy} turn(s) of {group} are still running; nothing was changed",
+                        hint="try again when they are done (see: orchestrator status)",
+                    )
+                if progress is not None and busy != told:
+                    progress(busy)
+                told = busy
+                time.sleep(PAUSE_POLL_SECONDS)
+            yield
+        finally:
+            self.resume(group, holder)
 
     def complete(self, message_id: str, replies: list[str]) -> None:
         """Store the replies (a duplicate (id, seq) is dropped) and mark the message done."""
@@ -588,7 +346,7 @@ class MessageQueue:
                 (DONE, now, message_id),
             )
 
-        self._write(work)
+        self.transaction(work)
 
     def fail(self, message_id: str, error: str) -> str:
         """Back off and queue again, or dead-letter after the last attempt; the new state."""
@@ -607,12 +365,12 @@ class MessageQueue:
             )
             return state
 
-        return self._write(work)
+        return self.transaction(work)
 
     def defer(self, message_id: str, seconds: float, reason: str) -> bool:
         """Queue an in-flight message again after ``seconds`` without counting the
         attempt: the fault was not the message's (the engine was away)."""
-        return self._write(
+        return self.transaction(
             lambda db: (
                 db.execute(
                     "UPDATE messages SET state=?, attempts=MAX(attempts-1, 0), last_error=?,"
@@ -626,7 +384,7 @@ class MessageQueue:
 
     def retry(self, message_id: str) -> bool:
         """Queue a dead-lettered message again with fresh attempts."""
-        return self._write(
+        return self.transaction(
             lambda db: (
                 db.execute(
                     "UPDATE messages SET state=?, attempts=0, not_before=0, updated=? "
@@ -640,7 +398,7 @@ class MessageQueue:
     def add_reply(self, message_id: str, seq: int, text: str) -> bool:
         """Store one reply as it is made (before its turn ends); False when that
         (message, seq) was stored already."""
-        return self._write(
+        return self.transaction(
             lambda db: (
                 db.execute(
                     "INSERT OR IGNORE INTO replies (message_id, seq, text, created)"
@@ -715,90 +473,6 @@ class MessageQueue:
                 ).fetchone()[0]
             )
 
-    # held requests (approvals)
-
-    def hold_request(
-        self,
-        *,
-        group: str,
-        kind: str,
-        content: str,
-        channel: str,
-        chat: str,
-        thread: str | None,
-        sender: str,
-        message_id: str,
-        chat_approvable: bool,
-        ttl: float,
-        now: float | None = None,
-    ) -> HeldRequest:
-        """Hold ``content`` for a creator's approval, under a new id (a request held
-        before is never replaced)."""
-        now = time.time() if now is None else now
-        digest = content_sha256(content)
-
-        def work(db: sqlite3.Connection) -> int:
-            cursor = db.execute(
-                f"INSERT INTO held_requests ({_HELD_COLUMNS.partition(', ')[2]})"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                (group, kind, content, digest, channel, chat, thread, sender, message_id,
-                 int(chat_approvable), now, now + ttl),
-            )  # fmt: skip
-            return int(cursor.lastrowid or 0)
-
-        request_id = self._write(work)
-        return HeldRequest(
-            request_id, group, kind, content, digest, channel, chat, thread, sender,
-            message_id, chat_approvable, now, now + ttl,
-        )  # fmt: skip
-
-    def held_request(self, request_id: int) -> HeldRequest | None:
-        """The held request ``request_id``, expired or not (None when there is none)."""
-        with self._lock:
-            row = self._db.execute(
-                f"SELECT {_HELD_COLUMNS} FROM held_requests WHERE id=?", (request_id,)
-            ).fetchone()
-        return None if row is None else _held(row)
-
-    def held_requests(
-        self,
-        group: str | None = None,
-        *,
-        kind: str | None = None,
-        channel: str | None = None,
-        chat: str | None = None,
-        now: float | None = None,
-    ) -> list[HeldRequest]:
-        """Requests that wait (not expired), oldest first; those of one group, kind or
-        (channel, chat) when given."""
-        now = time.time() if now is None else now
-        sql = f"SELECT {_HELD_COLUMNS} FROM held_requests WHERE expires>?"
-        args: list[object] = [now]
-        for column, value in (
-            ("group_folder", group), ("kind", kind), ("channel", channel), ("chat", chat),
-        ):  # fmt: skip
-            if value is not None:
-                sql += f" AND {column}=?"
-                args.append(value)
-        with self._lock:
-            rows = self._db.execute(sql + " ORDER BY id", args).fetchall()
-        return [_held(r) for r in rows]
-
-    def drop_held(self, request_id: int) -> bool:
-        """Forget a held request; True when there was one."""
-        return self._write(
-            lambda db: (
-                db.execute("DELETE FROM held_requests WHERE id=?", (request_id,)).rowcount == 1
-            )
-        )
-
-    def prune_held(self, now: float | None = None) -> int:
-        """Forget the held requests that expired; how many."""
-        now = time.time() if now is None else now
-        return self._write(
-            lambda db: db.execute("DELETE FROM held_requests WHERE expires<=?", (now,)).rowcount
-        )
-
     def add_host_notices(self, message_id: str, texts: list[str]) -> list[int]:
         """Store replies the host itself adds to ``message_id`` (after any reply a turn
         can make, from HOST_NOTICE_SEQ), each under a sequence number never used before
@@ -818,35 +492,82 @@ class MessageQueue:
             )
             return seqs
 
-        return self._write(work)
+        return self.transaction(work)
 
-    def _carry_learned_pending(self) -> None:
-        """Writes held by an older release (one per group, in ``learned_pending``) become
-        held requests in the chat they were made in. Their notice showed at most 2,000
-        characters, so a longer one can be approved by the operator only."""
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT p.group_folder, p.content, p.sender, p.message_id, p.created,"
-                " m.channel, m.chat, m.thread FROM learned_pending p"
-                " LEFT JOIN messages m ON m.id=p.message_id"
-            ).fetchall()
-        if not rows:
-            return
-        from orchestrator.limits import HELD_REQUEST_TTL_SECONDS
+    def replies_of(self, message_id: str) -> list[tuple[int, str]]:
+        """(sequence, text) of every reply of ``message_id``, in order."""
+        return [
+            (whole(r[0]), text(r[1]))
+            for r in self.read(
+                "SELECT seq, text FROM replies WHERE message_id=? ORDER BY seq", (message_id,)
+            )
+        ]
 
-        def work(db: sqlite3.Connection) -> None:
-            for group, content, sender, message_id, created, channel, chat, thread in rows:
-                db.execute(
-                    f"INSERT INTO held_requests ({_HELD_COLUMNS.partition(', ')[2]})"
-                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (group, "learned", content, content_sha256(str(content)),
-                     channel or "cli", chat or "", thread, sender, message_id,
-                     int(len(str(content)) <= 2000 and chat is not None), created,
-                     float(created) + HELD_REQUEST_TTL_SECONDS),
-                )  # fmt: skip
-            db.execute("DELETE FROM learned_pending")
+    def in_flight(self, group: str) -> int:
+        """How many of ``group``'s messages are in flight (a turn runs for each)."""
+        row = self.read_one(
+            "SELECT COUNT(*) FROM messages WHERE group_folder=? AND state=?", (group, INFLIGHT)
+        )
+        return whole(row[0]) if row else 0
 
-        self._write(work)
+    def counts_by_group(
+        self, states: tuple[str, ...] = (QUEUED, INFLIGHT, DEAD)
+    ) -> dict[str, dict[str, int]]:
+        """group -> state -> how many of its messages are in that state."""
+        marks = ",".join("?" * len(states))
+        out: dict[str, dict[str, int]] = {}
+        for group, state, count in self.read(
+            "SELECT group_folder, state, COUNT(*) FROM messages"
+            f" WHERE state IN ({marks}) GROUP BY group_folder, state",
+            states,
+        ):
+            out.setdefault(text(group), {})[text(state)] = whole(count)
+        return out
+
+    def recent(self, limit: int = 100) -> list[Message]:
+        """The newest ``limit`` messages, newest first (without their replies)."""
+        rows = self.read(f"SELECT {_COLUMNS} FROM messages ORDER BY seq DESC LIMIT ?", (limit,))
+        return [_row(r) for r in rows]
+
+    def channels_of_chat(self, group: str, chat: str) -> list[str]:
+        """The channels ``group`` has seen ``chat`` on, sorted."""
+        return [
+            text(r[0])
+            for r in self.read(
+                "SELECT DISTINCT channel FROM messages WHERE group_folder=? AND chat=?"
+                " ORDER BY channel",
+                (group, chat),
+            )
+        ]
+
+    def channel_of_chat(self, group: str, chat: str, channel: str | None = None) -> str | None:
+        """The channel of the latest message of ``chat`` in ``group`` (``channel`` when
+        the group has seen the chat there); None when it has never seen that chat."""
+        sql, args = "SELECT channel FROM messages WHERE group_folder=? AND chat=?", [group, chat]
+        if channel is not None:
+            sql += " AND channel=?"
+            args.append(channel)
+        row = self.read_one(sql + " ORDER BY created DESC LIMIT 1", tuple(args))
+        return text(row[0]) if row else None
+
+    def with_session_prefix(self, prefix: str) -> list[Message]:
+        """Messages whose session key starts with ``prefix``, oldest first (an upgrade
+        looks for keys of an older scheme)."""
+        rows = self.read(
+            f"SELECT {_COLUMNS} FROM messages WHERE substr(session, 1, ?)=? ORDER BY seq",
+            (len(prefix), prefix),
+        )
+        return [_row(r) for r in rows]
+
+    def set_sessions(self, sessions: dict[str, str]) -> int:
+        """Give messages new session keys (message id -> key) in one transaction; how
+        many rows changed."""
+        return self.transaction(
+            lambda db: sum(
+                db.execute("UPDATE messages SET session=? WHERE id=?", (key, mid)).rowcount
+                for mid, key in sessions.items()
+            )
+        )
 
     def dead_letters(self) -> list[Message]:
         with self._lock:
@@ -873,7 +594,7 @@ class MessageQueue:
     ) -> Pause:
         """Take (or renew) ``holder``'s pause lease on ``group``."""
         lease = Pause(group, holder, reason, refuse_new, time.time(), expires)
-        self._write(
+        self.transaction(
             lambda db: db.execute(
                 "INSERT OR REPLACE INTO pauses (group_folder, holder, reason, refuse_new,"
                 " created, expires) VALUES (?,?,?,?,?,?)",
@@ -885,10 +606,10 @@ class MessageQueue:
     def resume(self, group: str, holder: str | None = None) -> int:
         """Drop ``holder``'s lease on ``group`` (every lease when None); how many."""
         if holder is None:
-            return self._write(
+            return self.transaction(
                 lambda db: db.execute("DELETE FROM pauses WHERE group_folder=?", (group,)).rowcount
             )
-        return self._write(
+        return self.transaction(
             lambda db: (
                 db.execute(
                     "DELETE FROM pauses WHERE group_folder=? AND holder=?", (group, holder)
@@ -907,9 +628,9 @@ class MessageQueue:
         with self._lock:
             rows = self._db.execute(query + " ORDER BY created", args).fetchall()
         return [
-            Pause(str(r[0]), str(r[1]), str(r[2]), bool(r[3]), float(r[4]), r[5])
+            Pause(text(r[0]), text(r[1]), text(r[2]), flag(r[3]), real(r[4]), opt_real(r[5]))
             for r in rows
-            if r[5] is None or float(r[5]) > now
+            if r[5] is None or real(r[5]) > now
         ]
 
     def paused_groups(self, now: float | None = None) -> dict[str, Pause]:
@@ -961,63 +682,27 @@ def delivery_backoff(attempts: int) -> float:
     return float(min(first * 2.0 ** max(attempts - 1, 0), DELIVERY_BACKOFF_MAX_SECONDS))
 
 
-def _is_full(exc: sqlite3.Error) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)
-    return code == SQLITE_FULL or "database or disk is full" in str(exc)
-
-
-class Reserve:
-    """A file of RESERVE bytes kept in state/, released when the disk fills so the queue
-    can still commit; made again once there is room."""
-
-    def __init__(self, state_dir: Path, size: int = STATE_RESERVE_BYTES) -> None:
-        self.path = state_dir / RESERVE_FILE
-        self.size = size
-
-    def ensure(self) -> bool:
-        """Make the reserve when missing and there is room for twice its size; True when
-        it is in place."""
-        try:
-            if os.stat(self.path).st_size >= self.size:
-                return True
-        except FileNotFoundError:
-            pass
-        try:
-            free = os.statvfs(self.path.parent)
-        except OSError:
-            return False
-        if free.f_bavail * free.f_frsize < 2 * self.size:
-            return False
-        tmp = self.path.with_name(RESERVE_FILE + ".tmp")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-            try:
-                os.posix_fallocate(fd, 0, self.size)  # real blocks, not a sparse file
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            return False
-        return True
-
-    def release(self) -> bool:
-        """Delete the reserve; True when there was one to free."""
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            return False
-        return True
-
-
 def open_queue(home: Home) -> MessageQueue:
-    """The home's queue, with its reserve file made when there is room."""
+    """The home's queue, with its reserve file made when there is room. Its schema is
+    brought up to date when this process may (it holds the home's lock, or no daemon
+    does); SchemaBehind when a daemon of an older release holds the home."""
     home.state_dir.mkdir(parents=True, exist_ok=True)  # the reserve needs its folder
     reserve = Reserve(home.state_dir)
     reserve.ensure()
-    return MessageQueue(home.state_dir / QUEUE_FILE, reserve)
+    holder = lock_holder(home)
+    return MessageQueue(
+        home.state_dir / QUEUE_FILE,
+        reserve,
+        migrate=holder is None or holder == os.getpid(),
+        behind_hint=f"the daemon (pid {holder}) runs an older release: restart it with "
+        "this one (orchestrator down, then orchestrator up); it upgrades the file at its "
+        "start",
+    )
+
+
+def open_queue_if_any(home: Home) -> MessageQueue | None:
+    """The home's queue when it exists (a command never creates one to read it)."""
+    return open_queue(home) if (home.state_dir / QUEUE_FILE).exists() else None
 
 
 def set_aside(home: Home) -> tuple[Path, int, str | None]:
@@ -1031,7 +716,7 @@ def set_aside(home: Home) -> tuple[Path, int, str | None]:
         source = Path(f"{path}{suffix}")
         if source.exists():
             os.rename(source, Path(f"{aside}{suffix}"))
-    rows: list[tuple[object, ...]] = []
+    rows: list[Row] = []
     problem: str | None = None
     try:
         old = sqlite3.connect(f"file:{aside}?mode=ro", uri=True)
@@ -1044,17 +729,19 @@ def set_aside(home: Home) -> tuple[Path, int, str | None]:
     except sqlite3.DatabaseError as exc:
         problem = str(exc)
     queue = open_queue(home)
-    try:
-        for row in rows:
-            m = _row(row)
-            queue._write(
-                lambda db, m=m: db.execute(  # type: ignore[misc]
-                    "INSERT OR IGNORE INTO messages (id, group_folder, session, chat, thread,"
-                    " sender, trust, text, channel, state, created, updated)"
-                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (*_row_values(replace(m, state=QUEUED)), time.time()),
-                )
+    copies = [replace(_row(row), state=QUEUED) for row in rows]
+
+    def work(db: sqlite3.Connection) -> None:
+        for message in copies:
+            db.execute(
+                "INSERT OR IGNORE INTO messages (id, group_folder, session, chat, thread,"
+                " sender, trust, text, channel, state, created, updated)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (*_row_values(message), time.time()),
             )
+
+    try:
+        queue.transaction(work)
     finally:
         queue.close()
     return aside, len(rows), problem

@@ -29,7 +29,7 @@ from orchestrator.errors import (
     OrchestratorError,
 )
 from orchestrator.fsatomic import fsync_dir
-from orchestrator.group_config import GROUP_FILE, GroupConfig, load_group_config
+from orchestrator.groups.config import GROUP_FILE, GroupConfig, load_group_config
 from orchestrator.home import Home
 from orchestrator.limits import FOLDER_NAME_MAX, FOLDER_NAME_PATTERN, RESERVED_FOLDER_NAMES
 from orchestrator.protocol import INSTRUCTIONS_FILE, LEARNED_FILE
@@ -224,7 +224,7 @@ class GroupStore:
 
         Nothing is left behind when it fails: a retry with the same name works.
         """
-        from orchestrator.group_config import parse_group_config
+        from orchestrator.groups.config import parse_group_config
         from orchestrator.memory.scaffold import scaffold_memory
         from orchestrator.templates import render
 

@@ -33,9 +33,10 @@ from orchestrator.limits import (
     HELD_NOTICE_PIECE_CHARS,
     HELD_REQUEST_TTL_SECONDS,
 )
+from orchestrator.store.held import HeldRequest, HeldRequests, content_sha256
 
 if TYPE_CHECKING:
-    from orchestrator.queue import HeldRequest, Message, MessageQueue
+    from orchestrator.store.messages import Message, MessageQueue
 
 log = logging.getLogger("orchestrator.approvals")
 CREATOR = "creator"
@@ -51,7 +52,7 @@ class Applied:
     detail: str
 
 
-Applier = Callable[[Path, str, "HeldRequest", str], Applied]
+Applier = Callable[[Path, str, HeldRequest, str], tuple[bool, str]]
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ class Kind:
     """What the notices say of a kind of request, and how it is applied."""
 
     description: str  # "a change to this group's learned behaviors"
-    applier: str  # "module:function" taking (groups_dir, folder, request, approved_by)
+    applier: str  # "module:function" (groups_dir, folder, request, approved_by) -> (done, why)
     show: str  # the operator's command that shows such requests ({folder})
     approve: str  # the operator's command that approves one ({folder}, {id})
 
@@ -67,7 +68,7 @@ class Kind:
 KINDS: dict[str, Kind] = {
     LEARNED: Kind(
         "a change to this group's learned behaviors",
-        "orchestrator.learned:apply_held",
+        "orchestrator.memory.learned:apply_held",
         "orchestrator learned show {folder} --pending",
         "orchestrator learned approve {folder} {id}",
     ),
@@ -160,7 +161,7 @@ def hold(
 ) -> HeldRequest:
     """Hold ``content`` for approval in the chat of ``message`` (the host's record of
     the turn asking) and tell that chat, as replies of ``message``."""
-    request = queue.hold_request(
+    request = HeldRequests(queue).hold(
         group=folder,
         kind=kind,
         content=content,
@@ -187,13 +188,12 @@ def hold(
 
 def apply(groups_dir: Path, folder: str, request: HeldRequest, approved_by: str) -> Applied:
     """Apply ``request`` as held (its hash checked again); the caller drops it when done."""
-    from orchestrator.queue import content_sha256
-
     if content_sha256(request.content) != request.sha256:
         return Applied(False, f"request {request.id} does not match what was shown; not applied")
     module, _, name = KINDS[request.kind].applier.partition(":")
     applier: Applier = getattr(importlib.import_module(module), name)
-    return applier(groups_dir, folder, request, approved_by)
+    done, detail = applier(groups_dir, folder, request, approved_by)
+    return Applied(done, detail)
 
 
 def approve(
@@ -203,7 +203,7 @@ def approve(
     be approved again)."""
     applied = apply(groups_dir, request.group, request, approved_by)
     if applied.done:
-        queue.drop_held(request.id)
+        HeldRequests(queue).drop(request.id)
         log.info(
             "group %s: request %d (%s) approved by %r",
             request.group,
@@ -239,7 +239,7 @@ def chat_reply(
     if trust != CREATOR or sender not in creators:
         return "Only this group's creators can approve what waits for approval."
     now = time.time() if now is None else now
-    waiting = queue.held_requests(folder, channel=channel, chat=chat, now=now)
+    waiting = HeldRequests(queue).waiting(folder, channel=channel, chat=chat, now=now)
     if command.name == CONFIRM:
         if not waiting:
             return "Nothing is waiting for approval in this chat."
@@ -256,7 +256,7 @@ def chat_reply(
         wanted = int(command.args[0])
         found = next((r for r in waiting if r.id == wanted), None)
         if found is None:
-            known = queue.held_request(wanted)
+            known = HeldRequests(queue).get(wanted)
             if known is not None and (known.group, known.channel, known.chat) == (
                 folder,
                 channel,

@@ -1,4 +1,4 @@
-"""Model usage per message, in the host's database (the queue's SQLite file).
+"""Model usage per message, in the state database.
 
 Each model call the relay makes is one row: which message and group, provider and model,
 what it was for, tokens in and out, latency, and whether it succeeded. A call refused by
@@ -12,34 +12,13 @@ themselves keep the queue's ``synchronous=FULL``.
 
 from __future__ import annotations
 
-import sqlite3
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
-T = TypeVar("T")
+from orchestrator.store.db import StateDB
+from orchestrator.store.rows import opt_real, whole
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS usage (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    message_id TEXT NOT NULL,
-    group_folder TEXT NOT NULL,
-    provider TEXT NOT NULL,
-    model TEXT NOT NULL,
-    purpose TEXT NOT NULL,
-    started REAL NOT NULL,
-    latency_ms REAL NOT NULL,
-    input_tokens INTEGER NOT NULL,
-    output_tokens INTEGER NOT NULL,
-    outcome TEXT NOT NULL,
-    error TEXT
-);
-CREATE INDEX IF NOT EXISTS usage_group_time ON usage (group_folder, started);
-CREATE INDEX IF NOT EXISTS usage_message ON usage (message_id);
-"""
 OK, FAILED, REFUSED = "ok", "failed", "refused"  # outcomes; refused: by a budget
 
 
@@ -73,37 +52,16 @@ class DayUsage:
         return self.__dict__.copy()
 
 
-class UsageStore:
+class UsageStore(StateDB):
+    """Model calls in the state database, on a connection of its own that does not wait
+    for the disk (``synchronous=NORMAL``). The file is opened by the queue first, which
+    brings its schema up to date; this connection never migrates."""
+
     def __init__(self, path: Path) -> None:
-        self.path = path
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(SCHEMA)
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-    def read(self, sql: str, args: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
-        with self._lock:
-            return list(self._db.execute(sql, args).fetchall())
-
-    def write(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                result = work(self._db)
-                self._db.execute("COMMIT")
-            except BaseException:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise
-            return result
+        super().__init__(path, synchronous="NORMAL", migrate=False)
 
     def record(self, call: Call) -> None:
-        self.write(
+        self.transaction(
             lambda tx: tx.execute(
                 "INSERT INTO usage (message_id, group_folder, provider, model, purpose, started,"
                 " latency_ms, input_tokens, output_tokens, outcome, error)"
@@ -164,12 +122,12 @@ class UsageStore:
             DayUsage(
                 str(r[0]),
                 str(r[1]),
-                int(r[2]),  # type: ignore[call-overload]
-                int(r[3]),  # type: ignore[call-overload]
-                int(r[4]),  # type: ignore[call-overload]
-                int(r[5]),  # type: ignore[call-overload]
-                int(r[6]),  # type: ignore[call-overload]
-                round(float(r[7]), 1) if r[7] is not None else 0.0,  # type: ignore[arg-type]
+                whole(r[2]),
+                whole(r[3]),
+                whole(r[4]),
+                whole(r[5]),
+                whole(r[6]),
+                round(opt_real(r[7]) or 0.0, 1),
             )
             for r in rows
         ]

@@ -25,12 +25,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.approvals import chat_reply
-from orchestrator.channels.chats import ChatStore
 from orchestrator.commands import APPROVE, CONFIRM, parse_command
 from orchestrator.config import OrchestratorConfig
 from orchestrator.config.accounts import account_of_channel
-from orchestrator.disk import DISK_HOLDER, group_disk_usage, over_limit_reason
+from orchestrator.daemon.scheduler import Scheduler, store_lookup
+from orchestrator.daemon.upgrade import carry_sessions_to_channels
 from orchestrator.errors import (
     BadInput,
     DaemonStopping,
@@ -39,7 +38,8 @@ from orchestrator.errors import (
     OrchestratorError,
     SenderRefused,
 )
-from orchestrator.group_config import classify_sender
+from orchestrator.groups.config import classify_sender
+from orchestrator.groups.disk import DISK_HOLDER, group_disk_usage, over_limit_reason
 from orchestrator.home import Home
 from orchestrator.limits import (
     DISK_CHECK_INTERVAL_SECONDS,
@@ -53,13 +53,15 @@ from orchestrator.limits import (
 )
 from orchestrator.memory.history import TURN, History, Provenance
 from orchestrator.protocol import BadFrame, TurnRequest, TurnResult, session_key
-from orchestrator.queue import DEAD, DONE, Message, MessageQueue, Pause
+from orchestrator.relay.approvals import chat_reply
 from orchestrator.relay.turn import RelayContext, TurnRelay
-from orchestrator.relay.usage import UsageStore
 from orchestrator.runtime.channel import Cancel, RunnerUnavailable
 from orchestrator.runtime.lifecycle import GroupRuntime
-from orchestrator.tasks import Scheduler, TaskStore, store_lookup
-from orchestrator.upgrade import carry_sessions_to_channels
+from orchestrator.store.chats import ChatStore
+from orchestrator.store.held import HeldRequests
+from orchestrator.store.messages import DEAD, DONE, Message, MessageQueue, Pause
+from orchestrator.store.tasks import TaskStore
+from orchestrator.store.usage import UsageStore
 from orchestrator.validate import text_problem
 
 log = logging.getLogger("orchestrator.daemon")
@@ -658,7 +660,7 @@ class Daemon:
         for folder in sorted(folders):
             self.check_disk(folder)
         if all_groups:
-            expired = self.queue.prune_held()
+            expired = HeldRequests(self.queue).prune()
             if expired:
                 log.info("%d held requests expired without approval", expired)
             pruned = self.chats.prune()

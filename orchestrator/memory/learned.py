@@ -29,15 +29,13 @@ from orchestrator.protocol import (
     CREATOR,
     INSTRUCTIONS_FILE,
     LEARNED_FILE,
-    LEARNED_LABEL,
     NOT_PERSISTED,
     PERSISTED,
     UNKNOWN,
 )
 
 if TYPE_CHECKING:
-    from orchestrator.approvals import Applied
-    from orchestrator.queue import HeldRequest, MessageQueue
+    from orchestrator.store.held import HeldRequest
 
 LOCK_FILE = ".learned.lock"
 _LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -236,7 +234,7 @@ def write_refusal(
         )
     if not isinstance(content, str):
         return "content must be text"
-    from orchestrator.approvals import hiding_problem
+    from orchestrator.relay.approvals import hiding_problem
     from orchestrator.validate import text_problem
 
     if problem := text_problem(content, multiline=True) or hiding_problem(content):
@@ -249,11 +247,12 @@ def write_refusal(
     return None
 
 
-def apply_held(groups_dir: Path, folder: str, request: HeldRequest, approved_by: str) -> Applied:
-    """Apply a held learned-behaviors write (approvals.KINDS): the store replaced with
-    exactly the request's content, and the change recorded as the requester's, with
-    who approved it."""
-    from orchestrator.approvals import Applied
+def apply_held(
+    groups_dir: Path, folder: str, request: HeldRequest, approved_by: str
+) -> tuple[bool, str]:
+    """Apply a held learned-behaviors write (the applier relay.approvals names for the
+    kind): the store replaced with exactly the request's content, and the change recorded
+    as the requester's, with who approved it. (applied, what happened)."""
     from orchestrator.memory.history import LEARNED_WRITE, Provenance, record_quietly
 
     outcome = LearnedStore(groups_dir, folder).replace(request.content)
@@ -271,23 +270,15 @@ def apply_held(groups_dir: Path, folder: str, request: HeldRequest, approved_by:
                 note=f"held request {request.id} approved by {approved_by}",
             ),
         )
-    return Applied(outcome.persisted, outcome.detail if outcome.persisted else str(outcome))
-
-
-def open_queue_if_any(state_dir: Path) -> MessageQueue | None:
-    """The home's queue when it exists (the CLI never creates one to read it)."""
-    from orchestrator.queue import QUEUE_FILE, MessageQueue
-
-    path = state_dir / QUEUE_FILE
-    return MessageQueue(path) if path.exists() else None
+    return outcome.persisted, outcome.detail if outcome.persisted else str(outcome)
 
 
 def report(
-    groups_dir: Path, folder: str, creators: tuple[str, ...], queue: MessageQueue | None
+    groups_dir: Path, folder: str, creators: tuple[str, ...], pending: list[HeldRequest]
 ) -> dict[str, object]:
-    """The store as ``group show`` and ``learned show`` describe it."""
+    """The store as ``group show`` and ``learned show`` describe it, with the changes
+    ``pending`` for it (the caller reads them from the state database)."""
     info = LearnedStore(groups_dir, folder).info()
-    pending = queue.held_requests(folder, kind=LEARNED_LABEL) if queue is not None else []
     return {
         **info.to_dict(),
         "writers": list(creators),

@@ -1,0 +1,196 @@
+"""The state database's connection, transactions and schema version.
+
+One SQLite file (``state/queue.db``) holds the home's durable state: messages and their
+replies, pauses, held requests, tasks, chats and the chat apps' own records, usage. It
+is opened in WAL mode with ``synchronous=FULL`` (a committed row is on disk) by the
+repositories of this package; no SQL is written anywhere else.
+
+Its shape carries a version (``PRAGMA user_version``), brought up to date by the ordered
+migrations of ``store.schema``, each in one transaction with its version: a migration
+stopped midway leaves the old version, and the next open completes it. Only the holder
+of the home's lock migrates (the daemon, or a command when no daemon runs); a command
+facing an older file while a daemon runs is refused, and a file newer than this code is
+refused, naming both versions, before anything in it changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+from orchestrator.errors import OrchestratorError
+from orchestrator.limits import STATE_RESERVE_BYTES
+
+log = logging.getLogger("orchestrator.queue")  # the name operators know its lines by
+T = TypeVar("T")
+Row = tuple[object, ...]
+SQLITE_FULL = 13
+RESERVE_FILE = "reserve"
+
+
+class QueueCorrupt(OrchestratorError):
+    """The state database cannot be read."""
+
+
+class QueueFull(OrchestratorError):
+    """The state database cannot commit: the disk holding it is full."""
+
+
+class SchemaTooNew(OrchestratorError):
+    """The file was written by a newer release than this code."""
+
+
+class SchemaBehind(OrchestratorError):
+    """The file is older than this code and may not be migrated now (a daemon of an older
+    release holds the home)."""
+
+
+def connect(path: Path, synchronous: str = "FULL") -> sqlite3.Connection:
+    """A connection to ``path`` as every store uses one: WAL, autocommit (transactions
+    are explicit), a 30 s busy timeout, usable from any thread (callers serialize)."""
+    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute(f"PRAGMA synchronous={synchronous}")
+    return db
+
+
+def _is_full(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code == SQLITE_FULL or "database or disk is full" in str(exc)
+
+
+class StateDB:
+    """One connection to the state database, with its lock, its transactions and its
+    schema brought up to date (``migrate``: whether this process may migrate it)."""
+
+    def __init__(
+        self,
+        path: Path,
+        reserve: Reserve | None = None,
+        *,
+        synchronous: str = "FULL",
+        migrate: bool = True,
+        behind_hint: str | None = None,
+    ) -> None:
+        from orchestrator.store.schema import bring_up_to_date
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.reserve = reserve
+        self._lock = threading.RLock()
+        try:
+            self._db = connect(path, synchronous)
+            try:
+                self.version = bring_up_to_date(self._db, path, migrate, behind_hint)
+            except BaseException:
+                self._db.close()
+                raise
+        except sqlite3.DatabaseError as exc:
+            if _is_full(exc):
+                raise QueueFull(
+                    f"cannot open {path}: the disk is full", hint="free some space, then retry"
+                ) from None
+            raise QueueCorrupt(
+                f"{path} is not a usable SQLite database ({exc})",
+                hint="`orchestrator doctor` explains; `orchestrator doctor --repair-queue` "
+                "moves it aside and starts a new queue with the messages it can still read",
+            ) from None
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+                self._db.execute("COMMIT")
+            except BaseException:
+                # SQLite may have rolled back already (a full disk does that).
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+
+    def transaction(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``work(db)`` in one write transaction. When the disk is full, the reserve
+        file is released once and the transaction tried again: the state must still
+        commit."""
+        for attempt in range(2):
+            try:
+                with self._tx() as db:
+                    return work(db)
+            except sqlite3.OperationalError as exc:
+                if not _is_full(exc):
+                    raise
+                if attempt == 0 and self.reserve is not None and self.reserve.release():
+                    log.error("the disk holding %s is full: released the reserve", self.path)
+                    continue
+                raise QueueFull(
+                    f"cannot commit to {self.path}: the disk is full",
+                    hint="free some space; nothing committed is lost",
+                ) from None
+        raise AssertionError("unreachable")
+
+    def read(self, sql: str, args: tuple[object, ...] = ()) -> list[Row]:
+        with self._lock:
+            return list(self._db.execute(sql, args).fetchall())
+
+    def read_one(self, sql: str, args: tuple[object, ...] = ()) -> Row | None:
+        with self._lock:
+            row: Row | None = self._db.execute(sql, args).fetchone()
+            return row
+
+
+class Reserve:
+    """A file of RESERVE bytes kept in state/, released when the disk fills so the state
+    database can still commit; made again once there is room."""
+
+    def __init__(self, state_dir: Path, size: int = STATE_RESERVE_BYTES) -> None:
+        self.path = state_dir / RESERVE_FILE
+        self.size = size
+
+    def ensure(self) -> bool:
+        """Make the reserve when missing and there is room for twice its size; True when
+        it is in place."""
+        try:
+            if os.stat(self.path).st_size >= self.size:
+                return True
+        except FileNotFoundError:
+            pass
+        try:
+            free = os.statvfs(self.path.parent)
+        except OSError:
+            return False
+        if free.f_bavail * free.f_frsize < 2 * self.size:
+            return False
+        tmp = self.path.with_name(RESERVE_FILE + ".tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                os.posix_fallocate(fd, 0, self.size)  # real blocks, not a sparse file
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            return False
+        return True
+
+    def release(self) -> bool:
+        """Delete the reserve; True when there was one to free."""
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            return False
+        return True
