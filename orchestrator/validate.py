@@ -57,6 +57,23 @@ def shown_name(name: str) -> str:
     return _NAME_UNSAFE.sub(_name_escape, name)
 
 
+# Characters that change how text is shown without being seen (bidirectional overrides
+# and isolates): content holding them is never held, since its notice would show other
+# text than the one approved.
+_HIDING = re.compile("[\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")
+
+
+def hiding_problem(content: str) -> str | None:
+    """Why ``content`` cannot be shown faithfully in a notice, or None."""
+    match = _HIDING.search(content)
+    if match is None:
+        return None
+    return (
+        f"contains U+{ord(match.group()):04X} (a direction control) at character "
+        f"{match.start() + 1}, which would show other text than the one approved"
+    )
+
+
 class Problems:
     """Collects InvalidConfig errors of independent keys, so a file reports all of them
     at once rather than one per attempt."""

@@ -7,8 +7,9 @@ import pytest
 
 from orchestrator.commands import Command, parse_command
 from orchestrator.limits import HELD_NOTICE_PIECE_CHARS
-from orchestrator.relay.approvals import hiding_problem, notice_pieces
+from orchestrator.relay.approvals import notice_pieces
 from orchestrator.store.held import HeldRequest, content_sha256
+from orchestrator.validate import hiding_problem
 
 
 @pytest.mark.parametrize(

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from orchestrator.daemon.service import control_request
 from orchestrator.groups import GroupStore
 from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
+from orchestrator.service import control_request
 from orchestrator.store.messages import MessageQueue
 
 pytestmark = pytest.mark.docker

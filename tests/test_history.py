@@ -335,7 +335,7 @@ def test_memory_commands_show_a_name_that_is_not_utf8_escaped(run, home: Path) -
 
 
 def test_a_gap_is_shown_by_doctor(home: Path) -> None:
-    from orchestrator.daemon.doctor import WARN, check_histories
+    from orchestrator.service.doctor import WARN, check_histories
 
     group = GroupStore(Home(home)).add(GroupConfig(name="fam"))
     assert check_histories(Home(home)) == []

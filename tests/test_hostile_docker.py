@@ -23,7 +23,6 @@ from typing import Any
 import pytest
 
 from orchestrator.config import OrchestratorConfig
-from orchestrator.daemon.service import down
 from orchestrator.errors import InvalidConfig
 from orchestrator.groups import Group, GroupStore, memory_usage
 from orchestrator.groups.config import GroupConfig, set_option
@@ -34,6 +33,7 @@ from orchestrator.memory.reading import render_memory
 from orchestrator.runtime.base import LABEL_PROJECT
 from orchestrator.runtime.docker import DockerBackend
 from orchestrator.runtime.lifecycle import GroupRuntime, default_skills_root
+from orchestrator.service import down
 from tests.hostile import SWAP_SCRIPT, fingerprint
 from tests.test_daemon_docker import TOKEN, DaemonProcess, _free_port
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config import load_config
-from orchestrator.daemon.service import down, up
 from orchestrator.errors import OrchestratorError
 from orchestrator.home import LOCK_FILE, Home, lock_holder
+from orchestrator.service import down, up
 
 # A stand-in daemon: takes the home's lock like `serve`, then behaves as told.
 HOLDER = """
@@ -113,9 +113,9 @@ def test_reload_applies_a_new_token_and_refuses_a_broken_file(tmp_path: Path) ->
 
     from orchestrator import wire
     from orchestrator.daemon.core import Daemon
-    from orchestrator.daemon.service import Service
     from orchestrator.runtime.fake import FakeBackend
     from orchestrator.runtime.lifecycle import GroupRuntime
+    from orchestrator.service import Service
     from orchestrator.store.messages import open_queue
 
     with socketlib.socket() as s:

@@ -532,7 +532,7 @@ def test_a_message_that_could_not_be_answered_gets_an_apology_once(rig: Rig) -> 
 def test_doctor_reports_a_missing_token_and_privacy_mode(
     home: Path, monkeypatch: pytest.MonkeyPatch, server: FakeTelegram
 ) -> None:
-    from orchestrator.daemon.doctor import FAIL, WARN, check_channels
+    from orchestrator.service.doctor import FAIL, WARN, check_channels
 
     (home / "orchestrator.yaml").write_text(
         "channels:\n"

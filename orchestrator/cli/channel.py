@@ -52,8 +52,8 @@ def _chats(obj: CliContext) -> Any:
 
 def _reload_if_running(obj: CliContext) -> str:
     """Ask a running daemon to read orchestrator.yaml again; a line saying what happened."""
-    from orchestrator.daemon.service import control_request, daemon_running
     from orchestrator.errors import OrchestratorError
+    from orchestrator.service import control_request, daemon_running
 
     if not daemon_running(obj.home):
         return "it takes effect when the daemon starts (orchestrator up)"

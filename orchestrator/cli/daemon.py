@@ -43,8 +43,8 @@ def serve(obj: CliContext, log_format: str, concurrency: int | None) -> None:
     Reconciles containers at start. SIGTERM drains: no new messages, turns in flight
     finish (or are delivered again at the next start), then it exits.
     """
-    from orchestrator.daemon.service import serve as run
-    from orchestrator.daemon.service import setup_logging
+    from orchestrator.service import serve as run
+    from orchestrator.service import setup_logging
 
     setup_logging(log_format, debug=obj.debug)
     run(obj.home, concurrency)
@@ -77,7 +77,7 @@ def up(obj: CliContext, as_json: bool) -> None:
     When a daemon already runs for this home it says so and starts nothing; while a
     daemon is stopping (it holds the home's lock but does not answer) it refuses.
     """
-    from orchestrator.daemon.service import up as start
+    from orchestrator.service import up as start
 
     result = start(obj.home, debug=obj.debug)
     if as_json:
@@ -102,7 +102,7 @@ def down(obj: CliContext, everything: bool, as_json: bool) -> None:
     30 s); one that does not stop gets SIGTERM again (it stops at once), then SIGKILL.
     Nothing queued is lost either way: turns cut short are delivered at the next start.
     Says which group containers it left running; --all stops them too."""
-    from orchestrator.daemon.service import down as stop
+    from orchestrator.service import down as stop
 
     result = stop(obj.home)
     containers = _running_containers(obj)
@@ -167,7 +167,7 @@ def _send(
 ) -> dict[str, object]:
     """Send through the daemon and wait; replies are printed as they are stored (unless
     ``show_replies`` is off). Returns the final message."""
-    from orchestrator.daemon.service import control_stream
+    from orchestrator.service import control_stream
 
     request = {
         "op": "send",
@@ -279,8 +279,8 @@ def chat(obj: CliContext, name: str, chat: str, sender: str) -> None:
     Replies of scheduled tasks that run in this chat while it is open (a reminder
     set with "remind me in 10 minutes to ...") show as they arrive, marked [task N].
     """
-    from orchestrator.daemon.service import control_request
     from orchestrator.groups import GroupStore
+    from orchestrator.service import control_request
 
     folder = GroupStore(obj.home).find(name).folder  # an unknown group: exit 2 before anything
     control_request(obj.home, {"op": "ping"}, timeout=5)
@@ -307,8 +307,8 @@ def _follow(
     obj: CliContext, folder: str, chat: str, since: float, stop: threading.Event, prompt: str
 ) -> None:
     """Print the replies of scheduled tasks that run in this chat, as they arrive."""
-    from orchestrator.daemon.service import control_request
     from orchestrator.errors import OrchestratorError
+    from orchestrator.service import control_request
 
     shown: dict[str, int] = {}
     finished: set[str] = set()
@@ -337,7 +337,7 @@ def _follow(
 
 
 def _chat_loop(obj: CliContext, folder: str, chat: str, sender: str, interactive: bool) -> None:
-    from orchestrator.daemon.service import control_request
+    from orchestrator.service import control_request
 
     while True:
         try:
@@ -394,7 +394,7 @@ def _line_editing(obj: CliContext) -> None:
 @pass_cli
 def retry(obj: CliContext, message_id: str, as_json: bool) -> None:
     """Queue a dead-lettered message again (see `orchestrator status`)."""
-    from orchestrator.daemon.service import control_request
+    from orchestrator.service import control_request
 
     answer = control_request(obj.home, {"op": "retry", "id": message_id})
     if not answer.get("ok"):
@@ -413,7 +413,7 @@ def reload(obj: CliContext, as_json: bool) -> None:
     """Make the daemon read orchestrator.yaml again (also on SIGHUP): providers, tokens
     and channels take effect without a restart. A file that does not load is refused
     and the daemon keeps running with its configuration."""
-    from orchestrator.daemon.service import control_request
+    from orchestrator.service import control_request
 
     answer = control_request(obj.home, {"op": "reload"}, timeout=30)
     if as_json:

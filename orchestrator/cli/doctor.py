@@ -23,7 +23,7 @@ pass_cli = click.make_pass_decorator(CliContext)
 def doctor(obj: CliContext, as_json: bool, repair_queue: bool) -> None:
     """Check the home, config, queue, disk, engine, agent image, containers and daemon;
     exit 1 if any check fails."""
-    from orchestrator.daemon.doctor import FAIL, run_checks
+    from orchestrator.service.doctor import FAIL, run_checks
 
     if repair_queue:
         _repair_queue(obj)

@@ -209,8 +209,8 @@ def _memory(row: Any) -> str:
 def _runner_recreations(obj: CliContext) -> dict[str, int]:
     """Per group, how often the running daemon recreated its container for a dead
     runner socket ({} when it cannot be asked)."""
-    from orchestrator.daemon.service import control_request
     from orchestrator.errors import OrchestratorError
+    from orchestrator.service import control_request
 
     try:
         answer = control_request(obj.home, {"op": "status"}, timeout=5)
@@ -224,7 +224,7 @@ def _runner_recreations(obj: CliContext) -> dict[str, int]:
 
 def _daemon_summary(obj: CliContext) -> dict[str, Any] | None:
     """What the running daemon says of itself; None when none runs for this home."""
-    from orchestrator.daemon.service import daemon_facts
+    from orchestrator.service import daemon_facts
 
     return daemon_facts(obj.home)
 
@@ -299,8 +299,8 @@ def logs(
 
 
 def _daemon_log(obj: CliContext, follow: bool, tail: int | None) -> None:
-    from orchestrator.daemon.service import LOG_FILE
     from orchestrator.errors import BadInput
+    from orchestrator.service import LOG_FILE
 
     path = obj.home.state_dir / LOG_FILE
     try:

@@ -11,6 +11,7 @@ import click
 from orchestrator.cli import CliContext
 from orchestrator.cli.output import print_json, print_table, safe_line
 from orchestrator.config import load_config
+from orchestrator.protocol import OFFLINE
 
 if TYPE_CHECKING:
     from orchestrator.groups import Group
@@ -160,9 +161,11 @@ def run(
         _say(as_json, {"rolled_back": done}, "\n".join(done) + f"\nrolled back ({len(done)} steps)")
         return
     splitter = None
-    if group.config.provider != "offline":  # the group's model proposes the concepts
+    if group.config.provider != OFFLINE:  # the group's model proposes the concepts
+        from orchestrator.relay.splitter import migrate_splitter
+
         config = load_config(obj.home)
-        splitter = migrate.model_splitter(
+        splitter = migrate_splitter(
             config, group.config.provider, group.config.model, group.config.turn_timeout_seconds
         )
     outcome = _paused(

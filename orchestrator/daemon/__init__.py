@@ -1,3 +1,3 @@
 """The daemon: intake, dispatch and delivery (``core``), the scheduler loop
-(``scheduler``), what an older release left behind (``upgrade``), running it as a
-service (``service``) and the checks of ``orchestrator doctor`` (``doctor``)."""
+(``scheduler``), and what an older release left behind (``upgrade``). Running it as a
+process (serve, up, down) and ``orchestrator doctor`` are ``orchestrator.service``."""

@@ -14,10 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.confined import ConfinedDir
-from orchestrator.runtime.spec import FILES, MEMORY, SESSIONS
+from orchestrator.protocol import FILES_DIR, MEMORY_DIR, SESSIONS_DIR
 
 DISK_HOLDER = "disk"  # the holder name of disk pause leases
-GROUP_DATA = (MEMORY, SESSIONS, FILES, ".history")  # the history counts toward the limit
+GROUP_DATA = (
+    MEMORY_DIR,
+    SESSIONS_DIR,
+    FILES_DIR,
+    ".history",
+)  # the history counts toward the limit
 
 
 def group_disk_usage(groups_dir: Path, folder: str) -> int:

@@ -18,10 +18,10 @@ import fcntl
 import os
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from orchestrator.confined import ConfinedDir, UnsafePath
 from orchestrator.limits import LEARNED_READ_MAX_BYTES
@@ -34,8 +34,24 @@ from orchestrator.protocol import (
     UNKNOWN,
 )
 
-if TYPE_CHECKING:
-    from orchestrator.store.held import HeldRequest
+
+class HeldWrite(Protocol):
+    """What applying a held write needs of it (a store.held.HeldRequest)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def content(self) -> str: ...
+    @property
+    def sender(self) -> str: ...
+    @property
+    def message_id(self) -> str: ...
+    @property
+    def channel(self) -> str: ...
+    @property
+    def chat(self) -> str: ...
+    def to_dict(self) -> dict[str, object]: ...
+
 
 LOCK_FILE = ".learned.lock"
 _LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -234,8 +250,7 @@ def write_refusal(
         )
     if not isinstance(content, str):
         return "content must be text"
-    from orchestrator.relay.approvals import hiding_problem
-    from orchestrator.validate import text_problem
+    from orchestrator.validate import hiding_problem, text_problem
 
     if problem := text_problem(content, multiline=True) or hiding_problem(content):
         return f"the content is refused: {problem}"
@@ -248,7 +263,7 @@ def write_refusal(
 
 
 def apply_held(
-    groups_dir: Path, folder: str, request: HeldRequest, approved_by: str
+    groups_dir: Path, folder: str, request: HeldWrite, approved_by: str
 ) -> tuple[bool, str]:
     """Apply a held learned-behaviors write (the applier relay.approvals names for the
     kind): the store replaced with exactly the request's content, and the change recorded
@@ -274,7 +289,7 @@ def apply_held(
 
 
 def report(
-    groups_dir: Path, folder: str, creators: tuple[str, ...], pending: list[HeldRequest]
+    groups_dir: Path, folder: str, creators: tuple[str, ...], pending: Sequence[HeldWrite]
 ) -> dict[str, object]:
     """The store as ``group show`` and ``learned show`` describe it, with the changes
     ``pending`` for it (the caller reads them from the state database)."""

@@ -75,23 +75,6 @@ KINDS: dict[str, Kind] = {
 }
 
 
-# Characters that change how text is shown without being seen (bidirectional overrides
-# and isolates): content holding them is never held, since its notice would show other
-# text than the one approved.
-_HIDING = re.compile("[\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")
-
-
-def hiding_problem(content: str) -> str | None:
-    """Why ``content`` cannot be shown faithfully in a notice, or None."""
-    match = _HIDING.search(content)
-    if match is None:
-        return None
-    return (
-        f"contains U+{ord(match.group()):04X} (a direction control) at character "
-        f"{match.start() + 1}, which would show other text than the one approved"
-    )
-
-
 def _fence(text: str) -> str:
     """A backtick fence longer than any run of backticks in ``text``."""
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
