@@ -14,6 +14,7 @@ from typing import Any
 
 from orchestrator import __version__
 from orchestrator.channels.base import Channel
+from orchestrator.daemon.core import Inbound
 from orchestrator.errors import GroupPaused, OrchestratorError, SenderRefused
 from orchestrator.limits import (
     CONTROL_IDLE_TIMEOUT_SECONDS,
@@ -138,13 +139,15 @@ class ControlChannel(Channel):
             if op == "ping":
                 return {"ok": True, "pid": os.getpid(), "version": __version__}
             if op == "send":
-                message = daemon.submit(
-                    str(request.get("group", "")),
-                    request.get("text", ""),
-                    chat=str(request.get("chat") or "cli"),
-                    sender=str(request.get("sender") or "operator"),
-                    thread=request.get("thread"),
-                    channel=self.name,
+                message = daemon.accept(
+                    Inbound(
+                        str(request.get("group", "")),
+                        request.get("text", ""),
+                        chat=str(request.get("chat") or "cli"),
+                        sender=str(request.get("sender") or "operator"),
+                        channel=self.name,
+                        thread=request.get("thread"),
+                    )
                 )
                 if request.get("wait", True):
                     timeout = float(request.get("timeout") or TURN_TIMEOUT_SECONDS)

@@ -42,6 +42,7 @@ from aiohttp.typedefs import Handler
 
 from orchestrator.channels.base import Channel
 from orchestrator.config.accounts import HttpToken, http_tokens
+from orchestrator.daemon.core import Inbound
 from orchestrator.errors import (
     BadInput,
     GroupNotFound,
@@ -315,13 +316,8 @@ class HttpChannel(Channel):
             )
         try:
             message = await asyncio.to_thread(
-                self.daemon.submit,
-                request.match_info["name"],
-                text,
-                chat=chat,
-                sender=sender,
-                thread=thread,
-                channel=channel,
+                self.daemon.accept,
+                Inbound(request.match_info["name"], text, chat, sender, channel, thread),
             )
         except GroupNotFound as exc:
             return _error(404, exc.message)

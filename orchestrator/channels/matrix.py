@@ -46,6 +46,7 @@ from orchestrator.channels.chatapp import ChatAppChannel
 from orchestrator.channels.telegram import Health, SenderRate
 from orchestrator.channels.textfmt import markdown_to_html, split_message
 from orchestrator.config.accounts import ChannelAccount, account_token
+from orchestrator.daemon.core import Inbound
 from orchestrator.errors import (
     BadInput,
     DaemonStopping,
@@ -481,15 +482,17 @@ class MatrixAccount:
         claim = self.chats.inbound_claim(self.name, event.event_id, room_id, event.event_id)
         try:
             await asyncio.to_thread(
-                self.daemon.submit,
-                binding.group,
-                text,
-                chat=room_id,
-                sender=sender,
-                channel=self.account.channel,
-                thread=thread,
-                bound=binding.trust,
-                claim=claim,
+                self.daemon.accept,
+                Inbound(
+                    binding.group,
+                    text,
+                    room_id,
+                    sender,
+                    self.account.channel,
+                    thread,
+                    binding.trust,
+                ),
+                claim,
             )
         except GroupNotFound:
             log.warning(

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from orchestrator.channels.chatapp import ChatAppChannel
 from orchestrator.channels.textfmt import markdown_to_html, split_message
 from orchestrator.config.accounts import ChannelAccount, account_token
+from orchestrator.daemon.core import Inbound
 from orchestrator.errors import (
     BadInput,
     DaemonStopping,
@@ -117,10 +118,12 @@ def shown_name(name: str | None) -> str:
 
 
 def human_size(size: int) -> str:
+    """A file's size as the chat is told it: '48.2 KB'."""
+    value = float(size)
     for unit in ("bytes", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
-        size /= 1024  # type: ignore[assignment]
+        if value < 1024 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "bytes" else f"{value:.1f} {unit}"
+        value /= 1024
     return f"{size} bytes"
 
 
@@ -530,15 +533,11 @@ class TelegramAccount:
         )
         try:
             await asyncio.to_thread(
-                self.daemon.submit,
-                binding.group,
-                text,
-                chat=chat,
-                sender=sender,
-                channel=self.account.channel,
-                thread=thread,
-                bound=binding.trust,
-                claim=claim,
+                self.daemon.accept,
+                Inbound(
+                    binding.group, text, chat, sender, self.account.channel, thread, binding.trust
+                ),
+                claim,
             )
         except GroupNotFound:
             log.warning(
@@ -582,8 +581,9 @@ class TelegramAccount:
                 return self._too_large(item.file_size or 0)
         else:
             return None
-        assert self.bot is not None
-        file = await self.call(lambda: self.bot.get_file(item.file_id))  # type: ignore[union-attr]
+        bot = self.bot
+        assert bot is not None
+        file = await self.call(lambda: bot.get_file(item.file_id))
         if (file.file_size or 0) > limit:
             return self._too_large(file.file_size or 0)
         data = bytes(await file.download_as_bytearray())

@@ -7,8 +7,12 @@ import logging
 import sys
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from orchestrator.agent.settings import AgentSettings
 
 
 @click.group()
@@ -39,7 +43,7 @@ def agent() -> None:
     """The runner inside a group's container."""
 
 
-def _settings(agent_dir: Path | None, runtime_dir: Path | None):  # type: ignore[no-untyped-def]
+def _settings(agent_dir: Path | None, runtime_dir: Path | None) -> AgentSettings:
     from dataclasses import replace
 
     from orchestrator.agent.settings import AgentSettings

@@ -197,8 +197,10 @@ def _send(
 
 def _print_outcome(message: dict[str, object]) -> bool:
     """Print the replies not shown yet and the outcome; False when it failed."""
-    replies = list(message.get("replies") or [])  # type: ignore[call-overload]
-    for reply in replies[int(message.pop("shown", 0) or 0) :]:  # type: ignore[call-overload]
+    found = message.get("replies")
+    replies = list(found) if isinstance(found, list) else []
+    shown = message.pop("shown", 0)
+    for reply in replies[shown if isinstance(shown, int) else 0 :]:
         click.echo(safe_text(str(reply)))
     if message.get("state") == "dead":
         print_error(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -12,10 +12,14 @@ from orchestrator.cli import CliContext
 from orchestrator.cli.output import print_json, print_table, safe_line, safe_text
 from orchestrator.config import load_config
 
+if TYPE_CHECKING:
+    from orchestrator.groups import Group
+    from orchestrator.memory.history import History
+
 pass_cli = click.make_pass_decorator(CliContext)
 
 
-def _history(obj: CliContext, name: str):  # type: ignore[no-untyped-def]
+def _history(obj: CliContext, name: str) -> tuple[Group, History]:
     """The group and its history, with anything changed since the last record recorded
     first (as the host's or unattributed: see README, Memory history)."""
     from orchestrator.groups import GroupStore

@@ -103,11 +103,8 @@ def show(obj: CliContext, name: str, pending: bool, as_json: bool) -> None:
     if as_json:
         print_json({"folder": group.folder, **described, "text": text})
         return
-    size = described["size"]
-    click.echo(
-        f"# {described['path']}: {human_bytes(int(size))}, "  # type: ignore[call-overload]
-        f"modified {_when(described['modified'])}"  # type: ignore[arg-type]
-    )
+    info = LearnedStore(group.path.parent, group.folder).info()
+    click.echo(f"# {info.path}: {human_bytes(info.size)}, modified {_when(info.modified)}")
     writers = ", ".join(group.config.creators) or "nobody (no creators in group.yaml)"
     click.echo(f"# may be changed by: {safe_line(writers)}")
     if held:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from orchestrator.cli import CliContext
@@ -9,6 +11,10 @@ from orchestrator.cli.output import plural, print_json, print_table
 from orchestrator.config import load_config
 from orchestrator.errors import EXIT_FAILED
 from orchestrator.groups import GroupStore
+
+if TYPE_CHECKING:
+    from orchestrator.groups import Group
+    from orchestrator.memory.search import MemoryIndex
 
 pass_cli = click.make_pass_decorator(CliContext)
 
@@ -96,7 +102,7 @@ def lint(obj: CliContext, name: str, fix: bool, as_json: bool) -> None:
         raise SystemExit(EXIT_FAILED)
 
 
-def _index(obj: CliContext, name: str):  # type: ignore[no-untyped-def]
+def _index(obj: CliContext, name: str) -> tuple[Group, MemoryIndex]:
     from orchestrator.errors import InvalidConfig
     from orchestrator.memory.embeddings import EmbedderUnavailable
     from orchestrator.memory.search import index_for

@@ -116,10 +116,8 @@ def list_(obj: CliContext, as_json: bool) -> None:
     users: dict[str, list[str]] = {}
     for group in GroupStore(obj.home).groups():
         users.setdefault(group.config.provider, []).append(group.folder)
-    rows = [
-        {**d.to_dict(), "groups": users.get(d.name, [])}
-        for d in sorted(config.providers.values(), key=lambda d: d.name)
-    ]
+    definitions = sorted(config.providers.values(), key=lambda d: d.name)
+    rows = [{**d.to_dict(), "groups": users.get(d.name, [])} for d in definitions]
     if as_json:
         print_json(rows)
         return
@@ -134,10 +132,10 @@ def list_(obj: CliContext, as_json: bool) -> None:
                 r["kind"],
                 r["base_url"],
                 r["key"],
-                ", ".join(r["models"]) or "any",  # type: ignore[arg-type]
-                ", ".join(r["groups"]) or "-",  # type: ignore[arg-type]
+                ", ".join(d.models) or "any",
+                ", ".join(users.get(d.name, [])) or "-",
             )
-            for r in rows
+            for r, d in zip(rows, definitions, strict=True)
         ],
     )
 

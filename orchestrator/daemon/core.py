@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -59,14 +58,21 @@ from orchestrator.runtime.channel import Cancel, RunnerUnavailable
 from orchestrator.runtime.lifecycle import GroupRuntime
 from orchestrator.store.chats import ChatStore
 from orchestrator.store.held import HeldRequests
-from orchestrator.store.messages import DEAD, DONE, Message, MessageQueue, Pause
+from orchestrator.store.messages import (
+    DEAD,
+    DONE,
+    Claim,
+    Message,
+    MessageQueue,
+    Pause,
+    new_message,
+)
 from orchestrator.store.tasks import TaskStore
 from orchestrator.store.usage import UsageStore
 from orchestrator.validate import text_problem
 
 log = logging.getLogger("orchestrator.daemon")
 Listener = Callable[[str], None]
-Claim = Callable[[sqlite3.Connection, Message], str | None]
 
 
 def fair_order(candidates: list[Message], last_served: dict[str, float]) -> list[Message]:
@@ -109,6 +115,22 @@ def choose(
 def group_share(concurrency: int, configured: int | None = None) -> int:
     """Turns one group may run at once: configured, else half the workers (at least 1)."""
     return max(1, min(configured or concurrency // 2, concurrency))
+
+
+@dataclass(frozen=True)
+class Inbound:
+    """One message as a channel hands it to the daemon: the group named as the channel
+    names it (a folder or display name), and the trust the chat's binding gives its
+    people (``bound``, from a chat app's binding) when there is one. The daemon decides
+    the rest: the sender's trust, the session."""
+
+    group: str
+    text: str
+    chat: str
+    sender: str
+    channel: str
+    thread: str | None = None
+    bound: str | None = None
 
 
 class DeliveryFailed(OrchestratorError):
@@ -201,44 +223,51 @@ class Daemon:
         bound: str | None = None,
         claim: Claim | None = None,
     ) -> Message:
+        """``accept`` of the Inbound these fields make."""
+        return self.accept(Inbound(name, text, chat, sender, channel, thread, bound), claim)
+
+    def accept(self, inbound: Inbound, claim: Claim | None = None) -> Message:
         """Accept one inbound message; returns after it is committed to the queue.
 
-        ``bound``: the trust the chat's binding gives its people (a chat app's channel
-        passes it). ``claim``: recorded in the same transaction (MessageQueue.enqueue):
-        an update a chat app delivers twice is queued once."""
+        ``claim``: recorded in the same transaction (MessageQueue.put): an update a chat
+        app delivers twice is queued once."""
         if not self.accepting:
             raise DaemonStopping(
                 "the daemon is shutting down and accepts no new messages",
                 hint="send again once it is back",
             )
-        check_inbound(text=text, chat=chat, sender=sender, thread=thread)
-        group = self.runtime.store.find(name)
-        trust = classify_sender(group.config, sender, bound)
+        check_inbound(
+            text=inbound.text, chat=inbound.chat, sender=inbound.sender, thread=inbound.thread
+        )
+        group = self.runtime.store.find(inbound.group)
+        trust = classify_sender(group.config, inbound.sender, inbound.bound)
         if trust is None:
             log.warning(
                 "refused a message from %r to group %s via %s: unknown sender",
-                sender,
+                inbound.sender,
                 group.folder,
-                channel,
+                inbound.channel,
             )
             raise SenderRefused(
-                f"sender {sender!r} may not talk to group {group.folder!r}",
+                f"sender {inbound.sender!r} may not talk to group {group.folder!r}",
                 hint="add the sender to creators or members in its group.yaml",
             )
         pause = self.pause_of(group.folder)
         if pause is not None and pause.refuse_new:
             raise GroupPaused(pause.reason, hint=_resume_hint(group.folder, pause))
-        fields = {
-            "group": group.folder,
-            "session": session_key(group.config.session_mode, channel, chat, thread),
-            "chat": chat,
-            "thread": thread,
-            "sender": sender,
-            "trust": trust,
-            "text": text,
-            "channel": channel,
-        }
-        command = parse_command(text)
+        message = new_message(
+            group=group.folder,
+            session=session_key(
+                group.config.session_mode, inbound.channel, inbound.chat, inbound.thread
+            ),
+            chat=inbound.chat,
+            thread=inbound.thread,
+            sender=inbound.sender,
+            trust=trust,
+            text=inbound.text,
+            channel=inbound.channel,
+        )
+        command = parse_command(inbound.text)
         if command is not None and command.name in (CONFIRM, APPROVE):
             # Answered by the host, never by the model: a creator's own word, about a
             # request made in this very chat (the host's record of it, not the frame's).
@@ -247,18 +276,18 @@ class Daemon:
                 self.runtime.store.root,
                 group.folder,
                 command,
-                channel=channel,
-                chat=chat,
+                channel=inbound.channel,
+                chat=inbound.chat,
                 trust=trust,
-                sender=sender,
+                sender=inbound.sender,
                 creators=group.config.creators,
             )
-            log.info("group %s: /%s from %r: %s", group.folder, command.name, sender, reply)
-            return self.queue.record_done(**fields, reply=reply)  # type: ignore[arg-type]
-        message = self.queue.enqueue(**fields, claim=claim)  # type: ignore[arg-type]
+            log.info("group %s: /%s from %r: %s", group.folder, command.name, inbound.sender, reply)
+            return self.queue.put_answered(message, reply)
+        stored = self.queue.put(message, claim)
         with self.cond:
             self.cond.notify_all()
-        return message
+        return stored
 
     def pause_of(self, folder: str) -> Pause | None:
         """The pause in force for a group, refusing ones first."""

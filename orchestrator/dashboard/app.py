@@ -26,6 +26,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from orchestrator.daemon.core import Inbound
 from orchestrator.errors import OrchestratorError
 from orchestrator.limits import DASHBOARD_SESSION_SECONDS, MEMORY_FILE_READ_MAX_BYTES
 from orchestrator.units import human_bytes, human_seconds
@@ -334,7 +335,7 @@ class Dashboard:
         text = str(form.get("text", ""))
         try:
             message = await asyncio.to_thread(
-                self.daemon.submit, name, text, chat=CHAT, sender="operator", channel=CHANNEL
+                self.daemon.accept, Inbound(name, text, CHAT, "operator", CHANNEL)
             )
         except OrchestratorError as exc:
             raise web.HTTPBadRequest(text=exc.message) from None

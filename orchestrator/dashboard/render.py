@@ -8,11 +8,15 @@ from __future__ import annotations
 import html
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
 
 _FRONT = re.compile(r"\A---\n(.*?)\n---\n?", re.DOTALL)
 
 
-def _markdown() -> object:
+def _markdown() -> MarkdownIt:
     from markdown_it import MarkdownIt
 
     md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
@@ -42,7 +46,7 @@ def _markdown() -> object:
     return md
 
 
-_MD = None
+_MD: MarkdownIt | None = None
 
 
 def render_markdown(text: str) -> tuple[str, str | None]:
@@ -55,7 +59,7 @@ def render_markdown(text: str) -> tuple[str, str | None]:
     match = _FRONT.match(text)
     if match:
         front, text = match[1], text[match.end() :]
-    rendered: str = _MD.render(text)  # type: ignore[attr-defined]
+    rendered: str = _MD.render(text)
     return rendered, front
 
 

@@ -26,6 +26,7 @@ from orchestrator.limits import (
     PAIRINGS_PENDING_MAX,
 )
 from orchestrator.store.messages import Message, MessageQueue
+from orchestrator.store.rows import text, whole
 
 ACTIVATIONS = ("mention", "always")  # in group chats: mentioned or replied to, or every message
 BOUND_TRUSTS = (MEMBER, GUEST)
@@ -445,7 +446,7 @@ class ChatStore:
     def sent(self, message_id: str) -> dict[int, tuple[str, list[str]]]:
         """seq -> (state, platform message ids) of a message's replies sent or claimed."""
         return {
-            int(r[0]): (str(r[1]), json.loads(str(r[2])) if r[2] else [])  # type: ignore[call-overload]
+            whole(r[0]): (text(r[1]), json.loads(text(r[2])) if r[2] else [])
             for r in self.queue.read(
                 "SELECT seq, state, platform_ids FROM channel_outbound WHERE message_id=?",
                 (message_id,),
@@ -468,7 +469,7 @@ class ChatStore:
         """Replies claimed and not confirmed: for a platform whose sends are idempotent
         (Matrix transaction ids), they are simply sent again."""
         return [
-            (str(r[0]), int(r[1]))  # type: ignore[call-overload]
+            (text(r[0]), whole(r[1]))
             for r in self.queue.read(
                 "SELECT message_id, seq FROM channel_outbound WHERE account=? AND state=?",
                 (account, SENDING),

@@ -27,6 +27,9 @@ from typing import TypeVar
 
 from orchestrator.errors import OrchestratorError
 from orchestrator.limits import STATE_RESERVE_BYTES
+from orchestrator.store.schema import SchemaBehind, SchemaTooNew, bring_up_to_date
+
+__all__ = ["SchemaBehind", "SchemaTooNew"]  # raised when a file is opened
 
 log = logging.getLogger("orchestrator.queue")  # the name operators know its lines by
 T = TypeVar("T")
@@ -41,15 +44,6 @@ class QueueCorrupt(OrchestratorError):
 
 class QueueFull(OrchestratorError):
     """The state database cannot commit: the disk holding it is full."""
-
-
-class SchemaTooNew(OrchestratorError):
-    """The file was written by a newer release than this code."""
-
-
-class SchemaBehind(OrchestratorError):
-    """The file is older than this code and may not be migrated now (a daemon of an older
-    release holds the home)."""
 
 
 def connect(path: Path, synchronous: str = "FULL") -> sqlite3.Connection:
@@ -79,8 +73,6 @@ class StateDB:
         migrate: bool = True,
         behind_hint: str | None = None,
     ) -> None:
-        from orchestrator.store.schema import bring_up_to_date
-
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.reserve = reserve

@@ -33,6 +33,9 @@ from orchestrator.store.rows import flag, opt_real, opt_text, real, text, whole
 log = logging.getLogger("orchestrator.queue")
 QUEUE_FILE = "queue.db"
 PAUSE_POLL_SECONDS = 0.2  # how often a pause looks whether the group's turns are done
+# Recorded with a message in its transaction (a chat app's update id); returns the id of
+# a message stored for the same update already, or None.
+Claim = Callable[[sqlite3.Connection, "Message"], str | None]
 
 
 class GroupBusy(BadInput):
@@ -159,7 +162,7 @@ class MessageQueue(StateDB):
         trust: str,
         text: str,
         channel: str,
-        claim: Callable[[sqlite3.Connection, Message], str | None] | None = None,
+        claim: Claim | None = None,
     ) -> Message:
         """Store a message; returns once it is committed to disk.
 
@@ -168,15 +171,14 @@ class MessageQueue(StateDB):
         stored for it already, which is then returned instead (nothing new is stored):
         an update read twice is queued once."""
         message = new_message(
-            group=group,
-            session=session,
-            chat=chat,
-            thread=thread,
-            sender=sender,
-            trust=trust,
-            text=text,
-            channel=channel,
-        )
+            group=group, session=session, chat=chat, thread=thread, sender=sender,
+            trust=trust, text=text, channel=channel,
+        )  # fmt: skip
+        return self.put(message, claim)
+
+    def put(self, message: Message, claim: Claim | None = None) -> Message:
+        """Store ``message`` (made by ``new_message``); returns once it is committed.
+        ``claim`` as for ``enqueue``: the message stored for it already may come back."""
 
         def work(db: sqlite3.Connection) -> str | None:
             earlier = claim(db, message) if claim is not None else None
@@ -206,14 +208,17 @@ class MessageQueue(StateDB):
     ) -> Message:
         """Store a message the host answered itself (never delivered to the runner),
         done, with its one reply; in one transaction."""
-        message = replace(
+        return self.put_answered(
             new_message(
                 group=group, session=session, chat=chat, thread=thread, sender=sender,
                 trust=trust, text=text, channel=channel,
             ),
-            state=DONE,
-            replies=(reply,),
+            reply,
         )  # fmt: skip
+
+    def put_answered(self, message: Message, reply: str) -> Message:
+        """Store ``message`` as one the host answered itself: done, with its one reply."""
+        message = replace(message, state=DONE, replies=(reply,))
 
         def work(db: sqlite3.Connection) -> None:
             insert_message(db, message)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.errors import OrchestratorError
 from orchestrator.limits import HELD_REQUEST_TTL_SECONDS
 
 V1 = """
@@ -211,6 +212,15 @@ def _v2(db: sqlite3.Connection) -> None:
     db.execute("DROP TABLE learned_pending")
 
 
+class SchemaTooNew(OrchestratorError):
+    """The file was written by a newer release than this code."""
+
+
+class SchemaBehind(OrchestratorError):
+    """The file is older than this code and may not be migrated now (a daemon of an older
+    release holds the home)."""
+
+
 @dataclass(frozen=True)
 class Migration:
     version: int
@@ -231,8 +241,6 @@ def bring_up_to_date(
     """Apply the migrations ``db`` lacks (each in its own transaction) and return its
     version. SchemaTooNew when it is newer than this code, SchemaBehind when it is older
     and ``migrate`` is false; in both cases nothing is changed."""
-    from orchestrator.store.db import SchemaBehind, SchemaTooNew
-
     found = int(db.execute("PRAGMA user_version").fetchone()[0])
     if found > LATEST:
         raise SchemaTooNew(
