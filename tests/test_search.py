@@ -23,7 +23,13 @@ from orchestrator.groups import GroupStore
 from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
 from orchestrator.memory.reading import memory_relative, read_lines
-from orchestrator.memory.search import MemoryIndex, chunk_lines, context_report, fts_query
+from orchestrator.memory.search import (
+    SCHEMA_VERSION,
+    MemoryIndex,
+    chunk_lines,
+    context_report,
+    fts_query,
+)
 from tests.searchcorpus import FILES, QUERIES, write_corpus
 from tests.served import say
 
@@ -191,14 +197,41 @@ def test_a_corrupt_index_is_set_aside_and_rebuilt(tree) -> None:  # type: ignore
     fresh.close()
 
 
-def test_an_index_of_another_schema_is_rebuilt(tree) -> None:  # type: ignore[no-untyped-def]
+def test_an_index_of_an_older_schema_is_rebuilt(tree) -> None:  # type: ignore[no-untyped-def]
     index: MemoryIndex = tree["index"]
     index.update()
-    index.db.execute("UPDATE meta SET value='0' WHERE key='schema'")
+    index.db.execute("PRAGMA user_version = 1")
     index.close()
     fresh = MemoryIndex(tree["home"].state_dir, tree["home"].groups_dir, "fam")
     assert fresh.update().rebuilt
     fresh.close()
+
+
+def test_an_index_of_the_release_before_versions_is_adopted(tree) -> None:  # type: ignore[no-untyped-def]
+    index: MemoryIndex = tree["index"]
+    index.update()
+    index.db.execute("PRAGMA user_version = 0")  # its version kept in meta, as it was
+    index.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema', '1')")
+    index.close()
+    fresh = MemoryIndex(tree["home"].state_dir, tree["home"].groups_dir, "fam")
+    report = fresh.update()
+    assert not report.rebuilt and report.added == 0
+    assert fresh.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    fresh.close()
+
+
+def test_an_index_of_a_newer_release_is_refused_unchanged(tree) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.memory.search import IndexTooNew
+
+    index: MemoryIndex = tree["index"]
+    index.update()
+    index.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    index.close()
+    before = index.path.read_bytes()
+    fresh = MemoryIndex(tree["home"].state_dir, tree["home"].groups_dir, "fam")
+    with pytest.raises(IndexTooNew, match="newer than this orchestrator understands"):
+        fresh.update()
+    assert index.path.read_bytes() == before and not list(index.dir.glob("*.corrupt-*"))
 
 
 def test_a_kill_during_an_update_leaves_the_index_as_it_was(tree) -> None:  # type: ignore[no-untyped-def]

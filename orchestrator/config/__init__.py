@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from orchestrator.config.accounts import (
@@ -91,13 +91,158 @@ def listen_problem(listen: str, allow_remote: bool) -> str | None:
     return None
 
 
+# Each top-level key of orchestrator.yaml is read by its own function: (the file's root
+# mapping, the configuration so far, the home) -> the configuration with that section.
+Section = Callable[[MappingReader, OrchestratorConfig, Home], OrchestratorConfig]
+
+
+def _project(reader: MappingReader, config: OrchestratorConfig, home: Home) -> OrchestratorConfig:
+    return replace(config, project=reader.text("project", pattern=PROJECT_PATTERN))
+
+
+def _image(reader: MappingReader, config: OrchestratorConfig, home: Home) -> OrchestratorConfig:
+    image = reader.text("image", pattern=r"[a-z0-9][a-z0-9._/-]{0,127}", max_chars=128)
+    return replace(config, image=image)
+
+
+def _unprivileged_user(
+    reader: MappingReader, config: OrchestratorConfig, home: Home
+) -> OrchestratorConfig:
+    raw = str(reader.raw("unprivileged_user"))
+    match = re.fullmatch(r"(\d{1,10}):(\d{1,10})", raw)
+    if not match or int(match[1]) == 0 or int(match[2]) == 0:
+        raise reader.fail("unprivileged_user", f"got {raw!r}; expected UID:GID, both non-zero")
+    return replace(config, unprivileged_uid=int(match[1]), unprivileged_gid=int(match[2]))
+
+
+def _mount_allowlist(
+    reader: MappingReader, config: OrchestratorConfig, home: Home
+) -> OrchestratorConfig:
+    path = Path(reader.text("mount_allowlist", max_chars=4096)).expanduser()
+    return replace(config, mount_allowlist=path)
+
+
+def _debian_mirror(
+    reader: MappingReader, config: OrchestratorConfig, home: Home
+) -> OrchestratorConfig:
+    mirror = reader.text("debian_mirror", pattern=r"https?://\S+", max_chars=512)
+    return replace(config, debian_mirror=mirror)
+
+
+def _concurrency(
+    reader: MappingReader, config: OrchestratorConfig, home: Home
+) -> OrchestratorConfig:
+    return replace(config, concurrency=reader.whole_number("concurrency", None, 1, 256, "1 to 256"))
+
+
+def _per_group_concurrency(
+    reader: MappingReader, config: OrchestratorConfig, home: Home
+) -> OrchestratorConfig:
+    share = reader.whole_number("per_group_concurrency", None, 1, 256, "1 to 256")
+    return replace(config, per_group_concurrency=share)
+
+
+def _state_dir(reader: MappingReader, config: OrchestratorConfig, home: Home) -> OrchestratorConfig:
+    reader.text("state_dir", max_chars=4096)  # validated here; Home reads it
+    return config
+
+
+def _providers(reader: MappingReader, config: OrchestratorConfig, home: Home) -> OrchestratorConfig:
+    return replace(config, providers=parse_providers(reader.child("providers")))
+
+
+def _secrets_file(
+    reader: MappingReader, config: OrchestratorConfig, home: Home
+) -> OrchestratorConfig:
+    path = Path(reader.text("secrets_file", max_chars=4096)).expanduser()
+    return replace(config, secrets_file=path if path.is_absolute() else home.root / path)
+
+
+def _memory_search(
+    reader: MappingReader, config: OrchestratorConfig, home: Home
+) -> OrchestratorConfig:
+    search = reader.child("memory_search")
+    search.reject_unknown(["embedder", "vector_weight"])
+    embedder = search.choice("embedder", ("none", "wordllama"), "none")
+    weight = search.raw("vector_weight", 0.5)
+    if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 <= weight <= 1:
+        raise search.fail("vector_weight", f"got {weight!r}; expected a number from 0 to 1")
+    return replace(
+        config,
+        search_embedder=None if embedder == "none" else embedder,
+        search_vector_weight=float(weight),
+    )
+
+
+def _history(reader: MappingReader, config: OrchestratorConfig, home: Home) -> OrchestratorConfig:
+    from orchestrator.units import parse_size
+
+    history = reader.child("history")
+    history.reject_unknown(["max_file_bytes"])
+    size = parse_size(history.raw("max_file_bytes", HISTORY_FILE_MAX_BYTES))
+    if size is None or not 1024 <= size <= 1024**3:
+        raise history.fail(
+            "max_file_bytes",
+            f"got {history.data.get('max_file_bytes')!r}; expected a size from 1k to 1g "
+            "(such as 4m)",
+        )
+    return replace(config, history_max_file_bytes=size)
+
+
+def _channels(reader: MappingReader, config: OrchestratorConfig, home: Home) -> OrchestratorConfig:
+    return replace(config, channel_accounts=parse_channel_accounts(reader.child("channels")))
+
+
+def _http(reader: MappingReader, config: OrchestratorConfig, home: Home) -> OrchestratorConfig:
+    http = reader.child("http")
+    http.reject_unknown(["listen", "token", "allow_remote", "tokens", "dashboard"])
+    allow_remote = http.boolean("allow_remote", False)
+    config = replace(
+        config,
+        http_dashboard=http.boolean("dashboard", False),
+        http_allow_remote=allow_remote,
+        http_tokens=parse_http_tokens(http.child("tokens")) if "tokens" in http.data else {},
+    )
+    if "listen" in http.data:
+        listen = http.text("listen", max_chars=100)
+        problem = listen_problem(listen, allow_remote)
+        if problem:
+            raise http.fail("listen", problem)
+        config = replace(config, http_listen=listen)
+    if "token" in http.data:
+        token = http.text("token", max_chars=512)
+        if len(token) < 16:
+            raise http.fail("token", "is shorter than 16 characters; use a long random token")
+        config = replace(config, http_token=token)
+    return config
+
+
+SECTIONS: dict[str, Section] = {
+    "project": _project,
+    "image": _image,
+    "unprivileged_user": _unprivileged_user,
+    "mount_allowlist": _mount_allowlist,
+    "debian_mirror": _debian_mirror,
+    "http": _http,
+    "concurrency": _concurrency,
+    "per_group_concurrency": _per_group_concurrency,
+    "state_dir": _state_dir,
+    "providers": _providers,
+    "secrets_file": _secrets_file,
+    "memory_search": _memory_search,
+    "history": _history,
+    "channels": _channels,
+}
+
+
 def load_config(home: Home, text: str | None = None) -> OrchestratorConfig:
-    """Read the home's orchestrator.yaml (defaults when absent); env ORCHESTRATOR_PROJECT
-    wins.
+    """Read the home's orchestrator.yaml (defaults when absent), each section by its own
+    reader; then the environment (ORCHESTRATOR_PROJECT, ORCHESTRATOR_HTTP_TOKEN, ...),
+    which wins.
 
     With ``text``, validate that instead of the file (an edit about to be written).
     """
-    values: dict[str, object] = {}
+    config = OrchestratorConfig(project=home.default_project())
     doc = None
     if text is not None:
         doc = parse_yaml_text(text, home.config_file)
@@ -105,109 +250,15 @@ def load_config(home: Home, text: str | None = None) -> OrchestratorConfig:
         doc = load_yaml_file(home.config_file)
     if doc is not None:
         reader = MappingReader(doc, doc.data)
-        reader.reject_unknown(
-            [
-                "project",
-                "image",
-                "unprivileged_user",
-                "mount_allowlist",
-                "debian_mirror",
-                "http",
-                "concurrency",
-                "per_group_concurrency",
-                "state_dir",
-                "providers",
-                "secrets_file",
-                "memory_search",
-                "history",
-                "channels",
-            ]
-        )
-        if "channels" in reader.data:
-            values["channel_accounts"] = parse_channel_accounts(reader.child("channels"))
-        if "history" in reader.data:
-            from orchestrator.units import parse_size
+        reader.reject_unknown(list(SECTIONS))
+        for key, section in SECTIONS.items():
+            if key in reader.data:
+                config = section(reader, config, home)
+    return _environment(config)
 
-            history = reader.child("history")
-            history.reject_unknown(["max_file_bytes"])
-            size = parse_size(history.raw("max_file_bytes", HISTORY_FILE_MAX_BYTES))
-            if size is None or not 1024 <= size <= 1024**3:
-                raise history.fail(
-                    "max_file_bytes",
-                    f"got {history.data.get('max_file_bytes')!r}; expected a size from 1k "
-                    "to 1g (such as 4m)",
-                )
-            values["history_max_file_bytes"] = size
-        if "memory_search" in reader.data:
-            search = reader.child("memory_search")
-            search.reject_unknown(["embedder", "vector_weight"])
-            embedder = search.choice("embedder", ("none", "wordllama"), "none")
-            values["search_embedder"] = None if embedder == "none" else embedder
-            weight = search.raw("vector_weight", 0.5)
-            if (
-                isinstance(weight, bool)
-                or not isinstance(weight, int | float)
-                or not 0 <= weight <= 1
-            ):
-                raise search.fail("vector_weight", f"got {weight!r}; expected a number from 0 to 1")
-            values["search_vector_weight"] = float(weight)
-        if "providers" in reader.data:
-            values["providers"] = parse_providers(reader.child("providers"))
-        if "secrets_file" in reader.data:
-            path = Path(reader.text("secrets_file", max_chars=4096)).expanduser()
-            values["secrets_file"] = path if path.is_absolute() else home.root / path
-        if "state_dir" in reader.data:
-            reader.text("state_dir", max_chars=4096)
-        if "project" in reader.data:
-            values["project"] = reader.text("project", pattern=PROJECT_PATTERN)
-        if "image" in reader.data:
-            values["image"] = reader.text(
-                "image", pattern=r"[a-z0-9][a-z0-9._/-]{0,127}", max_chars=128
-            )
-        if "unprivileged_user" in reader.data:
-            raw = str(reader.raw("unprivileged_user"))
-            match = re.fullmatch(r"(\d{1,10}):(\d{1,10})", raw)
-            if not match or int(match[1]) == 0 or int(match[2]) == 0:
-                raise reader.fail(
-                    "unprivileged_user", f"got {raw!r}; expected UID:GID, both non-zero"
-                )
-            values["unprivileged_uid"] = int(match[1])
-            values["unprivileged_gid"] = int(match[2])
-        if "mount_allowlist" in reader.data:
-            values["mount_allowlist"] = Path(
-                reader.text("mount_allowlist", max_chars=4096)
-            ).expanduser()
-        if "debian_mirror" in reader.data:
-            values["debian_mirror"] = reader.text(
-                "debian_mirror", pattern=r"https?://\S+", max_chars=512
-            )
-        if "concurrency" in reader.data:
-            values["concurrency"] = reader.whole_number("concurrency", None, 1, 256, "1 to 256")
-        if "per_group_concurrency" in reader.data:
-            values["per_group_concurrency"] = reader.whole_number(
-                "per_group_concurrency", None, 1, 256, "1 to 256"
-            )
-        if "http" in reader.data:
-            http = reader.child("http")
-            http.reject_unknown(["listen", "token", "allow_remote", "tokens", "dashboard"])
-            values["http_dashboard"] = http.boolean("dashboard", False)
-            if "tokens" in http.data:
-                values["http_tokens"] = parse_http_tokens(http.child("tokens"))
-            allow_remote = http.boolean("allow_remote", False)
-            values["http_allow_remote"] = allow_remote
-            if "listen" in http.data:
-                listen = http.text("listen", max_chars=100)
-                problem = listen_problem(listen, allow_remote)
-                if problem:
-                    raise http.fail("listen", problem)
-                values["http_listen"] = listen
-            if "token" in http.data:
-                token = http.text("token", max_chars=512)
-                if len(token) < 16:
-                    raise http.fail(
-                        "token", "is shorter than 16 characters; use a long random token"
-                    )
-                values["http_token"] = token
+
+def _environment(config: OrchestratorConfig) -> OrchestratorConfig:
+    """The settings the environment gives, over the file's."""
     if os.environ.get(HTTP_TOKEN_ENV):
         token = os.environ[HTTP_TOKEN_ENV]
         if len(token) < 16:
@@ -216,15 +267,14 @@ def load_config(home: Home, text: str | None = None) -> OrchestratorConfig:
                 "of 16 or more",
                 hint="use a long random token, such as: openssl rand -hex 24",
             )
-        values["http_token"] = token
+        config = replace(config, http_token=token)
     env_listen = os.environ.get(HTTP_LISTEN_ENV)
     if env_listen:
-        allow = bool(values.get("http_allow_remote")) or bool(os.environ.get(HOST_HOME_ENV))
+        allow = config.http_allow_remote or bool(os.environ.get(HOST_HOME_ENV))
         problem = listen_problem(env_listen, allow)
         if problem:
             raise InvalidConfig(f"{HTTP_LISTEN_ENV}: {problem}")
-        values["http_listen"] = env_listen
-        values["http_allow_remote"] = allow
+        config = replace(config, http_listen=env_listen, http_allow_remote=allow)
     host_home = os.environ.get(HOST_HOME_ENV)
     if host_home:
         if not os.path.isabs(host_home):
@@ -232,7 +282,7 @@ def load_config(home: Home, text: str | None = None) -> OrchestratorConfig:
                 f"{HOST_HOME_ENV}={host_home!r}: not an absolute path",
                 hint="give the home's path on the host, as the engine sees it",
             )
-        values["host_home"] = Path(host_home)
+        config = replace(config, host_home=Path(host_home))
     env_project = os.environ.get(PROJECT_ENV)
     if env_project:
         if not re.fullmatch(PROJECT_PATTERN, env_project):
@@ -240,6 +290,5 @@ def load_config(home: Home, text: str | None = None) -> OrchestratorConfig:
                 f"{PROJECT_ENV}={env_project!r}: not a valid project name; "
                 f"expected lowercase letters, digits, '_' or '-' (at most 40)"
             )
-        values["project"] = env_project
-    values.setdefault("project", home.default_project())
-    return OrchestratorConfig(**values)  # type: ignore[arg-type]
+        config = replace(config, project=env_project)
+    return config

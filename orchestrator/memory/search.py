@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from orchestrator.confined import ConfinedDir, UnsafePath
+from orchestrator.errors import OrchestratorError
 from orchestrator.limits import (
     MEMORY_FILE_READ_MAX_BYTES,
     SEARCH_CHUNK_MAX_CHARS,
@@ -48,7 +49,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 DEFAULT_VECTOR_WEIGHT = 0.5
-SCHEMA_VERSION = "1"
+# The index's shape (PRAGMA user_version). It is derived data: an older or damaged file
+# is set aside and rebuilt; a newer one (from a newer release) is refused, unchanged.
+SCHEMA_VERSION = 2
 INDEX_DIR = "index"
 PATH_WEIGHT, TEXT_WEIGHT = 4.0, 1.0
 SNIPPET_TOKENS = 24
@@ -56,7 +59,7 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 _HEADING = re.compile(r"^#{1,6}\s")
 _LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 
-SCHEMA = f"""
+SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS files (
     path TEXT PRIMARY KEY,
@@ -79,8 +82,11 @@ CREATE TABLE IF NOT EXISTS vectors (id INTEGER PRIMARY KEY, v BLOB NOT NULL);
 CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
     path, text, tokenize = 'porter unicode61 remove_diacritics 2'
 );
-INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', '{SCHEMA_VERSION}');
 """
+
+
+class IndexTooNew(OrchestratorError):
+    """The search index was written by a newer release."""
 
 
 @dataclass(frozen=True)
@@ -233,15 +239,17 @@ class MemoryIndex:
             if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
                 db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")  # derived data: a lost tail is rebuilt
-            try:
-                row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-            except sqlite3.OperationalError as exc:
-                if "no such table" not in str(exc):
-                    raise
-                db.executescript(SCHEMA)  # a new file (readers never write otherwise)
-                row = (SCHEMA_VERSION,)
-            if row is None or row[0] != SCHEMA_VERSION:
-                raise sqlite3.DatabaseError(f"schema {row[0] if row else None!r}")
+            version = int(db.execute("PRAGMA user_version").fetchone()[0])
+            if version == 0:
+                version = self._first_version(db)
+            if version > SCHEMA_VERSION:
+                raise IndexTooNew(
+                    f"search index {self.path} is at version {version}, newer than this "
+                    f"orchestrator understands (version {SCHEMA_VERSION}); nothing was changed",
+                    hint="run the release that wrote it, or delete the file (it is rebuilt)",
+                )
+            if version != SCHEMA_VERSION:
+                raise sqlite3.DatabaseError(f"schema version {version}")
             if not self._checked:
                 check = db.execute("PRAGMA quick_check").fetchone()
                 if check is None or check[0] != "ok":
@@ -251,6 +259,22 @@ class MemoryIndex:
             db.close()
             raise
         return db
+
+    @staticmethod
+    def _first_version(db: sqlite3.Connection) -> int:
+        """A file without a version: new (made now), or of the release that kept its
+        version in ``meta`` (version 1 there is this shape: adopted)."""
+        try:
+            row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+        except sqlite3.OperationalError as exc:
+            if "no such table" not in str(exc):
+                raise
+            db.executescript(SCHEMA)  # a new file (readers never write otherwise)
+            row = ("1",)
+        if row is None or row[0] != "1":
+            return -1  # not a shape this code knows: rebuilt
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        return SCHEMA_VERSION
 
     @property
     def db(self) -> sqlite3.Connection:
