@@ -90,6 +90,9 @@ EXPECTED: dict[str, Callable[[], str]] = {
         f"{_s(L.DRAIN_TIMEOUT_SECONDS)}; {_s(L.DOWN_TERM_WAIT_SECONDS)} and "
         f"{_s(L.DOWN_KILL_WAIT_SECONDS)}"
     ),
+    "a pause waiting for the group's turns (migrate-memory, revert): its `turn_timeout` plus": (
+        lambda: _s(L.PAUSE_SLACK_SECONDS)
+    ),
     "reconcile (idle stop, drift) in the daemon": lambda: (
         f"every {_s(L.RECONCILE_INTERVAL_SECONDS)}"
     ),
