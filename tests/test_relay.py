@@ -27,7 +27,8 @@ from orchestrator.limits import (
     model_request_cap,
 )
 from orchestrator.relay.budget import budget_refusal
-from orchestrator.relay.turn import RelayViolation, TurnRelay
+from orchestrator.relay.errors import RelayViolation
+from orchestrator.relay.turn import TurnRelay
 from orchestrator.runtime.fake import FakeBackend
 from orchestrator.runtime.lifecycle import GroupRuntime
 from orchestrator.store.messages import DONE, open_queue

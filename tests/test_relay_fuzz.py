@@ -24,8 +24,9 @@ from hypothesis import strategies as st
 from orchestrator.daemon.core import Daemon
 from orchestrator.groups import GroupStore
 from orchestrator.groups.config import GroupConfig
+from orchestrator.relay.errors import RelayViolation
 from orchestrator.relay.ops import OPS
-from orchestrator.relay.turn import RelayViolation, TurnRelay
+from orchestrator.relay.turn import TurnRelay
 from tests.hostile import fingerprint
 
 # Field names the ops read, and names they do not: a frame mixes both.

@@ -384,7 +384,8 @@ def test_the_context_report_has_the_hooks_numbers(tree) -> None:  # type: ignore
 
 def test_search_and_get_through_the_relay(tree) -> None:  # type: ignore[no-untyped-def]
     from orchestrator.daemon.core import Daemon
-    from orchestrator.relay.turn import RelayViolation, TurnRelay
+    from orchestrator.relay.errors import RelayViolation
+    from orchestrator.relay.turn import TurnRelay
     from orchestrator.runtime.fake import FakeBackend
     from orchestrator.runtime.lifecycle import GroupRuntime
     from orchestrator.store.messages import open_queue

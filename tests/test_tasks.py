@@ -24,9 +24,10 @@ from orchestrator.groups import GroupStore
 from orchestrator.groups.config import GroupConfig, TaskSettings, load_group_config
 from orchestrator.home import Home
 from orchestrator.protocol import NOT_PERSISTED
+from orchestrator.relay.errors import RelayViolation
 from orchestrator.relay.ops import task_cancel, task_list, task_schedule
 from orchestrator.relay.ops.learned_write import decide
-from orchestrator.relay.turn import RelayViolation, TurnRelay
+from orchestrator.relay.turn import TurnRelay
 from orchestrator.schedules import TaskRefused, check_schedule, cron_next, parse_at
 from orchestrator.store.messages import DONE as MESSAGE_DONE
 from orchestrator.store.messages import QUEUED, MessageQueue, open_queue
@@ -465,7 +466,7 @@ def _relay(served: dict[str, Any], sender: str, trust: str, chat: str = "kitchen
 
 def test_a_frame_cannot_aim_a_task_at_another_chat_or_author(served) -> None:  # type: ignore[no-untyped-def]
     relay = _relay(served, "bob", "member")
-    answer = task_schedule.handle(
+    answer = task_schedule.TaskSchedule().handle(
         relay,
         {
             "text": "x",
@@ -486,8 +487,8 @@ def test_a_frame_cannot_aim_a_task_at_another_chat_or_author(served) -> None:  #
         "member",
     )
     with pytest.raises(RelayViolation):
-        task_schedule.handle(relay, {"text": "x", "kind": "sometimes", "spec": "1h"})
-    refused = task_schedule.handle(
+        task_schedule.TaskSchedule().handle(relay, {"text": "x", "kind": "sometimes", "spec": "1h"})
+    refused = task_schedule.TaskSchedule().handle(
         _relay(served, "eve", "guest"), {"text": "x", "kind": "every", "spec": "1h"}
     )
     assert refused == {
@@ -503,21 +504,23 @@ def test_list_and_cancel_stay_inside_the_group_and_chat(served) -> None:  # type
     mine = add(daemon.tasks, "every", "1h", now, tz=None)
     other_chat = add(daemon.tasks, "every", "1h", now, chat="hall", tz=None)
     other_group = add(daemon.tasks, "every", "1h", now, group="work", tz=None)
-    listed = task_list.handle(_relay(served, "bob", "member"), {})["tasks"]
+    listed = task_list.TaskList().handle(_relay(served, "bob", "member"), {})["tasks"]
     assert [t["id"] for t in listed] == [mine.id]
     assert listed[0]["text"] == "water the plants" and listed[0]["state"] == ACTIVE
 
     guest = _relay(served, "eve", "guest")
-    assert task_cancel.handle(guest, {"id": mine.id}) == {
+    assert task_cancel.TaskCancel().handle(guest, {"id": mine.id}) == {
         "ok": False,
         "error": f"task {mine.id} is 'bob''s; only they or a creator may cancel it",
     }
-    assert task_cancel.handle(guest, {"id": other_group.id}) == {
+    assert task_cancel.TaskCancel().handle(guest, {"id": other_group.id}) == {
         "ok": False,
         "error": f"no task {other_group.id} in this group",
     }
-    assert task_cancel.handle(_relay(served, "alice", "creator"), {"id": other_chat.id})["ok"]
-    assert task_cancel.handle(_relay(served, "bob", "member"), {"id": mine.id}) == {
+    assert task_cancel.TaskCancel().handle(
+        _relay(served, "alice", "creator"), {"id": other_chat.id}
+    )["ok"]
+    assert task_cancel.TaskCancel().handle(_relay(served, "bob", "member"), {"id": mine.id}) == {
         "ok": True,
         "result": f"cancelled task {mine.id} (water the plants)",
     }
@@ -525,7 +528,7 @@ def test_list_and_cancel_stay_inside_the_group_and_chat(served) -> None:  # type
     assert daemon.tasks.require(mine.id).last_outcome == "cancelled by 'bob'"
     assert daemon.tasks.require(other_group.id).state == ACTIVE
     with pytest.raises(RelayViolation):
-        task_cancel.handle(guest, {"id": "1"})
+        task_cancel.TaskCancel().handle(guest, {"id": "1"})
 
 
 def test_the_whole_chat_path_with_the_offline_provider(served) -> None:  # type: ignore[no-untyped-def]
@@ -733,7 +736,9 @@ def test_a_turn_a_task_started_cannot_schedule_a_task(served) -> None:  # type: 
     message = daemon.queue.get(str(run.message_id))
     assert message is not None
     relay = TurnRelay(daemon.relay, message, served["group"], deadline=0)
-    refused = task_schedule.handle(relay, {"text": "again", "kind": "at", "spec": "1m"})
+    refused = task_schedule.TaskSchedule().handle(
+        relay, {"text": "again", "kind": "at", "spec": "1m"}
+    )
     assert refused == {
         "ok": False,
         "error": f"this turn is a run of scheduled task {task.id}, and a task's turn cannot "

@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator import wire
 from orchestrator.config import OrchestratorConfig
 from orchestrator.config.providers import resolve_key
 from orchestrator.groups import Group
 from orchestrator.limits import RELAY_OPS_PER_TURN
 from orchestrator.memory.embeddings import EmbedderUnavailable
 from orchestrator.memory.search import Hit, MemoryIndex, index_for
+from orchestrator.relay.errors import RelayViolation
 from orchestrator.relay.ops import OPS, load_op
 from orchestrator.relay.providers import adapter_for
 from orchestrator.relay.providers.base import HostProvider
@@ -32,10 +32,6 @@ from orchestrator.store.messages import Message, MessageQueue
 from orchestrator.store.usage import UsageStore
 
 log = logging.getLogger("orchestrator.relay")
-
-
-class RelayViolation(wire.ProtocolError):
-    """A request that breaks the relay's rules; it fails the turn."""
 
 
 @dataclass

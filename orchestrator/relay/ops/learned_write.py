@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from orchestrator import protocol
 from orchestrator.limits import MAX_LEARNED_MAX_CHARS, RELAY_SMALL_REQUEST_BYTES
 from orchestrator.memory.history import LEARNED_WRITE, Provenance, record_quietly
 from orchestrator.memory.learned import LearnedStore, Outcome, write_refusal
@@ -26,17 +27,6 @@ if TYPE_CHECKING:
     from orchestrator.relay.turn import TurnRelay
 
 log = logging.getLogger("orchestrator.relay")
-
-
-def cap(turn: TurnRelay) -> int:
-    # Any text the runner lets through (at most MAX_LEARNED_MAX_CHARS characters, four
-    # UTF-8 bytes each) reaches the decision, which refuses what is over the group's
-    # own limit with a reason instead of failing the turn.
-    return 4 * MAX_LEARNED_MAX_CHARS + RELAY_SMALL_REQUEST_BYTES
-
-
-def handle(turn: TurnRelay, frame: dict[str, Any]) -> dict[str, Any]:
-    return {"ok": True, "result": str(decide(turn, frame.get("content")))}
 
 
 def decide(turn: TurnRelay, content: object) -> Outcome:
@@ -85,3 +75,16 @@ def decide(turn: TurnRelay, content: object) -> Outcome:
         )
     log.info("group %s: learned-behaviors write by %r: %s", group.folder, message.sender, outcome)
     return outcome
+
+
+class LearnedWrite:
+    name = protocol.LEARNED_WRITE
+
+    def cap(self, turn: TurnRelay) -> int:
+        # Any text the runner lets through (at most MAX_LEARNED_MAX_CHARS characters, four
+        # UTF-8 bytes each) reaches the decision, which refuses what is over the group's
+        # own limit with a reason instead of failing the turn.
+        return 4 * MAX_LEARNED_MAX_CHARS + RELAY_SMALL_REQUEST_BYTES
+
+    def handle(self, turn: TurnRelay, frame: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True, "result": str(decide(turn, frame.get("content")))}

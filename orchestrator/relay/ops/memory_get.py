@@ -6,31 +6,33 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from orchestrator import protocol
 from orchestrator.confined import UnsafePath
 from orchestrator.limits import RELAY_SMALL_REQUEST_BYTES
 from orchestrator.memory.reading import read_lines
+from orchestrator.relay.errors import RelayViolation
 
 if TYPE_CHECKING:
     from orchestrator.relay.turn import TurnRelay
 
 
-def cap(turn: TurnRelay) -> int:
-    return RELAY_SMALL_REQUEST_BYTES
+class MemoryGet:
+    name = protocol.MEMORY_GET
 
+    def cap(self, turn: TurnRelay) -> int:
+        return RELAY_SMALL_REQUEST_BYTES
 
-def handle(turn: TurnRelay, frame: dict[str, Any]) -> dict[str, Any]:
-    from orchestrator.relay.turn import RelayViolation
-
-    path, first, count = frame.get("path"), frame.get("from_line", 1), frame.get("lines", 60)
-    for name, value in (("from_line", first), ("lines", count)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise RelayViolation(f"memory.get.{name} must be a whole number from 1")
-    try:
-        found = read_lines(turn.group.path.parent, turn.group.folder, str(path), first, count)
-    except ValueError as exc:
-        return {"ok": False, "error": str(exc)}
-    except UnsafePath as exc:
-        return {"ok": False, "error": f"{path}: refused: {exc.reason}"}
-    except OSError as exc:
-        return {"ok": False, "error": f"{path}: unreadable: {exc.strerror or exc}"}
-    return {"ok": True, **found}
+    def handle(self, turn: TurnRelay, frame: dict[str, Any]) -> dict[str, Any]:
+        path, first, count = frame.get("path"), frame.get("from_line", 1), frame.get("lines", 60)
+        for name, value in (("from_line", first), ("lines", count)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise RelayViolation(f"memory.get.{name} must be a whole number from 1")
+        try:
+            found = read_lines(turn.group.path.parent, turn.group.folder, str(path), first, count)
+        except ValueError as exc:
+            return {"ok": False, "error": str(exc)}
+        except UnsafePath as exc:
+            return {"ok": False, "error": f"{path}: refused: {exc.reason}"}
+        except OSError as exc:
+            return {"ok": False, "error": f"{path}: unreadable: {exc.strerror or exc}"}
+        return {"ok": True, **found}

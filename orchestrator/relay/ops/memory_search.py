@@ -11,25 +11,27 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from orchestrator import protocol
 from orchestrator.limits import RELAY_SMALL_REQUEST_BYTES, SEARCH_MAX_RESULTS
+from orchestrator.relay.errors import RelayViolation
 
 if TYPE_CHECKING:
     from orchestrator.relay.turn import TurnRelay
 
 
-def cap(turn: TurnRelay) -> int:
-    return RELAY_SMALL_REQUEST_BYTES
+class MemorySearch:
+    name = protocol.MEMORY_SEARCH
 
+    def cap(self, turn: TurnRelay) -> int:
+        return RELAY_SMALL_REQUEST_BYTES
 
-def handle(turn: TurnRelay, frame: dict[str, Any]) -> dict[str, Any]:
-    from orchestrator.relay.turn import RelayViolation
-
-    query, wanted = frame.get("query"), frame.get("max_results", 6)
-    if not isinstance(query, str) or len(query) > 2000:
-        raise RelayViolation("memory.search.query must be text of at most 2000 characters")
-    if isinstance(wanted, bool) or not isinstance(wanted, int) or wanted < 1:
-        raise RelayViolation("memory.search.max_results must be a whole number from 1")
-    fresh = not turn.searched or frame.get("changed") is True
-    turn.searched = True
-    hits = turn.context.search(turn.group, query, min(wanted, SEARCH_MAX_RESULTS), fresh)
-    return {"ok": True, "results": [h.to_dict() for h in hits]}
+    def handle(self, turn: TurnRelay, frame: dict[str, Any]) -> dict[str, Any]:
+        query, wanted = frame.get("query"), frame.get("max_results", 6)
+        if not isinstance(query, str) or len(query) > 2000:
+            raise RelayViolation("memory.search.query must be text of at most 2000 characters")
+        if isinstance(wanted, bool) or not isinstance(wanted, int) or wanted < 1:
+            raise RelayViolation("memory.search.max_results must be a whole number from 1")
+        fresh = not turn.searched or frame.get("changed") is True
+        turn.searched = True
+        hits = turn.context.search(turn.group, query, min(wanted, SEARCH_MAX_RESULTS), fresh)
+        return {"ok": True, "results": [h.to_dict() for h in hits]}

@@ -13,9 +13,11 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from orchestrator import protocol
 from orchestrator.limits import model_request_cap
 from orchestrator.protocol import OFFLINE
 from orchestrator.relay.budget import budget_refusal
+from orchestrator.relay.errors import RelayViolation
 from orchestrator.relay.providers.base import ModelCall, ProviderFailure
 from orchestrator.relay.retry import call_with_retries
 from orchestrator.secrets import MissingSecret
@@ -28,14 +30,8 @@ log = logging.getLogger("orchestrator.relay")
 PURPOSES = ("turn", "flush", "summary")
 
 
-def cap(turn: TurnRelay) -> int:
-    return model_request_cap(turn.group.config.context_budget)
-
-
 def parse_call(frame: dict[str, Any]) -> ModelCall:
     """The call in a request frame; RelayViolation naming what is malformed."""
-    from orchestrator.relay.turn import RelayViolation
-
     system, messages, tools = frame.get("system"), frame.get("messages"), frame.get("tools", [])
     purpose = frame.get("purpose", "turn")
     if not isinstance(system, str):
@@ -58,66 +54,73 @@ def parse_call(frame: dict[str, Any]) -> ModelCall:
     return ModelCall(system, messages, tools, purpose)
 
 
-def handle(turn: TurnRelay, frame: dict[str, Any]) -> dict[str, Any]:
-    from orchestrator.relay.turn import RelayViolation
+class ModelComplete:
+    name = protocol.MODEL_COMPLETE
 
-    call = parse_call(frame)
-    group, message, context = turn.group, turn.message, turn.context
-    config = group.config
-    if config.provider == OFFLINE:
-        raise RelayViolation("this group's provider runs inside its container")
-    if config.provider not in context.config.providers:
-        return {
-            "ok": False,
-            "error": f"provider {config.provider!r} is not defined in the daemon's configuration",
-        }
-    now = context.clock()
+    def cap(self, turn: TurnRelay) -> int:
+        return model_request_cap(turn.group.config.context_budget)
 
-    def record(
-        outcome: str, started: float, latency: float, tokens: tuple[int, int], error: str | None
-    ) -> None:
-        context.usage.record(
-            Call(
-                message.id,
-                group.folder,
-                config.provider,
-                config.model,
-                call.purpose,
-                started,
-                latency,
-                tokens[0],
-                tokens[1],
-                outcome,
-                error,
+    def handle(self, turn: TurnRelay, frame: dict[str, Any]) -> dict[str, Any]:
+        call = parse_call(frame)
+        group, message, context = turn.group, turn.message, turn.context
+        config = group.config
+        if config.provider == OFFLINE:
+            raise RelayViolation("this group's provider runs inside its container")
+        if config.provider not in context.config.providers:
+            return {
+                "ok": False,
+                "error": f"provider {config.provider!r} is not defined in the daemon's "
+                "configuration",
+            }
+        now = context.clock()
+
+        def record(
+            outcome: str, started: float, latency: float, tokens: tuple[int, int], error: str | None
+        ) -> None:
+            context.usage.record(
+                Call(
+                    message.id,
+                    group.folder,
+                    config.provider,
+                    config.model,
+                    call.purpose,
+                    started,
+                    latency,
+                    tokens[0],
+                    tokens[1],
+                    outcome,
+                    error,
+                )
             )
-        )
 
-    refusal = budget_refusal(
-        config.limits,
-        requests_last_minute=context.usage.requests_since(group.folder, now - 60),
-        tokens_this_turn=context.usage.tokens_of_message(message.id),
-        tokens_today=context.usage.tokens_since(group.folder, utc_midnight(now)),
-    )
-    if refusal is not None:
-        record(REFUSED, now, 0.0, (0, 0), refusal)
-        log.warning("group %s, message %s: budget used up: %s", group.folder, message.id, refusal)
-        return {"ok": False, "budget": True, "error": refusal}
-    try:
-        adapter = context.adapter(config.provider)
-    except MissingSecret as exc:
-        record(FAILED, now, 0.0, (0, 0), exc.message)
-        return {"ok": False, "error": exc.message}
-    started = time.monotonic()
-    try:
-        answer = call_with_retries(
-            lambda timeout: adapter.complete(call, model=config.model, timeout=timeout),
-            turn.deadline,
+        refusal = budget_refusal(
+            config.limits,
+            requests_last_minute=context.usage.requests_since(group.folder, now - 60),
+            tokens_this_turn=context.usage.tokens_of_message(message.id),
+            tokens_today=context.usage.tokens_since(group.folder, utc_midnight(now)),
         )
-    except ProviderFailure as exc:
+        if refusal is not None:
+            record(REFUSED, now, 0.0, (0, 0), refusal)
+            log.warning(
+                "group %s, message %s: budget used up: %s", group.folder, message.id, refusal
+            )
+            return {"ok": False, "budget": True, "error": refusal}
+        try:
+            adapter = context.adapter(config.provider)
+        except MissingSecret as exc:
+            record(FAILED, now, 0.0, (0, 0), exc.message)
+            return {"ok": False, "error": exc.message}
+        started = time.monotonic()
+        try:
+            answer = call_with_retries(
+                lambda timeout: adapter.complete(call, model=config.model, timeout=timeout),
+                turn.deadline,
+            )
+        except ProviderFailure as exc:
+            latency = (time.monotonic() - started) * 1000
+            record(FAILED, now, latency, (0, 0), str(exc))
+            log.warning("group %s: model call failed: %s", group.folder, exc)
+            return {"ok": False, "error": str(exc)}
         latency = (time.monotonic() - started) * 1000
-        record(FAILED, now, latency, (0, 0), str(exc))
-        log.warning("group %s: model call failed: %s", group.folder, exc)
-        return {"ok": False, "error": str(exc)}
-    latency = (time.monotonic() - started) * 1000
-    record(OK, now, latency, (answer.input_tokens, answer.output_tokens), None)
-    return {"ok": True, **answer.to_wire()}
+        record(OK, now, latency, (answer.input_tokens, answer.output_tokens), None)
+        return {"ok": True, **answer.to_wire()}

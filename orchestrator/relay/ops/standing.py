@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from orchestrator import protocol
 from orchestrator.limits import RELAY_SMALL_REQUEST_BYTES
 from orchestrator.memory.learned import LearnedStore, read_instructions
 from orchestrator.protocol import INSTRUCTIONS_FILE, LEARNED_FILE, cap_standing
@@ -17,18 +18,20 @@ if TYPE_CHECKING:
     from orchestrator.relay.turn import TurnRelay
 
 
-def cap(turn: TurnRelay) -> int:
-    return RELAY_SMALL_REQUEST_BYTES
+class StandingGet:
+    name = protocol.STANDING_GET
 
+    def cap(self, turn: TurnRelay) -> int:
+        return RELAY_SMALL_REQUEST_BYTES
 
-def handle(turn: TurnRelay, frame: dict[str, Any]) -> dict[str, Any]:
-    groups_dir, folder = turn.group.path.parent, turn.group.folder
-    try:
-        learned = LearnedStore(groups_dir, folder).read()
-    except (OSError, UnicodeDecodeError) as exc:
-        learned = f"(learned behaviors could not be read: {exc})"
-    return {
-        "ok": True,
-        "instructions": cap_standing(read_instructions(groups_dir, folder), INSTRUCTIONS_FILE),
-        "learned": cap_standing(learned, LEARNED_FILE),
-    }
+    def handle(self, turn: TurnRelay, frame: dict[str, Any]) -> dict[str, Any]:
+        groups_dir, folder = turn.group.path.parent, turn.group.folder
+        try:
+            learned = LearnedStore(groups_dir, folder).read()
+        except (OSError, UnicodeDecodeError) as exc:
+            learned = f"(learned behaviors could not be read: {exc})"
+        return {
+            "ok": True,
+            "instructions": cap_standing(read_instructions(groups_dir, folder), INSTRUCTIONS_FILE),
+            "learned": cap_standing(learned, LEARNED_FILE),
+        }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from orchestrator import protocol
 from orchestrator.limits import RELAY_SMALL_REQUEST_BYTES
 from orchestrator.store.tasks import TaskStore
 
@@ -11,23 +12,25 @@ if TYPE_CHECKING:
     from orchestrator.relay.turn import TurnRelay
 
 
-def cap(turn: TurnRelay) -> int:
-    return RELAY_SMALL_REQUEST_BYTES
+class TaskList:
+    name = protocol.TASK_LIST
 
+    def cap(self, turn: TurnRelay) -> int:
+        return RELAY_SMALL_REQUEST_BYTES
 
-def handle(turn: TurnRelay, frame: dict[str, Any]) -> dict[str, Any]:
-    tasks = TaskStore(turn.context.queue).tasks(turn.group.folder, turn.message.chat)
-    return {
-        "ok": True,
-        "tasks": [
-            {
-                "id": t.id,
-                "text": t.text,
-                "schedule": t.schedule,
-                "next": t.next_local,
-                "state": t.state,
-                "author": t.author,
-            }
-            for t in tasks
-        ],
-    }
+    def handle(self, turn: TurnRelay, frame: dict[str, Any]) -> dict[str, Any]:
+        tasks = TaskStore(turn.context.queue).tasks(turn.group.folder, turn.message.chat)
+        return {
+            "ok": True,
+            "tasks": [
+                {
+                    "id": t.id,
+                    "text": t.text,
+                    "schedule": t.schedule,
+                    "next": t.next_local,
+                    "state": t.state,
+                    "author": t.author,
+                }
+                for t in tasks
+            ],
+        }
