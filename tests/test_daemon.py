@@ -7,7 +7,7 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -165,6 +165,50 @@ def test_a_turn_can_be_cancelled_from_another_thread(tmp_path: Path) -> None:
     runner.close()
     assert not worker.is_alive()
     assert isinstance(errors[0], TurnFailed) and "cancelled" in errors[0].message
+
+
+class DialledIn:
+    """An endpoint of a backend whose runner dials the host: the connection the runner
+    opened is handed over, once per turn."""
+
+    def __init__(self, runner_side: Callable[[socket.socket], None]) -> None:
+        self.runner_side = runner_side
+        self.threads: list[threading.Thread] = []
+
+    def connect(self, timeout: float) -> socket.socket:
+        host, runner = socket.socketpair()
+        host.settimeout(timeout)
+        thread = threading.Thread(target=self.runner_side, args=(runner,))
+        thread.start()
+        self.threads.append(thread)
+        return host
+
+    def describe(self) -> str:
+        return "a runner that dialled in"
+
+
+def test_a_backend_whose_runner_dials_in_carries_pings_turns_and_requests() -> None:
+    def runner_side(conn: socket.socket) -> None:
+        with conn:
+            frame = wire.recv_frame(conn)
+            assert frame is not None
+            if frame["op"] == "ping":
+                wire.send_frame(conn, {"ok": True})
+                return
+            wire.send_frame(conn, {"req": 1, "op": "standing.get"})
+            answer = wire.recv_frame(conn)
+            wire.send_frame(conn, {"ok": True, "turn_id": frame["turn"]["turn_id"], "a": answer})
+
+    endpoint = DialledIn(runner_side)
+    client = RunnerClient(endpoint)
+    assert client.ping()
+    result = client.turn(
+        {"turn_id": "t1"}, timeout=10, handle=lambda frame, size: {"req": frame["req"], "ok": 1}
+    )
+    for thread in endpoint.threads:
+        thread.join(10)
+    assert result == {"ok": True, "turn_id": "t1", "a": {"req": 1, "ok": 1}}
+    assert len(endpoint.threads) == 2
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from orchestrator.groups import GroupStore
 from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
 from orchestrator.runtime.base import LABEL_PROJECT
+from orchestrator.runtime.channel import SOCKET_NAME
 from orchestrator.runtime.docker import DockerBackend
 from orchestrator.runtime.lifecycle import GroupRuntime, default_skills_root
 
@@ -294,14 +295,15 @@ def test_runner_refuses_bad_frames_and_keeps_serving(runtime) -> None:  # type: 
     group = runtime.store.add(GroupConfig(name="Fam"))
     runtime.ensure_running(group)
     client = runtime.runner(group)
-    assert wire.request(client.socket_path, {"op": "nope"}, 10) == {
+    socket_path = runtime.home.runtime_dir(group.folder) / SOCKET_NAME
+    assert wire.request(socket_path, {"op": "nope"}, 10) == {
         "ok": False,
         "error": "unknown op 'nope'; expected ping or turn",
     }
     bad_turn = {"op": "turn", "turn": {"turn_id": "x", "chat": 5, "text": "hi"}}
-    assert "turn.chat must be a string" in wire.request(client.socket_path, bad_turn, 10)["error"]
+    assert "turn.chat must be a string" in wire.request(socket_path, bad_turn, 10)["error"]
     raw = socket.socket(socket.AF_UNIX)
-    raw.connect(str(client.socket_path))
+    raw.connect(str(socket_path))
     raw.sendall(struct.pack(">I", 50 * 1024 * 1024))  # oversized frame header
     raw.settimeout(5)
     assert raw.recv(10) == b""  # that connection is closed

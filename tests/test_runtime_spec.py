@@ -14,7 +14,7 @@ from orchestrator.groups import Group
 from orchestrator.groups.config import ContainerSettings, GroupConfig
 from orchestrator.limits import FOLDER_NAME_PATTERN
 from orchestrator.runtime.base import LABEL_CONFIG_HASH, BindMount, ContainerInfo
-from orchestrator.runtime.reconcile import plan_reconcile
+from orchestrator.runtime.reconcile import plan_reconcile, plan_start
 from orchestrator.runtime.spec import config_hash, container_name, container_spec, run_as
 
 GROUP = Group("fam", Path("/home/h/groups/fam"), GroupConfig(name="Fam"))
@@ -301,3 +301,16 @@ def test_a_container_never_active_is_idle_since_the_epoch() -> None:
         [never], {"n": "h1"}, last_activity={}, idle_timeouts={"n": 2000}, now=2000.0
     )
     assert [(a.kind, a.reason) for a in plan] == [("stop-idle", "idle for 2000s")]
+
+
+def test_plan_start_takes_the_first_step_from_what_was_found() -> None:
+    def found(state: str, config_hash: str = "h1") -> ContainerInfo:
+        return ContainerInfo("p.fam", "id", state, {LABEL_CONFIG_HASH: config_hash}, 1.0)
+
+    assert plan_start(None, "h1", settled=False) == "create"
+    assert plan_start(found("running", "h0"), "h1", settled=True) == "recreate"
+    assert plan_start(found("exited", "h0"), "h1", settled=False) == "recreate"
+    assert plan_start(found("exited"), "h1", settled=False) == "start"
+    assert plan_start(found("created"), "h1", settled=False) == "start"
+    assert plan_start(found("running"), "h1", settled=True) == "probe"
+    assert plan_start(found("running"), "h1", settled=False) == "wait"

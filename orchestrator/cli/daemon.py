@@ -141,13 +141,13 @@ def down(obj: CliContext, everything: bool, as_json: bool) -> None:
 
 def _running_containers(obj: CliContext) -> list[str]:
     """Names of this home's running group containers; [] when the engine is away."""
+    from orchestrator.config import load_config
     from orchestrator.errors import EngineUnreachable
+    from orchestrator.runtime import open_backend
     from orchestrator.runtime.base import LABEL_HOME
-    from orchestrator.runtime.docker import DockerBackend
-    from orchestrator.runtime.engine import connect
 
     try:
-        backend = DockerBackend(connect(timeout=10))
+        backend = open_backend(load_config(obj.home), timeout=10)
     except EngineUnreachable:
         return []
     return sorted(c.name for c in backend.list({LABEL_HOME: obj.home.identity}) if c.running)

@@ -270,15 +270,14 @@ def _remove_container(obj: CliContext, folder: str) -> None:
     """Remove the group's container, if the engine can be reached; else say what happens.
     Only this home's container is removed; another home's of the same name is refused."""
     from orchestrator.errors import EngineUnreachable, ImageMissing
-    from orchestrator.runtime.docker import DockerBackend
-    from orchestrator.runtime.engine import connect
+    from orchestrator.runtime import open_backend
     from orchestrator.runtime.lifecycle import GroupRuntime
     from orchestrator.runtime.spec import container_name
 
     config = load_config(obj.home)
     name = container_name(config.project, folder)
     try:
-        backend = DockerBackend(connect(timeout=10))
+        backend = open_backend(config, timeout=10)
     except EngineUnreachable as exc:
         click.echo(
             f"note: {exc.message}; a container {name}, if any, is removed by the next "

@@ -37,12 +37,11 @@ def _container(obj: CliContext, group: Any) -> Any:
     from orchestrator.errors import OrchestratorError
 
     try:
-        from orchestrator.runtime.docker import DockerBackend
-        from orchestrator.runtime.engine import connect
+        from orchestrator.runtime import open_backend
         from orchestrator.runtime.spec import container_name
 
         config = load_config(obj.home)
-        backend = DockerBackend(connect(timeout=5))
+        backend = open_backend(config, timeout=5)
         return backend.inspect(container_name(config.project, group.folder))
     except (OrchestratorError, OSError):
         return "unknown"

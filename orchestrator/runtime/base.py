@@ -10,6 +10,8 @@ import abc
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 LABEL_PROJECT = "org.orchestrator.project"
 LABEL_GROUP = "org.orchestrator.group"
@@ -87,6 +89,10 @@ class ContainerEvent:
     time: float
 
 
+if TYPE_CHECKING:
+    from orchestrator.runtime.channel import RunnerEndpoint
+
+
 class ContainerBackend(abc.ABC):
     """Create, start, stop, remove, list by labels, inspect, logs, events, memory use."""
 
@@ -146,3 +152,17 @@ class ContainerBackend(abc.ABC):
     def engine_facts(self) -> dict[str, object]:
         """Facts that change how containers must run (rootless, podman)."""
         return {}
+
+    def runner_endpoint(self, runtime_dir: Path) -> RunnerEndpoint:
+        """How the host reaches the runner of the group whose runtime folder is
+        ``runtime_dir``: here, the Unix socket the runner makes there."""
+        from orchestrator.runtime.channel import SOCKET_NAME, UnixSocketEndpoint
+
+        return UnixSocketEndpoint(runtime_dir / SOCKET_NAME)
+
+    def prepare_storage(self, spec: ContainerSpec) -> None:
+        """Make the storage ``spec`` mounts ready where its container will run. The
+        group's folders on this host are made (through the confined file layer) before
+        this is called, which is all the Docker backend needs; a backend that runs
+        containers on other machines checks here that they see the same files."""
+        return None

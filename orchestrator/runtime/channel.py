@@ -1,4 +1,5 @@
-"""The host's side of the runner socket in ``state/run/<folder>/runner.sock``.
+"""The host's side of a turn: the connection to a group's runner (with the Docker
+backend, the socket in ``state/run/<folder>/runner.sock``).
 
 A turn is one connection: the host sends the turn, then reads frames until the turn's
 result arrives, all before one deadline for the whole turn (a runner that drips bytes
@@ -13,8 +14,9 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from orchestrator import wire
 from orchestrator.errors import OrchestratorError
@@ -88,15 +90,63 @@ class Cancel:
             sock.shutdown(socket.SHUT_RDWR)
 
 
+class RunnerEndpoint(Protocol):
+    """How the host reaches one group's runner: a backend gives it (the Docker backend a
+    Unix socket the host dials; a backend whose runners dial the daemon hands over the
+    connection one of them opened)."""
+
+    def connect(self, timeout: float) -> socket.socket:
+        """A stream connection to the runner, with ``timeout`` set on it (the caller
+        closes it); RunnerUnavailable when no runner is there to answer. A backend whose
+        runners dial in returns the connection its runner opened, once that runner has
+        shown the group's credential."""
+
+    def describe(self) -> str:
+        """Where the runner is, for people (a path)."""
+
+
+@dataclass(frozen=True)
+class UnixSocketEndpoint:
+    """The runner's socket in the group's runtime folder; dialled without following a
+    symlink the container may have put there."""
+
+    path: Path
+
+    def connect(self, timeout: float) -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            wire.connect_no_follow(sock, self.path)
+        except wire.NoPeer as exc:
+            sock.close()
+            raise RunnerUnavailable(f"runner at {self.path}: {exc}") from None
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+    def describe(self) -> str:
+        return str(self.path)
+
+
 class RunnerClient:
-    def __init__(self, socket_path: Path) -> None:
-        self.socket_path = socket_path
+    def __init__(self, endpoint: RunnerEndpoint | Path) -> None:
+        self.endpoint = UnixSocketEndpoint(endpoint) if isinstance(endpoint, Path) else endpoint
 
     def ping(self, timeout: float = PING_TIMEOUT_SECONDS) -> bool:
+        deadline = time.monotonic() + timeout
         try:
-            return bool(wire.request(self.socket_path, {"op": "ping"}, timeout).get("ok"))
+            sock = self.endpoint.connect(timeout)
+        except (OSError, RunnerUnavailable):
+            return False
+        try:
+            wire.send_frame(sock, {"op": "ping"}, deadline)
+            answer = wire.recv_frame(sock, deadline)
+            return bool(answer and answer.get("ok"))
         except (OSError, wire.ProtocolError):
             return False
+        finally:
+            sock.close()
 
     def turn(
         self,
@@ -117,15 +167,10 @@ class RunnerClient:
         nothing listens; TurnFailed for everything after the connection was made.
         """
         deadline = time.monotonic() + timeout
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(timeout)
         cancel = cancel or Cancel()
         handle = handle or no_relay()
+        sock = self.endpoint.connect(timeout)
         try:
-            try:
-                wire.connect_no_follow(sock, self.socket_path)
-            except wire.NoPeer as exc:
-                raise RunnerUnavailable(f"runner at {self.socket_path}: {exc}") from None
             cancel.attach(sock)
             try:
                 wire.send_frame(sock, {"op": "turn", "turn": turn}, deadline)
@@ -142,7 +187,7 @@ class RunnerClient:
             except (OSError, wire.ProtocolError) as exc:
                 if cancel.cancelled:
                     raise TurnFailed("the turn was cancelled") from None
-                raise TurnFailed(f"runner at {self.socket_path}: {exc}") from None
+                raise TurnFailed(f"runner at {self.endpoint.describe()}: {exc}") from None
         finally:
             cancel.detach()
             sock.close()

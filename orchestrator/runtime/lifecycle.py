@@ -32,9 +32,18 @@ from orchestrator.runtime.base import (
     ContainerInfo,
     ContainerSpec,
 )
-from orchestrator.runtime.channel import SOCKET_NAME, RunnerClient
+from orchestrator.runtime.channel import RunnerClient
 from orchestrator.runtime.mounts import resolve_mounts
-from orchestrator.runtime.reconcile import Action, apply_plan, plan_reconcile
+from orchestrator.runtime.reconcile import (
+    START_CREATE,
+    START_PROBE,
+    START_RECREATE,
+    START_START,
+    Action,
+    apply_plan,
+    plan_reconcile,
+    plan_start,
+)
 from orchestrator.runtime.spec import (
     FILES,
     INSTRUCTIONS,
@@ -281,22 +290,29 @@ class GroupRuntime:
         """Bring ``group``'s container up with the current spec; return it running."""
         spec = self.desired_spec(group)
         self.prepare_host(group, spec)
+        self.backend.prepare_storage(spec)
         self.activity.touch(group.folder)
         current = self._claim(spec.name)
-        if current is not None and current.config_hash != spec.labels.get(LABEL_CONFIG_HASH):
+        step = plan_start(
+            current,
+            spec.labels.get(LABEL_CONFIG_HASH),
+            settled=current is not None and self._settled(current),
+        )
+        if step == START_RECREATE:
             self.backend.remove(spec.name)
-            current = None
-        if current is None:
+        if step in (START_CREATE, START_RECREATE):
             try:
                 self.backend.create(spec)
             except EngineError:
                 # Lost a race with another ensure-running of the same group: use theirs.
                 if self.backend.inspect(spec.name) is None:
                     raise
-        info = self.backend.inspect(spec.name)
-        if info is not None and not info.running:
+            info = self.backend.inspect(spec.name)
+            if info is not None and not info.running:
+                self.backend.start(spec.name)
+        elif step == START_START:
             self.backend.start(spec.name)
-        elif info is not None and self._settled(info):
+        elif step == START_PROBE:
             # It has run long enough to answer: when nothing does within a short bound
             # (code in it took the socket over and left), it is made again rather than
             # waited on turn after turn.
@@ -327,8 +343,8 @@ class GroupRuntime:
         return time.time() - (info.started_at or 0.0) > CONTAINER_READY_TIMEOUT_SECONDS
 
     def runner(self, group: Group) -> RunnerClient:
-        """A client of the runner in ``group``'s container."""
-        return RunnerClient(self.home.runtime_dir(group.folder) / SOCKET_NAME)
+        """A client of the runner in ``group``'s container, reached as its backend says."""
+        return RunnerClient(self.backend.runner_endpoint(self.home.runtime_dir(group.folder)))
 
     def wait_ready(
         self, group: Group, timeout: float = CONTAINER_READY_TIMEOUT_SECONDS

@@ -95,3 +95,27 @@ def apply_plan(actions: list[Action], ops: Operations) -> None:
             ops.remove_container(action.container)
         elif action.kind == STOP_IDLE:
             ops.stop_container(action.container)
+
+
+# What bringing one group's container up takes, given the container found by name.
+START_CREATE, START_RECREATE, START_START, START_PROBE, START_WAIT = (
+    "create",
+    "recreate",
+    "start",
+    "probe",
+    "wait",
+)
+
+
+def plan_start(current: ContainerInfo | None, wanted_hash: str | None, *, settled: bool) -> str:
+    """The first step of bringing a container up, as a pure function of what was found:
+    none -> create; another spec -> recreate; stopped -> start; running and ``settled``
+    (its runner answered before, or it has run long enough to) -> probe its runner
+    briefly, recreating it when nothing answers; running but just started -> wait."""
+    if current is None:
+        return START_CREATE
+    if current.config_hash != wanted_hash:
+        return START_RECREATE
+    if not current.running:
+        return START_START
+    return START_PROBE if settled else START_WAIT

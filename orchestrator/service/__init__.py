@@ -169,7 +169,7 @@ def serve(home: Home, concurrency: int | None = None) -> None:
     """
     from orchestrator.daemon.core import Daemon
     from orchestrator.image.agent import agent_image_ref
-    from orchestrator.runtime.docker import DockerBackend
+    from orchestrator.runtime import open_backend
     from orchestrator.runtime.engine import connect
     from orchestrator.runtime.lifecycle import GroupRuntime, default_skills_root
     from orchestrator.store.messages import open_queue
@@ -185,7 +185,7 @@ def serve(home: Home, concurrency: int | None = None) -> None:
     runtime = GroupRuntime(
         home,
         config,
-        DockerBackend(client),
+        open_backend(config, client=client),
         lambda: agent_image_ref(client, runtime.config.image),
         skills_root=default_skills_root(),
     )

@@ -99,12 +99,12 @@ def check_containers(home: Home, client: docker.DockerClient | None) -> list[Che
             )
         ]
     from orchestrator.image.agent import agent_image_ref
-    from orchestrator.runtime.docker import DockerBackend
+    from orchestrator.runtime import open_backend
     from orchestrator.runtime.lifecycle import GroupRuntime, default_skills_root
     from orchestrator.runtime.reconcile import RECREATE, REMOVE, REMOVE_ORPHAN
 
     config = load_config(home)
-    backend = DockerBackend(client)
+    backend = open_backend(config, client=client)
     facts = backend.engine_facts()
     checks: list[Check] = []
     if facts.get("rootless"):
