@@ -82,6 +82,10 @@ def cap_standing(text: str, name: str, budget: int = STANDING_TEXT_BUDGET_CHARS)
     )
 
 
+TOOL_NAME_PATTERN = r"[A-Za-z0-9_.-]{1,64}"
+TURN_TOOLS_MAX = 256
+
+
 @dataclass(frozen=True)
 class TurnRequest:
     """One turn the host delivers: the message, from the host's own record of it."""
@@ -94,9 +98,17 @@ class TurnRequest:
     thread: str | None = None
     channel: str = "cli"
     session: str | None = None  # the host's key for the turn's session (it decides)
+    # the tools this turn may use (source or tool names), by the host's record of who
+    # sent it; None: every tool of the runner
+    tools: tuple[str, ...] | None = None
+    # what the person said, when ``text`` is not all of it (the bot's mention taken off):
+    # for the transcript, never for the model
+    said: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
         return {
+            "said": self.said,
+            "tools": None if self.tools is None else list(self.tools),
             "turn_id": self.turn_id,
             "chat": self.chat,
             "thread": self.thread,
@@ -124,7 +136,19 @@ class TurnRequest:
         session = text("session", 128, required=False)
         if session is not None and not re.fullmatch(SESSION_KEY_PATTERN, session):
             raise BadFrame("turn.session must be a session key (letters, digits, . _ -)")
+        tools = raw.get("tools")
+        if tools is not None and (
+            not isinstance(tools, list)
+            or len(tools) > TURN_TOOLS_MAX
+            or not all(isinstance(t, str) and re.fullmatch(TOOL_NAME_PATTERN, t) for t in tools)
+        ):
+            raise BadFrame(
+                f"turn.tools must be a list of at most {TURN_TOOLS_MAX} tool or source names "
+                "(letters, digits, . _ -)"
+            )
         return cls(
+            said=text("said", MESSAGE_MAX_CHARS, required=False),
+            tools=None if tools is None else tuple(tools),
             turn_id=text("turn_id", _ID_MAX) or "",
             chat=text("chat", _ID_MAX) or "",
             text=text("text", MESSAGE_MAX_CHARS) or "",

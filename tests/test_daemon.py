@@ -480,6 +480,8 @@ def test_a_runner_answer_that_is_not_a_result_is_a_failed_delivery(
         "sender": "op",
         "trust": "creator",
         "text": "hi",
+        "said": None,
+        "tools": ["files", "messages", "memory", "tasks"],
     }
     _until(lambda: daemon.stats.failed >= 1)
     assert daemon.stats.delivered == 0
@@ -1046,6 +1048,8 @@ def test_a_turn_sends_its_cancel_and_frame_limit_and_starts_an_unavailable_runne
             "sender": "op",
             "trust": message.trust,
             "text": "hello",
+            "said": None,
+            "tools": ["files", "messages", "memory", "tasks"],
         }
     assert calls[0]["timeout"] == group.config.turn_timeout_seconds
     assert 0 < calls[1]["timeout"] <= group.config.turn_timeout_seconds

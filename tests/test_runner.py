@@ -524,19 +524,23 @@ def test_no_reply_blank_replies_and_a_tool_that_fails_on_the_disk(
 ) -> None:  # type: ignore[no-untyped-def]
     from orchestrator.agent.providers.base import Completion, ToolCall
 
-    def broken(self, path: str) -> str:  # type: ignore[no-untyped-def]
+    from orchestrator.agent.tools import BUILT_IN, FunctionTool, StaticSource, ToolSpec, schema
+
+    def broken(box: Toolbox, path: str) -> str:
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(Toolbox, "_read_file", broken)
+    disk = StaticSource(
+        "disk", (FunctionTool(ToolSpec("read_disk", "", schema(["path"], path="string")), broken),)
+    )
     script = Scripted(
-        Completion(None, (ToolCall("c1", "read_file", {"path": "files/x"}),)),
+        Completion(None, (ToolCall("c1", "read_disk", {"path": "files/x"}),)),
         Completion(" NO_REPLY "),
         Completion("   "),
     )
-    r = Runner(settings, provider=script.provider, hooks=[])
+    r = Runner(settings, provider=script.provider, hooks=[], tool_sources=(*BUILT_IN, disk))
     assert r.handle(TurnRequest("t1", "k", "x")).replies == []
     tool = next(e for e in _events(settings, "cli.chat-k") if e.get("role") == "tool")
-    assert tool["content"] == "ERROR: read_file failed: Input/output error"
+    assert tool["content"] == "ERROR: read_disk failed: Input/output error"
     assert r.handle(TurnRequest("t2", "k", "y")).replies == []
 
 
@@ -976,3 +980,95 @@ def test_names_the_container_made_are_listed_escaped(settings: AgentSettings) ->
     assert "raw\\xff.md" in listed.splitlines()
     assert "memory/raw\\xff.md:1: tom the cat" in tools.call("grep", {"pattern": "tom"})
     listed.encode("utf-8")  # valid UTF-8: it can go into a frame
+
+
+class Discovered:
+    """A tool source whose tools are known only when a turn starts (as an MCP server's
+    are): each turn asks it again."""
+
+    name = "discovered"
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.calls: list[tuple[str, dict[str, object]]] = []
+
+    def tools(self, box: Toolbox) -> list[object]:
+        from orchestrator.agent.tools import FunctionTool, ToolSpec, schema
+
+        def make(name: str) -> object:
+            def call(box: Toolbox, **args: object) -> str:
+                self.calls.append((name, args))
+                return f"{name} says {args.get('word')}"
+
+            spec = ToolSpec(name, f"the {name} tool", schema(["word"], word="string"))
+            return FunctionTool(spec, call)
+
+        return [make(name) for name in self.names]
+
+
+def test_a_tool_source_found_at_run_time_reaches_the_models_tools_and_its_calls(
+    settings: AgentSettings,
+) -> None:
+    from orchestrator.agent.providers.base import Completion, ToolCall
+    from orchestrator.agent.tools import BUILT_IN
+
+    source = Discovered()
+    script = Scripted(
+        Completion("nothing yet"),
+        Completion(None, (ToolCall("c1", "weather", {"word": "rain"}),)),
+        Completion("it rains"),
+    )
+    r = Runner(settings, provider=script.provider, hooks=[], tool_sources=(*BUILT_IN, source))
+    r.handle(TurnRequest("t1", "k", "hello"))
+    source.names = ["weather"]  # the server now offers a tool
+    assert r.handle(TurnRequest("t2", "k", "weather?")).replies == ["it rains"]
+    first, second = (
+        [t.name for t in request.tools]  # type: ignore[attr-defined]
+        for request in script.requests[:2]
+    )
+    assert "weather" not in first and "weather" in second
+    assert first[:3] == ["read_file", "write_file", "edit_file"]  # built-in ones first
+    assert source.calls == [("weather", {"word": "rain"})]
+    tool = next(e for e in _events(settings, "cli.chat-k") if e.get("role") == "tool")
+    assert tool["content"] == "weather says rain"
+
+
+def test_a_turn_is_offered_only_the_tools_the_host_granted_it(settings: AgentSettings) -> None:
+    from orchestrator.agent.providers.base import Completion, ToolCall
+    from orchestrator.agent.tools import BUILT_IN
+
+    source = Discovered()
+    source.names = ["weather"]
+    script = Scripted(
+        Completion(None, (ToolCall("c1", "weather", {"word": "x"}),)),
+        Completion(None, (ToolCall("c2", "schedule_task", {"text": "x", "at": "1h"}),)),
+        Completion("done"),
+    )
+    r = Runner(settings, provider=script.provider, hooks=[], tool_sources=(*BUILT_IN, source))
+    granted = ("files", "messages", "memory", "list_tasks", "cancel_task")
+    r.handle(TurnRequest("t1", "k", "go", tools=granted))
+    offered = [t.name for t in script.requests[0].tools]  # type: ignore[attr-defined]
+    assert "weather" not in offered and "schedule_task" not in offered
+    assert {"read_file", "send_message", "memory_search", "list_tasks"} <= set(offered)
+    results = [e["content"] for e in _events(settings, "cli.chat-k") if e.get("role") == "tool"]
+    assert results == [
+        "ERROR: weather is not granted on this turn",
+        "ERROR: schedule_task is not granted on this turn",
+    ]
+    assert source.calls == []
+
+
+def test_a_turns_tools_and_said_are_checked_on_the_wire() -> None:
+    from orchestrator.protocol import BadFrame
+
+    turn = {"turn_id": "t", "chat": "c", "text": "hi"}
+    assert TurnRequest.from_wire({**turn, "tools": ["files", "mcp.weather"]}).tools == (
+        "files",
+        "mcp.weather",
+    )
+    assert TurnRequest.from_wire(turn).tools is None
+    for bad in ("files", ["a b"], [5], ["x"] * 257):
+        with pytest.raises(BadFrame, match="turn.tools must be a list"):
+            TurnRequest.from_wire({**turn, "tools": bad})
+    said = TurnRequest.from_wire({**turn, "said": "@bot hi"})
+    assert (said.text, said.said) == ("hi", "@bot hi")

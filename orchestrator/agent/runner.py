@@ -14,6 +14,7 @@ import logging
 import os
 import stat
 import threading
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,8 +31,8 @@ from orchestrator.agent.providers.base import (
 )
 from orchestrator.agent.session import Context, Session
 from orchestrator.agent.settings import AgentSettings
+from orchestrator.agent.tools import BUILT_IN, FileLocks, Toolbox, ToolError, ToolSource
 from orchestrator.agent.tools import FLUSH as FLUSH_MODE
-from orchestrator.agent.tools import FileLocks, Toolbox, ToolError
 from orchestrator.limits import (
     COMPACTION_KEEP_MESSAGES,
     LEARNED_READ_MAX_BYTES,
@@ -65,8 +66,11 @@ class Runner:
         settings: AgentSettings,
         provider: Provider | None = None,
         hooks: list[CommandHook] | None = None,
+        tool_sources: Sequence[ToolSource] | None = None,
     ) -> None:
         self.settings = settings
+        # where the model's tools come from (the built-in sources unless given)
+        self.tool_sources = BUILT_IN if tool_sources is None else tuple(tool_sources)
         self.provider = provider or get_provider(settings.provider, settings.model)
         self.hooks = load_hooks(settings.hooks_file) if hooks is None else hooks
         self._locks: dict[str, threading.Lock] = {}
@@ -127,9 +131,15 @@ class Runner:
             session,
             context,
             turn.turn_id,
-            {"role": "user", "content": turn.text, "sender": turn.sender, "trust": turn.trust},
+            {
+                "role": "user",
+                "content": turn.text,
+                "sender": turn.sender,
+                "trust": turn.trust,
+                **({"said": turn.said} if turn.said is not None else {}),
+            },
         )
-        result.replies = self._agent_loop(session, context, turn.turn_id, host)
+        result.replies = self._agent_loop(session, context, turn, host)
         return result
 
     # contexts
@@ -221,7 +231,9 @@ class Runner:
 
     def _flush(self, context: Context, host: HostLink | None) -> int:
         """A private flush turn: its messages never join the session."""
-        toolbox = Toolbox(self.settings.agent_dir, FLUSH_MODE, locks=self.file_locks)
+        toolbox = Toolbox(
+            self.settings.agent_dir, FLUSH_MODE, locks=self.file_locks, sources=self.tool_sources
+        )
         messages = [*context.messages, {"role": "user", "content": FLUSH_PROMPT}]
         for _ in range(MAX_TOOL_STEPS_PER_TURN):
             completion = self.provider.complete(
@@ -260,9 +272,16 @@ class Runner:
         return out
 
     def _agent_loop(
-        self, session: Session, context: Context, turn_id: str, host: HostLink | None
+        self, session: Session, context: Context, turn: TurnRequest, host: HostLink | None
     ) -> list[str]:
-        toolbox = Toolbox(self.settings.agent_dir, locks=self.file_locks, host=host)
+        turn_id = turn.turn_id
+        toolbox = Toolbox(
+            self.settings.agent_dir,
+            locks=self.file_locks,
+            host=host,
+            sources=self.tool_sources,
+            allowed=None if turn.tools is None else frozenset(turn.tools),
+        )
         final: str | None = None
         for _ in range(MAX_TOOL_STEPS_PER_TURN):
             completion = self.provider.complete(

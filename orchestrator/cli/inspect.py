@@ -53,6 +53,8 @@ def show(obj: CliContext, message_id: str, as_json: bool) -> None:
     if found.last_error:
         click.echo(f"  error:    {safe_line(found.last_error)}")
     click.echo(f"  text:     {safe_line(found.text)}")
+    if found.said is not None:
+        click.echo(f"  said:     {safe_line(found.said)}")
     for seq, reply in enumerate(found.replies):
         click.echo(f"  reply {seq}:  " + safe_text(reply).replace("\\n", "\\n            "))
 
@@ -155,7 +157,10 @@ def _describe(key: str, event: dict[str, Any], several: bool) -> str:
     role = event.get("role")
     if role == "user":
         sender = safe_line(event.get("sender") or "?")
-        said = safe_line(event.get("content"))
+        # what the person said (the bot's mention included), not the text the turn got
+        said = safe_line(
+            event.get("said") if isinstance(event.get("said"), str) else event.get("content")
+        )
         return f"{where}{sender} ({event.get('trust', '?')}): {said}"
     if role == "assistant":
         calls = event.get("tool_calls") or []

@@ -53,6 +53,7 @@ from orchestrator.limits import (
 from orchestrator.memory.history import TURN, History, Provenance
 from orchestrator.protocol import BadFrame, TurnRequest, TurnResult, session_key
 from orchestrator.relay.approvals import chat_reply
+from orchestrator.relay.grants import granted_tools
 from orchestrator.relay.turn import RelayContext, TurnRelay
 from orchestrator.runtime.channel import Cancel, RunnerUnavailable
 from orchestrator.runtime.lifecycle import GroupRuntime
@@ -131,6 +132,9 @@ class Inbound:
     channel: str
     thread: str | None = None
     bound: str | None = None
+    # what the person said, when ``text`` is not all of it (a chat app took the bot's
+    # mention off the front): kept with the message and in the transcript
+    said: str | None = None
 
 
 class DeliveryFailed(OrchestratorError):
@@ -266,6 +270,7 @@ class Daemon:
             trust=trust,
             text=inbound.text,
             channel=inbound.channel,
+            said=inbound.said,
         )
         command = parse_command(inbound.text)
         if command is not None and command.name in (CONFIRM, APPROVE):
@@ -596,6 +601,8 @@ class Daemon:
             thread=message.thread,
             channel=message.channel,
             session=message.session,
+            said=message.said,
+            tools=granted_tools(task_run=self.tasks.run_of(message.id) is not None),
         ).to_wire()
         self.runtime.activity.touch(group.folder)
         self._record_outside(group.folder, self.runtime.container_name(group))

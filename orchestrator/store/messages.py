@@ -88,6 +88,9 @@ class Message:
     last_error: str | None = None
     created: float = 0.0
     replies: tuple[str, ...] = field(default=())
+    # what the person said, when the turn's text differs (a chat app took the bot's
+    # mention off the front); None when they are the same
+    said: str | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -103,12 +106,13 @@ class Message:
             "error": self.last_error,
             "created": self.created,
             "replies": list(self.replies),
+            **({"said": self.said} if self.said is not None else {}),
         }
 
 
 _COLUMNS = (
     "id, group_folder, session, chat, thread, sender, trust, text, channel, state, "
-    "attempts, last_error, created"
+    "attempts, last_error, created, said"
 )
 
 
@@ -145,6 +149,7 @@ def _row(row: Row, replies: tuple[str, ...] = ()) -> Message:
         opt_text(row[11]),
         real(row[12]),
         replies,
+        opt_text(row[13]),
     )
 
 
@@ -655,6 +660,7 @@ def new_message(
     trust: str,
     text: str,
     channel: str,
+    said: str | None = None,
 ) -> Message:
     return Message(
         uuid.uuid4().hex,
@@ -668,6 +674,7 @@ def new_message(
         channel,
         QUEUED,
         created=time.time(),
+        said=said if said != text else None,
     )
 
 
@@ -675,8 +682,8 @@ def insert_message(db: sqlite3.Connection, message: Message) -> None:
     """Insert ``message`` inside a transaction the caller holds."""
     db.execute(
         "INSERT INTO messages (id, group_folder, session, chat, thread, sender, trust,"
-        " text, channel, state, created, updated) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-        (*_row_values(message), message.created),
+        " text, channel, state, created, updated, said) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (*_row_values(message), message.created, message.said),
     )
 
 

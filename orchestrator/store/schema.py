@@ -212,6 +212,13 @@ def _v2(db: sqlite3.Connection) -> None:
     db.execute("DROP TABLE learned_pending")
 
 
+def _v3(db: sqlite3.Connection) -> None:
+    """What a person said, beside the text a turn is given (a chat app takes the bot's
+    mention off the front); task runs found by their message without a scan."""
+    db.execute("ALTER TABLE messages ADD COLUMN said TEXT")
+    db.execute("CREATE INDEX IF NOT EXISTS task_runs_message ON task_runs (message_id)")
+
+
 class SchemaTooNew(OrchestratorError):
     """The file was written by a newer release than this code."""
 
@@ -231,6 +238,7 @@ class Migration:
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "the tables of the releases before schema versions", _v1),
     Migration(2, "held requests with ids of their own", _v2),
+    Migration(3, "what a person said beside the turn's text; task runs by message", _v3),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -1,0 +1,36 @@
+"""The model's tools, as plug-ins: each ``ToolSource`` (files, messages, memory, tasks)
+yields ``Tool``s, and a ``Toolbox`` offers one turn the tools of its mode that the host
+granted it. A source whose tools are discovered at run time is one more source."""
+
+from orchestrator.agent.tools.base import FLUSH, TURN, FileLocks, ToolError, ToolSpec, schema
+from orchestrator.agent.tools.box import (
+    WRITABLE_ROOTS,
+    FunctionTool,
+    StaticSource,
+    Tool,
+    Toolbox,
+    ToolSource,
+)
+from orchestrator.agent.tools.files import FILES
+from orchestrator.agent.tools.memory import MEMORY
+from orchestrator.agent.tools.messages import MESSAGES
+from orchestrator.agent.tools.tasks import TASKS
+
+# the built-in sources, in the order their tools are offered
+BUILT_IN: tuple[ToolSource, ...] = (FILES, MESSAGES, MEMORY, TASKS)
+
+__all__ = [
+    "BUILT_IN",
+    "FLUSH",
+    "TURN",
+    "WRITABLE_ROOTS",
+    "FileLocks",
+    "FunctionTool",
+    "StaticSource",
+    "Tool",
+    "ToolError",
+    "ToolSource",
+    "ToolSpec",
+    "Toolbox",
+    "schema",
+]
