@@ -35,8 +35,8 @@ def _port() -> int:
 def _rig() -> Iterator[dict[str, Any]]:
     import os
 
-    from orchestrator.channels.http import HttpChannel
-    from orchestrator.channels.matrix import MatrixChannel
+    from orchestrator.channels.chatapp import ChatAppChannel
+    from orchestrator.channels.matrix.kind import KIND, MatrixOptions
     from orchestrator.config import OrchestratorConfig
     from orchestrator.config.accounts import ChannelAccount
     from orchestrator.daemon.core import Daemon
@@ -45,6 +45,7 @@ def _rig() -> Iterator[dict[str, Any]]:
     from orchestrator.home import Home
     from orchestrator.runtime.fake import FakeBackend
     from orchestrator.runtime.lifecycle import GroupRuntime
+    from orchestrator.service.web import WebServer
     from orchestrator.store.messages import open_queue
     from tests.fakerunner import FakeRunner
     from tests.homeserver import Homeserver, User, synapse_python
@@ -67,9 +68,7 @@ def _rig() -> Iterator[dict[str, Any]]:
                 "mx",
                 "matrix",
                 token_env="BENCH_MATRIX_TOKEN",
-                homeserver=server.url,
-                user_id=bot.user_id,
-                allow_inviters=(member.user_id,),
+                options=MatrixOptions(server.url, bot.user_id, (member.user_id,)),
                 rate_messages=1_000_000,
             )
             config = OrchestratorConfig(
@@ -85,7 +84,7 @@ def _rig() -> Iterator[dict[str, Any]]:
             runner = FakeRunner(home.runtime_dir("fam") / "runner.sock")
             daemon = Daemon(home, config, runtime, open_queue(home), concurrency=2)
             daemon.start()
-            matrix, http = MatrixChannel(daemon), HttpChannel(daemon)
+            matrix, http = ChatAppChannel.of_kind(KIND)(daemon), WebServer(daemon)
             matrix.start()
             http.start()
             try:

@@ -45,8 +45,8 @@ def _port() -> int:
 
 @contextmanager
 def _rig() -> Iterator[dict[str, Any]]:
-    from orchestrator.channels.http import HttpChannel
-    from orchestrator.channels.telegram import TelegramChannel
+    from orchestrator.channels.chatapp import ChatAppChannel
+    from orchestrator.channels.telegram.kind import KIND, TelegramOptions
     from orchestrator.config import OrchestratorConfig
     from orchestrator.config.accounts import ChannelAccount
     from orchestrator.daemon.core import Daemon
@@ -55,6 +55,7 @@ def _rig() -> Iterator[dict[str, Any]]:
     from orchestrator.home import Home
     from orchestrator.runtime.fake import FakeBackend
     from orchestrator.runtime.lifecycle import GroupRuntime
+    from orchestrator.service.web import WebServer
     from orchestrator.store.messages import open_queue
     from tests.faketelegram import FakeTelegram
 
@@ -68,7 +69,7 @@ def _rig() -> Iterator[dict[str, Any]]:
             "bench",
             "telegram",
             token_env="BENCH_TELEGRAM_TOKEN",
-            api_url=server.url,
+            options=TelegramOptions(api_url=server.url),
             rate_messages=1_000_000,
         )
         config = OrchestratorConfig(
@@ -81,8 +82,8 @@ def _rig() -> Iterator[dict[str, Any]]:
         runtime = GroupRuntime(home, config, FakeBackend(), lambda: "img:1", ready=lambda _: True)
         daemon = Daemon(home, config, runtime, open_queue(home), concurrency=1)
         daemon.chats.bind("bench", str(USER), "fam")
-        telegram = TelegramChannel(daemon)
-        http = HttpChannel(daemon)
+        telegram = ChatAppChannel.of_kind(KIND)(daemon)
+        http = WebServer(daemon)
         telegram.start()
         http.start()
         deadline = time.monotonic() + 30
@@ -130,15 +131,15 @@ def inbound(quick: bool) -> Result:
         daemon, server, listen = rig["daemon"], rig["server"], rig["http"]
         committed = threading.Event()
         stamp = [0.0]
-        submit = daemon.submit
+        accept = daemon.accept  # where every channel hands its messages over
 
         def timed(*args: Any, **kwargs: Any) -> Any:
-            message = submit(*args, **kwargs)
+            message = accept(*args, **kwargs)
             stamp[0] = time.perf_counter()
             committed.set()
             return message
 
-        daemon.submit = timed
+        daemon.accept = timed  # type: ignore[method-assign]
         chat = {"id": USER, "type": "private", "first_name": "Ann"}
 
         def telegram() -> float:

@@ -16,7 +16,8 @@ REDACTED = "[redacted]"
 _MIN_SECRET_CHARS = 8  # shorter strings would redact ordinary words
 _lock = threading.Lock()
 _secrets: frozenset[str] = frozenset()
-CLIENT_LOGGERS = ("httpx", "httpcore", "telegram", "hpack", "urllib3", "aiohttp.client", "nio")
+# HTTP client libraries any part of the daemon may use; each chat-app kind names its own
+CLIENT_LOGGERS = ("httpx", "httpcore", "hpack", "urllib3", "aiohttp.client")
 
 
 def register_secret(value: str | None) -> None:
@@ -50,7 +51,8 @@ class RedactingFilter(logging.Filter):
         return True
 
 
-def quiet_clients() -> None:
-    """HTTP client libraries log request URLs at INFO and DEBUG; a URL may hold a token."""
-    for name in CLIENT_LOGGERS:
+def quiet_clients(extra: tuple[str, ...] = ()) -> None:
+    """HTTP client libraries log request URLs at INFO and DEBUG; a URL may hold a token.
+    ``extra``: more such loggers (those the chat-app kinds name)."""
+    for name in (*CLIENT_LOGGERS, *extra):
         logging.getLogger(name).setLevel(logging.WARNING)

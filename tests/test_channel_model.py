@@ -12,7 +12,8 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.channels.telegram import SenderRate, inbox_name, shown_name
+from orchestrator.channels.chatapp.core import SenderRate
+from orchestrator.channels.chatapp.files import inbox_name, shown_name
 from orchestrator.channels.textfmt import markdown_to_html, split_message, utf16_len
 from orchestrator.cli import cli
 from orchestrator.config import load_config
@@ -231,7 +232,10 @@ def test_channel_accounts_are_validated_with_the_key_named(home: Path) -> None:
         "    attachments_max_bytes: 1m\n    sender_rate: {messages: 5, per: 1m}\n"
     )
     account = load_config(Home(home)).channel_accounts["b"]
-    assert (account.api_url, account.attachments_max_bytes) == ("http://h:1", 1024**2)
+    assert (account.options.api_url, account.options.attachments_max_bytes) == (
+        "http://h:1",
+        1024**2,
+    )
     assert (account.rate_messages, account.rate_seconds, account.channel) == (5, 60, "telegram:b")
 
 
@@ -294,7 +298,8 @@ def test_channel_bind_and_pair_commands(home: Path) -> None:
 
 
 def test_matrix_transaction_ids_and_relations() -> None:
-    from orchestrator.channels.matrix import notice_content, relation, txn_id
+    from orchestrator.channels.chatapp.core import send_key as txn_id
+    from orchestrator.channels.matrix.adapter import notice_content, relation
 
     assert txn_id("abc", 0, 0) == "orch.abc.0.0"
     assert txn_id("abc", -1, 2) == "orch.abc.m1.2"
@@ -333,7 +338,8 @@ def test_matrix_accounts_are_validated(home: Path) -> None:
         "    allow_inviters: ['@op:s']\n"
     )
     account = load_config(Home(home)).channel_accounts["m"]
-    assert (account.homeserver, account.user_id, account.allow_inviters) == (
+    options = account.options
+    assert (options.homeserver, options.user_id, options.allow_inviters) == (
         "http://h:8008",
         "@b:s",
         ("@op:s",),
@@ -347,7 +353,7 @@ def test_channel_add_matrix(home: Path) -> None:
     code, out = run(
         home, "channel", "add", "telegram", "tg", "--token-env", "T", "--user-id", "@b:s"
     )
-    assert code == 2 and "are for matrix accounts" in out
+    assert code == 2 and "--user-id is for matrix accounts, not telegram" in out
     code, out = run(
         home, "channel", "add", "matrix", "mx", "--token-env", "T", "--homeserver",
         "http://127.0.0.1:8008", "--user-id", "@bot:localhost", "--allow-inviter", "@op:localhost",

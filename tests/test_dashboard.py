@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from orchestrator.channels.http import HttpChannel
+from orchestrator.service.web import WebServer as HttpChannel
 from orchestrator.config import OrchestratorConfig
 from orchestrator.daemon.core import Daemon
 from orchestrator.dashboard.app import CSP, Sessions

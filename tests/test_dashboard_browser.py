@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.channels.http import HttpChannel
+from orchestrator.service.web import WebServer as HttpChannel
 from orchestrator.config import OrchestratorConfig
 from orchestrator.daemon.core import Daemon
 from orchestrator.groups import GroupStore

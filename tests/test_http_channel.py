@@ -17,7 +17,9 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from orchestrator.channels import http as http_module
-from orchestrator.channels.http import HttpChannel, bearer_token
+from orchestrator.service import web as web_module
+from orchestrator.channels.http import bearer_token
+from orchestrator.service.web import WebServer as HttpChannel
 from orchestrator.config import OrchestratorConfig, load_config
 from orchestrator.daemon.core import Daemon
 from orchestrator.groups import GroupStore
@@ -207,16 +209,20 @@ def test_unknown_group_paused_group_and_message_lookups(daemon) -> None:  # type
     assert call(daemon, "GET", "/healthz")[1] == {"ok": True, "accepting": True}
 
 
+SERVERS: dict[int, HttpChannel] = {}  # the web server of each served daemon
+
+
 @pytest.fixture
 def served(daemon: Daemon, monkeypatch) -> Iterator[tuple[Daemon, int]]:  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(http_module, "HTTP_HEADER_TIMEOUT_SECONDS", 1.0)
-    monkeypatch.setattr(http_module, "HTTP_MAX_CONNECTIONS", 40)
-    channel = HttpChannel(daemon)
+    monkeypatch.setattr(web_module, "HTTP_HEADER_TIMEOUT_SECONDS", 1.0)
+    monkeypatch.setattr(web_module, "HTTP_MAX_CONNECTIONS", 40)
+    channel = SERVERS[id(daemon)] = HttpChannel(daemon)
     channel.start()
     try:
         yield daemon, int(daemon.config.http_listen.rpartition(":")[2])
     finally:
         channel.stop()
+        del SERVERS[id(daemon)]
 
 
 def _request(port: int, method: str, path: str, body: Any = None) -> tuple[int, Any]:
@@ -268,9 +274,9 @@ def test_long_polls_hold_no_threads(served) -> None:  # type: ignore[no-untyped-
     ]
     for poll in polls:
         poll.start()
-    channel = daemon.listeners[0].__self__  # type: ignore[attr-defined]
+    channel = SERVERS[id(daemon)]
     deadline = time.monotonic() + 60
-    while sum(len(w) for w in channel.waiters.values()) < 30:
+    while sum(len(w) for w in channel.api.waiters.values()) < 30:
         assert time.monotonic() < deadline, "the long polls did not all arrive"
         time.sleep(0.02)
     # With 30 polls waiting, a POST to the API is still served at once.
@@ -294,8 +300,8 @@ def test_a_long_poll_with_after_returns_at_the_next_reply(served) -> None:  # ty
         )
     )
     poll.start()
-    channel = daemon.listeners[0].__self__  # type: ignore[attr-defined]
-    _wait_until(lambda: channel.waiters, "the poll is waiting")
+    channel = SERVERS[id(daemon)]
+    _wait_until(lambda: channel.api.waiters, "the poll is waiting")
     daemon.queue.add_reply(message.id, 0, "working on it")  # what the reply op does
     daemon._changed(message.id)
     poll.join(30)
@@ -355,7 +361,7 @@ def test_a_named_token_speaks_only_for_its_own_senders(daemon, monkeypatch, capl
         http_tokens={"slack": HttpToken("slack", "slack:", token_env="SLACK_BRIDGE")},
     )
     channel = HttpChannel(daemon)
-    channel.named, problems = http_tokens(daemon.config.http_tokens, None)
+    channel.api.named, problems = http_tokens(daemon.config.http_tokens, None)
     assert problems == []
     bridge = {"Authorization": "Bearer " + "s" * 24}
 
@@ -418,7 +424,7 @@ def test_named_token_prefixes_of_the_daemons_own_channels_are_refused(home: Path
 
 def test_connections_are_counted_refused_over_the_cap_and_released(served, caplog) -> None:  # type: ignore[no-untyped-def]
     daemon, port = served
-    channel = daemon.listeners[0].__self__
+    channel = SERVERS[id(daemon)]
     idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(40)]
     _wait_until(lambda: channel.open_connections == 40, "the server counted 40 connections")
     extras = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
@@ -448,8 +454,8 @@ def test_a_long_poll_returns_as_it_is_at_its_wait_and_leaves_no_waiter(served) -
     message = daemon.submit("fam", "slow", chat="c", sender="alice", channel="http")
     code, body = _request(port, "GET", f"/v1/messages/{message.id}?wait=0.2")
     assert code == 200 and body["state"] == "queued" and body["replies"] == []
-    channel = daemon.listeners[0].__self__
-    assert channel.waiters == {}
+    channel = SERVERS[id(daemon)]
+    assert channel.api.waiters == {}
 
 
 def test_a_long_poll_after_n_waits_for_reply_n_plus_one(served) -> None:  # type: ignore[no-untyped-def]
@@ -463,17 +469,17 @@ def test_a_long_poll_after_n_waits_for_reply_n_plus_one(served) -> None:  # type
         )
     )
     poll.start()
-    channel = daemon.listeners[0].__self__
-    _wait_until(lambda: channel.waiters.get(message.id), "the poll is waiting")
+    channel = SERVERS[id(daemon)]
+    _wait_until(lambda: channel.api.waiters.get(message.id), "the poll is waiting")
     daemon._changed(message.id)  # a change that adds no reply does not end the poll
     time.sleep(0.2)
-    assert not results and channel.waiters.get(message.id)
+    assert not results and channel.api.waiters.get(message.id)
     daemon.queue.add_reply(message.id, 1, "two")
     daemon._changed(message.id)
     poll.join(30)
     [(code, body)] = results
     assert code == 200 and body["replies"] == ["one", "two"]
-    assert channel.waiters == {}
+    assert channel.api.waiters == {}
 
 
 @pytest.mark.parametrize("listen", ["[::1]:{port}", ":{port}"])
@@ -566,19 +572,19 @@ def test_a_long_poll_under_a_second_still_waits_for_a_change(daemon) -> None:  #
     channel = HttpChannel(daemon)
 
     async def go() -> Any:
-        channel.loop = asyncio.get_running_loop()
-        poll = asyncio.create_task(channel._wait(message.id, 0.9, after=0))
+        channel.api.loop = asyncio.get_running_loop()
+        poll = asyncio.create_task(channel.api._wait(message.id, 0.9, after=0))
         for _ in range(3000):  # until the poll waits (or has ended)
-            if channel.waiters or poll.done():
+            if channel.api.waiters or poll.done():
                 break
             await asyncio.sleep(0.001)
         daemon.queue.add_reply(message.id, 0, "soon")
-        channel._wake(message.id)
+        channel.api._wake(message.id)
         return await poll
 
     found = asyncio.run(go())
     assert found is not None and found.replies == ("soon",)
-    assert channel.waiters == {}
+    assert channel.api.waiters == {}
 
 
 def test_named_tokens_from_the_secrets_file_and_the_ones_that_cannot_be_found(
@@ -623,15 +629,15 @@ def test_waking_a_message_nobody_waits_for_any_more_is_harmless(daemon) -> None:
     # the last waiter may go between _wake_soon's check (a worker thread) and _wake
     # (the event loop): _wake then finds nobody and does nothing
     channel = HttpChannel(daemon)
-    channel._wake("no-one-waits")
+    channel.api._wake("no-one-waits")
     event = asyncio.Event()
-    channel.waiters["m1"] = {event}
-    channel._wake("m1")
+    channel.api.waiters["m1"] = {event}
+    channel.api._wake("m1")
     assert event.is_set()
 
 
 def test_a_counted_connection_passes_everything_through_and_is_released_once() -> None:
-    from orchestrator.channels.http import _Counted
+    from orchestrator.service.web import _Counted
 
     seen: list[tuple[str, Any]] = []
     released: list[int] = []
@@ -782,7 +788,7 @@ def test_a_bridges_chats_are_its_own_and_only_the_operator_names_a_channel(
         channel_accounts={"fam": ChannelAccount("fam", "telegram", token_env="T")},
     )
     channel = HttpChannel(daemon)
-    channel.named, _ = http_tokens(daemon.config.http_tokens, None)
+    channel.api.named, _ = http_tokens(daemon.config.http_tokens, None)
     bridge = {"Authorization": "Bearer " + "s" * 24}
     dashboard = daemon.submit(
         "shop", "hi from the operator", chat="dashboard", sender="operator", channel="dashboard"

@@ -25,7 +25,7 @@ from orchestrator.daemon.core import Daemon
 from orchestrator.groups import GroupStore
 from orchestrator.groups.config import GroupConfig
 from orchestrator.relay.errors import RelayViolation
-from orchestrator.relay.ops import OPS
+from orchestrator.relay.turn import OPS
 from orchestrator.relay.turn import TurnRelay
 from tests.hostile import fingerprint
 

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from orchestrator import wire
-from orchestrator.channels.telegram import TelegramChannel
+from orchestrator.channels.chatapp import ChatAppChannel
+from orchestrator.channels.telegram.kind import KIND, TelegramOptions
 from orchestrator.config import OrchestratorConfig
 from orchestrator.config.accounts import ChannelAccount
 from orchestrator.daemon.core import Daemon
@@ -26,6 +27,7 @@ from orchestrator.store.messages import open_queue
 from tests.fakerunner import FakeRunner
 from tests.faketelegram import BOT_ID, BOT_USERNAME, FakeTelegram
 
+TelegramChannel = ChatAppChannel.of_kind(KIND)
 TOKEN = "123456789:AAHfakeTokenForTestsOnly_abcdefghijk"
 ALICE, BOB = 1001, 1002
 PRIVATE = {"id": ALICE, "type": "private", "first_name": "Alice"}
@@ -52,7 +54,7 @@ def answer(conn: socket.socket, request: dict[str, Any]) -> None:
 @dataclass
 class Rig:
     daemon: Daemon
-    channel: TelegramChannel
+    channel: ChatAppChannel
     server: FakeTelegram
     runner: FakeRunner
     home: Home
@@ -77,8 +79,14 @@ def make_rig(
     store = GroupStore(h)
     if not (store.root / "fam").exists():
         store.add(GroupConfig(name="fam", creators=(f"telegram:{ALICE}",)))
+    settings = dict(account or {})
+    rate = {k: settings.pop(k) for k in ("rate_messages", "rate_seconds") if k in settings}
     definition = ChannelAccount(
-        "famBot".lower(), "telegram", token_env="TG_TOKEN", api_url=server.url, **(account or {})
+        "fambot",
+        "telegram",
+        token_env="TG_TOKEN",
+        options=TelegramOptions(api_url=server.url, **settings),
+        **rate,
     )
     config = OrchestratorConfig(
         project="t",
@@ -176,7 +184,9 @@ def test_a_group_chat_with_activation_mention(rig: Rig) -> None:
     wait_for(lambda: len(rig.server.sent(GROUP_CHAT["id"])) == 2)
     time.sleep(0.5)
     texts = [t["text"] for t in rig.runner.turns]
-    assert texts == [mention, "and a reply to you"]
+    # the bot's mention is not part of the question; the turn keeps what was said
+    assert texts == ["what is for dinner?", "and a reply to you"]
+    assert [t.get("said") for t in rig.runner.turns] == [mention, None]
     # A bound chat's people are members through the binding; creators stay creators.
     assert [t["trust"] for t in rig.runner.turns] == ["member", "member"]
 
@@ -459,7 +469,7 @@ def test_a_reply_claimed_but_unconfirmed_at_a_crash_is_never_sent_again(
     # each of which would have resent the first piece if it were going to.
     sweeps = []
     unsent = ChatStore.unsent
-    monkeypatch.setattr("orchestrator.channels.telegram.CHANNEL_SWEEP_SECONDS", 0.05)
+    monkeypatch.setattr("orchestrator.channels.chatapp.core.CHANNEL_SWEEP_SECONDS", 0.05)
     monkeypatch.setattr(ChatStore, "unsent", lambda self, *a: sweeps.append(1) or unsent(self, *a))
     rig = make_rig(home, monkeypatch, server)
     try:
@@ -553,3 +563,126 @@ def test_doctor_reports_a_missing_token_and_privacy_mode(
     assert privacy.status == WARN and "privacy mode on" in privacy.detail
     assert "/setprivacy" in privacy.hint
     assert TOKEN not in repr(checks)
+
+
+@pytest.fixture
+def served_rig(
+    home: Path, monkeypatch: pytest.MonkeyPatch, server: FakeTelegram
+) -> Iterator[Rig]:
+    """The channel, the daemon and a real runner with the offline provider."""
+    import threading
+
+    from orchestrator.agent.serve import RunnerServer
+    from orchestrator.agent.settings import AgentSettings
+    from tests.fakerunner import bind_unix
+
+    h = Home(home)
+    store = GroupStore(h)
+    store.add(
+        GroupConfig(name="fam", creators=(f"telegram:{ALICE}",), members=(f"telegram:{BOB}",))
+    )
+    monkeypatch.setenv("TG_TOKEN", TOKEN)
+    definition = ChannelAccount(
+        "fambot", "telegram", token_env="TG_TOKEN", options=TelegramOptions(api_url=server.url)
+    )
+    config = OrchestratorConfig(
+        project="t", mount_allowlist=home / "none.yaml", channel_accounts={"fambot": definition}
+    )
+    runtime = GroupRuntime(h, config, FakeBackend(), lambda: "img:1", ready=lambda _: True)
+    group = store.load("fam")
+    runtime.prepare_host(group, runtime.desired_spec(group))
+    runner = RunnerServer(
+        AgentSettings(
+            agent_dir=group.path,
+            runtime_dir=h.runtime_dir("fam"),
+            provider="offline",
+            model="offline-rules",
+            hooks_file=None,
+        )
+    )
+    runner.sock = bind_unix(h.runtime_dir("fam") / "runner.sock")
+    thread = threading.Thread(target=runner.serve_forever, daemon=True)
+    thread.start()
+    daemon = Daemon(h, config, runtime, open_queue(h), concurrency=2)
+    daemon.start()
+    channel = TelegramChannel(daemon)
+    channel.start()
+    yield Rig(daemon, channel, server, None, h)  # type: ignore[arg-type]
+    channel.stop()
+    daemon.drain(2)
+    runner.stop()
+    thread.join(5)
+    assert runner.sock is not None
+    runner.sock.close()
+    daemon.relay.close()
+    daemon.relay.usage.close()
+    daemon.queue.close()
+
+
+def _mention(text: str) -> dict[str, Any]:
+    return {"type": "mention", "offset": 0, "length": len(BOT_USERNAME) + 1}
+
+
+def test_a_question_behind_the_bots_mention_is_answered_as_the_question(
+    served_rig: Rig,
+) -> None:
+    rig = served_rig
+    bind(rig, PRIVATE)
+    bind(rig, GROUP_CHAT, activation="mention")
+    rig.server.say(PRIVATE, ALICE, "remember that my cat is called Tom")
+    wait_for(lambda: rig.server.sent(ALICE))
+    question = "what do you know about my cat?"
+    rig.server.say(PRIVATE, ALICE, question)
+    wait_for(lambda: len(rig.server.sent(ALICE)) == 2)
+    asked = f"@{BOT_USERNAME} {question}"
+    rig.server.say(GROUP_CHAT, BOB, asked, entities=[_mention(asked)])
+    group_id = GROUP_CHAT["id"]
+    wait_for(lambda: rig.server.sent(group_id))
+    private_answer = rig.server.sent(ALICE)[1].params["text"]
+    group_answer = rig.server.sent(group_id)[0].params["text"]
+    assert "Tom" in private_answer
+    assert group_answer == private_answer
+    # what the turn got, and what Bob said, are both kept
+    [message] = [m for m in rig.daemon.queue.recent(10) if m.chat == str(group_id)]
+    assert (message.text, message.said) == (question, asked)
+
+
+def test_confirm_with_the_bots_name_approves_what_waits_in_the_group(served_rig: Rig) -> None:
+    rig = served_rig
+    bind(rig, GROUP_CHAT, activation="mention")
+    group_id = GROUP_CHAT["id"]
+    hello = f"@{BOT_USERNAME} hello"
+    rig.server.say(GROUP_CHAT, BOB, hello, entities=[_mention(hello)])
+    wait_for(lambda: rig.server.sent(group_id))
+    rule = f"@{BOT_USERNAME} from now on, give every deadline with its timezone"
+    rig.server.say(GROUP_CHAT, ALICE, rule, entities=[_mention(rule)])
+    # Bob spoke in this conversation: the write waits, and the host says so in the chat
+    wait_for(lambda: any("/approve" in c.params["text"] for c in rig.server.sent(group_id)))
+    wait_for(lambda: any("I did not learn" in c.params["text"] for c in rig.server.sent(group_id)))
+    learned = GroupStore(rig.home).load("fam").learned_file
+    assert not learned.exists() or learned.read_text() == ""
+    confirm = f"/confirm@{BOT_USERNAME}"
+    rig.server.say(
+        GROUP_CHAT,
+        ALICE,
+        confirm,
+        entities=[{"type": "bot_command", "offset": 0, "length": len(confirm)}],
+    )
+    wait_for(
+        lambda: any(
+            c.params["text"].startswith("Approved request 1") for c in rig.server.sent(group_id)
+        )
+    )
+    assert "timezone" in learned.read_text()
+
+
+def test_clear_with_the_bots_name_starts_a_fresh_context(served_rig: Rig) -> None:
+    rig = served_rig
+    bind(rig, GROUP_CHAT, activation="mention")
+    group_id = GROUP_CHAT["id"]
+    clear = f"/clear@{BOT_USERNAME}"
+    rig.server.say(
+        GROUP_CHAT, BOB, clear, entities=[{"type": "bot_command", "offset": 0, "length": 24}]
+    )
+    wait_for(lambda: rig.server.sent(group_id))
+    assert rig.server.sent(group_id)[0].params["text"].startswith("Started a fresh context")

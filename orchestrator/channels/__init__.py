@@ -1,5 +1,7 @@
-"""Channels: where messages come from. Each is a small class registered by name here;
-adding a chat app adds a module and a line, and touches no core module."""
+"""Channels: where messages come from. The daemon's own (the command line's socket) are
+registered by name here (the HTTP API's routes are served by the service's web server);
+each chat app is a kind of account (``orchestrator.config.kinds``), run by the chat-app
+core with the app's adapter, so adding one adds a package and touches no core module."""
 
 from __future__ import annotations
 
@@ -7,20 +9,22 @@ import importlib
 
 from orchestrator.channels.base import Channel
 
-# channel name -> "module:class"
+# the daemon's own channels: name -> "module:class"
 REGISTRY: dict[str, str] = {
     "cli": "orchestrator.channels.control:ControlChannel",
-    "http": "orchestrator.channels.http:HttpChannel",
-    "telegram": "orchestrator.channels.telegram:TelegramChannel",
-    "matrix": "orchestrator.channels.matrix:MatrixChannel",
 }
 
 
 def load_channels() -> list[type[Channel]]:
-    classes = []
+    """The daemon's own channels, then one per kind of chat-app account."""
+    from orchestrator.channels.chatapp import ChatAppChannel
+    from orchestrator.config.kinds import account_kinds
+
+    classes: list[type[Channel]] = []
     for target in REGISTRY.values():
         module, _, attr = target.partition(":")
         classes.append(getattr(importlib.import_module(module), attr))
+    classes += [ChatAppChannel.of_kind(kind) for kind in account_kinds().values()]
     return classes
 
 

@@ -32,15 +32,11 @@ import hmac
 import json
 import logging
 import math
-import socket
-import threading
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from orchestrator.channels.base import Channel
 from orchestrator.config.accounts import HttpToken, http_tokens
 from orchestrator.daemon.core import Inbound
 from orchestrator.errors import (
@@ -54,12 +50,12 @@ from orchestrator.limits import (
     HTTP_BODY_MAX_BYTES,
     HTTP_BODY_TIMEOUT_SECONDS,
     HTTP_CHAT_MESSAGES_MAX,
-    HTTP_HEADER_TIMEOUT_SECONDS,
-    HTTP_LISTEN_BACKLOG,
     HTTP_LONG_POLL_MAX_SECONDS,
-    HTTP_MAX_CONNECTIONS,
 )
 from orchestrator.store.messages import DEAD, DONE, Message
+
+if TYPE_CHECKING:
+    from orchestrator.daemon.core import Daemon
 
 log = logging.getLogger("orchestrator.channels.http")
 
@@ -87,89 +83,53 @@ def bearer_token(header: str) -> str | None:
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
 
-class _Refuse(asyncio.Protocol):
-    """Closes a connection over the cap as soon as it is made."""
+class HttpApi:
+    """The HTTP API's routes on the daemon's web server (``service.web``), which owns the
+    application, the listening socket and the connection cap."""
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        transport.close()
-
-
-class _Counted(asyncio.Protocol):
-    """aiohttp's protocol for one connection, counted from the moment it is made (the
-    event loop accepts a batch of connections before any of them is set up)."""
-
-    def __init__(self, inner: Any, release: Callable[[], None]) -> None:
-        self.inner = inner
-        self.release = release
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.inner.connection_made(transport)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        try:
-            self.inner.connection_lost(exc)
-        finally:
-            self.release()
-
-    def data_received(self, data: bytes) -> None:
-        self.inner.data_received(data)
-
-    def eof_received(self) -> bool | None:
-        result: bool | None = self.inner.eof_received()
-        return result
-
-    def pause_writing(self) -> None:
-        self.inner.pause_writing()
-
-    def resume_writing(self) -> None:
-        self.inner.resume_writing()
-
-
-class HttpChannel(Channel):
-    name = "http"
+    name = "http"  # the channel of its messages (a named token's: ``http:<name>``)
 
     def __init__(self, daemon: Any) -> None:
-        super().__init__(daemon)
+        self.daemon: Daemon = daemon
         self.waiters: dict[str, set[asyncio.Event]] = {}
         self.named: dict[str, HttpToken] = {}  # token value -> its definition
-        self.refused_connections = 0
-        self.open_connections = 0  # touched only on the event loop
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
-    def enabled(cls, daemon: Any) -> bool:
-        return bool(daemon.config.http_token or daemon.config.http_tokens)
+    def enabled(cls, config: Any) -> bool:
+        return bool(config.http_token or config.http_tokens)
 
     @classmethod
     def settings(cls, config: Any) -> tuple[object, ...]:
         return (
-            config.http_listen,
             config.http_token,
-            config.http_allow_remote,
             tuple(sorted(config.http_tokens.items())),
             config.secrets_file,
-            config.http_dashboard,
         )
 
-    def where(self) -> str:
-        return f"http://{self.daemon.config.http_listen}"
+    @property
+    def middlewares(self) -> list[Any]:
+        return [self._errors, self._auth]
 
-    def app(self) -> web.Application:
-        middlewares = [self._errors, self._auth]
-        dashboard = None
-        if self.daemon.config.http_dashboard:
-            from orchestrator.dashboard.app import Dashboard
-
-            dashboard = self.dashboard = Dashboard(self.daemon)
-            middlewares.append(dashboard.middleware)
-        app = web.Application(client_max_size=HTTP_BODY_MAX_BYTES, middlewares=middlewares)
-        if dashboard is not None:
-            dashboard.add_routes(app)
+    def add_routes(self, app: web.Application) -> None:
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/v1/groups", self.groups)
         app.router.add_post("/v1/groups/{name}/messages", self.post_message)
         app.router.add_get("/v1/messages/{id}", self.get_message)
         app.router.add_get("/v1/groups/{name}/chats/{chat}/messages", self.chat_messages)
-        return app
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Read the named tokens and follow the daemon's changes (long polls wake on
+        them, on ``loop``)."""
+        config = self.daemon.config
+        self.loop = loop
+        self.named, problems = http_tokens(config.http_tokens, config.secrets_file)
+        for problem in problems:
+            log.warning("%s; that token is not accepted", problem)
+        self.daemon.add_listener(self._wake_soon)
+
+    def stop(self) -> None:
+        self.daemon.remove_listener(self._wake_soon)
 
     @web.middleware
     async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -425,69 +385,9 @@ class HttpChannel(Channel):
 
     def _wake_soon(self, message_id: str) -> None:
         """From a worker thread: wake the long polls waiting on ``message_id``."""
-        if message_id in self.waiters:
+        if message_id in self.waiters and self.loop is not None:
             self.loop.call_soon_threadsafe(self._wake, message_id)
 
     def _wake(self, message_id: str) -> None:
         for event in self.waiters.get(message_id, ()):
             event.set()
-
-    # serving
-
-    def _protocol(self) -> asyncio.BaseProtocol:
-        if self.open_connections >= HTTP_MAX_CONNECTIONS:
-            self.refused_connections += 1
-            log.warning("HTTP connection refused: %d already open", HTTP_MAX_CONNECTIONS)
-            return _Refuse()
-        self.open_connections += 1
-        return _Counted(self.runner.server(), self._release)  # type: ignore[misc]
-
-    def _release(self) -> None:
-        self.open_connections -= 1
-
-    def start(self) -> None:
-        config = self.daemon.config
-        self.named, problems = http_tokens(config.http_tokens, config.secrets_file)
-        for problem in problems:
-            log.warning("%s; that token is not accepted", problem)
-        host, _, port = (self.daemon.config.http_listen or "").rpartition(":")
-        host = host.strip("[]") or "127.0.0.1"
-        self.loop = asyncio.new_event_loop()
-        self.runner = web.AppRunner(
-            self.app(), access_log=None, keepalive_timeout=HTTP_HEADER_TIMEOUT_SECONDS
-        )
-        self.loop.run_until_complete(self.runner.setup())
-        self.server = self.loop.run_until_complete(
-            self.loop.create_server(
-                self._protocol,
-                host,
-                int(port),
-                family=socket.AF_INET6 if ":" in host else socket.AF_UNSPEC,
-                reuse_address=True,
-                backlog=HTTP_LISTEN_BACKLOG,
-            )
-        )
-        self.daemon.add_listener(self._wake_soon)
-        self.thread = threading.Thread(
-            target=self.loop.run_forever, name="http-channel", daemon=True
-        )
-        self.thread.start()
-        log.info("HTTP API listening on %s", self.daemon.config.http_listen)
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Close the server, waiting at most ``timeout`` seconds for it (TimeoutError
-        after that), and end its thread, waiting at most half as long again: a server
-        stuck in a callback never holds up the daemon's exit."""
-
-        async def close() -> None:
-            self.server.close()
-            await self.runner.cleanup()
-
-        future = asyncio.run_coroutine_threadsafe(close(), self.loop)
-        try:
-            future.result(timeout=timeout)
-        finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join(timeout=timeout / 2)
-            if not self.thread.is_alive():
-                self.loop.close()

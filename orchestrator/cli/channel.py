@@ -66,29 +66,63 @@ def _reload_if_running(obj: CliContext) -> str:
     return "the running daemon reloaded"
 
 
-@click.group()
+def _kinds() -> dict[str, Any]:
+    from orchestrator.config.kinds import account_kinds
+
+    return account_kinds()
+
+
+def _channel_help() -> str:
+    examples = "\n".join(f"  {k.example}" for k in _kinds().values() if k.example)
+    return (
+        "Chat-app accounts (a Telegram bot, a Matrix user, ...) through which people reach "
+        "groups.\n\n"
+        "An account is defined in orchestrator.yaml; its token stays on the host (in the "
+        "daemon's environment or the secrets file) and never reaches a container or a log. "
+        "Each chat of an account is bound to one group: `orchestrator bind`, or approve the "
+        "pairing code an unbound chat is given with `orchestrator pair CODE GROUP`.\n\n"
+        "\b\nExamples:\n"
+        f"{examples}\n"
+        "  orchestrator pair --list\n"
+        "  orchestrator pair K7QM-2XPR family\n"
+        "  orchestrator bind family familybot:-1001234567890 --activation mention\n"
+    )
+
+
+@click.group(help=_channel_help())
 def channel() -> None:
-    """Chat-app accounts (a Telegram bot, ...) through which people reach groups.
-
-    An account is defined in orchestrator.yaml; its token stays on the host (in the
-    daemon's environment or the secrets file) and never reaches a container or a log.
-    Each chat of an account is bound to one group: `orchestrator bind`, or approve the
-    pairing code an unbound chat is given with `orchestrator pair CODE GROUP`.
-
-    \b
-    Examples:
-      orchestrator channel add telegram familybot --token-env TELEGRAM_FAMILY_TOKEN
-      orchestrator channel add matrix helper --homeserver https://matrix.example.org \\
-          --user-id @helper:example.org --token-env MATRIX_TOKEN \\
-          --allow-inviter @me:example.org
-      orchestrator pair --list
-      orchestrator pair K7QM-2XPR family
-      orchestrator bind family familybot:-1001234567890 --activation mention
-    """
+    pass
 
 
-@channel.command("add")
-@click.argument("kind", type=click.Choice(["telegram", "matrix"]))
+def _kind_options(command: Any) -> Any:
+    """Each kind's own settings as options of `channel add` (a flag two kinds share is
+    one option)."""
+    seen: dict[str, Any] = {}
+    for kind in _kinds().values():
+        for option in kind.options:
+            seen.setdefault(option.flag, option)
+    for flag, option in reversed(list(seen.items())):
+        command = click.option(
+            flag,
+            option.key,
+            multiple=option.multiple,
+            default=None,
+            metavar=option.metavar,
+            help=option.help,
+        )(command)
+    return command
+
+
+def _add_help() -> str:
+    kinds = "\n\n".join(k.summary for k in _kinds().values())
+    return (
+        "Define channel account NAME of KIND in orchestrator.yaml (comments and order are "
+        "kept); a running daemon starts it at once.\n\n" + kinds
+    )
+
+
+@channel.command("add", help=_add_help())
+@click.argument("kind", type=click.Choice(sorted(_kinds())))
 @click.argument("name")
 @click.option("--token-env", default=None, metavar="VAR", help="Read the bot token from $VAR.")
 @click.option(
@@ -98,91 +132,54 @@ def channel() -> None:
     help="Read the token from entry NAME of the secrets file (secrets_file in "
     "orchestrator.yaml; mode 0600).",
 )
-@click.option(
-    "--api-url",
-    default=None,
-    metavar="URL",
-    help="A self-hosted Bot API server (default: https://api.telegram.org).",
-)
-@click.option(
-    "--attachments-max",
-    default=None,
-    metavar="SIZE",
-    help="The largest photo or document stored per message (default 10m; 0 refuses files).",
-)
-@click.option(
-    "--homeserver", default=None, metavar="URL", help="Matrix: the homeserver's base URL."
-)
-@click.option(
-    "--user-id", default=None, metavar="ID", help="Matrix: the bot's user id (@bot:example.org)."
-)
-@click.option(
-    "--allow-inviter",
-    "inviters",
-    multiple=True,
-    metavar="ID",
-    help="Matrix: a user whose invites the bot accepts (repeatable); other invites get a "
-    "pairing code.",
-)
+@_kind_options
 @click.option("--replace", is_flag=True, help="Replace an account of that name.")
 @pass_cli
 def add(
     obj: CliContext,
+    /,
     kind: str,
     name: str,
     token_env: str | None,
     token_secret: str | None,
-    api_url: str | None,
-    attachments_max: str | None,
-    homeserver: str | None,
-    user_id: str | None,
-    inviters: tuple[str, ...],
     replace: bool,
+    **settings: Any,
 ) -> None:
-    """Define channel account NAME of KIND in orchestrator.yaml (comments and order are
-    kept); a running daemon starts it at once.
-
-    \b
-    Telegram: a bot token from @BotFather.
-    Matrix: the bot's user, an access token of it (from logging it in once), its
-    homeserver; --allow-inviter names whose invites it accepts.
-    """
     from orchestrator.config.edit import edit_config
     from orchestrator.errors import BadInput
 
-    if kind == "matrix":
-        if not homeserver or not user_id:
-            raise BadInput(
-                "a matrix account needs --homeserver URL and --user-id @bot:server",
-                hint="such as --homeserver https://matrix.example.org --user-id "
-                "@helper:example.org",
-            )
-        if api_url or attachments_max is not None:
-            raise BadInput("--api-url and --attachments-max are for telegram accounts")
-    elif homeserver or user_id or inviters:
-        raise BadInput("--homeserver, --user-id and --allow-inviter are for matrix accounts")
-
+    account_kind = _kinds()[kind]
+    given = {k: v for k, v in settings.items() if v not in (None, ())}
+    own = {o.key: o for o in account_kind.options}
+    foreign = [k for k in given if k not in own]
+    if foreign:
+        flags = [o.flag for k2 in _kinds().values() for o in k2.options if o.key in foreign]
+        owners = sorted(
+            {k2.name for k2 in _kinds().values() for o in k2.options if o.key in foreign}
+        )
+        raise BadInput(
+            f"{', '.join(dict.fromkeys(flags))} {'is' if len(foreign) == 1 else 'are'} for "
+            f"{' and '.join(owners)} accounts, not {kind}",
+            hint="see: orchestrator channel add --help",
+        )
+    missing = [o for o in account_kind.options if o.required and o.key not in given]
+    if missing:
+        raise BadInput(
+            f"a {kind} account needs " + " and ".join(f"{o.flag} {o.metavar}" for o in missing),
+            hint=account_kind.example and f"such as: {account_kind.example}",
+        )
     if bool(token_env) == bool(token_secret):
         raise BadInput(
             "give --token-env VAR or --token-secret NAME (one of them)",
-            hint="the token comes from BotFather; keep it in the daemon's environment or the "
-            "secrets file",
+            hint="keep the token in the daemon's environment or the secrets file",
         )
     entry: dict[str, object] = {"kind": kind}
     if token_env:
         entry["token_env"] = token_env
     if token_secret:
         entry["token_secret"] = token_secret
-    if api_url:
-        entry["api_url"] = api_url
-    if attachments_max is not None:
-        entry["attachments_max_bytes"] = attachments_max
-    if homeserver:
-        entry["homeserver"] = homeserver
-    if user_id:
-        entry["user_id"] = user_id
-    if inviters:
-        entry["allow_inviters"] = list(inviters)
+    for key, value in given.items():
+        entry[key] = list(value) if own[key].multiple else value
 
     def change(data: dict[str, object]) -> None:
         channels = data.setdefault("channels", {})
@@ -260,8 +257,7 @@ def list_(obj: CliContext, as_json: bool) -> None:
         return
     if not rows:
         click.echo(
-            "no channel accounts; add one with: orchestrator channel add telegram NAME "
-            "--token-env VAR"
+            "no channel accounts; add one with: orchestrator channel add KIND NAME --token-env VAR"
         )
         return
     print_table(
@@ -343,7 +339,7 @@ def _check_account(obj: CliContext, account: str) -> None:
         known = ", ".join(sorted(accounts)) or "none"
         raise BadInput(
             f"no channel account {account!r} (defined: {known})",
-            hint="orchestrator channel add telegram NAME --token-env VAR",
+            hint="orchestrator channel add KIND NAME --token-env VAR (see --help for the kinds)",
         )
 
 

@@ -2,11 +2,10 @@
 
     channels:
       familybot:
-        kind: telegram
+        kind: telegram                     # a kind of account (config/kinds.py)
         token_env: TELEGRAM_FAMILY_TOKEN   # or token_secret: NAME (an entry of secrets_file)
-        api_url: http://127.0.0.1:8081     # optional: a self-hosted Bot API server
-        attachments_max_bytes: 10m         # photos and documents stored per message
         sender_rate: {messages: 20, per: 10m}   # per sender and group
+        api_url: http://127.0.0.1:8081     # the kind's own settings (here Telegram's)
     http:
       tokens:
         slack-bridge:
@@ -30,9 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.config.kinds import (
+    NO_OPTIONS,
+    KindOptions,
+    account_kinds,
+    reserved_prefixes,
+)
 from orchestrator.errors import OrchestratorError
 from orchestrator.limits import (
-    DEFAULT_ATTACHMENT_MAX_BYTES,
     DEFAULT_SENDER_RATE_MESSAGES,
     DEFAULT_SENDER_RATE_SECONDS,
 )
@@ -42,19 +46,15 @@ if TYPE_CHECKING:
     from orchestrator.validate import MappingReader
 
 ACCOUNT_NAME_PATTERN = r"[a-z0-9][a-z0-9_-]{0,39}"
-CHANNEL_KINDS = ("telegram", "matrix")
-MATRIX_USER_PATTERN = r"@[a-z0-9._=/+-]+:[A-Za-z0-9.:\[\]-]+"
-# Prefixes no HTTP token but the operator's may name: each belongs to a channel of the
-# daemon's own (or to the operator and the scheduler).
-RESERVED_PREFIXES = ("telegram:", "matrix:", "operator", "task:", "cli:")
 SENDER_PREFIX_PATTERN = r"[a-z][a-z0-9_-]{0,30}:"
+COMMON_KEYS = ("kind", "token_env", "token_secret", "sender_rate")
 
 
 def account_of_channel(channel: str) -> str | None:
     """The chat-app account whose messages carry ``channel`` ("telegram:familybot" ->
     "familybot"), or None for the daemon's other channels (cli, http, dashboard)."""
     kind, sep, name = channel.partition(":")
-    return name if sep and kind in CHANNEL_KINDS else None
+    return name if sep and kind in account_kinds() else None
 
 
 @dataclass(frozen=True)
@@ -63,13 +63,9 @@ class ChannelAccount:
     kind: str
     token_env: str | None = None
     token_secret: str | None = None
-    api_url: str | None = None
-    attachments_max_bytes: int = DEFAULT_ATTACHMENT_MAX_BYTES
+    options: KindOptions = NO_OPTIONS  # the settings only its kind has
     rate_messages: int = DEFAULT_SENDER_RATE_MESSAGES
     rate_seconds: int = DEFAULT_SENDER_RATE_SECONDS
-    homeserver: str | None = None  # matrix: the homeserver's base URL
-    user_id: str | None = None  # matrix: the bot's user id (@bot:example.org)
-    allow_inviters: tuple[str, ...] = ()  # matrix: whose invites the bot accepts
 
     @property
     def prefix(self) -> str:
@@ -94,18 +90,8 @@ class ChannelAccount:
             "name": self.name,
             "kind": self.kind,
             "token": self.token_reference(),
-            "api_url": self.api_url,
-            "attachments_max_bytes": self.attachments_max_bytes,
             "sender_rate": {"messages": self.rate_messages, "per_seconds": self.rate_seconds},
-            **(
-                {
-                    "homeserver": self.homeserver,
-                    "user_id": self.user_id,
-                    "allow_inviters": list(self.allow_inviters),
-                }
-                if self.kind == "matrix"
-                else {}
-            ),
+            **self.options.to_dict(),
         }
 
 
@@ -132,9 +118,11 @@ def _token_source(item: MappingReader) -> tuple[str | None, str | None]:
 
 
 def parse_channel_accounts(reader: MappingReader) -> dict[str, ChannelAccount]:
-    """The ``channels`` mapping of orchestrator.yaml, validated."""
-    from orchestrator.units import parse_duration, parse_size
+    """The ``channels`` mapping of orchestrator.yaml, validated: the keys every account
+    has here, the rest by its kind."""
+    from orchestrator.units import parse_duration
 
+    kinds = account_kinds()
     out: dict[str, ChannelAccount] = {}
     for name in reader.data:
         if not isinstance(name, str) or not re.fullmatch(ACCOUNT_NAME_PATTERN, name):
@@ -144,38 +132,10 @@ def parse_channel_accounts(reader: MappingReader) -> dict[str, ChannelAccount]:
                 "letter or digit",
             )
         item = reader.child(name)
-        kind = item.choice("kind", CHANNEL_KINDS, item.raw("kind"))
-        common = ["kind", "token_env", "token_secret", "sender_rate"]
-        if kind == "matrix":
-            item.reject_unknown([*common, "homeserver", "user_id", "allow_inviters"])
-        else:
-            item.reject_unknown([*common, "api_url", "attachments_max_bytes"])
-        homeserver = user_id = None
-        inviters: tuple[str, ...] = ()
-        if kind == "matrix":
-            homeserver = item.text(
-                "homeserver", pattern=r"https?://[^\s/]+(/\S*)?", max_chars=512
-            ).rstrip("/")
-            user_id = item.text("user_id", pattern=MATRIX_USER_PATTERN, max_chars=255)
-            inviters = item.id_list("allow_inviters", max_chars=255)
-            for inviter in inviters:
-                if not re.fullmatch(MATRIX_USER_PATTERN, inviter):
-                    raise item.fail(
-                        "allow_inviters", f"{inviter!r} is not a Matrix user id (@name:server)"
-                    )
+        kind = kinds[item.choice("kind", tuple(kinds), item.raw("kind"))]
+        item.reject_unknown([*COMMON_KEYS, *kind.keys])
+        options = kind.parse(item)
         token_env, token_secret = _token_source(item)
-        api_url = (
-            item.text("api_url", pattern=r"https?://[^\s/]+(/\S*)?", max_chars=512).rstrip("/")
-            if "api_url" in item.data
-            else None
-        )
-        size = parse_size(item.raw("attachments_max_bytes", DEFAULT_ATTACHMENT_MAX_BYTES))
-        if size is None or not 0 <= size <= 2 * 1024**3:
-            raise item.fail(
-                "attachments_max_bytes",
-                f"got {item.data.get('attachments_max_bytes')!r}; expected a size up to 2g "
-                "(such as 10m; 0 refuses every file)",
-            )
         messages, seconds = DEFAULT_SENDER_RATE_MESSAGES, DEFAULT_SENDER_RATE_SECONDS
         if "sender_rate" in item.data:
             rate = item.child("sender_rate")
@@ -190,17 +150,7 @@ def parse_channel_accounts(reader: MappingReader) -> dict[str, ChannelAccount]:
                 )
             seconds = per
         out[name] = ChannelAccount(
-            name,
-            kind,
-            token_env,
-            token_secret,
-            api_url,
-            size,
-            messages,
-            seconds,
-            homeserver,
-            user_id,
-            inviters,
+            name, kind.name, token_env, token_secret, options, messages, seconds
         )
     return out
 
@@ -222,7 +172,7 @@ def parse_http_tokens(reader: MappingReader) -> dict[str, HttpToken]:
                 "senders",
                 f"got {senders!r}; expected a prefix such as 'slack:' (lowercase, ending in ':')",
             )
-        if any(senders.startswith(p) or p.startswith(senders) for p in RESERVED_PREFIXES):
+        if any(senders.startswith(p) or p.startswith(senders) for p in reserved_prefixes()):
             raise item.fail(
                 "senders",
                 f"{senders!r} belongs to a channel of the daemon's own or to the operator; "

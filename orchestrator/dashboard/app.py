@@ -141,6 +141,10 @@ class Dashboard:
         r.add_get("/ui/api/messages/{id}", self.message_json)
         r.add_static("/ui/static/", HERE / "static", show_index=False, follow_symlinks=False)
 
+    @property
+    def middlewares(self) -> list[Any]:
+        return [self.middleware]
+
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         """Security headers on every page; a session for all but login and static

@@ -10,14 +10,17 @@ flood or an oversized request raises RelayViolation, which fails that turn only.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from orchestrator import protocol
 from orchestrator.config import OrchestratorConfig
 from orchestrator.config.providers import resolve_key
 from orchestrator.groups import Group
@@ -25,13 +28,45 @@ from orchestrator.limits import RELAY_OPS_PER_TURN
 from orchestrator.memory.embeddings import EmbedderUnavailable
 from orchestrator.memory.search import Hit, MemoryIndex, index_for
 from orchestrator.relay.errors import RelayViolation
-from orchestrator.relay.ops import OPS, load_op
 from orchestrator.relay.providers import adapter_for
 from orchestrator.relay.providers.base import HostProvider
 from orchestrator.store.messages import Message, MessageQueue
 from orchestrator.store.usage import UsageStore
 
 log = logging.getLogger("orchestrator.relay")
+
+
+class Op(Protocol):
+    """One request op (``relay.ops``)."""
+
+    name: str
+
+    def cap(self, turn: TurnRelay) -> int: ...
+
+    def handle(self, turn: TurnRelay, frame: dict[str, Any]) -> dict[str, Any]: ...
+
+
+# request op name -> "module:class" of its op
+OPS: dict[str, str] = {
+    protocol.MODEL_COMPLETE: "orchestrator.relay.ops.model:ModelComplete",
+    protocol.REPLY: "orchestrator.relay.ops.reply:Reply",
+    protocol.STANDING_GET: "orchestrator.relay.ops.standing:StandingGet",
+    protocol.LEARNED_READ: "orchestrator.relay.ops.learned_read:LearnedRead",
+    protocol.LEARNED_WRITE: "orchestrator.relay.ops.learned_write:LearnedWrite",
+    protocol.MEMORY_SEARCH: "orchestrator.relay.ops.memory_search:MemorySearch",
+    protocol.MEMORY_GET: "orchestrator.relay.ops.memory_get:MemoryGet",
+    protocol.TASK_SCHEDULE: "orchestrator.relay.ops.task_schedule:TaskSchedule",
+    protocol.TASK_LIST: "orchestrator.relay.ops.task_list:TaskList",
+    protocol.TASK_CANCEL: "orchestrator.relay.ops.task_cancel:TaskCancel",
+}
+
+
+@cache
+def load_op(name: str) -> Op:
+    """The op answering requests named ``name`` (one of OPS)."""
+    module, _, attr = OPS[name].partition(":")
+    op: Op = getattr(importlib.import_module(module), attr)()
+    return op
 
 
 @dataclass

@@ -62,6 +62,7 @@ class JsonFormatter(logging.Formatter):
 def setup_logging(log_format: str, debug: bool = False) -> None:
     """Log lines on stderr (INFO, or DEBUG with ``debug``), rate-limited per kind, with
     every secret the daemon knows redacted and HTTP clients' URL lines kept out."""
+    from orchestrator.config.kinds import kind_loggers
     from orchestrator.lograte import RateLimitFilter
     from orchestrator.redact import RedactingFilter, quiet_clients
 
@@ -76,7 +77,7 @@ def setup_logging(log_format: str, debug: bool = False) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if debug else logging.INFO)
-    quiet_clients()
+    quiet_clients(kind_loggers())
 
 
 # The lock's file object lives as long as the process: closing it would release the lock
@@ -96,13 +97,19 @@ class Service:
         daemon.on_reload = self.reload
 
     def start_channels(self) -> None:
-        from orchestrator.channels import load_channels
-
-        for cls in load_channels():
+        for cls in self.channel_classes():
             if cls.enabled(self.daemon):
                 channel = cls(self.daemon)
                 channel.start()
                 self.channels[channel.name] = channel
+
+    @staticmethod
+    def channel_classes() -> list[type[Channel]]:
+        """The channels: the command line's, the web server's, one per chat-app kind."""
+        from orchestrator.channels import load_channels
+        from orchestrator.service.web import WebServer
+
+        return [*load_channels(), WebServer]
 
     def stop_channels(self) -> None:
         for channel in list(self.channels.values()):
@@ -124,8 +131,6 @@ class Service:
         """Read orchestrator.yaml again and apply it: providers, tokens, channels, the
         runtime's settings (groups are read at each message anyway). A file that does
         not load is refused and the running configuration kept."""
-        from orchestrator.channels import load_channels
-
         with self.lock:
             try:
                 config = load_config(self.home)
@@ -135,7 +140,7 @@ class Service:
             old = self.daemon.config
             self.daemon.apply_config(config)
             restarted = []
-            for cls in load_channels():
+            for cls in self.channel_classes():
                 running = self.channels.get(cls.name)
                 wanted = cls.enabled(self.daemon)
                 if running is not None and (

@@ -336,6 +336,7 @@ def check_channels(home: Home) -> list[Check]:
     """Each channel account: its token can be found (never shown), the daemon's last word
     on its connection, and Telegram's privacy mode where it hides group messages."""
     from orchestrator.config.accounts import account_token
+    from orchestrator.config.kinds import account_kinds
     from orchestrator.store.chats import ChatStore
     from orchestrator.store.messages import open_queue_if_any
 
@@ -374,21 +375,10 @@ def check_channels(home: Home) -> list[Check]:
                     )
                 )
                 continue
-            in_groups = [b for b in bound if b.chat.startswith("-")]  # group chat ids
-            if health.get("can_read_all_group_messages") is False and in_groups:
-                checks.append(
-                    Check(
-                        name,
-                        WARN,
-                        f"{_handle(health.get('bot'))} has Telegram's privacy mode on: in the "
-                        f"{len(in_groups)} group chats bound it is sent only commands "
-                        "(/...), replies to its own messages and service messages, not "
-                        "the rest of the conversation",
-                        "to let it see every message: @BotFather, /setprivacy, Disable, "
-                        "then remove the bot from those groups and add it again (or make it "
-                        "a group admin)",
-                    )
-                )
+            kind = account_kinds().get(account.kind)
+            advice = kind.advice(health, [b.chat for b in bound]) if kind and kind.advice else None
+            if advice is not None:
+                checks.append(Check(name, WARN, advice.text, advice.hint))
                 continue
             checks.append(
                 Check(

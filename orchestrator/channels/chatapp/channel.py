@@ -1,4 +1,4 @@
-"""What every chat app's channel shares: the accounts of its kind in orchestrator.yaml,
+"""The channel of one kind of chat app: the accounts of that kind in orchestrator.yaml,
 one event loop on a thread of its own serving all of them, and the daemon's change
 events passed to each account (which sends the replies of its own messages)."""
 
@@ -7,40 +7,51 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from orchestrator.channels.base import Channel
 from orchestrator.config.accounts import ChannelAccount
 
 if TYPE_CHECKING:
+    from orchestrator.channels.chatapp.core import ChatAccount
+    from orchestrator.config.kinds import AccountKind
     from orchestrator.daemon.core import Daemon
 
 log = logging.getLogger("orchestrator.channels")
-
-
-class Account(Protocol):
-    """One account of a chat app, living in the channel's event loop."""
-
-    async def start(self) -> None: ...
-
-    async def stop(self) -> None: ...
-
-    def wake_soon(self, message_id: str) -> None: ...
+_CLASSES: dict[str, type[ChatAppChannel]] = {}
 
 
 class ChatAppChannel(Channel):
-    """All accounts of one kind (``kind``), each made by ``make_account``."""
+    """All accounts of one kind (``kind``); ``of_kind`` makes the class of a kind."""
 
     kind: ClassVar[str] = ""
 
     def __init__(self, daemon: Daemon) -> None:
         super().__init__(daemon)
-        self.accounts: dict[str, Account] = {}
+        self.accounts: dict[str, ChatAccount] = {}
         self.loop = asyncio.new_event_loop()
         self.thread: threading.Thread | None = None
 
-    def make_account(self, definition: ChannelAccount) -> Account:
-        raise NotImplementedError
+    @staticmethod
+    def of_kind(kind: AccountKind) -> type[ChatAppChannel]:
+        """The channel class of ``kind`` (one per kind, made once)."""
+        made = _CLASSES.get(kind.name)
+        if made is None or made.account_kind is not kind:
+            made = type(
+                f"{kind.title.replace(' ', '')}Channel",
+                (ChatAppChannel,),
+                {"name": kind.name, "kind": kind.name, "account_kind": kind},
+            )
+            _CLASSES[kind.name] = made
+        return made
+
+    account_kind: ClassVar[AccountKind | None] = None
+
+    def make_account(self, definition: ChannelAccount) -> ChatAccount:
+        from orchestrator.channels.chatapp.core import ChatAccount
+
+        assert self.account_kind is not None
+        return ChatAccount(self.daemon, definition, self.loop, self.account_kind)
 
     @classmethod
     def wanted(cls, config: Any) -> list[ChannelAccount]:

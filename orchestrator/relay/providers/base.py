@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import email.utils
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,4 +116,28 @@ def status_failure(
         status=status,
         retry_after=retry_after_seconds(headers),
         retryable=retryable,
+    )
+
+
+def sdk_failure(
+    provider: HostProvider, sdk: Any, exc: BaseException, detail: Callable[[Any], str]
+) -> ProviderFailure:
+    """The failure for what a vendor SDK (anthropic's, openai's: the same exception
+    classes) raised: an HTTP error answer, no answer (worth retrying), or an answer its
+    parser gave up on (a malformed one, worth retrying)."""
+    name = provider.definition.name
+    if isinstance(exc, ProviderFailure):
+        exc.message = provider.scrub(exc.message)
+        return exc
+    if isinstance(exc, sdk.APIStatusError):
+        return status_failure(provider, exc.status_code, exc.response.headers, detail(exc))
+    if isinstance(exc, sdk.APITimeoutError | sdk.APIConnectionError):
+        return ProviderFailure(
+            provider.scrub(f"provider {name!r} unreachable: {exc}"), retryable=True
+        )
+    return ProviderFailure(
+        provider.scrub(
+            f"provider {name!r} sent a malformed answer: {type(exc).__name__}: {exc}"[:500]
+        ),
+        retryable=True,
     )

@@ -18,7 +18,7 @@ from orchestrator.relay.providers.base import (
     ModelAnswer,
     ModelCall,
     ProviderFailure,
-    status_failure,
+    sdk_failure,
 )
 
 
@@ -182,25 +182,11 @@ class OpenAIProvider(HostProvider):
             )
             with stream:
                 return read_stream(stream, call)
-        except ProviderFailure as failure:
-            failure.message = self.scrub(failure.message)
-            raise
-        except sdk.APIStatusError as exc:
-            raise status_failure(
-                self, exc.status_code, exc.response.headers, _detail(exc)
-            ) from None
-        except (sdk.APITimeoutError, sdk.APIConnectionError) as exc:
-            raise ProviderFailure(
-                self.scrub(f"provider {self.definition.name!r} unreachable: {exc}"), retryable=True
-            ) from None
-        except Exception as exc:  # a malformed answer: the SDK's parsing gave up
-            raise ProviderFailure(
-                self.scrub(
-                    f"provider {self.definition.name!r} sent a malformed answer: "
-                    f"{type(exc).__name__}: {exc}"[:500]
-                ),
-                retryable=True,
-            ) from None
+        except Exception as exc:
+            failure = sdk_failure(self, sdk, exc, _detail)
+            if failure is exc:
+                raise
+            raise failure from None
 
 
 def _detail(exc: Any) -> str:
