@@ -6,18 +6,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from orchestrator import protocol
-from orchestrator.limits import RELAY_SMALL_REQUEST_BYTES, TOOL_READ_MAX_CHARS
+from orchestrator.limits import TOOL_READ_MAX_CHARS
 from orchestrator.memory.learned import LearnedStore
+from orchestrator.relay.ops.base import FixedCap
 
 if TYPE_CHECKING:
     from orchestrator.relay.turn import TurnRelay
 
 
-class LearnedRead:
+class LearnedRead(FixedCap):
     name = protocol.LEARNED_READ
-
-    def cap(self, turn: TurnRelay) -> int:
-        return RELAY_SMALL_REQUEST_BYTES
 
     def handle(self, turn: TurnRelay, frame: dict[str, Any]) -> dict[str, Any]:
         try:

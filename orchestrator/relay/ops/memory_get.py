@@ -8,19 +8,16 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator import protocol
 from orchestrator.confined import UnsafePath
-from orchestrator.limits import RELAY_SMALL_REQUEST_BYTES
 from orchestrator.memory.reading import read_lines
 from orchestrator.relay.errors import RelayViolation
+from orchestrator.relay.ops.base import FixedCap
 
 if TYPE_CHECKING:
     from orchestrator.relay.turn import TurnRelay
 
 
-class MemoryGet:
+class MemoryGet(FixedCap):
     name = protocol.MEMORY_GET
-
-    def cap(self, turn: TurnRelay) -> int:
-        return RELAY_SMALL_REQUEST_BYTES
 
     def handle(self, turn: TurnRelay, frame: dict[str, Any]) -> dict[str, Any]:
         path, first, count = frame.get("path"), frame.get("from_line", 1), frame.get("lines", 60)

@@ -12,18 +12,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from orchestrator import protocol
-from orchestrator.limits import RELAY_SMALL_REQUEST_BYTES, SEARCH_MAX_RESULTS
+from orchestrator.limits import SEARCH_MAX_RESULTS
 from orchestrator.relay.errors import RelayViolation
+from orchestrator.relay.ops.base import FixedCap
 
 if TYPE_CHECKING:
     from orchestrator.relay.turn import TurnRelay
 
 
-class MemorySearch:
+class MemorySearch(FixedCap):
     name = protocol.MEMORY_SEARCH
-
-    def cap(self, turn: TurnRelay) -> int:
-        return RELAY_SMALL_REQUEST_BYTES
 
     def handle(self, turn: TurnRelay, frame: dict[str, Any]) -> dict[str, Any]:
         query, wanted = frame.get("query"), frame.get("max_results", 6)

@@ -9,16 +9,15 @@ from typing import TYPE_CHECKING, Any
 from orchestrator import protocol
 from orchestrator.limits import MESSAGE_MAX_CHARS, RELAY_OPS_PER_TURN, RELAY_REPLY_REQUEST_BYTES
 from orchestrator.relay.errors import RelayViolation
+from orchestrator.relay.ops.base import FixedCap
 
 if TYPE_CHECKING:
     from orchestrator.relay.turn import TurnRelay
 
 
-class Reply:
+class Reply(FixedCap):
     name = protocol.REPLY
-
-    def cap(self, turn: TurnRelay) -> int:
-        return RELAY_REPLY_REQUEST_BYTES
+    max_bytes = RELAY_REPLY_REQUEST_BYTES
 
     def handle(self, turn: TurnRelay, frame: dict[str, Any]) -> dict[str, Any]:
         seq, text = frame.get("seq"), frame.get("text")

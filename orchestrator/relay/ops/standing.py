@@ -10,19 +10,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from orchestrator import protocol
-from orchestrator.limits import RELAY_SMALL_REQUEST_BYTES
 from orchestrator.memory.learned import LearnedStore, read_instructions
 from orchestrator.protocol import INSTRUCTIONS_FILE, LEARNED_FILE, cap_standing
+from orchestrator.relay.ops.base import FixedCap
 
 if TYPE_CHECKING:
     from orchestrator.relay.turn import TurnRelay
 
 
-class StandingGet:
+class StandingGet(FixedCap):
     name = protocol.STANDING_GET
-
-    def cap(self, turn: TurnRelay) -> int:
-        return RELAY_SMALL_REQUEST_BYTES
 
     def handle(self, turn: TurnRelay, frame: dict[str, Any]) -> dict[str, Any]:
         groups_dir, folder = turn.group.path.parent, turn.group.folder

@@ -7,9 +7,9 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from orchestrator import protocol
-from orchestrator.limits import RELAY_SMALL_REQUEST_BYTES
 from orchestrator.protocol import CREATOR
 from orchestrator.relay.errors import RelayViolation
+from orchestrator.relay.ops.base import FixedCap
 from orchestrator.store.tasks import DONE, TaskStore
 
 if TYPE_CHECKING:
@@ -18,11 +18,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("orchestrator.relay")
 
 
-class TaskCancel:
+class TaskCancel(FixedCap):
     name = protocol.TASK_CANCEL
-
-    def cap(self, turn: TurnRelay) -> int:
-        return RELAY_SMALL_REQUEST_BYTES
 
     def handle(self, turn: TurnRelay, frame: dict[str, Any]) -> dict[str, Any]:
         number = frame.get("id")

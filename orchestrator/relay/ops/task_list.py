@@ -5,18 +5,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from orchestrator import protocol
-from orchestrator.limits import RELAY_SMALL_REQUEST_BYTES
+from orchestrator.relay.ops.base import FixedCap
 from orchestrator.store.tasks import TaskStore
 
 if TYPE_CHECKING:
     from orchestrator.relay.turn import TurnRelay
 
 
-class TaskList:
+class TaskList(FixedCap):
     name = protocol.TASK_LIST
-
-    def cap(self, turn: TurnRelay) -> int:
-        return RELAY_SMALL_REQUEST_BYTES
 
     def handle(self, turn: TurnRelay, frame: dict[str, Any]) -> dict[str, Any]:
         tasks = TaskStore(turn.context.queue).tasks(turn.group.folder, turn.message.chat)
