@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from orchestrator.service.web import WebServer as HttpChannel
 from orchestrator.config import OrchestratorConfig
 from orchestrator.daemon.core import Daemon
 from orchestrator.dashboard.app import CSP, Sessions
@@ -23,6 +22,7 @@ from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
 from orchestrator.runtime.fake import FakeBackend
 from orchestrator.runtime.lifecycle import GroupRuntime
+from orchestrator.service.web import WebServer as HttpChannel
 from orchestrator.store.messages import open_queue
 
 TOKEN = "operator-token-0123456789"

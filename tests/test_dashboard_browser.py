@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 
-from orchestrator.service.web import WebServer as HttpChannel
 from orchestrator.config import OrchestratorConfig
 from orchestrator.daemon.core import Daemon
 from orchestrator.groups import GroupStore
@@ -27,6 +26,7 @@ from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
 from orchestrator.runtime.fake import FakeBackend
 from orchestrator.runtime.lifecycle import GroupRuntime
+from orchestrator.service.web import WebServer as HttpChannel
 from orchestrator.store.messages import open_queue
 from orchestrator.store.usage import Call
 from tests.fakerunner import FakeRunner

@@ -17,9 +17,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from orchestrator.channels import http as http_module
-from orchestrator.service import web as web_module
 from orchestrator.channels.http import bearer_token
-from orchestrator.service.web import WebServer as HttpChannel
 from orchestrator.config import OrchestratorConfig, load_config
 from orchestrator.daemon.core import Daemon
 from orchestrator.groups import GroupStore
@@ -27,6 +25,8 @@ from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
 from orchestrator.runtime.fake import FakeBackend
 from orchestrator.runtime.lifecycle import GroupRuntime
+from orchestrator.service import web as web_module
+from orchestrator.service.web import WebServer as HttpChannel
 from orchestrator.store.messages import open_queue
 
 TOKEN = "t" * 24

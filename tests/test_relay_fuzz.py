@@ -25,8 +25,7 @@ from orchestrator.daemon.core import Daemon
 from orchestrator.groups import GroupStore
 from orchestrator.groups.config import GroupConfig
 from orchestrator.relay.errors import RelayViolation
-from orchestrator.relay.turn import OPS
-from orchestrator.relay.turn import TurnRelay
+from orchestrator.relay.turn import OPS, TurnRelay
 from tests.hostile import fingerprint
 
 # Field names the ops read, and names they do not: a frame mixes both.

@@ -523,7 +523,6 @@ def test_no_reply_blank_replies_and_a_tool_that_fails_on_the_disk(
     settings: AgentSettings, monkeypatch
 ) -> None:  # type: ignore[no-untyped-def]
     from orchestrator.agent.providers.base import Completion, ToolCall
-
     from orchestrator.agent.tools import BUILT_IN, FunctionTool, StaticSource, ToolSpec, schema
 
     def broken(box: Toolbox, path: str) -> str:
@@ -1068,7 +1067,7 @@ def test_a_turns_tools_and_said_are_checked_on_the_wire() -> None:
     )
     assert TurnRequest.from_wire(turn).tools is None
     for bad in ("files", ["a b"], [5], ["x"] * 257):
-        with pytest.raises(BadFrame, match="turn.tools must be a list"):
+        with pytest.raises(BadFrame, match=r"turn\.tools must be a list"):
             TurnRequest.from_wire({**turn, "tools": bad})
     said = TurnRequest.from_wire({**turn, "said": "@bot hi"})
     assert (said.text, said.said) == ("hi", "@bot hi")

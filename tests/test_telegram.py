@@ -566,9 +566,7 @@ def test_doctor_reports_a_missing_token_and_privacy_mode(
 
 
 @pytest.fixture
-def served_rig(
-    home: Path, monkeypatch: pytest.MonkeyPatch, server: FakeTelegram
-) -> Iterator[Rig]:
+def served_rig(home: Path, monkeypatch: pytest.MonkeyPatch, server: FakeTelegram) -> Iterator[Rig]:
     """The channel, the daemon and a real runner with the offline provider."""
     import threading
 
