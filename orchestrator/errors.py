@@ -9,6 +9,7 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
+EXIT_PENDING = 3  # the answer was not complete when the command stopped waiting
 
 
 class OrchestratorError(Exception):

@@ -55,12 +55,43 @@ RUNNER_DEAD_SOCKET_SECONDS = 3.0
 CONFIG_FILE_MAX_BYTES = 256 * 1024
 
 # Runner (inside the container).
-# A session's context is compacted when it passes this many characters (config:
-# group.yaml `context_budget`); about a quarter as many tokens.
-DEFAULT_CONTEXT_BUDGET_CHARS = 400_000
+# A session's context is compacted when it would fill more than this share of the
+# model's context window, with room kept for the answer and the tools (group.yaml
+# `context_budget`: a share; an older whole number of characters caps it too, and must
+# be at least MIN_CONTEXT_BUDGET_CHARS).
+DEFAULT_CONTEXT_SHARE = 0.8
+MIN_CONTEXT_SHARE, MAX_CONTEXT_SHARE = 0.2, 0.95
 MIN_CONTEXT_BUDGET_CHARS = 2_000
-# Messages kept verbatim after a compaction; older ones are summarized.
-COMPACTION_KEEP_MESSAGES = 4
+# Tokens are estimated at this many characters each where the provider has not counted
+# them (a low figure: the estimate errs towards compacting early).
+CHARS_PER_TOKEN_ESTIMATE = 3
+# The window of a model whose size nobody says: the embedded offline provider's, and a
+# self-hosted server that reports none (orchestrator.yaml model_info sets it).
+OFFLINE_CONTEXT_TOKENS = 100_000
+SERVER_DEFAULT_CONTEXT_TOKENS = 8_192
+# The vendors' APIs, when model_info does not say: their current models' windows.
+VENDOR_CONTEXT_TOKENS = {"anthropic": 200_000, "openai": 128_000}
+# How long what a server reported of its window is believed before it is asked again.
+CONTEXT_WINDOW_CACHE_SECONDS = 600.0
+CONTEXT_WINDOW_PROBE_TIMEOUT_SECONDS = 3.0
+# After a compaction the newest messages are kept verbatim, as many as fit this share
+# of the budget (at least the last one, cut to fit); older ones are summarized.
+COMPACTION_KEEP_SHARE = 0.25
+COMPACTION_KEEP_MESSAGES = 4  # at most this many
+# The summary of a compaction: its own cap on tokens; one shorter than this many
+# characters is taken as empty, one that hits the cap as runaway (tried once again, then
+# the older messages are kept cut to SUMMARY_FALLBACK_CHARS instead).
+SUMMARY_MAX_TOKENS = 600
+SUMMARY_MIN_CHARS = 20
+SUMMARY_FALLBACK_CHARS = 4_000
+# The runner ends a turn this long before the host's deadline (at most a tenth of the
+# turn), so its answer gets there; the host cuts a model's stream as long before its own.
+RUNNER_DEADLINE_MARGIN_SECONDS = 2.0
+# A streamed answer reaches the chat in pieces (relay/streaming.py).
+STREAM_PIECE_MIN_CHARS = 200
+STREAM_PIECE_MAX_CHARS = 1_500
+STREAM_PIECE_SECONDS = 5.0
+TURN_CUT_MARGIN_SECONDS = 1.0
 # A SessionStart hook is stopped after this long unless its config says otherwise.
 DEFAULT_HOOK_TIMEOUT_SECONDS = 10.0
 HOOK_OUTPUT_MAX_CHARS = 64_000
@@ -127,24 +158,32 @@ LOG_KIND_WINDOW_SECONDS = 60.0
 DEFAULT_REQUESTS_PER_MINUTE = 30
 DEFAULT_TOKENS_PER_TURN = 400_000
 DEFAULT_TOKENS_PER_DAY = 4_000_000
-# A provider's transient failures (429, 5xx, a connection or a stream cut) are retried
-# this many times within the turn's deadline: Retry-After when the server gives one,
-# else exponential from 0.5 s, at most RELAY_RETRY_MAX_WAIT_SECONDS a wait.
-RELAY_PROVIDER_ATTEMPTS = 4
+# The longest answer of one model call (group.yaml `limits.max_tokens`; a provider's
+# own `max_tokens` may lower it further): long enough for a chat answer, short enough
+# that a rambling one ends within seconds on a small server.
+DEFAULT_GROUP_MAX_TOKENS = 1024
+# A provider's transient failures (408, 409, 429, 5xx, a connection or a stream cut)
+# are retried within the turn's deadline: Retry-After when the server gives one, else
+# exponential from 0.5 s, at most RELAY_RETRY_MAX_WAIT_SECONDS a wait. Every call a
+# message's deliveries make counts against one budget of attempts (a redelivered turn
+# does not start afresh): when it is spent, the message is dead-lettered at once.
+RELAY_PROVIDER_ATTEMPTS = 6
 RELAY_RETRY_MAX_WAIT_SECONDS = 20.0
 # Requests from the runner to the host during a turn (the relay).
 RELAY_OPS_PER_TURN = 200  # requests one turn may make; past it the turn fails
 RELAY_SMALL_REQUEST_BYTES = 16 * 1024  # ops that carry no model context
 RELAY_REPLY_REQUEST_BYTES = 4 * MESSAGE_MAX_CHARS + 16 * 1024  # a reply, in any script
-# A model request carries a whole context: up to four UTF-8 bytes per character of the
-# context budget, plus the tool results one turn can add before it is compacted.
+# A model request carries a whole context (see model_request_cap).
 RELAY_MODEL_REQUEST_SLACK_BYTES = 256 * 1024
 
 
-def model_request_cap(context_budget: int) -> int:
-    """Largest model.complete request accepted for a group with this context budget."""
+def model_request_cap(window_tokens: int) -> int:
+    """Largest model.complete request accepted for a model with this context window:
+    a context compacted at CHARS_PER_TOKEN_ESTIMATE characters a token, the tool results
+    one turn can add before an overflow compacts it, four bytes a character at most."""
     tools = MAX_TOOL_STEPS_PER_TURN * TOOL_READ_MAX_CHARS
-    return 4 * (context_budget + tools) + RELAY_MODEL_REQUEST_SLACK_BYTES
+    chars = CHARS_PER_TOKEN_ESTIMATE * window_tokens
+    return 4 * (chars + tools) + RELAY_MODEL_REQUEST_SLACK_BYTES
 
 
 # Learned behaviors (groups/<folder>/learned-behaviors.md): a write's size limit (group.yaml

@@ -14,6 +14,7 @@ from typing import Any
 from orchestrator.limits import MESSAGE_MAX_CHARS, STANDING_TEXT_BUDGET_CHARS
 
 OFFLINE = "offline"  # the embedded provider: it runs in the container; no definition
+NO_REPLY_WORD = "NO_REPLY"  # an answer of only this is no reply at all
 CLEAR_COMMAND = "/clear"  # a fresh context, answered by the runner itself
 
 # The agent folder (groups/<folder>/ on the host, /workspace/agent in the container).
@@ -104,9 +105,17 @@ class TurnRequest:
     # what the person said, when ``text`` is not all of it (the bot's mention taken off):
     # for the transcript, never for the model
     said: str | None = None
+    # the model's context window and the room its answer needs, in tokens (the host
+    # knows them; None: the runner's defaults), and the seconds the turn has
+    window_tokens: int | None = None
+    answer_tokens: int | None = None
+    deadline_seconds: float | None = None
 
     def to_wire(self) -> dict[str, Any]:
         return {
+            "window_tokens": self.window_tokens,
+            "answer_tokens": self.answer_tokens,
+            "deadline_seconds": self.deadline_seconds,
             "said": self.said,
             "tools": None if self.tools is None else list(self.tools),
             "turn_id": self.turn_id,
@@ -146,7 +155,23 @@ class TurnRequest:
                 f"turn.tools must be a list of at most {TURN_TOOLS_MAX} tool or source names "
                 "(letters, digits, . _ -)"
             )
+
+        def count(key: str, limit: float) -> Any:
+            value = raw.get(key)
+            if value is None:
+                return None
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not (0 < value <= limit)
+            ):
+                raise BadFrame(f"turn.{key} must be a number from 1 to {limit:g}")
+            return value
+
         return cls(
+            window_tokens=count("window_tokens", 100_000_000),
+            answer_tokens=count("answer_tokens", 10_000_000),
+            deadline_seconds=count("deadline_seconds", 86_400),
             said=text("said", MESSAGE_MAX_CHARS, required=False),
             tools=None if tools is None else tuple(tools),
             turn_id=text("turn_id", _ID_MAX) or "",
@@ -169,6 +194,10 @@ class TurnResult:
     fresh_context: str | None = None  # the source, when this turn created a context
     compacted: bool = False
     duplicate: bool = False  # the turn id was already completed; replies as recorded
+    # the first ``shown`` replies reached the chat during the turn (through the host:
+    # send_message, an answer streamed in pieces); the host stores only the rest
+    shown: int = 0
+    cut: bool = False  # the turn's deadline cut its answer short
 
     def to_wire(self, turn_id: str) -> dict[str, Any]:
         return {
@@ -178,6 +207,9 @@ class TurnResult:
             "replies": self.replies,
             "fresh_context": self.fresh_context,
             "compacted": self.compacted,
+            "duplicate": self.duplicate,
+            "shown": self.shown,
+            "cut": self.cut,
         }
 
     @classmethod
@@ -189,9 +221,15 @@ class TurnResult:
             raise BadFrame("the runner's answer has no list of text replies")
         session = frame.get("session")
         fresh = frame.get("fresh_context")
+        shown = frame.get("shown", 0)
+        if isinstance(shown, bool) or not isinstance(shown, int) or not 0 <= shown <= len(replies):
+            raise BadFrame("the runner's answer says a number of shown replies it does not have")
         return cls(
             session=session if isinstance(session, str) else "",
             replies=list(replies),
             fresh_context=fresh if isinstance(fresh, str) else None,
             compacted=frame.get("compacted") is True,
+            duplicate=frame.get("duplicate") is True,
+            shown=shown,
+            cut=frame.get("cut") is True,
         )

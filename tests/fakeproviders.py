@@ -58,7 +58,27 @@ class Cut:
     text: str = "partial answ"
 
 
-Step = Text | ToolUse | Error | Malformed | Cut
+@dataclass
+class Recorded:
+    """A real server's recorded answer (tests/data/<server>/<name>.json or .sse with its
+    .request.json beside it), replayed as it was: its status and body, or its stream of
+    server-sent events, ``delay`` seconds between two of them."""
+
+    server: str  # a folder of tests/data: llamacpp, llama-cpp-python
+    name: str
+    stream: bool = False
+    delay: float = 0.0
+
+    def files(self) -> tuple[dict[str, Any], bytes]:
+        from pathlib import Path
+
+        folder = Path(__file__).parent / "data" / self.server
+        meta = json.loads((folder / f"{self.name}.request.json").read_text())
+        body = (folder / f"{self.name}.{'sse' if self.stream else 'json'}").read_bytes()
+        return meta, body
+
+
+Step = Text | ToolUse | Error | Malformed | Cut | Recorded
 
 
 @dataclass
@@ -167,6 +187,8 @@ class FakeProvider:
         if isinstance(taken, web.Response):
             return taken
         body, step = taken
+        if isinstance(step, Recorded):
+            return await self._replay(request, step)
         if isinstance(step, Error):
             return _error(step, {"type": "error", "error": {"type": "x", "message": step.message}})
         if isinstance(step, Malformed):
@@ -242,11 +264,28 @@ class FakeProvider:
             events = events[:3]
         return await _sse(request, [f"event: {e}\ndata: {json.dumps(d)}\n\n" for e, d in events])
 
+    async def _replay(self, request: web.Request, step: Recorded) -> web.StreamResponse:
+        meta, raw = step.files()
+        if meta["status"] != 200 or not step.stream:
+            return web.Response(body=raw, status=meta["status"], content_type="application/json")
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for event in raw.split(b"\n\n"):
+            if not event.strip():
+                continue
+            await response.write(event + b"\n\n")
+            if step.delay:
+                await asyncio.sleep(step.delay)
+        await response.write_eof()
+        return response
+
     async def openai(self, request: web.Request) -> web.StreamResponse:
         taken = await self._take(request)
         if isinstance(taken, web.Response):
             return taken
         body, step = taken
+        if isinstance(step, Recorded):
+            return await self._replay(request, step)
         if isinstance(step, Error):
             return _error(step, {"error": {"message": step.message, "type": "x", "code": None}})
         if isinstance(step, Malformed):

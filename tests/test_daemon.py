@@ -482,6 +482,9 @@ def test_a_runner_answer_that_is_not_a_result_is_a_failed_delivery(
         "text": "hi",
         "said": None,
         "tools": ["files", "messages", "memory", "tasks"],
+        "window_tokens": None,  # the offline provider's runner knows its own
+        "answer_tokens": None,
+        "deadline_seconds": 3.0,  # the group's turn_timeout
     }
     _until(lambda: daemon.stats.failed >= 1)
     assert daemon.stats.delivered == 0
@@ -627,7 +630,7 @@ def test_failures_are_logged_with_their_reason(setup, monkeypatch, caplog) -> No
     failed = _until(lambda: (m := daemon.queue.get(second.id)) is not None and m.last_error and m)
     assert failed.last_error == "ValueError: not a frame"
 
-    def no_commit(message_id: str, error: str) -> str:
+    def no_commit(message_id: str, error: str, *, final: bool = False) -> str:
         raise sqlite3.OperationalError("disk I/O error")
 
     monkeypatch.setattr(daemon.queue, "fail", no_commit)
@@ -1050,6 +1053,9 @@ def test_a_turn_sends_its_cancel_and_frame_limit_and_starts_an_unavailable_runne
             "text": "hello",
             "said": None,
             "tools": ["files", "messages", "memory", "tasks"],
+            "window_tokens": None,
+            "answer_tokens": None,
+            "deadline_seconds": float(group.config.turn_timeout_seconds),
         }
     assert calls[0]["timeout"] == group.config.turn_timeout_seconds
     assert 0 < calls[1]["timeout"] <= group.config.turn_timeout_seconds

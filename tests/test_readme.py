@@ -122,13 +122,36 @@ EXPECTED: dict[str, Callable[[], str]] = {
         f"{_size(L.RELAY_SMALL_REQUEST_BYTES)}"
     ),
     "a model request (`model.complete`)": lambda: (
-        f"4 {TIMES} (`context_budget` + {L.MAX_TOOL_STEPS_PER_TURN} {TIMES} "
-        f"{L.TOOL_READ_MAX_CHARS:,}) "
+        f"4 {TIMES} ({L.CHARS_PER_TOKEN_ESTIMATE} {TIMES} the context window in tokens + "
+        f"{L.MAX_TOOL_STEPS_PER_TURN} {TIMES} {L.TOOL_READ_MAX_CHARS:,}) "
         f"bytes + {_size(L.RELAY_MODEL_REQUEST_SLACK_BYTES)}"
     ),
-    "provider retries (429, 5xx, connection faults, cut streams)": lambda: (
+    "provider attempts per message, over all its deliveries (408, 409, 429, 5xx, "
+    "connection faults, broken streams)": lambda: (
         f"{L.RELAY_PROVIDER_ATTEMPTS} attempts, `Retry-After` or 0.5 s doubling, at most "
         f"{_s(L.RELAY_RETRY_MAX_WAIT_SECONDS)} a wait"
+    ),
+    "a model's context window when nobody says (the offline provider; a server that "
+    "reports none; Anthropic's and OpenAI's APIs)": lambda: (
+        f"{L.OFFLINE_CONTEXT_TOKENS:,}; {L.SERVER_DEFAULT_CONTEXT_TOKENS:,}; "
+        f"{L.VENDOR_CONTEXT_TOKENS['anthropic']:,}; {L.VENDOR_CONTEXT_TOKENS['openai']:,} tokens"
+    ),
+    "what a server reported of its window is believed for": lambda: (
+        f"{_s(L.CONTEXT_WINDOW_CACHE_SECONDS)}"
+    ),
+    "an answer's length (default of `limits.max_tokens`)": lambda: (
+        f"{L.DEFAULT_GROUP_MAX_TOKENS:,} tokens"
+    ),
+    "a compaction's summary: its cap; shorter than this is empty; else the older "
+    "messages kept cut to": lambda: (
+        f"{L.SUMMARY_MAX_TOKENS} tokens; {L.SUMMARY_MIN_CHARS} characters; "
+        f"{L.SUMMARY_FALLBACK_CHARS:,} characters"
+    ),
+    "a streamed answer's pieces (at a paragraph after; at a space before; or after waiting)": (
+        lambda: (
+            f"{L.STREAM_PIECE_MIN_CHARS} characters; {L.STREAM_PIECE_MAX_CHARS:,} "
+            f"characters; {_s(L.STREAM_PIECE_SECONDS)}"
+        )
     ),
     "tmpfs for `/tmp` and `$HOME` in a container": lambda: f"{_size(L.CONTAINER_TMPFS_BYTES)} each",
     "scheduled tasks per group (default of `tasks.max`; its ceiling)": lambda: (
@@ -188,7 +211,7 @@ def test_the_documented_value_is_the_enforced_value(row: str) -> None:
 
 
 def test_the_model_request_formula_matches_its_row() -> None:
-    assert L.model_request_cap(400_000) == 4 * (400_000 + 12 * 100_000) + 256 * 1024
+    assert L.model_request_cap(100_000) == 4 * (3 * 100_000 + 12 * 100_000) + 256 * 1024
 
 
 def test_the_quick_start_is_exactly_two_commands() -> None:

@@ -4,22 +4,14 @@ with the real runner serving a real socket, the daemon, and a fake provider serv
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from orchestrator import wire
-from orchestrator.agent.serve import RunnerServer
-from orchestrator.agent.settings import AgentSettings
-from orchestrator.config import load_config
 from orchestrator.daemon.core import Daemon
-from orchestrator.groups import GroupStore
-from orchestrator.groups.config import GroupConfig, ModelLimits
-from orchestrator.home import Home
+from orchestrator.groups.config import ModelLimits
 from orchestrator.limits import (
     MAX_DELIVERY_ATTEMPTS,
     RELAY_OPS_PER_TURN,
@@ -29,14 +21,10 @@ from orchestrator.limits import (
 from orchestrator.relay.budget import budget_refusal
 from orchestrator.relay.errors import RelayViolation
 from orchestrator.relay.turn import TurnRelay
-from orchestrator.runtime.fake import FakeBackend
-from orchestrator.runtime.lifecycle import GroupRuntime
-from orchestrator.store.messages import DONE, open_queue
+from orchestrator.store.messages import DONE
 from orchestrator.store.usage import UsageStore
 from tests.fakeproviders import Error, FakeProvider, Text, ToolUse
-from tests.fakerunner import bind_unix
-
-KEY = "sk-relay-test-abcdefghijklmnop"
+from tests.relayrig import KEY, provider, served, setup  # noqa: F401  (fixtures)
 
 
 def test_budget_refusals_are_plain_sentences() -> None:
@@ -46,44 +34,6 @@ def test_budget_refusals_are_plain_sentences() -> None:
     assert "today" in str(budget_refusal(limits, **{**ok, "tokens_today": 1000}))
     assert "one message" in str(budget_refusal(limits, **{**ok, "tokens_this_turn": 100}))
     assert "a minute" in str(budget_refusal(limits, **{**ok, "requests_last_minute": 2}))
-
-
-@pytest.fixture
-def provider() -> Iterator[FakeProvider]:
-    fake = FakeProvider("openai", KEY)
-    yield fake
-    fake.close()
-
-
-@pytest.fixture
-def setup(home: Path, provider: FakeProvider, monkeypatch) -> Iterator[dict[str, Any]]:  # type: ignore[no-untyped-def]
-    """A home with a provider `fake` (the fake server) and two groups using it."""
-    monkeypatch.setenv("FAKE_KEY", KEY)
-    (home / "orchestrator.yaml").write_text(
-        "providers:\n  fake:\n    kind: openai\n"
-        f"    base_url: {provider.base_url}\n    key_env: FAKE_KEY\n    models: [m-1, m-2]\n"
-    )
-    h = Home(home)
-    store = GroupStore(h)
-    for name in ("fam", "work"):
-        store.add(
-            GroupConfig(
-                name=name,
-                provider="fake",
-                model="m-1",
-                creators=("alice",),
-                members=("bob",),
-                limits=ModelLimits(tokens_per_day=10_000),
-            )
-        )
-    config = load_config(h)
-    runtime = GroupRuntime(h, config, FakeBackend(), lambda: "img:1", ready=lambda _: True)
-    queue = open_queue(h)
-    daemon = Daemon(h, config, runtime, queue, concurrency=2)
-    yield {"home": h, "daemon": daemon, "config": config, "runtime": runtime}
-    daemon.relay.close()
-    daemon.relay.usage.close()
-    queue.close()
 
 
 def turn_relay(setup: dict[str, Any], group: str = "fam", sender: str = "bob") -> TurnRelay:
@@ -114,6 +64,8 @@ def test_model_calls_use_the_groups_provider_and_record_usage(setup, provider) -
         "text": "hello there",
         "tool_calls": [],
         "usage": {"input_tokens": 30, "output_tokens": 5},
+        "stop_reason": "end",
+        "shown": False,  # not asked to show it while it streams
     }
     assert provider.seen[-1].body["model"] == "m-1"  # the group's, not the frame's
     usage = UsageStore(setup["daemon"].queue.path)
@@ -151,12 +103,15 @@ def test_malformed_unknown_and_oversized_requests_fail_the_turn(setup, frame, si
 
 
 def test_a_model_request_may_carry_a_whole_cjk_context(setup, provider) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.limits import CHARS_PER_TOKEN_ESTIMATE, OFFLINE_CONTEXT_TOKENS
+
     relay = turn_relay(setup)
-    budget = relay.group.config.context_budget
-    text = "記憶" * (budget // 2)  # the whole budget in CJK: three bytes a character
+    relay.window_tokens = window = 2 * OFFLINE_CONTEXT_TOKENS  # a model with a large window
+    # a context as large as the runner lets it grow, in CJK: three bytes a character
+    text = "記憶" * (window * CHARS_PER_TOKEN_ESTIMATE // 2)
     frame = model_request(messages=[{"role": "user", "content": text}])
     size = len(wire.json.dumps(frame, ensure_ascii=False).encode())
-    assert size > wire.MAX_FRAME_BYTES and size <= model_request_cap(budget)
+    assert size > wire.MAX_FRAME_BYTES and size <= model_request_cap(window)
     assert relay.frame_limit() >= size
     assert relay.handle(frame, size)["ok"]
 
@@ -211,36 +166,6 @@ def test_an_unknown_provider_or_model_is_refused_when_group_yaml_loads(setup) ->
 # end to end: daemon -> the real runner on a real socket -> relay -> fake provider
 
 
-@pytest.fixture
-def served(setup: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    home: Home = setup["home"]
-    servers = []
-    for folder in ("fam", "work"):
-        group = setup["runtime"].store.load(folder)
-        setup["runtime"].prepare_host(group, setup["runtime"].desired_spec(group))
-        settings = AgentSettings(
-            agent_dir=group.path,
-            runtime_dir=home.runtime_dir(folder),
-            provider="fake",
-            model="m-1",
-            hooks_file=None,
-        )
-        server = RunnerServer(settings)
-        server.sock = bind_unix(home.runtime_dir(folder) / "runner.sock")
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        servers.append((server, thread))
-    daemon: Daemon = setup["daemon"]
-    daemon.start()
-    yield setup
-    daemon.drain(2)
-    for server, thread in servers:
-        server.stop()
-        thread.join(5)
-        assert server.sock is not None
-        server.sock.close()
-
-
 def test_a_tool_call_writes_memory_and_replies_arrive_in_order(served, provider) -> None:  # type: ignore[no-untyped-def]
     concept = "---\ntype: fact\n---\n\n# Ada\n\nThe user is called Ada.\n"
     provider.script.extend(
@@ -284,8 +209,10 @@ def test_a_provider_that_stays_down_dead_letters_with_the_reason(
     assert "HTTP 503: overloaded" in str(current.last_error)
     assert "Traceback" not in str(current.last_error) and KEY not in str(current.last_error)
     assert current.replies == ()
-    assert current.attempts == MAX_DELIVERY_ATTEMPTS
-    assert len(provider.seen) == MAX_DELIVERY_ATTEMPTS * RELAY_PROVIDER_ATTEMPTS
+    # one budget of attempts for the message, not one per delivery: spent in the first,
+    # the message is a dead letter at once
+    assert current.attempts == 1 < MAX_DELIVERY_ATTEMPTS
+    assert len(provider.seen) == RELAY_PROVIDER_ATTEMPTS
 
 
 def test_an_exhausted_budget_is_one_plain_reply(served, provider) -> None:  # type: ignore[no-untyped-def]

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from orchestrator.config.providers import ProviderDef
+from orchestrator.limits import RELAY_PROVIDER_ATTEMPTS
 from orchestrator.relay.providers import adapter_for
 from orchestrator.relay.providers.base import (
     HostProvider,
@@ -167,7 +168,7 @@ def test_a_provider_that_stays_down_fails_after_its_attempts(server: FakeProvide
             deadline=float("inf"),
             sleep=lambda _: None,
         )
-    assert len(server.seen) == 4
+    assert len(server.seen) == RELAY_PROVIDER_ATTEMPTS
 
 
 def test_retries_stop_before_the_deadline() -> None:

@@ -172,7 +172,10 @@ def test_compaction_flushes_then_reinjects(settings: AgentSettings) -> None:
     assert not any("[memory flush]" in str(e.get("content")) for e in events)
     context = Session(settings.sessions_dir, "cli.chat-c1").current_context()
     assert context is not None
-    assert context.messages[0]["content"].startswith("[Summary of the earlier conversation]")
+    # the conversation so far fits what a compaction keeps verbatim: nothing is older,
+    # so there is no summary (never an empty one)
+    assert context.messages[0]["content"] == "hello"
+    assert not any("[Summary" in str(m.get("content")) for m in context.messages)
 
 
 def test_flush_is_pinned_append_only_and_rejects_replays(settings: AgentSettings) -> None:
@@ -399,7 +402,10 @@ def test_hook_output_is_cut_at_64000_characters(tmp_path: Path) -> None:
     assert len(output) == 64_000
 
 
-def test_compaction_keeps_the_last_4_messages_verbatim(settings: AgentSettings) -> None:
+def test_compaction_keeps_the_newest_messages_that_fit_a_quarter_of_the_budget(
+    settings: AgentSettings,
+) -> None:
+    import json
     from dataclasses import replace
 
     r = Runner(replace(settings, context_budget_chars=50_000), hooks=[])
@@ -410,7 +416,28 @@ def test_compaction_keeps_the_last_4_messages_verbatim(settings: AgentSettings) 
     fresh = r.compact(session, session.current_context())  # type: ignore[arg-type]
     summary, *kept = fresh.messages
     assert summary["content"].startswith("[Summary of the earlier conversation]")
-    assert kept == before[-4:] and kept[0]["role"] == "user"
+    assert 1 <= len(kept) <= 4 and kept == before[-len(kept) :] and kept[0]["role"] == "user"
+    assert sum(len(json.dumps(m, ensure_ascii=False)) for m in kept) <= 50_000 // 4
+    assert len(before) - len(kept) > 4  # the rest went into the summary
+
+
+def test_one_huge_message_is_kept_cut_so_the_next_turn_does_not_compact_again(
+    settings: AgentSettings,
+) -> None:
+    from dataclasses import replace
+
+    from orchestrator.agent.runner import ContextBudget
+
+    r = Runner(replace(settings, context_budget_chars=20_000), hooks=[])
+    say(r, "hello", chat="h")
+    say(r, "z" * 30_000, chat="h")
+    session = r._sessions["cli.chat-h"]
+    fresh = r.compact(
+        session, session.current_context(), budget=r.budget(TurnRequest("t", "h", "x"))
+    )  # type: ignore[arg-type]
+    assert not ContextBudget(100_000, 20_000).exceeded(fresh)
+    kept_user = [m for m in fresh.messages if m["role"] == "user" and "zzzz" in m["content"]]
+    assert len(kept_user) == 1 and "[cut: " in kept_user[0]["content"]
 
 
 class Scripted:
@@ -576,7 +603,9 @@ class FakeHost:
         return {"ok": True, "instructions": "", "learned": ""}
 
 
-def test_compaction_sends_the_flush_and_the_summary_exactly(settings: AgentSettings) -> None:
+def test_compaction_sends_the_flush_exactly_and_no_summary_of_nothing(
+    settings: AgentSettings,
+) -> None:
     from dataclasses import replace as copy
 
     from orchestrator.agent.providers.base import FLUSH, SUMMARY, Completion, ToolCall
@@ -588,7 +617,6 @@ def test_compaction_sends_the_flush_and_the_summary_exactly(settings: AgentSetti
         Completion("one"),  # the first turn
         Completion("flushing", (ToolCall("f1", "append_daily", {"content": "a note"}),)),
         Completion(None),  # the flush ends
-        Completion(None),  # a summary without text
         Completion("two"),  # the second turn
     )
     real = script.provider.complete
@@ -603,7 +631,7 @@ def test_compaction_sends_the_flush_and_the_summary_exactly(settings: AgentSetti
     result = r.handle(TurnRequest("t2", "k", "again"), host)  # type: ignore[arg-type]
     assert (result.fresh_context, result.compacted, result.replies) == ("compact", True, ["two"])
     assert all(h is host for _, h in seen)  # every model call goes through the turn's host
-    first_flush, second_flush, summary = script.requests[1:4]  # as they were when sent
+    first_flush, second_flush = script.requests[1:3]  # as they were when sent
     first_context = _events(settings, "cli.chat-k")[0]
     assert first_flush.purpose == FLUSH and first_flush.system == first_context["system"]  # type: ignore[attr-defined]
     assert first_flush.messages[-1] == {"role": "user", "content": FLUSH_PROMPT}  # type: ignore[attr-defined]
@@ -613,13 +641,71 @@ def test_compaction_sends_the_flush_and_the_summary_exactly(settings: AgentSetti
         "content": "flushing",
         "tool_calls": [{"id": "f1", "name": "append_daily", "arguments": {"content": "a note"}}],
     }
-    assert summary.purpose == SUMMARY and summary.system == first_context["system"]  # type: ignore[attr-defined]
-    assert [m["role"] for m in summary.messages] == []  # type: ignore[attr-defined]
+    # the last exchange is kept (cut to fit): nothing is older, so nothing is summarized
+    assert not any(r.purpose == SUMMARY for r in script.requests)  # type: ignore[attr-defined]
     events = _events(settings, "cli.chat-k")
     contexts_ = [e for e in events if e["t"] == "context"]
     assert [(c["context_id"], c["source"]) for c in contexts_] == [(1, "startup"), (2, "compact")]
-    note = next(e for e in events if str(e.get("content", "")).startswith("[Summary"))
-    assert note["content"] == "[Summary of the earlier conversation]\n"
+    assert not any(str(e.get("content", "")).startswith("[Summary") for e in events)
+
+
+def _long_session(r: Runner, turns: int = 6) -> tuple[object, object]:
+    for n in range(turns):
+        r.handle(TurnRequest(f"t{n}", "s", f"message {n} " + "y" * 6_000))
+    session = r._sessions["cli.chat-s"]
+    return session, session.current_context()
+
+
+def test_the_summary_request_asks_in_words_with_its_own_cap(settings: AgentSettings) -> None:
+    from dataclasses import replace as copy
+
+    from orchestrator.agent.providers.base import SUMMARY, Completion
+    from orchestrator.agent.runner import SUMMARY_PROMPT
+    from orchestrator.limits import SUMMARY_MAX_TOKENS
+
+    script = Scripted(
+        *[Completion(f"answer {n}") for n in range(6)],
+        Completion(None),  # the flush
+        Completion("Ann asked six times about the y file; nothing is open."),
+    )
+    r = Runner(copy(settings, context_budget_chars=50_000), provider=script.provider, hooks=[])
+    session, context = _long_session(r)
+    fresh = r.compact(session, context)  # type: ignore[arg-type]
+    summary = script.requests[-1]
+    assert summary.purpose == SUMMARY and summary.max_tokens == SUMMARY_MAX_TOKENS  # type: ignore[attr-defined]
+    # it ends on an explicit request, never on an assistant message to be continued
+    assert summary.messages[-1] == {"role": "user", "content": SUMMARY_PROMPT}  # type: ignore[attr-defined]
+    assert summary.messages[0]["content"].startswith("message 0 ")  # type: ignore[attr-defined]
+    assert fresh.messages[0]["content"] == (
+        "[Summary of the earlier conversation]\n"
+        "Ann asked six times about the y file; nothing is open."
+    )
+
+
+def test_an_empty_then_runaway_summary_keeps_the_older_messages_cut_and_says_so(
+    settings: AgentSettings,
+) -> None:
+    from dataclasses import replace as copy
+
+    from orchestrator.agent.providers.base import STOP_LENGTH, Completion
+    from orchestrator.limits import SUMMARY_FALLBACK_CHARS
+
+    script = Scripted(
+        *[Completion(f"answer {n}") for n in range(6)],
+        Completion(None),  # the flush
+        Completion("", stop_reason="end"),  # an empty summary: asked again
+        Completion("azzal " * 400, stop_reason=STOP_LENGTH),  # runaway: given up
+    )
+    r = Runner(copy(settings, context_budget_chars=50_000), provider=script.provider, hooks=[])
+    session, context = _long_session(r)
+    fresh = r.compact(session, context)  # type: ignore[arg-type]
+    first = fresh.messages[0]["content"]
+    assert first.startswith("[Summary of the earlier conversation]\nuser: message 0 ") or (
+        first.startswith("[Summary of the earlier conversation]\n") and "yyy" in first
+    )
+    assert len(first) <= SUMMARY_FALLBACK_CHARS + 100 and "azzal" not in first
+    notes = [e for e in _events(settings, "cli.chat-s") if e["t"] == "note"]
+    assert len(notes) == 1 and "empty or runaway twice" in str(notes[0]["text"])
 
 
 def test_compaction_never_splits_a_tool_call_from_its_result(settings: AgentSettings) -> None:
@@ -642,19 +728,9 @@ def test_compaction_never_splits_a_tool_call_from_its_result(settings: AgentSett
     roles = [m["role"] for m in context.messages]
     assert roles == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
     fresh = r.compact(session, context)
-    # the last 4 would start at a tool result: the kept part starts at the next user
-    # message instead (none here), so everything goes to the summary
-    assert [m["role"] for m in fresh.messages] == ["user"]
-    assert fresh.messages[0]["content"] == "[Summary of the earlier conversation]\nsummary"
-    short = Scripted(Completion("hi"), Completion(None), Completion("s"))
-    r2 = Runner(copy(settings, context_budget_chars=50_000), provider=short.provider, hooks=[])
-    r2.handle(TurnRequest("t1", "two", "hello"))
-    s2 = r2._sessions["cli.chat-two"]
-    c2 = s2.current_context()
-    assert c2 is not None and len(c2.messages) == 2
-    kept = r2.compact(s2, c2).messages
-    assert [m["role"] for m in kept] == ["user", "user", "assistant"]  # the note, then both
-    assert short.requests[-1].messages == []  # type: ignore[attr-defined]
+    # the last 4 would start at a tool result: the kept part starts at a user message
+    # instead, here the turn's own, which fits: it is kept whole, with nothing to summarize
+    assert [m["role"] for m in fresh.messages] == roles
 
 
 def test_sessions_per_thread_and_one_lock_per_session(settings: AgentSettings) -> None:
@@ -889,7 +965,9 @@ def test_a_context_exactly_at_its_budget_is_not_compacted(settings: AgentSetting
     context = probe._sessions["cli.chat-k"].current_context()
     assert context is not None
     size = context.size_chars()
-    r = Runner(copy(settings, context_budget_chars=size), provider=script.provider, hooks=[])
+    # the incoming message counts: a budget that holds it too does not compact
+    budget = size + len("again")
+    r = Runner(copy(settings, context_budget_chars=budget), provider=script.provider, hooks=[])
     result = r.handle(TurnRequest("t2", "k", "again"))
     assert (result.compacted, result.replies) == (False, ["two"])
 
@@ -907,7 +985,7 @@ def test_compaction_keeps_from_the_first_user_message_after_a_tool_result(
         BudgetExhausted("spent"),  # a turn that records only its user message
         Completion("third answer"),
         Completion(None),  # flush
-        Completion("summary"),
+        Completion("the summary of the turns before"),
     )
     r = Runner(copy(settings, context_budget_chars=50_000), provider=script.provider, hooks=[])
     for n, text in enumerate(("look", "second", "third")):
@@ -943,7 +1021,7 @@ def test_the_flush_and_the_turns_share_the_runners_file_locks(
             super().__init__(*args, **kwargs)
 
     monkeypatch.setattr(runner_module, "Toolbox", Recorded)
-    script = Scripted(Completion("one"), Completion(None), Completion("sum"), Completion("two"))
+    script = Scripted(Completion("one"), Completion(None), Completion("two"))
     r = Runner(copy(settings, context_budget_chars=10), provider=script.provider, hooks=[])
     r.handle(TurnRequest("t1", "k", "x" * 50))
     assert r.handle(TurnRequest("t2", "k", "y")).compacted  # a turn, a flush, then a turn

@@ -67,7 +67,8 @@ def test_hardening_and_limits() -> None:
     assert s.command == ("orchestrator", "agent", "serve")
     assert s.environment["ORCHESTRATOR_PROVIDER"] == "offline"
     assert s.environment["ORCHESTRATOR_SESSION_MODE"] == "per-chat"
-    assert s.environment["ORCHESTRATOR_CONTEXT_BUDGET"] == "400000"
+    assert s.environment["ORCHESTRATOR_CONTEXT_SHARE"] == "0.8"
+    assert "ORCHESTRATOR_CONTEXT_BUDGET" not in s.environment  # no character cap unless set
     assert not any("KEY" in k or "TOKEN" in k for k in s.environment)  # no secrets
     assert "uid=1000,gid=1000" in s.tmpfs["/home/agent"]
     bridge = replace(
@@ -87,7 +88,7 @@ def test_the_runners_environment_and_filesystem_are_exact() -> None:
         "ORCHESTRATOR_PROVIDER": "offline",
         "ORCHESTRATOR_MODEL": "offline-rules",
         "ORCHESTRATOR_SESSION_MODE": "per-chat",
-        "ORCHESTRATOR_CONTEXT_BUDGET": "400000",
+        "ORCHESTRATOR_CONTEXT_SHARE": "0.8",
     }
     assert s.tmpfs == {
         "/tmp": "rw,nosuid,nodev,size=67108864,mode=1777",
@@ -101,9 +102,11 @@ def test_the_runners_environment_and_filesystem_are_exact() -> None:
 
 def test_the_config_hash_is_stable_across_versions() -> None:
     """A changed encoding of the hash would recreate every group's container at the next
-    start after an upgrade, running or not: the hash of a fixed spec is pinned."""
+    start after an upgrade, running or not: the hash of a fixed spec is pinned. (It
+    changed once on purpose: the runner's context budget became a share of the model's
+    window, ORCHESTRATOR_CONTEXT_SHARE.)"""
     assert config_hash(spec()) == (
-        "4c09d1b1c9ddd61d1800aca530a1dc07a53e203072f849fdeae8659bcc78c999"
+        "57d5df8174e8e43e77b29844362fcd161faae28ba2790e4fee98c4bcf176850e"
     )
 
 

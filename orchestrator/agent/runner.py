@@ -10,11 +10,14 @@ summarized, and a fresh ``compact`` context takes over.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import stat
 import threading
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,25 +27,44 @@ from orchestrator.agent.hostlink import HostLink, HostRequestFailed
 from orchestrator.agent.providers import Provider, get_provider
 from orchestrator.agent.providers.base import (
     FLUSH,
+    STOP_CUT,
+    STOP_LENGTH,
     SUMMARY,
     TURN,
     BudgetExhausted,
     CompletionRequest,
+    ContextOverflow,
 )
 from orchestrator.agent.session import Context, Session
 from orchestrator.agent.settings import AgentSettings
-from orchestrator.agent.tools import BUILT_IN, FileLocks, Toolbox, ToolError, ToolSource
+from orchestrator.agent.tools import (
+    BUILT_IN,
+    FileLocks,
+    Toolbox,
+    ToolError,
+    ToolSource,
+    ToolSpec,
+)
 from orchestrator.agent.tools import FLUSH as FLUSH_MODE
 from orchestrator.limits import (
+    CHARS_PER_TOKEN_ESTIMATE,
     COMPACTION_KEEP_MESSAGES,
+    COMPACTION_KEEP_SHARE,
+    DEFAULT_GROUP_MAX_TOKENS,
     LEARNED_READ_MAX_BYTES,
     MAX_TOOL_STEPS_PER_TURN,
     MESSAGE_MAX_CHARS,
+    OFFLINE_CONTEXT_TOKENS,
+    RUNNER_DEADLINE_MARGIN_SECONDS,
+    SUMMARY_FALLBACK_CHARS,
+    SUMMARY_MAX_TOKENS,
+    SUMMARY_MIN_CHARS,
 )
 from orchestrator.protocol import (
     CLEAR_COMMAND,
     INSTRUCTIONS_FILE,
     LEARNED_FILE,
+    NO_REPLY_WORD,
     STANDING_GET,
     TurnRequest,
     TurnResult,
@@ -51,7 +73,65 @@ from orchestrator.protocol import (
 )
 
 log = logging.getLogger(__name__)
-NO_REPLY = "NO_REPLY"
+NO_REPLY = NO_REPLY_WORD
+CUT_NOTICE = (
+    "[This answer was cut off: it took longer than this group's turn_timeout allows. Ask "
+    "again, perhaps more narrowly.]"
+)
+SUMMARY_PROMPT = (
+    "[compaction] The conversation above is about to leave your context. Write a summary "
+    "of it for your own later use: the facts learned, decisions made, open tasks and "
+    "questions, and who said what. Answer with the summary only, in at most a few short "
+    "paragraphs."
+)
+
+
+@dataclass
+class LoopResult:
+    replies: list[str] = field(default_factory=list)
+    shown: int = 0  # the first ``shown`` replies reached the chat during the turn
+    cut: bool = False
+    compacted: bool = False
+
+
+@dataclass(frozen=True)
+class ContextBudget:
+    """What a context may fill before it is compacted: ``tokens`` (a share of the
+    window, less the answer's and tools' room), and at most ``max_chars`` characters."""
+
+    tokens: int
+    max_chars: int | None = None
+
+    def chars(self) -> int:
+        """The budget in characters, for cutting what is kept."""
+        chars = self.tokens * CHARS_PER_TOKEN_ESTIMATE
+        return min(chars, self.max_chars) if self.max_chars else chars
+
+    def exceeded(self, context: Context, extra_chars: int = 0) -> bool:
+        if self.max_chars is not None and context.size_chars() + extra_chars > self.max_chars:
+            return True
+        extra = extra_chars // CHARS_PER_TOKEN_ESTIMATE
+        return context.tokens(CHARS_PER_TOKEN_ESTIMATE) + extra > self.tokens
+
+
+@dataclass(frozen=True)
+class TurnClock:
+    """The runner's own deadline for a turn: the host's, less a margin for the answer
+    to reach it; none for a turn run by hand."""
+
+    at: float | None
+
+    @classmethod
+    def of(cls, seconds: float | None) -> TurnClock:
+        if seconds is None:
+            return cls(None)
+        margin = min(RUNNER_DEADLINE_MARGIN_SECONDS, seconds * 0.1)
+        return cls(time.monotonic() + seconds - margin)
+
+    def passed(self) -> bool:
+        return self.at is not None and time.monotonic() >= self.at
+
+
 FLUSH_PROMPT = (
     "[memory flush] This conversation is about to be compacted: older turns will be "
     "replaced by a summary. Append anything worth keeping (decisions, facts, open tasks) "
@@ -98,8 +178,14 @@ class Runner:
             context = session.current_context()
             if turn.turn_id in session.completed:
                 return TurnResult(key, session.completed[turn.turn_id], duplicate=True)
+            if context is not None and context.has_turn(turn.turn_id):
+                # An earlier attempt of this turn did not finish: its messages leave the
+                # live context (the transcript keeps them), so the next holds them once.
+                session.append({"t": "supersede", "turn_id": turn.turn_id})
+                context = session.current_context()
+            clock = TurnClock.of(turn.deadline_seconds)
             try:
-                result = self._handle(session, context, turn, host)
+                result = self._handle(session, context, turn, host, clock)
             except BudgetExhausted as exc:
                 # One plain sentence, and the turn is done: retrying cannot help.
                 log.warning("turn %s: %s", turn.turn_id, exc)
@@ -108,7 +194,12 @@ class Runner:
             return result
 
     def _handle(
-        self, session: Session, context: Context | None, turn: TurnRequest, host: HostLink | None
+        self,
+        session: Session,
+        context: Context | None,
+        turn: TurnRequest,
+        host: HostLink | None,
+        clock: TurnClock,
     ) -> TurnResult:
         result = TurnResult(session.key)
         if turn.text.strip() == CLEAR_COMMAND:
@@ -116,6 +207,14 @@ class Runner:
             result.fresh_context = "clear"
             result.replies.append("Started a fresh context; memory was loaded again.")
             return result
+        toolbox = Toolbox(
+            self.settings.agent_dir,
+            locks=self.file_locks,
+            host=host,
+            sources=self.tool_sources,
+            allowed=None if turn.tools is None else frozenset(turn.tools),
+        )
+        budget = self.budget(turn, toolbox.specs)
         if context is None or (context.provider, context.model) != (
             self.settings.provider,
             self.settings.model,
@@ -124,8 +223,8 @@ class Runner:
                 session.rotate()
             context = self.new_context(session, "startup", context, host)
             result.fresh_context = "startup"
-        elif context.size_chars() > self.settings.context_budget_chars:
-            context = self.compact(session, context, host)
+        elif budget.exceeded(context, extra_chars=len(turn.text)):
+            context = self.compact(session, context, host, budget)
             result.fresh_context, result.compacted = "compact", True
         self._record(
             session,
@@ -139,8 +238,26 @@ class Runner:
                 **({"said": turn.said} if turn.said is not None else {}),
             },
         )
-        result.replies = self._agent_loop(session, context, turn, host)
+        loop = self._agent_loop(session, context, turn, host, toolbox, budget, clock)
+        result.replies, result.shown, result.cut = loop.replies, loop.shown, loop.cut
+        result.compacted = result.compacted or loop.compacted
+        if loop.compacted:
+            result.fresh_context = "compact"
         return result
+
+    def budget(self, turn: TurnRequest, tools: Sequence[ToolSpec] = ()) -> ContextBudget:
+        """What this turn's context may fill: a share of the model's window (as the host
+        says it, else the default), less the room of the answer and of the ``tools``'
+        specs, and at most the characters an older ``context_budget`` names."""
+        window = turn.window_tokens or OFFLINE_CONTEXT_TOKENS
+        answer = turn.answer_tokens or DEFAULT_GROUP_MAX_TOKENS
+        specs = [
+            {"name": t.name, "description": t.description, "parameters": t.parameters}
+            for t in tools
+        ]
+        tools_tokens = len(json.dumps(specs)) // CHARS_PER_TOKEN_ESTIMATE
+        tokens = max(int(window * self.settings.context_share) - answer - tools_tokens, 256)
+        return ContextBudget(tokens, self.settings.context_budget_chars)
 
     # contexts
 
@@ -208,26 +325,91 @@ class Runner:
         assert session.context is not None
         return session.context
 
-    def compact(self, session: Session, context: Context, host: HostLink | None = None) -> Context:
+    def compact(
+        self,
+        session: Session,
+        context: Context,
+        host: HostLink | None = None,
+        budget: ContextBudget | None = None,
+        keep_from: int | None = None,
+    ) -> Context:
+        """A memory flush, then a fresh ``compact`` context: a summary of the older
+        messages, and the newest ones verbatim (as many as COMPACTION_KEEP_SHARE of the
+        budget holds, at most COMPACTION_KEEP_MESSAGES; a message too long for that is
+        cut). ``keep_from``: keep every message from this index on (a turn compacted in
+        its middle keeps what it has done so far)."""
+        budget = budget or ContextBudget(OFFLINE_CONTEXT_TOKENS, self.settings.context_budget_chars)
         appended = self._flush(context, host)
         session.append({"t": "flush", "appended_chars": appended})
         messages = context.messages
-        start = max(0, len(messages) - COMPACTION_KEEP_MESSAGES)
+        room = int(budget.chars() * COMPACTION_KEEP_SHARE)
+        start = len(messages) if keep_from is None else keep_from
+        if keep_from is None:
+            used = 0
+            while start > 0 and len(messages) - start < COMPACTION_KEEP_MESSAGES:
+                size = len(json.dumps(messages[start - 1], ensure_ascii=False))
+                if used + size > room and start < len(messages):
+                    break
+                used += size
+                start -= 1
         while start < len(messages) and messages[start].get("role") != "user":
             start += 1  # never split a tool call from its result
-        older, kept = messages[:start], messages[start:]
-        summary = (
-            self.provider.complete(
-                CompletionRequest(system=context.system, messages=older, purpose=SUMMARY),
-                host,
-            ).text
-            or ""
-        )
+        if start == len(messages) and keep_from is None:
+            start = max(
+                (i for i, m in enumerate(messages) if m.get("role") == "user"), default=start
+            )
+        older, kept = messages[:start], [_cut(m, room) for m in messages[start:]]
+        summary = self._summary(session, context, older, host) if older else ""
         fresh = self.new_context(session, "compact", context, host)
-        note = {"role": "user", "content": f"[Summary of the earlier conversation]\n{summary}"}
-        for message in (note, *kept):
+        notes = (
+            [{"role": "user", "content": f"[Summary of the earlier conversation]\n{summary}"}]
+            if summary
+            else []
+        )
+        kept_ids = context.turn_ids[start:]
+        for message in notes:
             self._record(session, fresh, None, message)
+        for message, turn_id in zip(kept, kept_ids, strict=True):
+            self._record(session, fresh, turn_id, message)
         return fresh
+
+    def _summary(
+        self,
+        session: Session,
+        context: Context,
+        older: list[dict[str, Any]],
+        host: HostLink | None,
+    ) -> str:
+        """The summary of ``older``, asked for in so many words (a request that ends on
+        an assistant message is taken as one to continue). An empty or runaway answer
+        is asked again once; then the older messages are kept cut short instead, and
+        the transcript says so."""
+        request = CompletionRequest(
+            system=context.system,
+            messages=[*older, {"role": "user", "content": SUMMARY_PROMPT}],
+            purpose=SUMMARY,
+            max_tokens=SUMMARY_MAX_TOKENS,
+        )
+        for attempt in (1, 2):
+            completion = self.provider.complete(request, host)
+            text = (completion.text or "").strip()
+            runaway = completion.stop_reason == STOP_LENGTH
+            if len(text) >= SUMMARY_MIN_CHARS and not runaway:
+                return text
+            log.warning(
+                "compaction summary %d was %s; %s",
+                attempt,
+                "cut at its length cap" if runaway else f"{len(text)} characters",
+                "asking again" if attempt == 1 else "keeping the older messages cut short",
+            )
+        session.append(
+            {
+                "t": "note",
+                "text": "the summary came back empty or runaway twice: the older messages "
+                f"are kept cut to their last {SUMMARY_FALLBACK_CHARS} characters instead",
+            }
+        )
+        return _plain(older)[-SUMMARY_FALLBACK_CHARS:]
 
     def _flush(self, context: Context, host: HostLink | None) -> int:
         """A private flush turn: its messages never join the session."""
@@ -272,41 +454,71 @@ class Runner:
         return out
 
     def _agent_loop(
-        self, session: Session, context: Context, turn: TurnRequest, host: HostLink | None
-    ) -> list[str]:
-        turn_id = turn.turn_id
-        toolbox = Toolbox(
-            self.settings.agent_dir,
-            locks=self.file_locks,
-            host=host,
-            sources=self.tool_sources,
-            allowed=None if turn.tools is None else frozenset(turn.tools),
-        )
+        self,
+        session: Session,
+        context: Context,
+        turn: TurnRequest,
+        host: HostLink | None,
+        toolbox: Toolbox,
+        budget: ContextBudget,
+        clock: TurnClock,
+    ) -> LoopResult:
+        out = LoopResult()
         final: str | None = None
-        for _ in range(MAX_TOOL_STEPS_PER_TURN):
-            completion = self.provider.complete(
-                CompletionRequest(
-                    system=context.system,
-                    messages=context.messages,
-                    tools=toolbox.specs,
-                    purpose=TURN,
-                ),
-                host,
-            )
+        final_shown = overflowed = False
+        steps = 0
+        while steps < MAX_TOOL_STEPS_PER_TURN:
+            if clock.passed():
+                out.cut = True
+                break
+            size = context.size_chars()
+            try:
+                completion = self.provider.complete(
+                    CompletionRequest(
+                        system=context.system,
+                        messages=context.messages,
+                        tools=toolbox.specs,
+                        purpose=TURN,
+                        show=host is not None,
+                    ),
+                    host,
+                )
+            except ContextOverflow:
+                if overflowed:
+                    raise  # compacted once already: the host says why, and it is final
+                overflowed = out.compacted = True
+                log.warning("turn %s: over the model's context window; compacting", turn.turn_id)
+                start = next(
+                    i for i, t in enumerate(context.turn_ids) if t == turn.turn_id
+                )  # this turn's user message and what followed it stay
+                context = self.compact(session, context, host, budget, keep_from=start)
+                continue
+            steps += 1
+            if completion.input_tokens:
+                context.measured = (completion.input_tokens, size)
             self._record(
-                session, context, turn_id, _assistant(completion.text, completion.tool_calls)
+                session, context, turn.turn_id, _assistant(completion.text, completion.tool_calls)
             )
+            if completion.stop_reason == STOP_CUT:
+                final, final_shown, out.cut = completion.text, completion.shown, True
+                break
             if not completion.tool_calls:
-                final = completion.text
+                final, final_shown = completion.text, completion.shown
                 break
             for message in self._run_tools(toolbox, completion.tool_calls):
-                self._record(session, context, turn_id, message)
+                self._record(session, context, turn.turn_id, message)
         else:
             final = f"(stopped after {MAX_TOOL_STEPS_PER_TURN} tool steps in one turn)"
-        replies = list(toolbox.outbox)
+        out.replies = list(toolbox.outbox)
+        out.shown = len(out.replies) if host is not None else 0
         if final and final.strip() and final.strip() != NO_REPLY:
-            replies.append(final.strip()[:MESSAGE_MAX_CHARS])
-        return replies
+            out.replies.append(final.strip()[:MESSAGE_MAX_CHARS])
+            if final_shown and out.shown == len(out.replies) - 1:
+                out.shown += 1
+        if out.cut:
+            out.replies.append(CUT_NOTICE)
+            log.warning("turn %s: cut at its deadline", turn.turn_id)
+        return out
 
 
 def _text(value: Any) -> str:
@@ -324,6 +536,25 @@ def _local_text(path: Path) -> str:
         return ""
     with os.fdopen(fd, "rb") as handle:
         return handle.read(LEARNED_READ_MAX_BYTES).decode("utf-8", errors="replace")
+
+
+def _cut(message: dict[str, Any], room: int) -> dict[str, Any]:
+    """``message`` with its text cut to about ``room`` characters when it is longer."""
+    content = message.get("content")
+    if not isinstance(content, str) or len(content) <= max(room, 200):
+        return message
+    keep = max(room, 200)
+    return {**message, "content": f"{content[:keep]}\n[cut: {len(content) - keep} more characters]"}
+
+
+def _plain(messages: list[dict[str, Any]]) -> str:
+    """Messages as plain text, for a summary that could not be made."""
+    lines = []
+    for message in messages:
+        text = message.get("content")
+        if isinstance(text, str) and text.strip():
+            lines.append(f"{message.get('role')}: {text.strip()}")
+    return "\n".join(lines)
 
 
 def _assistant(text: str | None, calls: Any) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from orchestrator import __version__
 from orchestrator.agent.hostlink import HostLink
 from orchestrator.agent.runner import Runner
 from orchestrator.agent.settings import AgentSettings
-from orchestrator.limits import model_request_cap
+from orchestrator.limits import OFFLINE_CONTEXT_TOKENS, model_request_cap
 from orchestrator.protocol import BadFrame, TurnRequest
 from orchestrator.wire import ProtocolError, recv_frame, send_frame
 
@@ -72,7 +72,7 @@ class RunnerServer:
                     return
                 if request is None:
                     return
-                link = HostLink(conn, model_request_cap(self.settings.context_budget_chars))
+                link = HostLink(conn, model_request_cap(OFFLINE_CONTEXT_TOKENS))
                 try:
                     send_frame(conn, self.answer(request, link))
                 except (ProtocolError, OSError) as exc:
@@ -90,6 +90,9 @@ class RunnerServer:
                 turn = TurnRequest.from_wire(request.get("turn"))
             except BadFrame as exc:
                 return {"ok": False, "error": str(exc)}
+            if host is not None and turn.window_tokens:
+                # a model request may carry as much as the model's window holds
+                host.frame_limit = model_request_cap(turn.window_tokens)
             try:
                 result = self.runner.handle(turn, host)
             except Exception as exc:  # a failed turn must not take the runner down

@@ -1,9 +1,12 @@
 """Sessions and their transcripts.
 
 A session's transcript is ``sessions/<key>/transcript.jsonl``: one JSON event per line,
-appended and fsynced. It is the session's only state: after a container restart the
-current context is rebuilt from it (the last ``context`` event and what follows), so a
-resumed session sees exactly the system prompt it was created with.
+appended and fsynced, never rewritten but at rotation. A turn delivered again after an
+attempt that did not finish starts with a ``supersede`` event: the earlier attempt's
+messages leave the live context (they stay in the file), so each message is there
+once. It is the session's only state: after a container restart the current context is
+rebuilt from it (the last ``context`` event and what follows), so a resumed session sees
+exactly the system prompt it was created with.
 """
 
 from __future__ import annotations
@@ -40,13 +43,36 @@ class Context:
     system: str
     messages: list[dict[str, Any]] = field(default_factory=list)
     message_chars: int = 0  # kept up to date as messages are added
+    turn_ids: list[str | None] = field(default_factory=list)  # of each message
+    # the provider's count of the last request's tokens, and the context's size then
+    measured: tuple[int, int] | None = None
 
-    def add(self, message: dict[str, Any]) -> None:
+    def add(self, message: dict[str, Any], turn_id: str | None = None) -> None:
         self.messages.append(message)
+        self.turn_ids.append(turn_id)
         self.message_chars += len(json.dumps(message, ensure_ascii=False))
+
+    def has_turn(self, turn_id: str) -> bool:
+        return turn_id in self.turn_ids
+
+    def drop_turn(self, turn_id: str) -> None:
+        """Take out the messages an earlier attempt of ``turn_id`` left."""
+        kept = [(m, t) for m, t in zip(self.messages, self.turn_ids, strict=True) if t != turn_id]
+        self.messages = [m for m, _ in kept]
+        self.turn_ids = [t for _, t in kept]
+        self.message_chars = sum(len(json.dumps(m, ensure_ascii=False)) for m in self.messages)
+        self.measured = None
 
     def size_chars(self) -> int:
         return len(self.system) + self.message_chars
+
+    def tokens(self, chars_per_token: int) -> int:
+        """The context's size in tokens: the provider's count of the last request plus
+        an estimate of what was added since, else an estimate of it all."""
+        if self.measured is not None:
+            tokens, chars = self.measured
+            return tokens + max(0, self.size_chars() - chars) // chars_per_token
+        return -(-self.size_chars() // chars_per_token)
 
 
 class Session:
@@ -114,7 +140,11 @@ class Session:
             )
         elif kind == "msg" and self.context is not None:
             message = {k: v for k, v in event.items() if k not in ("t", "ts", "turn_id")}
-            self.context.add(message)
+            turn_id = event.get("turn_id")
+            self.context.add(message, turn_id if isinstance(turn_id, str) else None)
+        elif kind == "supersede" and self.context is not None:
+            # a new attempt of a turn that never finished: its earlier messages go
+            self.context.drop_turn(str(event["turn_id"]))
 
     def load(self) -> None:
         """Bring the state up to date with the file."""
@@ -187,7 +217,10 @@ class Session:
                     "rotated": True,
                 }
             )
-            events.extend({"t": "msg", **message} for message in c.messages)
+            events.extend(
+                {"t": "msg", "turn_id": turn_id, **message}
+                for message, turn_id in zip(c.messages, c.turn_ids, strict=True)
+            )
         stamped = [{"ts": round(time.time(), 3), **e} for e in events]
         data = b"".join(json.dumps(e, ensure_ascii=False).encode() + b"\n" for e in stamped)
         write_atomic(self.path, data)
@@ -222,6 +255,9 @@ def event_problem(event: dict[str, Any]) -> str | None:
     elif kind == "msg":
         if event.get("role") not in ("user", "assistant", "tool"):
             return "role must be user, assistant or tool"
-    elif kind not in ("flush",):
+    elif kind == "supersede":
+        if not isinstance(event.get("turn_id"), str):
+            return "a supersede event needs a text turn_id"
+    elif kind not in ("flush", "note"):
         return f"unknown event kind {kind!r}"
     return None

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.limits import DEFAULT_CONTEXT_BUDGET_CHARS
+from orchestrator.limits import DEFAULT_CONTEXT_SHARE
 
 DEFAULT_AGENT_DIR = "/workspace/agent"
 DEFAULT_RUNTIME_DIR = "/run/orchestrator"
@@ -24,7 +24,8 @@ class AgentSettings:
     provider: str = "offline"
     model: str = "offline-rules"
     session_mode: str = "per-chat"
-    context_budget_chars: int = DEFAULT_CONTEXT_BUDGET_CHARS
+    context_share: float = DEFAULT_CONTEXT_SHARE  # of the model's window, before compacting
+    context_budget_chars: int | None = None  # and at most this many characters
     hooks_file: Path | None = None
 
     @property
@@ -49,8 +50,11 @@ class AgentSettings:
             provider=env.get("ORCHESTRATOR_PROVIDER", "offline"),
             model=env.get("ORCHESTRATOR_MODEL", "offline-rules"),
             session_mode=env.get("ORCHESTRATOR_SESSION_MODE", "per-chat"),
-            context_budget_chars=int(
-                env.get("ORCHESTRATOR_CONTEXT_BUDGET", DEFAULT_CONTEXT_BUDGET_CHARS)
+            context_share=float(env.get("ORCHESTRATOR_CONTEXT_SHARE", DEFAULT_CONTEXT_SHARE)),
+            context_budget_chars=(
+                int(env["ORCHESTRATOR_CONTEXT_BUDGET"])
+                if env.get("ORCHESTRATOR_CONTEXT_BUDGET")
+                else None
             ),
             hooks_file=Path(hooks) if hooks else None,
         )

@@ -11,7 +11,7 @@ import click
 
 from orchestrator.cli import CliContext, report_error
 from orchestrator.cli.output import print_error, print_json, safe_text
-from orchestrator.errors import EXIT_FAILED
+from orchestrator.errors import EXIT_FAILED, EXIT_OK, EXIT_PENDING
 
 pass_cli = click.make_pass_decorator(CliContext)
 FOLLOW_INTERVAL_SECONDS = 1.0  # how often `chat` looks for replies of scheduled tasks
@@ -195,8 +195,9 @@ def _send(
     raise AssertionError("unreachable")
 
 
-def _print_outcome(message: dict[str, object]) -> bool:
-    """Print the replies not shown yet and the outcome; False when it failed."""
+def _print_outcome(message: dict[str, object]) -> int:
+    """Print the replies not shown yet and the outcome; the exit code: EXIT_FAILED for a
+    dead letter, EXIT_PENDING when the answer is not complete yet."""
     found = message.get("replies")
     replies = list(found) if isinstance(found, list) else []
     shown = message.pop("shown", 0)
@@ -207,16 +208,18 @@ def _print_outcome(message: dict[str, object]) -> bool:
             f"message {message['id']} could not be delivered: {message.get('error')}",
             f"fix the cause, then: orchestrator retry {message['id']}",
         )
-        return False
+        return EXIT_FAILED
     if message.get("state") != "done":
         click.echo(
             f"note: message {message['id']} is still {message.get('state')}; "
-            "its replies will be stored when it is answered",
+            "its replies will be stored when it is answered "
+            f"(orchestrator message {message['id']})",
             err=True,
         )
-    elif not replies:
+        return EXIT_PENDING
+    if not replies:
         click.echo("(no reply)")
-    return True
+    return EXIT_OK
 
 
 @click.command()
@@ -230,7 +233,8 @@ def _print_outcome(message: dict[str, object]) -> bool:
     type=float,
     default=300.0,
     show_default=True,
-    help="Seconds to wait for the replies.",
+    help="Seconds to wait for the answer; exit code 3 when it is not complete by then "
+    "(its replies are stored when it is).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the message and replies as JSON.")
 @pass_cli
@@ -258,9 +262,11 @@ def send(
         print_json(message)
         if message.get("state") == "dead":
             raise SystemExit(EXIT_FAILED)
+        if message.get("state") != "done":
+            raise SystemExit(EXIT_PENDING)
         return
-    if not _print_outcome(message):
-        raise SystemExit(EXIT_FAILED)
+    if code := _print_outcome(message):
+        raise SystemExit(code)
 
 
 @click.command()

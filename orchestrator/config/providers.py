@@ -11,6 +11,8 @@ where their keys come from (``orchestrator.secrets``).
         kind: openai
         base_url: http://127.0.0.1:11434/v1   # Ollama, vLLM, llama.cpp, LM Studio ...
         models: [llama3.1]              # a server that needs no key needs no key reference
+        model_info:                     # what is known of each model, by name
+          llama3.1: {context_tokens: 8192}   # its context window (else asked of the server)
 
 Keys are read on the host when a call is made; they are never in group.yaml, never
 mounted, never in a frame to a container, never in a log line.
@@ -39,6 +41,13 @@ DEFAULT_MAX_TOKENS = 4096
 
 
 @dataclass(frozen=True)
+class ModelInfo:
+    """What orchestrator.yaml says of one model (``providers.NAME.model_info.MODEL``)."""
+
+    context_tokens: int | None = None  # its context window; None: asked of the server
+
+
+@dataclass(frozen=True)
 class ProviderDef:
     name: str
     kind: str
@@ -48,6 +57,15 @@ class ProviderDef:
     models: tuple[str, ...] = ()  # allowed models; empty: any
     max_tokens: int = DEFAULT_MAX_TOKENS
     stream: bool = True  # consume answers as a stream (false for servers that stream badly)
+    model_info: tuple[tuple[str, ModelInfo], ...] = ()  # (model, what is known of it)
+
+    def info(self, model: str) -> ModelInfo:
+        return dict(self.model_info).get(model, ModelInfo())
+
+    @property
+    def self_hosted(self) -> bool:
+        """A server of the operator's own (a base_url other than the vendor's)."""
+        return self.base_url is not None and self.base_url != DEFAULT_BASE_URLS[self.kind]
 
     @property
     def url(self) -> str:
@@ -70,6 +88,7 @@ class ProviderDef:
             "models": list(self.models),
             "max_tokens": self.max_tokens,
             "stream": self.stream,
+            "model_info": {m: {"context_tokens": i.context_tokens} for m, i in self.model_info},
         }
 
 
@@ -88,7 +107,16 @@ def parse_providers(reader: MappingReader) -> dict[str, ProviderDef]:
             raise reader.fail(name, "'offline' is the embedded provider; pick another name")
         item = reader.child(name)
         item.reject_unknown(
-            ["kind", "base_url", "key_env", "key_secret", "models", "max_tokens", "stream"]
+            [
+                "kind",
+                "base_url",
+                "key_env",
+                "key_secret",
+                "models",
+                "max_tokens",
+                "stream",
+                "model_info",
+            ]
         )
         kind = item.choice("kind", KINDS, item.raw("kind"))
         base_url = (
@@ -105,9 +133,35 @@ def parse_providers(reader: MappingReader) -> dict[str, ProviderDef]:
         )
         stream = item.boolean("stream", True)
         out[name] = ProviderDef(
-            name, kind, base_url, key.env, key.secret, models, max_tokens, stream
+            name,
+            kind,
+            base_url,
+            key.env,
+            key.secret,
+            models,
+            max_tokens,
+            stream,
+            _model_info(item.child("model_info")),
         )
     return out
+
+
+def _model_info(reader: MappingReader) -> tuple[tuple[str, ModelInfo], ...]:
+    out = []
+    for model in reader.data:
+        if not isinstance(model, str) or not model.strip() or len(model) > 200:
+            raise reader.fail(str(model), "a model's name must be 1-200 characters")
+        item = reader.child(model)
+        item.reject_unknown(["context_tokens"])
+        tokens = (
+            item.whole_number(
+                "context_tokens", None, 256, 100_000_000, "a number of tokens from 256"
+            )
+            if "context_tokens" in item.data
+            else None
+        )
+        out.append((model, ModelInfo(tokens)))
+    return tuple(out)
 
 
 def effective_models(provider: ProviderDef, group_models: tuple[str, ...]) -> tuple[str, ...]:

@@ -27,6 +27,7 @@ from typing import Any
 from orchestrator.commands import APPROVE, CONFIRM, parse_command
 from orchestrator.config import OrchestratorConfig
 from orchestrator.config.accounts import account_of_channel
+from orchestrator.config.providers import resolve_key
 from orchestrator.daemon.scheduler import Scheduler, store_lookup
 from orchestrator.daemon.upgrade import carry_sessions_to_channels
 from orchestrator.errors import (
@@ -37,6 +38,7 @@ from orchestrator.errors import (
     OrchestratorError,
     SenderRefused,
 )
+from orchestrator.groups import Group
 from orchestrator.groups.config import classify_sender
 from orchestrator.groups.disk import DISK_HOLDER, group_disk_usage, over_limit_reason
 from orchestrator.home import Home
@@ -153,6 +155,7 @@ class Delivery:
 
     message: Message
     cancel: Cancel
+    relay: TurnRelay | None = None  # the turn's answers to its requests, once it has one
 
 
 class Daemon:
@@ -484,7 +487,7 @@ class Daemon:
                 result = TurnResult.from_wire(answer)
             except BadFrame as exc:
                 raise DeliveryFailed(str(exc)) from None
-            self.queue.complete(message.id, result.replies)
+            self._complete(message, result, delivery.relay)
             outcome = "delivered"
         except Exception as exc:
             if delivery.cancel.cancelled and self.stopping.is_set():
@@ -493,7 +496,8 @@ class Daemon:
                 outcome = "deferred"  # not the message's fault: try again, uncounted
                 self._defer(message, exc)
             else:
-                self._record_failure(message, exc)
+                final = delivery.relay.final_error if delivery.relay is not None else None
+                self._record_failure(message, exc, final=final)
         finally:
             self._record_turn(message)
             with self.cond:
@@ -572,12 +576,29 @@ class Daemon:
             ENGINE_AWAY_RETRY_SECONDS,
         )
 
-    def _record_failure(self, message: Message, exc: Exception) -> None:
+    def _complete(self, message: Message, result: TurnResult, relay: TurnRelay | None) -> None:
+        """Store the replies the turn did not show while it ran, after those it did (and
+        an earlier attempt's), and mark the message done. A turn the runner had finished
+        already (its answer repeated) adds what is not stored yet."""
+        replies = result.replies
+        if result.duplicate or relay is None:
+            stored = [seq for seq, _ in self.queue.replies_of(message.id) if seq >= 0]
+            first = self.queue.next_reply_seq(message.id)
+            self.queue.complete(message.id, replies[len(stored) :], first_seq=first)
+            return
+        shown = min(result.shown, relay.next_seq)
+        self.queue.complete(message.id, replies[shown:], first_seq=relay.next_seq)
+
+    def _record_failure(
+        self, message: Message, exc: Exception, *, final: str | None = None
+    ) -> None:
         reason = (
             exc.message if isinstance(exc, OrchestratorError) else f"{type(exc).__name__}: {exc}"
         )
+        if final is not None and final not in reason:
+            reason = f"{reason} ({final})"
         try:
-            state = self.queue.fail(message.id, reason)
+            state = self.queue.fail(message.id, reason, final=final is not None)
         except Exception as commit_error:
             # Left in flight in the database; housekeeping queues it again once the
             # queue can commit (a full disk, say).
@@ -592,6 +613,7 @@ class Daemon:
         timeout = float(group.config.turn_timeout_seconds)
         deadline = time.monotonic() + timeout
         client = self.runtime.runner(group)
+        window, answer_tokens = self._window(group)
         payload = TurnRequest(
             turn_id=message.id,
             chat=message.chat,
@@ -603,10 +625,16 @@ class Daemon:
             session=message.session,
             said=message.said,
             tools=granted_tools(task_run=self.tasks.run_of(message.id) is not None),
+            window_tokens=window,
+            answer_tokens=answer_tokens,
+            deadline_seconds=timeout,
         ).to_wire()
         self.runtime.activity.touch(group.folder)
         self._record_outside(group.folder, self.runtime.container_name(group))
-        relay = TurnRelay(self.relay, message, group, deadline)
+        relay = TurnRelay(self.relay, message, group, deadline, window)
+        delivery = self.active.get(message.id)
+        if delivery is not None:
+            delivery.relay = relay
 
         def deliver(seconds: float) -> dict[str, Any]:
             return client.turn(
@@ -630,6 +658,21 @@ class Daemon:
         if left <= 0:
             raise DeliveryFailed(f"the turn did not finish within {timeout:g}s")
         return deliver(left)
+
+    def _window(self, group: Group) -> tuple[int | None, int | None]:
+        """The context window of the group's model and its answer's room, in tokens
+        (None for the offline provider, whose runner uses its defaults)."""
+        config = group.config
+        definition = self.config.providers.get(config.provider)
+        if definition is None:
+            return None, None
+        answer = min(config.limits.max_tokens, definition.max_tokens)
+        try:
+            key = resolve_key(definition, self.config.secrets_file)
+        except OrchestratorError:
+            key = None
+        window = self.relay.windows.of(definition, config.model, key)
+        return window.tokens, answer
 
     def _reconcile(self) -> None:
         """Bring the containers in line with the groups, logging each change (adopting

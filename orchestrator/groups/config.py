@@ -17,8 +17,9 @@ from orchestrator.limits import (
     DEFAULT_CONTAINER_CPUS,
     DEFAULT_CONTAINER_MEMORY_BYTES,
     DEFAULT_CONTAINER_PIDS,
-    DEFAULT_CONTEXT_BUDGET_CHARS,
+    DEFAULT_CONTEXT_SHARE,
     DEFAULT_GROUP_DISK_BYTES,
+    DEFAULT_GROUP_MAX_TOKENS,
     DEFAULT_IDLE_TIMEOUT_SECONDS,
     DEFAULT_LEARNED_MAX_CHARS,
     DEFAULT_NETWORK,
@@ -32,6 +33,7 @@ from orchestrator.limits import (
     GROUP_NAME_MAX_CHARS,
     MAX_CONTAINER_CPUS,
     MAX_CONTAINER_PIDS,
+    MAX_CONTEXT_SHARE,
     MAX_LEARNED_MAX_CHARS,
     MAX_TASK_RUNS_PER_HOUR,
     MAX_TASKS_PER_GROUP,
@@ -39,6 +41,7 @@ from orchestrator.limits import (
     MIN_CONTAINER_MEMORY_BYTES,
     MIN_CONTAINER_PIDS,
     MIN_CONTEXT_BUDGET_CHARS,
+    MIN_CONTEXT_SHARE,
     MIN_GROUP_DISK_BYTES,
     MIN_IDLE_TIMEOUT_SECONDS,
     MIN_TURN_TIMEOUT_SECONDS,
@@ -107,6 +110,21 @@ class ModelLimits:
     requests_per_minute: int = DEFAULT_REQUESTS_PER_MINUTE
     tokens_per_turn: int = DEFAULT_TOKENS_PER_TURN
     tokens_per_day: int = DEFAULT_TOKENS_PER_DAY
+    # the longest answer one model call may give (the provider's max_tokens may lower it)
+    max_tokens: int = DEFAULT_GROUP_MAX_TOKENS
+
+
+@dataclass(frozen=True)
+class ContextBudget:
+    """How much of the model's context window a session's context may fill before it
+    is compacted (group.yaml ``context_budget``): a share, such as 80%; an older whole
+    number of characters also caps it at that many characters."""
+
+    share: float = DEFAULT_CONTEXT_SHARE
+    max_chars: int | None = None
+
+    def __str__(self) -> str:
+        return str(self.max_chars) if self.max_chars is not None else f"{self.share:.0%}"
 
 
 @dataclass(frozen=True)
@@ -142,7 +160,7 @@ class GroupConfig:
     container: ContainerSettings = field(default_factory=ContainerSettings)
     mounts: tuple[MountRequest, ...] = ()
     skills: str | tuple[str, ...] = "all"
-    context_budget: int = DEFAULT_CONTEXT_BUDGET_CHARS
+    context_budget: ContextBudget = field(default_factory=ContextBudget)
     turn_timeout_seconds: int = DEFAULT_TURN_TIMEOUT_SECONDS
     limits: ModelLimits = field(default_factory=ModelLimits)
     learned_max_chars: int = DEFAULT_LEARNED_MAX_CHARS
@@ -158,6 +176,7 @@ class GroupConfig:
         data["tasks"]["allowed"] = list(self.tasks.allowed)
         data["tasks"]["max_runs_per_hour"] = self.tasks.max_runs_per_hour
         del data["tasks"]["max_runs_per_hour_set"]
+        data["context_budget"] = str(self.context_budget)
         return data
 
 
@@ -244,8 +263,38 @@ def _skills(reader: MappingReader) -> str | tuple[str, ...]:
     return tuple(value)
 
 
+def _context_budget(reader: MappingReader) -> ContextBudget:
+    """``context_budget``: a share of the window ("80%", 0.8), or (as older releases
+    wrote it) a whole number of characters, which keeps the default share and caps the
+    context at that many characters."""
+    value = reader.raw("context_budget", None)
+    if value is None:
+        return ContextBudget()
+    expected = (
+        f"a share of the model's context window from {MIN_CONTEXT_SHARE:.0%} to "
+        f"{MAX_CONTEXT_SHARE:.0%} (such as 80%), or a whole number of characters of at least "
+        f"{MIN_CONTEXT_BUDGET_CHARS}"
+    )
+    if isinstance(value, bool):
+        raise reader.fail("context_budget", f"got {value!r}; expected {expected}")
+    if isinstance(value, int) and value > 1:
+        if value < MIN_CONTEXT_BUDGET_CHARS:
+            raise reader.fail("context_budget", f"got {value!r}; expected {expected}")
+        return ContextBudget(max_chars=value)
+    share: float | None = None
+    if isinstance(value, int | float):
+        share = float(value)
+    elif isinstance(value, str) and re.fullmatch(r"\s*\d{1,3}(\.\d+)?\s*%\s*", value):
+        share = float(value.strip().rstrip("%")) / 100
+    if share is None or not MIN_CONTEXT_SHARE <= share <= MAX_CONTEXT_SHARE:
+        raise reader.fail("context_budget", f"got {value!r}; expected {expected}")
+    return ContextBudget(share=share)
+
+
 def _limits(reader: MappingReader) -> ModelLimits:
-    reader.reject_unknown(["models", "requests_per_minute", "tokens_per_turn", "tokens_per_day"])
+    reader.reject_unknown(
+        ["models", "requests_per_minute", "tokens_per_turn", "tokens_per_day", "max_tokens"]
+    )
     return ModelLimits(
         models=reader.id_list("models", max_chars=200),
         requests_per_minute=reader.whole_number(
@@ -256,6 +305,9 @@ def _limits(reader: MappingReader) -> ModelLimits:
         ),
         tokens_per_day=reader.whole_number(
             "tokens_per_day", DEFAULT_TOKENS_PER_DAY, 1, None, "a whole number from 1"
+        ),
+        max_tokens=reader.whole_number(
+            "max_tokens", DEFAULT_GROUP_MAX_TOKENS, 16, 1_000_000, "16 to 1000000"
         ),
     )
 
@@ -373,16 +425,7 @@ def group_config_from_doc(
         container=problems.check(lambda: _container(reader.child("container")), defaults.container),
         mounts=problems.check(lambda: _mounts(reader), ()),
         skills=problems.check(lambda: _skills(reader), ALL_SKILLS),
-        context_budget=problems.check(
-            lambda: reader.whole_number(
-                "context_budget",
-                DEFAULT_CONTEXT_BUDGET_CHARS,
-                MIN_CONTEXT_BUDGET_CHARS,
-                None,
-                f"a whole number of characters, at least {MIN_CONTEXT_BUDGET_CHARS}",
-            ),
-            DEFAULT_CONTEXT_BUDGET_CHARS,
-        ),
+        context_budget=problems.check(lambda: _context_budget(reader), ContextBudget()),
         turn_timeout_seconds=problems.check(turn_timeout, DEFAULT_TURN_TIMEOUT_SECONDS),
         learned_max_chars=problems.check(
             lambda: reader.whole_number(

@@ -1,8 +1,8 @@
 """Retrying a provider's transient failures within a turn's deadline.
 
-429 and 5xx answers, connection failures and cut streams are retried; the wait is the
-server's Retry-After when it gives one, else exponential from 0.5 s, never past the
-turn's deadline. Everything else is reported at once.
+408, 409, 429 and 5xx answers, connection failures and broken streams are retried; the
+wait is the server's Retry-After when it gives one, else exponential from 0.5 s, never
+past the turn's deadline. Everything else is reported at once.
 """
 
 from __future__ import annotations
@@ -33,8 +33,12 @@ def call_with_retries(
     attempts: int = RELAY_PROVIDER_ATTEMPTS,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    may_retry: Callable[[], bool] = lambda: True,
+    on_failure: Callable[[ProviderFailure], None] = lambda failure: None,
 ) -> T:
-    """``call(timeout)`` until it succeeds, fails for good, or the deadline comes.
+    """``call(timeout)`` until it succeeds, fails for good, or the deadline comes, at
+    most ``attempts`` times; ``may_retry()`` false stops it too (what a failed attempt
+    did cannot be done twice). ``on_failure`` sees each failed attempt.
 
     ``timeout`` is what is left before ``deadline`` (at most an hour). Raises the last
     ProviderFailure.
@@ -47,7 +51,7 @@ def call_with_retries(
         return retry_wait(failure, state.attempt_number)
 
     def give_up(state: tenacity.RetryCallState) -> bool:
-        if state.attempt_number >= attempts:
+        if state.attempt_number >= attempts or not may_retry():
             return True
         failure = state.outcome.exception() if state.outcome else None
         assert isinstance(failure, ProviderFailure)
@@ -72,6 +76,10 @@ def call_with_retries(
         left = deadline - clock()
         if left <= 0:
             raise ProviderFailure("the turn's deadline passed before the model answered")
-        return call(min(left, 3600.0))
+        try:
+            return call(min(left, 3600.0))
+        except ProviderFailure as failure:
+            on_failure(failure)
+            raise
 
     return retrying(attempt)

@@ -30,6 +30,7 @@ from orchestrator.memory.search import Hit, MemoryIndex, index_for
 from orchestrator.relay.errors import RelayViolation
 from orchestrator.relay.providers import adapter_for
 from orchestrator.relay.providers.base import HostProvider
+from orchestrator.relay.windows import Windows
 from orchestrator.store.messages import Message, MessageQueue
 from orchestrator.store.usage import UsageStore
 
@@ -79,6 +80,7 @@ class RelayContext:
     notify: Callable[[str], None] = lambda message_id: None  # a message's replies changed
     clock: Callable[[], float] = time.time
     state_dir: Path | None = None  # where memory indexes live (None: no search)
+    windows: Windows = field(default_factory=Windows)  # the models' context windows
     _adapters: dict[str, tuple[str, HostProvider]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _indexes: dict[str, tuple[threading.Lock, MemoryIndex]] = field(default_factory=dict)
@@ -144,17 +146,43 @@ class RelayContext:
 
 
 class TurnRelay:
-    """Answers the requests of one turn (one delivery of ``message``)."""
+    """Answers the requests of one turn (one delivery of ``message``).
+
+    It numbers the replies the turn shows while it runs (send_message, an answer
+    streamed in pieces): after every reply stored for the message so far, so a new
+    attempt's replies follow an earlier one's and none is dropped as a duplicate.
+    """
 
     def __init__(
-        self, context: RelayContext, message: Message, group: Group, deadline: float
+        self,
+        context: RelayContext,
+        message: Message,
+        group: Group,
+        deadline: float,
+        window_tokens: int | None = None,
     ) -> None:
         self.context = context
         self.message = message
         self.group = group
         self.deadline = deadline  # time.monotonic() by which the whole turn ends
+        self.window_tokens = window_tokens  # the model's context window, when known
         self.ops = 0
         self.searched = False  # the memory index was brought up to date in this turn
+        self.next_seq = context.queue.next_reply_seq(message.id)
+        self.replied: set[int] = set()  # the runner's reply numbers seen in this turn
+        self.overflows = 0  # model answers that the request is over the window
+        # why this message cannot be answered by trying again (set when a provider's
+        # answer says so): the daemon dead-letters it at once with this reason
+        self.final_error: str | None = None
+        self.server_ms = 0.0  # the model server's own time in this turn, when it says
+
+    def show(self, text: str) -> int:
+        """Store ``text`` as the turn's next reply, and tell the channels; its number."""
+        seq = self.next_seq
+        self.next_seq += 1
+        self.context.queue.add_reply(self.message.id, seq, text)
+        self.context.notify(self.message.id)
+        return seq
 
     def frame_limit(self) -> int:
         """The largest request any op accepts (each is checked against its own cap)."""

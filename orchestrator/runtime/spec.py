@@ -117,7 +117,12 @@ def container_spec(
             "ORCHESTRATOR_PROVIDER": group.config.provider,
             "ORCHESTRATOR_MODEL": group.config.model,
             "ORCHESTRATOR_SESSION_MODE": group.config.session_mode,
-            "ORCHESTRATOR_CONTEXT_BUDGET": str(group.config.context_budget),
+            "ORCHESTRATOR_CONTEXT_SHARE": str(group.config.context_budget.share),
+            **(
+                {"ORCHESTRATOR_CONTEXT_BUDGET": str(group.config.context_budget.max_chars)}
+                if group.config.context_budget.max_chars is not None
+                else {}
+            ),
         },
         tmpfs={
             "/tmp": f"rw,nosuid,nodev,size={tmpfs_size},mode=1777",

@@ -342,14 +342,15 @@ class MessageQueue(StateDB):
         finally:
             self.resume(group, holder)
 
-    def complete(self, message_id: str, replies: list[str]) -> None:
-        """Store the replies (a duplicate (id, seq) is dropped) and mark the message done."""
+    def complete(self, message_id: str, replies: list[str], first_seq: int = 0) -> None:
+        """Store the replies, numbered from ``first_seq`` (a duplicate (id, seq) is
+        dropped), and mark the message done."""
         now = time.time()
 
         def work(db: sqlite3.Connection) -> None:
             db.executemany(
                 "INSERT OR IGNORE INTO replies (message_id, seq, text, created) VALUES (?,?,?,?)",
-                [(message_id, seq, text, now) for seq, text in enumerate(replies)],
+                [(message_id, seq, text, now) for seq, text in enumerate(replies, first_seq)],
             )
             db.execute(
                 "UPDATE messages SET state=?, last_error=NULL, updated=? WHERE id=?",
@@ -358,13 +359,14 @@ class MessageQueue(StateDB):
 
         self.transaction(work)
 
-    def fail(self, message_id: str, error: str) -> str:
-        """Back off and queue again, or dead-letter after the last attempt; the new state."""
+    def fail(self, message_id: str, error: str, *, final: bool = False) -> str:
+        """Back off and queue again, or dead-letter after the last attempt (at once when
+        ``final``: trying again cannot help); the new state."""
 
         def work(db: sqlite3.Connection) -> str:
             row = db.execute("SELECT attempts FROM messages WHERE id=?", (message_id,)).fetchone()
             attempts = int(row[0]) if row else MAX_DELIVERY_ATTEMPTS
-            if attempts >= MAX_DELIVERY_ATTEMPTS:
+            if final or attempts >= MAX_DELIVERY_ATTEMPTS:
                 state, not_before = DEAD, 0.0
             else:
                 state = QUEUED
@@ -503,6 +505,17 @@ class MessageQueue(StateDB):
             return seqs
 
         return self.transaction(work)
+
+    def next_reply_seq(self, message_id: str) -> int:
+        """The sequence number the next reply of a turn of ``message_id`` takes: after
+        every reply stored so far (an earlier attempt's included), before the host's
+        own notices."""
+        rows = self.read(
+            "SELECT MAX(seq) FROM replies WHERE message_id=? AND seq>=0 AND seq<?",
+            (message_id, HOST_NOTICE_SEQ),
+        )
+        top = rows[0][0] if rows else None
+        return 0 if top is None else whole(top) + 1
 
     def replies_of(self, message_id: str) -> list[tuple[int, str]]:
         """(sequence, text) of every reply of ``message_id``, in order."""

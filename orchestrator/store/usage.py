@@ -98,6 +98,13 @@ class UsageStore(StateDB):
         )
         return _int(rows[0][0])
 
+    def failures_of_message(self, message_id: str) -> int:
+        """Model calls for ``message_id`` that failed, over all its deliveries."""
+        rows = self.read(
+            "SELECT COUNT(*) FROM usage WHERE message_id=? AND outcome=?", (message_id, FAILED)
+        )
+        return _int(rows[0][0])
+
     def tokens_of_message(self, message_id: str) -> int:
         rows = self.read(
             "SELECT COALESCE(SUM(input_tokens + output_tokens), 0) FROM usage WHERE message_id=?",

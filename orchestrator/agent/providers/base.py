@@ -25,6 +25,10 @@ class BudgetExhausted(ProviderError):
     reply, and is not retried."""
 
 
+class ContextOverflow(ProviderError):
+    """The request did not fit the model's context window: compacting may help."""
+
+
 @dataclass(frozen=True)
 class ToolCall:
     id: str
@@ -39,6 +43,8 @@ class CompletionRequest:
     messages: list[dict[str, Any]]
     tools: tuple[ToolSpec, ...] = ()
     purpose: str = TURN
+    max_tokens: int | None = None  # this call's own cap on its answer (a summary's)
+    show: bool = False  # the answer's text may reach the chat while it streams
 
     def to_wire(self) -> dict[str, Any]:
         """The request as sent to the host relay."""
@@ -50,13 +56,23 @@ class CompletionRequest:
                 for t in self.tools
             ],
             "purpose": self.purpose,
+            "max_tokens": self.max_tokens,
+            "show": self.show,
         }
+
+
+# Why a completion stopped (as the host says it): its end, its length cap, tool calls,
+# or the turn's deadline (the answer was cut)
+STOP_END, STOP_LENGTH, STOP_TOOLS, STOP_CUT = "end", "length", "tool_calls", "cut"
 
 
 @dataclass(frozen=True)
 class Completion:
     text: str | None
     tool_calls: tuple[ToolCall, ...] = field(default_factory=tuple)
+    input_tokens: int | None = None  # the provider's count of the request, when known
+    stop_reason: str | None = None
+    shown: bool = False  # its text reached the chat already, as it streamed
 
 
 class Provider(abc.ABC):

@@ -15,6 +15,7 @@ from orchestrator.agent.providers.base import (
     BudgetExhausted,
     Completion,
     CompletionRequest,
+    ContextOverflow,
     Provider,
     ProviderError,
     ToolCall,
@@ -35,6 +36,8 @@ class RelayProvider(Provider):
         except HostRequestFailed as exc:
             if exc.answer.get("budget"):
                 raise BudgetExhausted(str(exc.answer.get("error") or exc)) from None
+            if exc.answer.get("overflow"):
+                raise ContextOverflow(str(exc)) from None
             raise ProviderError(str(exc)) from None
         return completion_from_wire(answer)
 
@@ -55,4 +58,13 @@ def completion_from_wire(answer: dict[str, Any]) -> Completion:
         ):
             raise ProviderError("a tool call in the host's completion is malformed")
         out.append(ToolCall(call["id"], call["name"], call["arguments"]))
-    return Completion(text, tuple(out))
+    usage = answer.get("usage")
+    tokens = usage.get("input_tokens") if isinstance(usage, dict) else None
+    reason = answer.get("stop_reason")
+    return Completion(
+        text,
+        tuple(out),
+        tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None,
+        reason if isinstance(reason, str) else None,
+        answer.get("shown") is True,
+    )

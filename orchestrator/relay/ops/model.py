@@ -3,23 +3,38 @@
 Provider and model are the group's (from its group.yaml, never from the frame); the
 credential is added here; budgets are checked before the call and usage recorded after.
 A budget that is used up answers with ``budget: true`` and one plain sentence, which
-the runner turns into the chat's reply; a provider that keeps failing answers with the
-reason, so the delivery fails, is retried and at last dead-lettered with it.
+the runner turns into the chat's reply.
+
+Failures: a request over the model's context window answers ``overflow: true`` (the
+runner compacts and asks once more; a second one is final). Transient failures are
+retried within the turn's deadline, from one budget of RELAY_PROVIDER_ATTEMPTS per
+message that its redeliveries share; any other refusal (a 4xx), or the budget spent,
+is final: the message is dead-lettered at once with the reason.
+
+A turn's answer streams into the chat as it is written (``show``), in pieces; at the
+turn's deadline the stream is closed and the answer so far comes back cut.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from orchestrator import protocol
-from orchestrator.limits import model_request_cap
+from orchestrator.limits import (
+    OFFLINE_CONTEXT_TOKENS,
+    RELAY_PROVIDER_ATTEMPTS,
+    TURN_CUT_MARGIN_SECONDS,
+    model_request_cap,
+)
 from orchestrator.protocol import OFFLINE
 from orchestrator.relay.budget import budget_refusal
 from orchestrator.relay.errors import RelayViolation
-from orchestrator.relay.providers.base import ModelCall, ProviderFailure
+from orchestrator.relay.providers.base import Deadline, ModelCall, ProviderFailure
 from orchestrator.relay.retry import call_with_retries
+from orchestrator.relay.streaming import Pieces
 from orchestrator.secrets import MissingSecret
 from orchestrator.store.usage import FAILED, OK, REFUSED, Call, utc_midnight
 
@@ -34,6 +49,11 @@ def parse_call(frame: dict[str, Any]) -> ModelCall:
     """The call in a request frame; RelayViolation naming what is malformed."""
     system, messages, tools = frame.get("system"), frame.get("messages"), frame.get("tools", [])
     purpose = frame.get("purpose", "turn")
+    max_tokens = frame.get("max_tokens")
+    if max_tokens is not None and (
+        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
+    ):
+        raise RelayViolation("model.complete: max_tokens must be a whole number from 1")
     if not isinstance(system, str):
         raise RelayViolation("model.complete: system must be text")
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
@@ -51,14 +71,14 @@ def parse_call(frame: dict[str, Any]) -> ModelCall:
         raise RelayViolation("model.complete: tools must be {name, description, parameters}")
     if purpose not in PURPOSES:
         raise RelayViolation(f"model.complete: purpose must be one of {', '.join(PURPOSES)}")
-    return ModelCall(system, messages, tools, purpose)
+    return ModelCall(system, messages, tools, purpose, max_tokens)
 
 
 class ModelComplete:
     name = protocol.MODEL_COMPLETE
 
     def cap(self, turn: TurnRelay) -> int:
-        return model_request_cap(turn.group.config.context_budget)
+        return model_request_cap(turn.window_tokens or OFFLINE_CONTEXT_TOKENS)
 
     def handle(self, turn: TurnRelay, frame: dict[str, Any]) -> dict[str, Any]:
         call = parse_call(frame)
@@ -72,6 +92,8 @@ class ModelComplete:
                 "error": f"provider {config.provider!r} is not defined in the daemon's "
                 "configuration",
             }
+        cap = min(config.limits.max_tokens, call.max_tokens or config.limits.max_tokens)
+        call = replace(call, max_tokens=cap)
         now = context.clock()
 
         def record(
@@ -105,22 +127,54 @@ class ModelComplete:
                 "group %s, message %s: budget used up: %s", group.folder, message.id, refusal
             )
             return {"ok": False, "budget": True, "error": refusal}
+        attempts = RELAY_PROVIDER_ATTEMPTS - context.usage.failures_of_message(message.id)
+        if attempts <= 0:
+            turn.final_error = (
+                f"the model failed {RELAY_PROVIDER_ATTEMPTS} times for this message; "
+                "not tried again"
+            )
+            return {"ok": False, "error": turn.final_error}
         try:
             adapter = context.adapter(config.provider)
         except MissingSecret as exc:
             record(FAILED, now, 0.0, (0, 0), exc.message)
+            turn.final_error = exc.message
             return {"ok": False, "error": exc.message}
+        pieces = Pieces(turn.show) if frame.get("show") is True and call.purpose == "turn" else None
+        margin = min(TURN_CUT_MARGIN_SECONDS, max(turn.deadline - time.monotonic(), 0.0) * 0.1)
+        deadline = Deadline(turn.deadline - margin)
         started = time.monotonic()
         try:
             answer = call_with_retries(
-                lambda timeout: adapter.complete(call, model=config.model, timeout=timeout),
-                turn.deadline,
+                lambda timeout: adapter.complete(
+                    call,
+                    model=config.model,
+                    timeout=timeout,
+                    deadline=deadline,
+                    on_text=pieces.feed if pieces is not None else None,
+                ),
+                deadline.at,
+                attempts=attempts,
+                # text already in the chat cannot be taken back: no second stream after it
+                may_retry=lambda: pieces is None or pieces.stored == 0,
+                on_failure=lambda failure: record(
+                    FAILED, now, (time.monotonic() - started) * 1000, (0, 0), str(failure)
+                ),
             )
         except ProviderFailure as exc:
-            latency = (time.monotonic() - started) * 1000
-            record(FAILED, now, latency, (0, 0), str(exc))
             log.warning("group %s: model call failed: %s", group.folder, exc)
+            if exc.overflow:
+                turn.overflows += 1
+                if turn.overflows > 1:
+                    turn.final_error = f"{exc} (still over the window after compacting)"
+                return {"ok": False, "overflow": True, "error": str(exc)}
+            spent = context.usage.failures_of_message(message.id) >= RELAY_PROVIDER_ATTEMPTS
+            if not exc.retryable or spent:
+                turn.final_error = str(exc)
             return {"ok": False, "error": str(exc)}
         latency = (time.monotonic() - started) * 1000
         record(OK, now, latency, (answer.input_tokens, answer.output_tokens), None)
-        return {"ok": True, **answer.to_wire()}
+        shown = pieces.finish(answer.text) if pieces is not None else False
+        if answer.server_ms is not None:
+            turn.server_ms += answer.server_ms
+        return {"ok": True, **answer.to_wire(), "shown": shown}

@@ -1,6 +1,6 @@
-"""``reply``: one message for the chat, stored at once under (message id, sequence), so
-channels can show it before the turn ends. A sequence stored already is not stored
-again; the turn's final answer repeats every reply and duplicates are dropped."""
+"""``reply``: one message for the chat, stored at once as the turn's next reply, so
+channels can show it before the turn ends. The runner numbers its replies; a number it
+sent already in this turn is not stored again."""
 
 from __future__ import annotations
 
@@ -27,6 +27,8 @@ class Reply(FixedCap):
             )
         if not isinstance(text, str) or not text.strip() or len(text) > MESSAGE_MAX_CHARS:
             raise RelayViolation(f"reply.text must be text of 1 to {MESSAGE_MAX_CHARS} characters")
-        stored = turn.context.queue.add_reply(turn.message.id, seq, text)
-        turn.context.notify(turn.message.id)
-        return {"ok": True, "stored": stored}
+        if seq in turn.replied:
+            return {"ok": True, "stored": False}
+        turn.replied.add(seq)
+        turn.show(text)
+        return {"ok": True, "stored": True}

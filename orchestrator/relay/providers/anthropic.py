@@ -12,11 +12,15 @@ from collections.abc import Iterable
 from typing import Any
 
 from orchestrator.relay.providers.base import (
+    STOP_CUT,
+    Deadline,
     HostProvider,
     ModelAnswer,
     ModelCall,
     ProviderFailure,
+    TextSink,
     sdk_failure,
+    stop_reason,
 )
 
 
@@ -84,12 +88,19 @@ def read_message(message: dict[str, Any]) -> ModelAnswer:
     return read_stream(events)
 
 
-def read_stream(events: Iterable[dict[str, Any]]) -> ModelAnswer:
-    """Assemble a streamed answer from its events (as plain dicts)."""
+def read_stream(
+    events: Iterable[dict[str, Any]],
+    *,
+    deadline: Deadline | None = None,
+    on_text: TextSink | None = None,
+) -> ModelAnswer:
+    """Assemble a streamed answer from its events (as plain dicts). Text goes to
+    ``on_text`` as it arrives; at ``deadline`` reading stops and the text so far comes
+    back cut (tool calls not finished are dropped)."""
     texts: list[str] = []
     blocks: dict[int, dict[str, Any]] = {}
     input_tokens = output_tokens = 0
-    stop_reason = None
+    raw_stop = None
     finished = False
     seen = 0
     for event in events:
@@ -108,11 +119,13 @@ def read_stream(events: Iterable[dict[str, Any]]) -> ModelAnswer:
             block = blocks.setdefault(int(event.get("index", 0)), {"type": "text", "json": ""})
             if delta.get("type") == "text_delta":
                 block["text"] = block.get("text", "") + str(delta.get("text", ""))
+                if on_text is not None and delta.get("text"):
+                    on_text(str(delta["text"]))
             elif delta.get("type") == "input_json_delta":
                 block["json"] += str(delta.get("partial_json", ""))
         elif kind == "message_delta":
             output_tokens = int((event.get("usage") or {}).get("output_tokens") or output_tokens)
-            stop_reason = (event.get("delta") or {}).get("stop_reason") or stop_reason
+            raw_stop = (event.get("delta") or {}).get("stop_reason") or raw_stop
         elif kind == "message_stop":
             finished = True
         elif kind == "error":
@@ -120,6 +133,11 @@ def read_stream(events: Iterable[dict[str, Any]]) -> ModelAnswer:
             raise ProviderFailure(
                 f"the stream reported an error: {error.get('message', error)}", retryable=True
             )
+        if deadline is not None and not finished and deadline.passed():
+            text = "".join(
+                str(b.get("text", "")) for _, b in sorted(blocks.items()) if b.get("type") == "text"
+            )
+            return ModelAnswer(text or None, [], input_tokens, output_tokens, STOP_CUT)
     if not seen:
         raise ProviderFailure("the answer was malformed: no events in the stream", retryable=True)
     if not finished:
@@ -141,7 +159,7 @@ def read_stream(events: Iterable[dict[str, Any]]) -> ModelAnswer:
                 {"id": str(block.get("id")), "name": str(block.get("name")), "arguments": arguments}
             )
     text = "".join(texts)
-    return ModelAnswer(text or None, calls, input_tokens, output_tokens, stop_reason)
+    return ModelAnswer(text or None, calls, input_tokens, output_tokens, stop_reason(raw_stop))
 
 
 class AnthropicProvider(HostProvider):
@@ -154,11 +172,19 @@ class AnthropicProvider(HostProvider):
             api_key=key or "none", base_url=definition.url, max_retries=0
         )
 
-    def complete(self, call: ModelCall, *, model: str, timeout: float) -> ModelAnswer:
+    def complete(
+        self,
+        call: ModelCall,
+        *,
+        model: str,
+        timeout: float,
+        deadline: Deadline | None = None,
+        on_text: TextSink | None = None,
+    ) -> ModelAnswer:
         from anthropic.types import Message
 
         sdk = self.sdk
-        body = {"model": model, "max_tokens": self.definition.max_tokens, **to_anthropic(call)}
+        body = {"model": model, "max_tokens": self.max_tokens(call), **to_anthropic(call)}
         # The SDK's documented low-level post(): the body we built goes out as it is,
         # without create()'s per-message typed-parameter transform.
         client = self.client.with_options(timeout=timeout)
@@ -174,8 +200,8 @@ class AnthropicProvider(HostProvider):
                 stream=True,
                 stream_cls=sdk.Stream[dict[str, Any]],
             )
-            with stream:
-                return read_stream(stream)
+            with stream:  # closed on leaving: a cut stream stops the server's work
+                return read_stream(stream, deadline=deadline, on_text=on_text)
         except Exception as exc:
             failure = sdk_failure(self, sdk, exc, _detail)
             if failure is exc:

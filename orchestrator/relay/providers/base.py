@@ -17,6 +17,27 @@ from typing import Any
 
 from orchestrator.config.providers import ProviderDef
 
+# Why an answer stopped, in one vocabulary whatever the provider says: its end, its
+# length limit (max_tokens), tool calls, or the turn's deadline (the stream was cut).
+STOP_END, STOP_LENGTH, STOP_TOOLS, STOP_CUT = "end", "length", "tool_calls", "cut"
+_STOP_REASONS = {
+    "stop": STOP_END,
+    "end_turn": STOP_END,
+    "stop_sequence": STOP_END,
+    "length": STOP_LENGTH,
+    "max_tokens": STOP_LENGTH,
+    "tool_calls": STOP_TOOLS,
+    "tool_use": STOP_TOOLS,
+    "function_call": STOP_TOOLS,
+}
+
+
+def stop_reason(raw: object) -> str | None:
+    """A provider's finish or stop reason in the vocabulary above (unknown ones kept)."""
+    if raw is None:
+        return None
+    return _STOP_REASONS.get(str(raw), str(raw))
+
 
 @dataclass(frozen=True)
 class ModelCall:
@@ -24,6 +45,11 @@ class ModelCall:
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] = field(default_factory=list)  # name, description, parameters
     purpose: str = "turn"
+    max_tokens: int | None = None  # the call's own cap on its answer (a summary's)
+
+
+# Where the text of an answer goes while it streams (the chat, in pieces).
+TextSink = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -32,13 +58,20 @@ class ModelAnswer:
     tool_calls: list[dict[str, Any]]  # id, name, arguments (a mapping)
     input_tokens: int
     output_tokens: int
-    stop_reason: str | None = None
+    stop_reason: str | None = None  # STOP_END, STOP_LENGTH, STOP_TOOLS, STOP_CUT, or other
+    # the server's own time, in ms, when it says (llama.cpp's timings): prompt, answer
+    server_ms: float | None = None
+
+    @property
+    def cut(self) -> bool:
+        return self.stop_reason == STOP_CUT
 
     def to_wire(self) -> dict[str, Any]:
         return {
             "text": self.text,
             "tool_calls": self.tool_calls,
             "usage": {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens},
+            "stop_reason": self.stop_reason,
         }
 
 
@@ -50,15 +83,62 @@ class ProviderFailure(Exception):
         status: int | None = None,
         retry_after: float | None = None,
         retryable: bool = False,
+        overflow: bool = False,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
         self.retry_after = retry_after
         self.retryable = retryable
+        # the request did not fit the model's context window: compacting may help
+        self.overflow = overflow
 
     def __str__(self) -> str:
         return self.message
+
+
+# HTTP answers worth trying again: a timeout, a conflict, a rate limit, a server error.
+RETRYABLE_STATUS = frozenset({408, 409, 429})
+
+# How each kind of server says a request is over the model's context window.
+_OVERFLOW_TYPES = frozenset({"exceed_context_size_error", "context_length_exceeded"})
+_OVERFLOW_TEXTS = (
+    "exceeds the available context size",  # llama.cpp
+    "maximum context length",  # OpenAI
+    "prompt is too long",  # Anthropic
+    "context length exceeded",
+    "context window",
+)
+
+
+def is_overflow(status: int, body: object, text: str) -> bool:
+    """Whether an error answer says the request is over the context window (llama.cpp's
+    ``exceed_context_size_error``, OpenAI's ``context_length_exceeded``, Anthropic's
+    "prompt is too long")."""
+    if status not in (400, 413):
+        return False
+    error = body.get("error", body) if isinstance(body, dict) else None
+    if isinstance(error, dict) and (
+        error.get("type") in _OVERFLOW_TYPES or error.get("code") in _OVERFLOW_TYPES
+    ):
+        return True
+    lowered = text.lower()
+    return any(marker in lowered for marker in _OVERFLOW_TEXTS)
+
+
+class Deadline:
+    """The turn's deadline, for a stream: ``passed()`` is checked between chunks (the
+    SDK's timeout covers only the gap between two of them)."""
+
+    def __init__(self, at: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.at = at
+        self.clock = clock
+
+    def passed(self) -> bool:
+        return self.clock() >= self.at
+
+    def left(self) -> float:
+        return self.at - self.clock()
 
 
 class HostProvider(abc.ABC):
@@ -69,8 +149,23 @@ class HostProvider(abc.ABC):
         self.key = key
 
     @abc.abstractmethod
-    def complete(self, call: ModelCall, *, model: str, timeout: float) -> ModelAnswer:
-        """One completion within ``timeout`` seconds; ProviderFailure when it fails."""
+    def complete(
+        self,
+        call: ModelCall,
+        *,
+        model: str,
+        timeout: float,
+        deadline: Deadline | None = None,
+        on_text: TextSink | None = None,
+    ) -> ModelAnswer:
+        """One completion within ``timeout`` seconds; ProviderFailure when it fails. A
+        stream still going at ``deadline`` is closed: the answer so far comes back with
+        stop reason STOP_CUT. ``on_text`` is given the answer's text as it streams."""
+
+    def max_tokens(self, call: ModelCall) -> int:
+        """The cap on this call's answer: the provider's, lowered by the call's own."""
+        cap = self.definition.max_tokens
+        return min(cap, call.max_tokens) if call.max_tokens else cap
 
     def close(self) -> None:
         """Release the client's connections."""
@@ -106,16 +201,22 @@ def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
 
 
 def status_failure(
-    provider: HostProvider, status: int, headers: Mapping[str, str] | None, detail: str
+    provider: HostProvider,
+    status: int,
+    headers: Mapping[str, str] | None,
+    detail: str,
+    body: object = None,
 ) -> ProviderFailure:
-    """A failure for an HTTP error answer: 429 and 5xx are worth retrying."""
-    retryable = status == 429 or status >= 500
+    """A failure for an HTTP error answer: 408, 409, 429 and 5xx are worth retrying; an
+    answer that the request is over the context window says so (``overflow``)."""
+    retryable = status in RETRYABLE_STATUS or status >= 500
     name = provider.definition.name
     return ProviderFailure(
         provider.scrub(f"provider {name!r} answered HTTP {status}: {detail}"[:500]),
         status=status,
         retry_after=retry_after_seconds(headers),
         retryable=retryable,
+        overflow=is_overflow(status, body, detail),
     )
 
 
@@ -130,7 +231,9 @@ def sdk_failure(
         exc.message = provider.scrub(exc.message)
         return exc
     if isinstance(exc, sdk.APIStatusError):
-        return status_failure(provider, exc.status_code, exc.response.headers, detail(exc))
+        return status_failure(
+            provider, exc.status_code, exc.response.headers, detail(exc), getattr(exc, "body", None)
+        )
     if isinstance(exc, sdk.APITimeoutError | sdk.APIConnectionError):
         return ProviderFailure(
             provider.scrub(f"provider {name!r} unreachable: {exc}"), retryable=True

@@ -2,9 +2,11 @@
 Studio), through the official SDK, streamed.
 
 Tool calls map both ways: the runner's tool calls become ``tool_calls`` of assistant
-messages (arguments as JSON text), its tool results ``tool`` messages; streamed
-argument fragments are joined per call index. Servers that report no usage get an
-estimate of four characters a token, so budgets still hold.
+messages (arguments as JSON text, ``content`` an empty string: some servers refuse
+null), its tool results ``tool`` messages. Streamed tool-call deltas are merged by
+index: the name is taken from the first delta that has one (servers such as
+llama-cpp-python repeat it in every delta), the argument fragments are joined. Servers
+that report no usage get an estimate of four characters a token, so budgets still hold.
 """
 
 from __future__ import annotations
@@ -14,11 +16,17 @@ from collections.abc import Iterable
 from typing import Any
 
 from orchestrator.relay.providers.base import (
+    STOP_CUT,
+    STOP_END,
+    STOP_TOOLS,
+    Deadline,
     HostProvider,
     ModelAnswer,
     ModelCall,
     ProviderFailure,
+    TextSink,
     sdk_failure,
+    stop_reason,
 )
 
 
@@ -31,7 +39,7 @@ def to_openai(call: ModelCall) -> dict[str, Any]:
         if role == "user":
             messages.append({"role": "user", "content": str(content or "")})
         elif role == "assistant":
-            out: dict[str, Any] = {"role": "assistant", "content": content or None}
+            out: dict[str, Any] = {"role": "assistant", "content": str(content or "")}
             calls = message.get("tool_calls") or []
             if calls:
                 out["tool_calls"] = [
@@ -45,8 +53,6 @@ def to_openai(call: ModelCall) -> dict[str, Any]:
                     }
                     for c in calls
                 ]
-            elif out["content"] is None:
-                out["content"] = ""
             messages.append(out)
         elif role == "tool":
             messages.append(
@@ -91,37 +97,57 @@ def read_completion(completion: dict[str, Any], call: ModelCall | None = None) -
                 ]
             }
         )
-    chunks.append({"choices": [], "usage": completion.get("usage")})
+    chunks.append(
+        {"choices": [], "usage": completion.get("usage"), "timings": completion.get("timings")}
+    )
     return read_stream(chunks, call)
 
 
-def read_stream(chunks: Iterable[dict[str, Any]], call: ModelCall | None = None) -> ModelAnswer:
-    """Assemble a streamed answer from its chunks (as plain dicts)."""
+def read_stream(
+    chunks: Iterable[dict[str, Any]],
+    call: ModelCall | None = None,
+    *,
+    deadline: Deadline | None = None,
+    on_text: TextSink | None = None,
+) -> ModelAnswer:
+    """Assemble a streamed answer from its chunks (as plain dicts). Text goes to
+    ``on_text`` as it arrives; at ``deadline`` reading stops and the text so far comes
+    back cut (tool calls not finished are dropped)."""
     texts: list[str] = []
     calls: dict[int, dict[str, str]] = {}
     usage: dict[str, Any] | None = None
+    timings: dict[str, Any] | None = None
     finish = None
     seen = 0
     for chunk in chunks:
         seen += 1
         if chunk.get("usage"):
             usage = chunk["usage"]
+        if isinstance(chunk.get("timings"), dict):
+            timings = chunk["timings"]
         for choice in chunk.get("choices") or []:
             delta = choice.get("delta") or {}
             if delta.get("content"):
                 texts.append(str(delta["content"]))
+                if on_text is not None:
+                    on_text(str(delta["content"]))
             for part in delta.get("tool_calls") or []:
                 slot = calls.setdefault(
                     int(part.get("index") or 0), {"id": "", "name": "", "args": ""}
                 )
-                if part.get("id"):
+                if part.get("id") and not slot["id"]:
                     slot["id"] = str(part["id"])
                 function = part.get("function") or {}
-                if function.get("name"):
-                    slot["name"] += str(function["name"])
+                if function.get("name") and not slot["name"]:
+                    slot["name"] = str(function["name"])  # once: a repeat is not appended
                 if function.get("arguments"):
                     slot["args"] += str(function["arguments"])
             finish = choice.get("finish_reason") or finish
+        if deadline is not None and finish is None and deadline.passed():
+            text = "".join(texts)
+            return ModelAnswer(
+                text or None, [], _estimate(call), -(-len(text) // 4), STOP_CUT, _server_ms(timings)
+            )
     if not seen:
         raise ProviderFailure("the answer was malformed: no chunks in the stream", retryable=True)
     if finish is None:
@@ -143,10 +169,30 @@ def read_stream(chunks: Iterable[dict[str, Any]], call: ModelCall | None = None)
         input_tokens = int(usage.get("prompt_tokens") or 0)
         output_tokens = int(usage.get("completion_tokens") or 0)
     else:  # some servers report none: estimate, so budgets hold
-        sent = len(json.dumps(to_openai(call), ensure_ascii=False)) if call is not None else 0
-        input_tokens = -(-sent // 4)
+        input_tokens = _estimate(call)
         output_tokens = -(-(len(text) + sum(len(c["args"]) for c in calls.values())) // 4)
-    return ModelAnswer(text or None, tool_calls, input_tokens, output_tokens, finish)
+    reason = stop_reason(finish)
+    if tool_calls and reason == STOP_END:
+        reason = STOP_TOOLS  # some servers end a tool call with "stop"
+    return ModelAnswer(
+        text or None, tool_calls, input_tokens, output_tokens, reason, _server_ms(timings)
+    )
+
+
+def _estimate(call: ModelCall | None) -> int:
+    """Tokens of a request, estimated at four characters a token."""
+    sent = len(json.dumps(to_openai(call), ensure_ascii=False)) if call is not None else 0
+    return -(-sent // 4)
+
+
+def _server_ms(timings: dict[str, Any] | None) -> float | None:
+    """The server's own time for the answer (llama.cpp's ``timings``), in ms."""
+    if not timings:
+        return None
+    try:
+        return float(timings.get("prompt_ms") or 0) + float(timings.get("predicted_ms") or 0)
+    except (TypeError, ValueError):
+        return None
 
 
 class OpenAIProvider(HostProvider):
@@ -158,11 +204,19 @@ class OpenAIProvider(HostProvider):
         # A server that needs no key gets a placeholder: the SDK insists on one.
         self.client = openai.OpenAI(api_key=key or "none", base_url=definition.url, max_retries=0)
 
-    def complete(self, call: ModelCall, *, model: str, timeout: float) -> ModelAnswer:
+    def complete(
+        self,
+        call: ModelCall,
+        *,
+        model: str,
+        timeout: float,
+        deadline: Deadline | None = None,
+        on_text: TextSink | None = None,
+    ) -> ModelAnswer:
         from openai.types.chat import ChatCompletion
 
         sdk = self.sdk
-        body = {"model": model, "max_tokens": self.definition.max_tokens, **to_openai(call)}
+        body = {"model": model, "max_tokens": self.max_tokens(call), **to_openai(call)}
         # The SDK's documented low-level post(): the body we built goes out as it is.
         # create() would first walk every message through its typed-parameter transform,
         # about 0.4 ms a message: 250 ms a call for a long conversation.
@@ -180,8 +234,8 @@ class OpenAIProvider(HostProvider):
                 stream=True,
                 stream_cls=sdk.Stream[dict[str, Any]],
             )
-            with stream:
-                return read_stream(stream, call)
+            with stream:  # closed on leaving: a cut stream stops the server's work
+                return read_stream(stream, call, deadline=deadline, on_text=on_text)
         except Exception as exc:
             failure = sdk_failure(self, sdk, exc, _detail)
             if failure is exc:
