@@ -77,21 +77,21 @@ def find_mirror(configured: str | None = None) -> str:
 
 def _run_streaming(cmd: list[str], progress: Progress, what: str) -> None:
     progress(f"$ {' '.join(cmd)}")
-    process = subprocess.Popen(
+    tail: list[str] = []
+    with subprocess.Popen(
         cmd,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         errors="replace",
-    )
-    assert process.stdout is not None
-    tail: list[str] = []
-    for line in process.stdout:
-        line = line.rstrip()
-        tail = [*tail[-19:], line]
-        if line.startswith(("I: ", "W: ", "E: ")):
-            progress(f"  {line}")
+    ) as process:  # closes its pipe, whatever happens
+        assert process.stdout is not None
+        for line in process.stdout:
+            line = line.rstrip()
+            tail = [*tail[-19:], line]
+            if line.startswith(("I: ", "W: ", "E: ")):
+                progress(f"  {line}")
     if process.wait() != 0:
         raise ImageBuildFailed(
             f"{what} failed (exit {process.returncode}): " + " | ".join(tail[-3:]),
