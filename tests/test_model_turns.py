@@ -102,6 +102,31 @@ def test_an_overflow_compacts_and_asks_once_more(
     assert [m["content"] for m in retried if m["role"] == "user"].count("the fourth") == 1
 
 
+def test_a_flush_and_summary_over_the_window_are_skipped_and_the_turn_answers(
+    served: dict[str, Any], provider: FakeProvider
+) -> None:
+    daemon: Daemon = served["daemon"]
+    provider.default = Text("short answer")
+    for n in range(3):
+        settle(daemon, daemon.submit("fam", f"turn {n}", chat="c", sender="bob", channel="cli").id)
+    provider.script.extend(
+        [
+            Recorded("llamacpp", "chat-overflow"),  # the turn's request
+            Recorded("llamacpp", "chat-overflow"),  # the memory flush's
+            Recorded("llamacpp", "chat-overflow"),  # the summary's
+            Text("Answered anyway."),
+        ]
+    )
+    message = daemon.submit("fam", "the fourth", chat="c", sender="bob", channel="cli")
+    done = settle(daemon, message.id)
+    # only the turn's own overflows count: the flush and summary are skipped, not final
+    assert done.state == DONE and done.replies == ("Answered anyway.",), done
+    notes = [e["text"] for e in transcript(served, "fam") if e.get("t") == "note"]
+    assert any(n.startswith("no summary") for n in notes), notes
+    retried = provider.seen[-1].body["messages"]
+    assert [m["content"] for m in retried if m["role"] == "user"][-1] == "the fourth"
+
+
 def test_an_overflow_after_compacting_is_final(
     served: dict[str, Any], provider: FakeProvider
 ) -> None:

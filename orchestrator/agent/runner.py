@@ -96,22 +96,25 @@ class LoopResult:
 
 @dataclass(frozen=True)
 class ContextBudget:
-    """What a context may fill before it is compacted: ``tokens`` (a share of the
-    window, less the answer's and tools' room), and at most ``max_chars`` characters."""
+    """What a request may hold before the context is compacted: ``tokens`` (a share of
+    the window, less the answer's room), of which the tools' specs take ``tools_chars``
+    characters, and a context of at most ``max_chars`` characters."""
 
     tokens: int
     max_chars: int | None = None
+    tools_chars: int = 0
 
     def chars(self) -> int:
-        """The budget in characters, for cutting what is kept."""
-        chars = self.tokens * CHARS_PER_TOKEN_ESTIMATE
+        """The context's budget in characters, for cutting what is kept."""
+        chars = max(self.tokens * CHARS_PER_TOKEN_ESTIMATE - self.tools_chars, 1_000)
         return min(chars, self.max_chars) if self.max_chars else chars
 
     def exceeded(self, context: Context, extra_chars: int = 0) -> bool:
         if self.max_chars is not None and context.size_chars() + extra_chars > self.max_chars:
             return True
         extra = extra_chars // CHARS_PER_TOKEN_ESTIMATE
-        return context.tokens(CHARS_PER_TOKEN_ESTIMATE) + extra > self.tokens
+        tokens = context.tokens(CHARS_PER_TOKEN_ESTIMATE, self.tools_chars)
+        return tokens + extra > self.tokens
 
 
 @dataclass(frozen=True)
@@ -246,18 +249,17 @@ class Runner:
         return result
 
     def budget(self, turn: TurnRequest, tools: Sequence[ToolSpec] = ()) -> ContextBudget:
-        """What this turn's context may fill: a share of the model's window (as the host
-        says it, else the default), less the room of the answer and of the ``tools``'
-        specs, and at most the characters an older ``context_budget`` names."""
+        """What this turn's requests may hold: a share of the model's window (as the host
+        says it, else the default) less the answer's room, the ``tools``' specs counted
+        in; and at most the characters an older ``context_budget`` names."""
         window = turn.window_tokens or OFFLINE_CONTEXT_TOKENS
         answer = turn.answer_tokens or DEFAULT_GROUP_MAX_TOKENS
         specs = [
             {"name": t.name, "description": t.description, "parameters": t.parameters}
             for t in tools
         ]
-        tools_tokens = len(json.dumps(specs)) // CHARS_PER_TOKEN_ESTIMATE
-        tokens = max(int(window * self.settings.context_share) - answer - tools_tokens, 256)
-        return ContextBudget(tokens, self.settings.context_budget_chars)
+        tokens = max(int(window * self.settings.context_share) - answer, 256)
+        return ContextBudget(tokens, self.settings.context_budget_chars, len(json.dumps(specs)))
 
     # contexts
 
@@ -391,7 +393,11 @@ class Runner:
             max_tokens=SUMMARY_MAX_TOKENS,
         )
         for attempt in (1, 2):
-            completion = self.provider.complete(request, host)
+            try:
+                completion = self.provider.complete(request, host)
+            except ContextOverflow:
+                log.warning("compaction summary: the older messages are over the model's window")
+                break
             text = (completion.text or "").strip()
             runaway = completion.stop_reason == STOP_LENGTH
             if len(text) >= SUMMARY_MIN_CHARS and not runaway:
@@ -405,8 +411,9 @@ class Runner:
         session.append(
             {
                 "t": "note",
-                "text": "the summary came back empty or runaway twice: the older messages "
-                f"are kept cut to their last {SUMMARY_FALLBACK_CHARS} characters instead",
+                "text": "no summary (it came back empty or runaway twice, or the older "
+                "messages are over the model's window): they are kept cut to their last "
+                f"{SUMMARY_FALLBACK_CHARS} characters instead",
             }
         )
         return _plain(older)[-SUMMARY_FALLBACK_CHARS:]
@@ -418,12 +425,20 @@ class Runner:
         )
         messages = [*context.messages, {"role": "user", "content": FLUSH_PROMPT}]
         for _ in range(MAX_TOOL_STEPS_PER_TURN):
-            completion = self.provider.complete(
-                CompletionRequest(
-                    system=context.system, messages=messages, tools=toolbox.specs, purpose=FLUSH
-                ),
-                host,
-            )
+            try:
+                completion = self.provider.complete(
+                    CompletionRequest(
+                        system=context.system,
+                        messages=messages,
+                        tools=toolbox.specs,
+                        purpose=FLUSH,
+                    ),
+                    host,
+                )
+            except ContextOverflow:
+                # the context is already over the window: no flush can see it whole
+                log.warning("memory flush skipped: the context is over the model's window")
+                break
             if not completion.tool_calls:
                 break
             messages.append(_assistant(completion.text, completion.tool_calls))

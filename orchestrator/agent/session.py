@@ -66,13 +66,14 @@ class Context:
     def size_chars(self) -> int:
         return len(self.system) + self.message_chars
 
-    def tokens(self, chars_per_token: int) -> int:
-        """The context's size in tokens: the provider's count of the last request plus
-        an estimate of what was added since, else an estimate of it all."""
+    def tokens(self, chars_per_token: int, tools_chars: int = 0) -> int:
+        """A request's size in tokens with this context and tools of ``tools_chars``:
+        the provider's count of the last request (tools included) plus an estimate of
+        what was added since, else an estimate of it all."""
         if self.measured is not None:
             tokens, chars = self.measured
             return tokens + max(0, self.size_chars() - chars) // chars_per_token
-        return -(-self.size_chars() // chars_per_token)
+        return -(-(self.size_chars() + tools_chars) // chars_per_token)
 
 
 class Session:

@@ -277,6 +277,8 @@ def _context_budget(reader: MappingReader) -> ContextBudget:
     )
     if isinstance(value, bool):
         raise reader.fail("context_budget", f"got {value!r}; expected {expected}")
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
     if isinstance(value, int) and value > 1:
         if value < MIN_CONTEXT_BUDGET_CHARS:
             raise reader.fail("context_budget", f"got {value!r}; expected {expected}")

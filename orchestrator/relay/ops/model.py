@@ -164,7 +164,8 @@ class ModelComplete:
         except ProviderFailure as exc:
             log.warning("group %s: model call failed: %s", group.folder, exc)
             if exc.overflow:
-                turn.overflows += 1
+                if call.purpose == "turn":  # a flush's or summary's is the runner's to skip
+                    turn.overflows += 1
                 if turn.overflows > 1:
                     turn.final_error = f"{exc} (still over the window after compacting)"
                 return {"ok": False, "overflow": True, "error": str(exc)}

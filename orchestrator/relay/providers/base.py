@@ -234,7 +234,12 @@ def sdk_failure(
         return status_failure(
             provider, exc.status_code, exc.response.headers, detail(exc), getattr(exc, "body", None)
         )
-    if isinstance(exc, sdk.APITimeoutError | sdk.APIConnectionError):
+    if isinstance(exc, sdk.APITimeoutError):
+        return ProviderFailure(
+            provider.scrub(f"provider {name!r} did not answer within the turn's time: {exc}"),
+            retryable=True,
+        )
+    if isinstance(exc, sdk.APIConnectionError):
         return ProviderFailure(
             provider.scrub(f"provider {name!r} unreachable: {exc}"), retryable=True
         )
