@@ -27,7 +27,43 @@ if TYPE_CHECKING:
 Progress = Callable[[str], None]
 
 SUITE = "bookworm"
-PACKAGES = ("python3", "ca-certificates")
+# What the agent's shell has (bash, coreutils, findutils, grep, sed and diffutils are
+# Debian's essential set): Python and its standard library; gawk for awk scripts; file
+# to tell what a file is; less; git for versioned work (it brings perl); jq for JSON;
+# ripgrep for fast search; sqlite3 for queries over data; zip, unzip and xz-utils for
+# archives; procps for ps and kill by name; ca-certificates for Python's TLS.
+PACKAGES = (
+    "python3",
+    "ca-certificates",
+    "gawk",
+    "file",
+    "less",
+    "git",
+    "jq",
+    "ripgrep",
+    "sqlite3",
+    "zip",
+    "unzip",
+    "xz-utils",
+    "procps",
+)
+# Left out of the image: documentation, and what cannot work without a network (git's
+# transports, daemon and mail sender) or builds perl extensions (perl's C headers).
+EXCLUDES = (
+    "/usr/share/doc/*",
+    "/usr/share/man/*",
+    "/usr/share/locale/*",
+    "/usr/lib/git-core/git-remote-http*",
+    "/usr/lib/git-core/git-remote-ftp*",
+    "/usr/lib/git-core/git-http-*",
+    "/usr/lib/git-core/git-daemon",
+    "/usr/lib/git-core/git-imap-send",
+    "/usr/lib/git-core/git-shell",
+    "/usr/lib/git-core/scalar",
+    "/usr/bin/scalar",
+    "/usr/bin/git-shell",
+    "/usr/lib/*/perl/*/CORE/*",
+)
 BASE_REPOSITORY = "orchestrator-base"
 ROLE_LABEL = "org.orchestrator.role"
 INPUTS_LABEL = "org.orchestrator.inputs"
@@ -41,7 +77,12 @@ _IMPORT_CHANGES = (
 
 
 def recipe_hash() -> str:
-    recipe = {"suite": SUITE, "packages": sorted(PACKAGES), "changes": _IMPORT_CHANGES}
+    recipe = {
+        "suite": SUITE,
+        "packages": sorted(PACKAGES),
+        "excludes": EXCLUDES,
+        "changes": _IMPORT_CHANGES,
+    }
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
 
 
@@ -112,9 +153,7 @@ def build_rootfs_tar(workdir: Path, mirror: str, progress: Progress) -> Path:
                 "--variant=essential",
                 f"--include={packages}",
                 f"--mode={mode}",
-                "--dpkgopt=path-exclude=/usr/share/doc/*",
-                "--dpkgopt=path-exclude=/usr/share/man/*",
-                "--dpkgopt=path-exclude=/usr/share/locale/*",
+                *(f"--dpkgopt=path-exclude={pattern}" for pattern in EXCLUDES),
                 SUITE,
                 str(tarball),
                 mirror,
