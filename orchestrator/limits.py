@@ -108,6 +108,16 @@ TRANSCRIPT_TURNS_KEPT = 1000
 TOOL_READ_MAX_CHARS = 100_000
 TOOL_WRITE_MAX_CHARS = 200_000
 TOOL_GREP_MAX_MATCHES = 200
+# the shell tool: a call's default timeout (also capped by the turn's deadline), the
+# output kept of a call (its head and tail), a command's size, and the largest file the
+# shell's processes may write (RLIMIT_FSIZE; the group's disk limit when smaller)
+SHELL_TIMEOUT_SECONDS = 120
+SHELL_TIMEOUT_MAX_SECONDS = 1200
+SHELL_DISK_CHECK_SECONDS = 1.0  # how often a running call measures the group's disk
+SHELL_OUTPUT_HEAD_BYTES = 8 * 1024
+SHELL_OUTPUT_TAIL_BYTES = 8 * 1024
+SHELL_COMMAND_MAX_CHARS = 100_000
+SHELL_FILE_MAX_BYTES = 1024**3
 MESSAGE_MAX_CHARS = 32_000
 
 # The message path (daemon).

@@ -100,7 +100,16 @@ EXPECTED: dict[str, Callable[[], str]] = {
     "of every group": lambda: (
         f"every {_s(L.HOUSEKEEPING_INTERVAL_SECONDS)} / every {_s(L.DISK_CHECK_INTERVAL_SECONDS)}"
     ),
-    "default disk limit of a group (`container.disk`)": lambda: _size(L.DEFAULT_GROUP_DISK_BYTES),
+    "default disk limit of a group (`container.disk`: its `memory/`, `sessions/`, `files/` "
+    "and history; images are not counted)": lambda: _size(L.DEFAULT_GROUP_DISK_BYTES),
+    "a shell call: default timeout (and at most ten times it, within the turn); output kept "
+    "(head / tail); a command; a file its processes write (or `container.disk` when "
+    "smaller); the disk watcher's check": lambda: (
+        f"{_s(L.SHELL_TIMEOUT_SECONDS)} ({L.SHELL_TIMEOUT_MAX_SECONDS:,} s); "
+        f"{_size(L.SHELL_OUTPUT_HEAD_BYTES)} / {_size(L.SHELL_OUTPUT_TAIL_BYTES)}; "
+        f"{L.SHELL_COMMAND_MAX_CHARS:,} characters; {_size(L.SHELL_FILE_MAX_BYTES)}; "
+        f"every {_s(L.SHELL_DISK_CHECK_SECONDS)}"
+    ),
     "reserve file in `state/`, released on a full disk": lambda: _size(L.STATE_RESERVE_BYTES),
     "a memory file the host reads (lint, search)": lambda: _size(L.MEMORY_FILE_READ_MAX_BYTES),
     "a search-index chunk: lines / characters": lambda: (

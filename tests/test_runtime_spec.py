@@ -89,6 +89,8 @@ def test_the_runners_environment_and_filesystem_are_exact() -> None:
         "ORCHESTRATOR_MODEL": "offline-rules",
         "ORCHESTRATOR_SESSION_MODE": "per-chat",
         "ORCHESTRATOR_CONTEXT_SHARE": "0.8",
+        "ORCHESTRATOR_DISK_BYTES": str(1024**3),
+        "ORCHESTRATOR_SANDBOX": "1",
     }
     assert s.tmpfs == {
         "/tmp": "rw,nosuid,nodev,size=67108864,mode=1777",
@@ -103,10 +105,11 @@ def test_the_runners_environment_and_filesystem_are_exact() -> None:
 def test_the_config_hash_is_stable_across_versions() -> None:
     """A changed encoding of the hash would recreate every group's container at the next
     start after an upgrade, running or not: the hash of a fixed spec is pinned. (It
-    changed once on purpose: the runner's context budget became a share of the model's
-    window, ORCHESTRATOR_CONTEXT_SHARE.)"""
+    changed on purpose: when the runner's context budget became a share of the model's
+    window, ORCHESTRATOR_CONTEXT_SHARE; and when the shell came, with the group's disk
+    limit for its watcher, ORCHESTRATOR_DISK_BYTES, and ORCHESTRATOR_SANDBOX.)"""
     assert config_hash(spec()) == (
-        "57d5df8174e8e43e77b29844362fcd161faae28ba2790e4fee98c4bcf176850e"
+        "8b76a74c04b586c27ea3a66776bf59ec84cf342d04c179683f819065b90a0e4f"
     )
 
 

@@ -9,6 +9,7 @@ from its own record, never from anything sent here.
 
 from __future__ import annotations
 
+import select
 import socket
 import threading
 from typing import Any
@@ -32,6 +33,24 @@ class HostLink:
         self.frame_limit = frame_limit  # what the host accepts for the largest request
         self._next = 0
         self._lock = threading.Lock()
+
+    def closed(self) -> bool:
+        """True when the host has closed the turn's connection (it cancelled the turn):
+        between requests the host sends nothing, so anything readable means that."""
+        if not self._lock.acquire(blocking=False):
+            return False  # a request is under way: the host is there
+        try:
+            ready, _, _ = select.select([self.sock], [], [], 0)
+            if not ready:
+                return False
+            try:
+                return self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+            except BlockingIOError:
+                return False
+            except OSError:
+                return True
+        finally:
+            self._lock.release()
 
     def request(self, op: str, **fields: Any) -> dict[str, Any]:
         """Send one request and return the host's answer; HostRequestFailed when the

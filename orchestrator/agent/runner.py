@@ -46,6 +46,7 @@ from orchestrator.agent.tools import (
     ToolSpec,
 )
 from orchestrator.agent.tools import FLUSH as FLUSH_MODE
+from orchestrator.agent.tools.shell import shell_source
 from orchestrator.limits import (
     CHARS_PER_TOKEN_ESTIMATE,
     COMPACTION_KEEP_MESSAGES,
@@ -152,8 +153,10 @@ class Runner:
         tool_sources: Sequence[ToolSource] | None = None,
     ) -> None:
         self.settings = settings
-        # where the model's tools come from (the built-in sources unless given)
-        self.tool_sources = BUILT_IN if tool_sources is None else tuple(tool_sources)
+        # where the model's tools come from (the built-in sources and a shell unless given)
+        self.tool_sources = (
+            (*BUILT_IN, shell_source(settings)) if tool_sources is None else tuple(tool_sources)
+        )
         self.provider = provider or get_provider(settings.provider, settings.model)
         self.hooks = load_hooks(settings.hooks_file) if hooks is None else hooks
         self._locks: dict[str, threading.Lock] = {}
@@ -206,6 +209,9 @@ class Runner:
     ) -> TurnResult:
         result = TurnResult(session.key)
         if turn.text.strip() == CLEAR_COMMAND:
+            for source in self.tool_sources:  # a fresh shell, too
+                if (reset := getattr(source, "reset", None)) is not None:
+                    reset(session.key)
             self.new_context(session, "clear", context, host)
             result.fresh_context = "clear"
             result.replies.append("Started a fresh context; memory was loaded again.")
@@ -216,7 +222,29 @@ class Runner:
             host=host,
             sources=self.tool_sources,
             allowed=None if turn.tools is None else frozenset(turn.tools),
+            session_key=session.key,
+            deadline=clock.at,
         )
+        try:
+            return self._turn(session, context, turn, host, clock, toolbox, result)
+        finally:
+            for source in self.tool_sources:  # what a turn started ends with it
+                if (end_turn := getattr(source, "end_turn", None)) is not None:
+                    try:
+                        end_turn(toolbox)
+                    except Exception:  # a failed sweep must not lose the turn's replies
+                        log.exception("turn %s: ending tool source %s", turn.turn_id, source.name)
+
+    def _turn(
+        self,
+        session: Session,
+        context: Context | None,
+        turn: TurnRequest,
+        host: HostLink | None,
+        clock: TurnClock,
+        toolbox: Toolbox,
+        result: TurnResult,
+    ) -> TurnResult:
         budget = self.budget(turn, toolbox.specs)
         if context is None or (context.provider, context.model) != (
             self.settings.provider,

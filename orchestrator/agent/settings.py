@@ -15,6 +15,7 @@ from orchestrator.limits import DEFAULT_CONTEXT_SHARE
 DEFAULT_AGENT_DIR = "/workspace/agent"
 DEFAULT_RUNTIME_DIR = "/run/orchestrator"
 SOCKET_NAME = "runner.sock"
+DEFAULT_SHELL_DIR = "/tmp/orchestrator-shell"
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,10 @@ class AgentSettings:
     context_share: float = DEFAULT_CONTEXT_SHARE  # of the model's window, before compacting
     context_budget_chars: int | None = None  # and at most this many characters
     hooks_file: Path | None = None
+    disk_bytes: int | None = None  # the group's disk limit (container.disk)
+    shell_dir: Path = Path(DEFAULT_SHELL_DIR)  # the shells' private folders
+    home_dir: Path | None = None  # the shells' HOME
+    sandbox: bool = False  # in the group's container: the shell sweeps orphans too
 
     @property
     def memory_dir(self) -> Path:
@@ -57,4 +62,10 @@ class AgentSettings:
                 else None
             ),
             hooks_file=Path(hooks) if hooks else None,
+            disk_bytes=int(env["ORCHESTRATOR_DISK_BYTES"])
+            if env.get("ORCHESTRATOR_DISK_BYTES", "").isdigit()
+            else None,
+            shell_dir=Path(env.get("ORCHESTRATOR_SHELL_DIR", DEFAULT_SHELL_DIR)),
+            home_dir=Path(env["HOME"]) if env.get("HOME") else None,
+            sandbox=env.get("ORCHESTRATOR_SANDBOX") == "1",
         )

@@ -130,6 +130,10 @@ def transcript(
         click.echo(_describe(key, event, several=chat is None and len(keys) > 1))
 
 
+SHOWN_COMMAND_CHARS = 2_000  # of a shell command, in a transcript
+SHOWN_OUTPUT_LINES = 40  # of a shell call's output (the transcript file holds it all)
+
+
 def _channels_of(obj: CliContext, folder: str, chat: str) -> list[str]:
     """The channels the queue has seen ``chat`` of group ``folder`` on (``cli`` when it
     has seen none)."""
@@ -165,10 +169,24 @@ def _describe(key: str, event: dict[str, Any], several: bool) -> str:
     if role == "assistant":
         calls = event.get("tool_calls") or []
         text = safe_line(event.get("content") or "")
+        shells = [c for c in calls if c.get("name") == "shell"]
         tools = ", ".join(
-            f"{c.get('name')}({safe_line(json.dumps(c.get('arguments')))[:60]})" for c in calls
+            f"{c.get('name')}({safe_line(json.dumps(c.get('arguments')))[:60]})"
+            for c in calls
+            if c not in shells
         )
-        return f"{where}assistant: {text}" + (f"  -> {tools}" if tools else "")
+        line = f"{where}assistant: {text}" + (f"  -> {tools}" if tools else "")
+        for call in shells:  # a shell command in full, as typed
+            arguments = call.get("arguments") if isinstance(call.get("arguments"), dict) else {}
+            command = str(arguments.get("command", ""))
+            line += f"\n{where}  $ {safe_line(command)[:SHOWN_COMMAND_CHARS]}"
+        return line
+    if role == "tool" and event.get("name") == "shell":
+        lines = str(event.get("content")).splitlines()
+        shown = [f"{where}    {safe_line(x)}" for x in lines[:SHOWN_OUTPUT_LINES]]
+        if len(lines) > SHOWN_OUTPUT_LINES:
+            shown.append(f"{where}    [... {len(lines) - SHOWN_OUTPUT_LINES} more lines]")
+        return "\n".join(shown)
     if role == "tool":
         return f"{where}  {event.get('name')}: {safe_line(str(event.get('content'))[:120])}"
     return f"{where}{safe_line(json.dumps(event)[:120])}"

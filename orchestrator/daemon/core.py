@@ -624,7 +624,11 @@ class Daemon:
             channel=message.channel,
             session=message.session,
             said=message.said,
-            tools=granted_tools(task_run=self.tasks.run_of(message.id) is not None),
+            tools=granted_tools(
+                task_run=self.tasks.run_of(message.id) is not None,
+                trust=message.trust,
+                shell=group.config.tools.shell,
+            ),
             window_tokens=window,
             answer_tokens=answer_tokens,
             deadline_seconds=timeout,

@@ -78,9 +78,12 @@ GROUP_KEYS = (
     "limits",
     "learned_max_chars",
     "tasks",
+    "tools",
 )
 CREATOR, MEMBER, GUEST = "creator", "member", "guest"  # trust levels, most trusted first
 TASK_SCHEDULERS = (CREATOR, MEMBER)  # guests never schedule
+# the shell: creators by default (everyone in a bound chat is a member); guests never
+SHELL_USERS = (CREATOR,)
 
 
 @dataclass(frozen=True)
@@ -149,6 +152,13 @@ class TaskSettings:
 
 
 @dataclass(frozen=True)
+class ToolSettings:
+    """Who may use the tools that act (group.yaml ``tools``)."""
+
+    shell: tuple[str, ...] = SHELL_USERS  # trust levels whose turns have the shell
+
+
+@dataclass(frozen=True)
 class GroupConfig:
     name: str
     provider: str = DEFAULT_PROVIDER
@@ -165,6 +175,7 @@ class GroupConfig:
     limits: ModelLimits = field(default_factory=ModelLimits)
     learned_max_chars: int = DEFAULT_LEARNED_MAX_CHARS
     tasks: TaskSettings = field(default_factory=TaskSettings)
+    tools: ToolSettings = field(default_factory=ToolSettings)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -174,6 +185,7 @@ class GroupConfig:
         data["skills"] = self.skills if isinstance(self.skills, str) else list(self.skills)
         data["limits"]["models"] = list(self.limits.models)
         data["tasks"]["allowed"] = list(self.tasks.allowed)
+        data["tools"]["shell"] = list(self.tools.shell)
         data["tasks"]["max_runs_per_hour"] = self.tasks.max_runs_per_hour
         del data["tasks"]["max_runs_per_hour_set"]
         data["context_budget"] = str(self.context_budget)
@@ -327,6 +339,21 @@ def classify_sender(config: GroupConfig, sender: str, bound: str | None = None) 
     return GUEST if config.unknown_senders == "allow" else None
 
 
+def _tools(reader: MappingReader) -> ToolSettings:
+    reader.reject_unknown(["shell"])
+    if "shell" not in reader.data:
+        return ToolSettings()
+    levels = reader.id_list("shell", max_chars=20)
+    for index, level in enumerate(levels):
+        if level not in TASK_SCHEDULERS:
+            raise reader.child_fail(
+                "shell",
+                index,
+                f"got {level!r}; expected creator or member (guests never), or [] for nobody",
+            )
+    return ToolSettings(shell=tuple(dict.fromkeys(levels)))
+
+
 def _tasks(reader: MappingReader) -> TaskSettings:
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -440,6 +467,7 @@ def group_config_from_doc(
             DEFAULT_LEARNED_MAX_CHARS,
         ),
         tasks=problems.check(lambda: _tasks(reader.child("tasks")), defaults.tasks),
+        tools=problems.check(lambda: _tools(reader.child("tools")), defaults.tools),
     )
     problems.raise_if_any()
     return config

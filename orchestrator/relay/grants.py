@@ -9,14 +9,23 @@ not granted until it is named.
 from __future__ import annotations
 
 # the runner's built-in tool sources
-FILES, MESSAGES, MEMORY, TASKS = "files", "messages", "memory", "tasks"
+FILES, MESSAGES, MEMORY, TASKS, SHELL = "files", "messages", "memory", "tasks", "shell"
 # the task tools a run of a scheduled task keeps: it may look at tasks, not make them
 TASK_RUN_TASK_TOOLS = ("list_tasks", "cancel_task")
 
 
-def granted_tools(*, task_run: bool) -> tuple[str, ...]:
+def granted_tools(
+    *, task_run: bool, trust: str | None = None, shell: tuple[str, ...] = ()
+) -> tuple[str, ...]:
     """The source and tool names a turn may use: every built-in tool for a person's
-    turn; a run of a scheduled task cannot schedule another (a chain of tasks)."""
-    if task_run:
-        return (FILES, MESSAGES, MEMORY, *TASK_RUN_TASK_TOOLS)
-    return (FILES, MESSAGES, MEMORY, TASKS)
+    turn; a run of a scheduled task cannot schedule another (a chain of tasks); the
+    shell only when the sender's ``trust`` (the host's record) is one of ``shell``
+    (group.yaml ``tools.shell``)."""
+    tools: tuple[str, ...] = (
+        (FILES, MESSAGES, MEMORY, *TASK_RUN_TASK_TOOLS)
+        if task_run
+        else (FILES, MESSAGES, MEMORY, TASKS)
+    )
+    if trust is not None and trust in shell:
+        tools = (*tools, SHELL)
+    return tools

@@ -118,6 +118,8 @@ def container_spec(
             "ORCHESTRATOR_MODEL": group.config.model,
             "ORCHESTRATOR_SESSION_MODE": group.config.session_mode,
             "ORCHESTRATOR_CONTEXT_SHARE": str(group.config.context_budget.share),
+            "ORCHESTRATOR_DISK_BYTES": str(settings.disk_bytes),
+            "ORCHESTRATOR_SANDBOX": "1",
             **(
                 {"ORCHESTRATOR_CONTEXT_BUDGET": str(group.config.context_budget.max_chars)}
                 if group.config.context_budget.max_chars is not None

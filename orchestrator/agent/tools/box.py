@@ -96,6 +96,8 @@ class Toolbox:
     memory_changed: bool = False  # memory was written since the last memory_search
     sources: Sequence[ToolSource] | None = None
     allowed: frozenset[str] | None = None  # None: every tool of the mode
+    session_key: str | None = None  # the conversation (a shell is kept per conversation)
+    deadline: float | None = None  # time.monotonic() by which the turn must end
     _tools: dict[str, tuple[str, Tool]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
