@@ -19,6 +19,7 @@ from bench import (
     relay,
     runtime,
     search,
+    shell,
     tasks,
     telegram,
 )
@@ -41,6 +42,7 @@ BENCHMARKS: dict[str, Callable[[bool], Result]] = {
     search.SEARCH_1K: search.search_1k,
     search.SEARCH_10K: search.search_10k,
     tasks.NAME: tasks.run,
+    shell.NAME: shell.run,
     telegram.INBOUND: telegram.inbound,
     telegram.OUTBOUND: telegram.outbound,
     matrix.NAME: matrix.run,
