@@ -19,7 +19,8 @@ OPERATOR_HOLDER = "operator"  # the holder of pauses taken with `group pause`
 
 @click.group()
 def group() -> None:
-    """Add, list, show, remove, restore, pause and resume agent groups.
+    """Add, list, show, remove, restore, pause and resume agent groups, and the packages
+    of a group's own image.
 
     A group is a folder groups/<folder>/ with a group.yaml and a memory tree; each group
     runs in its own container and shares nothing with other groups.
@@ -228,7 +229,7 @@ def remove(obj: CliContext, name: str, purge: bool, yes: bool, as_json: bool) ->
     groups/.removed/<folder>-<UTC time>/, where it stays until you delete it; move it
     back to restore the group (its scheduled tasks pause until then). With --purge the
     folder and its scheduled tasks are deleted for good, after a confirmation unless
-    --yes is given.
+    --yes is given; the group's own images (for its packages) are removed too.
     """
     store = GroupStore(obj.home)
     found = store.find(name)
@@ -241,12 +242,30 @@ def remove(obj: CliContext, name: str, purge: bool, yes: bool, as_json: bool) ->
     archived = store.remove(found, purge=purge)
     if purge:
         _remove_tasks(obj, found.folder)
+        _remove_images(load_config(obj.home).project, found.folder)
     if as_json:
         print_json({"folder": found.folder, "archived": str(archived) if archived else None})
     elif archived is None:
         click.echo(f"deleted {found.path}")
     else:
         click.echo(f"removed group {found.config.name!r}; its data is kept in {archived}")
+
+
+def _remove_images(project: str, folder: str) -> None:
+    """A purged group's own images go with it (when the engine answers)."""
+    from orchestrator.errors import EngineUnreachable
+    from orchestrator.image.group import remove_group_images
+    from orchestrator.runtime.engine import connect
+
+    try:
+        client = connect(timeout=10)
+    except EngineUnreachable:
+        return
+    try:
+        for tag in remove_group_images(client, project, folder):
+            click.echo(f"removed image {tag}", err=True)
+    finally:
+        client.close()
 
 
 def _remove_tasks(obj: CliContext, folder: str) -> None:
@@ -390,3 +409,12 @@ def resume(obj: CliContext, name: str, every: bool, as_json: bool) -> None:
         click.echo(f"{found.folder} was not paused by the operator")
     for lease in left:
         click.echo(f"still paused by {lease.holder}: {safe_line(lease.reason)}", err=True)
+
+
+def _add_packages() -> None:
+    from orchestrator.cli.packages import packages
+
+    group.add_command(packages)
+
+
+_add_packages()

@@ -21,6 +21,7 @@ pass_cli = click.make_pass_decorator(CliContext)
 def open_runtime(obj: CliContext) -> GroupRuntime:
     """The group runtime on the Docker engine for this home."""
     from orchestrator.image.agent import agent_image_ref
+    from orchestrator.image.group import GroupImages
     from orchestrator.runtime import open_backend
     from orchestrator.runtime.engine import connect
     from orchestrator.runtime.lifecycle import GroupRuntime, default_skills_root
@@ -33,6 +34,7 @@ def open_runtime(obj: CliContext) -> GroupRuntime:
         open_backend(config, client=client),
         lambda: agent_image_ref(client, config.image),
         skills_root=default_skills_root(),
+        group_image=GroupImages(client, lambda: config.project),
     )
 
 

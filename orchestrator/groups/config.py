@@ -5,9 +5,10 @@ The defaults below are the only place group defaults live; the README documents 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,7 @@ GROUP_KEYS = (
     "learned_max_chars",
     "tasks",
     "tools",
+    "packages",
 )
 CREATOR, MEMBER, GUEST = "creator", "member", "guest"  # trust levels, most trusted first
 TASK_SCHEDULERS = (CREATOR, MEMBER)  # guests never schedule
@@ -151,6 +153,9 @@ class TaskSettings:
         return max(TASK_RUNS_PER_HOUR_FLOOR, 2 * math.ceil(3600 / self.min_interval_seconds))
 
 
+from orchestrator.groups.packages import PackageSettings  # noqa: E402  (no import cycle)
+
+
 @dataclass(frozen=True)
 class ToolSettings:
     """Who may use the tools that act (group.yaml ``tools``)."""
@@ -176,6 +181,7 @@ class GroupConfig:
     learned_max_chars: int = DEFAULT_LEARNED_MAX_CHARS
     tasks: TaskSettings = field(default_factory=TaskSettings)
     tools: ToolSettings = field(default_factory=ToolSettings)
+    packages: PackageSettings = field(default_factory=PackageSettings)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -186,6 +192,8 @@ class GroupConfig:
         data["limits"]["models"] = list(self.limits.models)
         data["tasks"]["allowed"] = list(self.tasks.allowed)
         data["tools"]["shell"] = list(self.tools.shell)
+        data["packages"]["debian"] = list(self.packages.debian)
+        data["packages"]["python"] = list(self.packages.python)
         data["tasks"]["max_runs_per_hour"] = self.tasks.max_runs_per_hour
         del data["tasks"]["max_runs_per_hour_set"]
         data["context_budget"] = str(self.context_budget)
@@ -339,6 +347,26 @@ def classify_sender(config: GroupConfig, sender: str, bound: str | None = None) 
     return GUEST if config.unknown_senders == "allow" else None
 
 
+def _packages(reader: MappingReader) -> PackageSettings:
+    from orchestrator.groups.packages import MAX_PACKAGES, debian_problem, python_problem
+
+    reader.reject_unknown(["debian", "python", "from_chat"])
+    lists: dict[str, tuple[str, ...]] = {}
+    for key, problem_of in (("debian", debian_problem), ("python", python_problem)):
+        items = reader.id_list(key, max_chars=200)
+        if len(items) > MAX_PACKAGES:
+            raise reader.fail(key, f"{len(items)} entries; at most {MAX_PACKAGES}")
+        for index, item in enumerate(items):
+            if problem := problem_of(item):
+                raise reader.child_fail(key, index, problem)
+        lists[key] = tuple(dict.fromkeys(items))
+    return PackageSettings(
+        debian=lists["debian"],
+        python=lists["python"],
+        from_chat=reader.boolean("from_chat", False),
+    )
+
+
 def _tools(reader: MappingReader) -> ToolSettings:
     reader.reject_unknown(["shell"])
     if "shell" not in reader.data:
@@ -468,6 +496,7 @@ def group_config_from_doc(
         ),
         tasks=problems.check(lambda: _tasks(reader.child("tasks")), defaults.tasks),
         tools=problems.check(lambda: _tools(reader.child("tools")), defaults.tools),
+        packages=problems.check(lambda: _packages(reader.child("packages")), defaults.packages),
     )
     problems.raise_if_any()
     return config
@@ -508,3 +537,49 @@ def set_option(path: Path, key: str, value: str) -> None:
         text = text.rstrip("\n") + f"\n{line}\n"
     parse_group_config(text, path)
     write_atomic(path, text)
+
+
+@contextlib.contextmanager
+def config_lock(path: Path) -> Iterator[None]:
+    """Held while group.yaml is read, changed and replaced (the CLI's edits and the
+    host's, such as an approved package request), so that no edit loses another's."""
+    import fcntl
+
+    with open(path.with_name(".group.yaml.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+PACKAGES_SECTION = """
+# Packages for this group's own image, built offline on top of the agent image
+# (orchestrator group packages NAME): Debian packages by name, Python packages as wheels
+# only, resolved to exact versions and hashes in packages.lock. from_chat: creators may
+# ask for packages from the chat (each request approved with /approve ID).
+packages:
+"""
+
+
+def set_packages(path: Path, debian: tuple[str, ...], python: tuple[str, ...]) -> None:
+    """Set ``packages.debian`` and ``packages.python`` in group.yaml (the section made
+    when missing), keeping every other line and comment; validated before it replaces
+    the file. The caller holds ``config_lock``."""
+    from orchestrator.fsatomic import write_atomic
+
+    text = path.read_text(encoding="utf-8")
+    if not re.search(r"(?m)^packages:\s*$", text):
+        write_atomic(path, text.rstrip("\n") + "\n" + PACKAGES_SECTION)
+    try:
+        set_option(path, "packages.debian", _flow(debian))
+        set_option(path, "packages.python", _flow(python))
+    except Exception:
+        write_atomic(path, text)  # as it was
+        raise
+
+
+def _flow(items: tuple[str, ...]) -> str:
+    import json
+
+    return "[" + ", ".join(json.dumps(i) for i in items) + "]"

@@ -76,18 +76,19 @@ _IMPORT_CHANGES = (
 )
 
 
-def recipe_hash() -> str:
+def recipe_hash(extra: tuple[str, ...] = ()) -> str:
+    """The offline base's recipe; ``extra`` packages (a group's) make another base."""
     recipe = {
         "suite": SUITE,
-        "packages": sorted(PACKAGES),
+        "packages": sorted({*PACKAGES, *extra}),
         "excludes": EXCLUDES,
         "changes": _IMPORT_CHANGES,
     }
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
 
 
-def base_tag() -> str:
-    return f"{BASE_REPOSITORY}:{SUITE}-{recipe_hash()[:12]}"
+def base_tag(extra: tuple[str, ...] = ()) -> str:
+    return f"{BASE_REPOSITORY}:{SUITE}-{recipe_hash(extra)[:12]}"
 
 
 def find_mirror(configured: str | None = None) -> str:
@@ -141,10 +142,12 @@ def _run_streaming(cmd: list[str], progress: Progress, what: str) -> None:
         )
 
 
-def build_rootfs_tar(workdir: Path, mirror: str, progress: Progress) -> Path:
+def build_rootfs_tar(
+    workdir: Path, mirror: str, progress: Progress, extra: tuple[str, ...] = ()
+) -> Path:
     """Make a root filesystem tarball with mmdebstrap or debootstrap."""
     tarball = workdir / "rootfs.tar"
-    packages = ",".join(PACKAGES)
+    packages = ",".join(sorted({*PACKAGES, *extra}))
     if shutil.which("mmdebstrap"):
         mode = "root" if os.geteuid() == 0 else "unshare"
         _run_streaming(
@@ -190,12 +193,16 @@ def build_rootfs_tar(workdir: Path, mirror: str, progress: Progress) -> Path:
 
 
 def ensure_offline_base(
-    client: docker.DockerClient, progress: Progress, mirror: str | None = None
+    client: docker.DockerClient,
+    progress: Progress,
+    mirror: str | None = None,
+    extra: tuple[str, ...] = (),
 ) -> str:
-    """Return the tag of the offline base image, building and importing it when missing."""
+    """Return the tag of the offline base image (with ``extra`` packages: a base of its
+    own, cached by the list), building and importing it when missing."""
     from docker.errors import ImageNotFound
 
-    tag = base_tag()
+    tag = base_tag(extra)
     try:
         call_engine("inspect base image", lambda: client.images.get(tag))
         return tag
@@ -205,12 +212,12 @@ def ensure_offline_base(
     mirror = find_mirror(mirror)
     progress(f"building the offline base image {tag} from Debian {SUITE} ({mirror})")
     with tempfile.TemporaryDirectory(prefix="orchestrator-base-") as tmp:
-        tarball = build_rootfs_tar(Path(tmp), mirror, progress)
+        tarball = build_rootfs_tar(Path(tmp), mirror, progress, extra)
         size_mb = tarball.stat().st_size / 1024**2
         progress(f"importing {size_mb:.0f} MB root filesystem as {tag}")
         changes = [
             *_IMPORT_CHANGES,
-            f"LABEL {ROLE_LABEL}=base {INPUTS_LABEL}={recipe_hash()}",
+            f"LABEL {ROLE_LABEL}=base {INPUTS_LABEL}={recipe_hash(extra)}",
         ]
         call_engine(
             "import base image",

@@ -146,8 +146,11 @@ class GroupRuntime:
         skills_root: Path | None = None,
         rootless: bool | None = None,
         ready: Callable[[RunnerClient], bool] | None = None,
+        group_image: Callable[[Group, str], str] | None = None,
     ) -> None:
         self.home = home
+        # the image a group runs, given the agent image: its own, for its packages
+        self.group_image = group_image
         self.config = config
         self.backend = backend
         self.image = image
@@ -208,6 +211,12 @@ class GroupRuntime:
         fallback = (self.config.unprivileged_uid, self.config.unprivileged_gid)
         return run_as(st.st_uid, st.st_gid, fallback, self.rootless)
 
+    def image_of(self, group: Group, agent_image: str) -> str:
+        """The image ``group`` runs: its own when it has one built, else ``agent_image``."""
+        if self.group_image is None or group.config.packages.empty:
+            return agent_image
+        return self.group_image(group, agent_image)
+
     def desired_spec(self, group: Group, image: str | None = None) -> ContainerSpec:
         """The spec ``group``'s container should have now (reads owner, allowlist)."""
         extra = resolve_mounts(
@@ -219,7 +228,7 @@ class GroupRuntime:
             project=self.config.project,
             home_id=self.home.identity,
             group=group,
-            image=image or self.image(),
+            image=self.image_of(group, image or self.image()),
             user=self.user_for(group),
             runtime_dir=self.home.runtime_dir(group.folder),
             skills_root=self.skills_root,

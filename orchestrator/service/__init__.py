@@ -174,6 +174,7 @@ def serve(home: Home, concurrency: int | None = None) -> None:
     """
     from orchestrator.daemon.core import Daemon
     from orchestrator.image.agent import agent_image_ref
+    from orchestrator.image.group import GroupImages
     from orchestrator.runtime import open_backend
     from orchestrator.runtime.engine import connect
     from orchestrator.runtime.lifecycle import GroupRuntime, default_skills_root
@@ -193,6 +194,7 @@ def serve(home: Home, concurrency: int | None = None) -> None:
         open_backend(config, client=client),
         lambda: agent_image_ref(client, runtime.config.image),
         skills_root=default_skills_root(),
+        group_image=GroupImages(client, lambda: runtime.config.project),
     )
     daemon = Daemon(home, config, runtime, queue, concurrency or config.concurrency)
     service = Service(home, daemon)

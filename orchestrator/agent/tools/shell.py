@@ -73,7 +73,8 @@ SPEC = ToolSpec(
 )
 WATCH_SECONDS = 0.25  # how often a running call checks the host, the disk and the clock
 MEASURED_FOLDERS = ("memory", "files", "sessions")  # what the group's disk limit counts
-SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# the group's own Python packages first (images/group/Dockerfile), then the system's
+SAFE_PATH = "/opt/agent-python/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,136 @@
+"""A group's own image for its packages, against the real engine: built offline (a base
+with a Debian package absent from the agent image, a locked wheel), the group's
+container moved to it, the shell using both; an sdist-only package refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.groups import GroupStore
+from orchestrator.groups.config import GroupConfig
+from orchestrator.home import Home
+from orchestrator.image.group import remove_group_images
+from orchestrator.runtime.base import LABEL_PROJECT
+from tests.fakeproviders import FakeProvider, Text, ToolUse
+from tests.test_daemon_docker import DaemonProcess, _free_port
+
+pytestmark = pytest.mark.docker
+KEY = "sk-docker-packages-0123456789abcdef"
+ROOT = Path(__file__).parent.parent
+
+
+def cli(home: Path, project: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [".venv/bin/orchestrator", "--home", str(home), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "ORCHESTRATOR_PROJECT": project},
+        cwd=ROOT,
+        timeout=1200,
+    )
+
+
+@pytest.fixture
+def home(tmp_path: Path, agent_image: str, test_project: str, docker_client: Any) -> Iterator[Path]:
+    root = tmp_path / "home"
+    root.mkdir()
+    yield root
+    remove_group_images(docker_client, test_project, "fam")
+    for c in docker_client.containers.list(
+        all=True, filters={"label": f"{LABEL_PROJECT}={test_project}"}
+    ):
+        c.remove(force=True)
+
+
+def test_a_groups_packages_are_built_offline_and_its_shell_uses_them(
+    home: Path, test_project: str, docker_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    provider = FakeProvider("openai", KEY)
+    monkeypatch.setenv("FAKE_OPENAI_KEY", KEY)
+    try:
+        (home / "orchestrator.yaml").write_text(
+            f'http:\n  listen: "127.0.0.1:{_free_port()}"\n'
+            f"providers:\n  fake:\n    kind: openai\n    base_url: {provider.base_url}\n"
+            "    key_env: FAKE_OPENAI_KEY\n    models: [fake-model]\n"
+        )
+        GroupStore(Home(home)).add(
+            GroupConfig(name="fam", provider="fake", model="fake-model", creators=("operator",))
+        )
+        config_file = home / "groups" / "fam" / "group.yaml"
+        # tree is not in the agent image; tabulate ships a wheel
+        probe = docker_client.containers.run(
+            "orchestrator-agent:latest",
+            ["sh", "-c", "command -v tree || echo none"],
+            remove=True,
+            network_mode="none",
+        )
+        assert probe.decode().strip() == "none"
+        built = cli(
+            home,
+            test_project,
+            "group",
+            "packages",
+            "fam",
+            "--add-debian",
+            "tree",
+            "--add-python",
+            "tabulate==0.9.0",
+            "--build",
+        )
+        assert built.returncode == 0, built.stderr[-3000:]
+        lock = json.loads((home / "groups" / "fam" / "packages.lock").read_text())
+        assert [w["filename"] for w in lock["wheels"]] == ["tabulate-0.9.0-py3-none-any.whl"]
+        assert len(lock["wheels"][0]["sha256"]) == 64
+        state = json.loads(cli(home, test_project, "group", "packages", "fam", "--json").stdout)
+        assert state["built"] and state["built"].startswith("orchestrator-group-fam-")
+        again = cli(home, test_project, "group", "packages", "fam", "--build")
+        assert again.returncode == 0 and "current: " + state["built"] in again.stderr
+
+        # an sdist-only package is refused with the reason, and nothing changes
+        before = config_file.read_text()
+        refused = cli(
+            home, test_project, "group", "packages", "fam", "--add-python", "docopt==0.6.2"
+        )
+        assert refused.returncode == 2 and "no wheel" in refused.stderr, refused.stderr
+        assert "setup.py" in refused.stderr and config_file.read_text() == before
+
+        # the group's container runs its image, and the shell has both packages
+        provider.script.extend(
+            [
+                ToolUse(
+                    "shell",
+                    {
+                        "command": "tree --version | cut -c1-6; python3 -c "
+                        "'import tabulate; print(tabulate.tabulate([[1, 2]]))'"
+                    },
+                ),
+                Text("checked"),
+            ]
+        )
+        proc = DaemonProcess(home, test_project)
+        proc.start()
+        try:
+            answer = proc.send("fam", "check the tools", wait=True)
+            assert answer["state"] == "done", answer
+        finally:
+            proc.stop()
+        container = docker_client.containers.get(f"{test_project}.fam")
+        assert container.attrs["Config"]["Image"] == state["built"]
+        group = GroupStore(Home(home)).load("fam")
+        transcript = group.sessions_dir / "cli.chat-c" / "transcript.jsonl"
+        [result] = [
+            json.loads(line)["content"]
+            for line in transcript.read_text().splitlines()
+            if json.loads(line).get("role") == "tool"
+        ]
+        assert result.startswith("exit code 0\ntree v\n"), result
+        assert "-  -\n1  2\n-  -" in result, result
+    finally:
+        provider.close()
