@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 
 from bench import (
+    group_image,
     history,
     hook,
     hostile,
@@ -43,6 +44,7 @@ BENCHMARKS: dict[str, Callable[[bool], Result]] = {
     search.SEARCH_10K: search.search_10k,
     tasks.NAME: tasks.run,
     shell.NAME: shell.run,
+    group_image.NAME: group_image.run,
     telegram.INBOUND: telegram.inbound,
     telegram.OUTBOUND: telegram.outbound,
     matrix.NAME: matrix.run,
