@@ -40,9 +40,10 @@ MEMORY_GET = "memory.get"
 TASK_SCHEDULE = "task.schedule"
 TASK_LIST = "task.list"
 TASK_CANCEL = "task.cancel"
+PACKAGES_REQUEST = "packages.request"
 OPS = (
     MODEL_COMPLETE, REPLY, STANDING_GET, LEARNED_READ, LEARNED_WRITE, MEMORY_SEARCH,
-    MEMORY_GET, TASK_SCHEDULE, TASK_LIST, TASK_CANCEL,
+    MEMORY_GET, TASK_SCHEDULE, TASK_LIST, TASK_CANCEL, PACKAGES_REQUEST,
 )  # fmt: skip
 
 SESSION_MODES = ("per-chat", "per-thread", "shared")

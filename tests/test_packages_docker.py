@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -132,5 +133,78 @@ def test_a_groups_packages_are_built_offline_and_its_shell_uses_them(
         ]
         assert result.startswith("exit code 0\ntree v\n"), result
         assert "-  -\n1  2\n-  -" in result, result
+    finally:
+        provider.close()
+
+
+def test_a_package_request_approved_in_the_chat_is_built_and_used(
+    home: Path, test_project: str, docker_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    provider = FakeProvider("openai", KEY)
+    monkeypatch.setenv("FAKE_OPENAI_KEY", KEY)
+    try:
+        (home / "orchestrator.yaml").write_text(
+            f'http:\n  listen: "127.0.0.1:{_free_port()}"\n'
+            f"providers:\n  fake:\n    kind: openai\n    base_url: {provider.base_url}\n"
+            "    key_env: FAKE_OPENAI_KEY\n    models: [fake-model]\n"
+        )
+        from orchestrator.groups.config import set_option
+
+        group = GroupStore(Home(home)).add(
+            GroupConfig(
+                name="fam",
+                provider="fake",
+                model="fake-model",
+                creators=("operator",),
+                members=("bob",),
+            )
+        )
+        set_option(group.config_file, "packages.from_chat", "true")
+        proc = DaemonProcess(home, test_project)
+        proc.start()
+        try:
+            provider.script.extend(
+                [
+                    ToolUse("request_packages", {"debian": ["tree"], "reason": "folders"}),
+                    Text("asked"),
+                ]
+            )
+            asked = proc.send("fam", "please get tree", chat="c", sender="bob", wait=True)
+            notice = [r for r in asked["replies"] if r.startswith("[orchestrator] Request")]
+            assert notice and '"tree"' in notice[0], asked
+            request_id = int(notice[0].split()[2].rstrip(":"))
+            # a member's approval changes nothing
+            refused = proc.send("fam", f"/approve {request_id}", chat="c", sender="bob", wait=True)
+            assert refused["replies"][0].startswith("Only this group's creators"), refused
+            approved = proc.send("fam", f"/approve {request_id}", chat="c", wait=True)
+            assert approved["replies"][0].startswith(f"Approved request {request_id}"), approved
+            # the build runs in the background; the chat is told on the asking message
+            ready = ""
+            for _ in range(1200):
+                replies = proc.get(asked["id"])["replies"]
+                ready = next((r for r in replies if "installed in the group's image" in r), "")
+                if ready or any("could not be built" in r for r in replies):
+                    break
+                time.sleep(0.5)
+            assert ready, proc.get(asked["id"])["replies"]
+            tag = ready.split("(")[1].split(")")[0]
+            # the daemon's reconcile moves the container to it; the next turn has tree
+            for _ in range(300):
+                container = docker_client.containers.get(f"{test_project}.fam")
+                if container.attrs["Config"]["Image"] == tag:
+                    break
+                time.sleep(0.5)
+            assert container.attrs["Config"]["Image"] == tag
+            provider.script.extend([ToolUse("shell", {"command": "command -v tree"}), Text("ok")])
+            proc.send("fam", "is tree there?", chat="c", wait=True)
+            transcript = group.sessions_dir / "cli.chat-c" / "transcript.jsonl"
+            results = [
+                json.loads(line)["content"]
+                for line in transcript.read_text().splitlines()
+                if json.loads(line).get("role") == "tool"
+            ]
+            assert results[-1] == "exit code 0\n/usr/bin/tree\n", results
+        finally:
+            proc.stop()
     finally:
         provider.close()

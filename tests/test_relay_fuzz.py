@@ -68,6 +68,7 @@ VALID: dict[str, dict[str, Any]] = {
     "task.schedule": {"text": "stretch", "kind": "at", "spec": "10m"},
     "task.list": {},
     "task.cancel": {"id": 1},
+    "packages.request": {"debian": ["tree"], "reason": "to draw folders"},
 }
 requests = st.one_of(st.integers(min_value=0, max_value=2**40), values)
 random_frames = st.fixed_dictionaries(

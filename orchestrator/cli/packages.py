@@ -43,6 +43,21 @@ pass_cli = click.make_pass_decorator(CliContext)
     help="Resolve the Python packages (exact versions and hashes, into "
     "packages.lock) and build the group's image.",
 )
+@click.option("--pending", is_flag=True, help="Show the package requests waiting, whole.")
+@click.option(
+    "--approve",
+    "approve_id",
+    type=int,
+    metavar="ID",
+    help="Approve a package request from the chat and build the image.",
+)
+@click.option(
+    "--deny",
+    "deny_id",
+    type=int,
+    metavar="ID",
+    help="Deny a package request from the chat (nothing changes).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the state as JSON.")
 @pass_cli
 def packages(
@@ -52,6 +67,9 @@ def packages(
     add_python: tuple[str, ...],
     remove: tuple[str, ...],
     build: bool,
+    pending: bool,
+    approve_id: int | None,
+    deny_id: int | None,
     as_json: bool,
 ) -> None:
     """Show or change the packages of group NAME's own image.
@@ -64,6 +82,11 @@ def packages(
     asked for (groups/<folder>/packages.lock), installed with --require-hashes into
     /opt/agent-python, first on the shell's PATH. The container moves to the new image
     between turns. Images do not count toward container.disk.
+
+    With packages.from_chat: true, the agent may ask for packages from the chat
+    (request_packages); the request is held and shown in the chat, with the exact
+    versions, until a creator approves it there with /approve ID, or the operator does
+    here with --approve ID (--deny ID refuses it; --pending shows them).
 
     Examples:
 
@@ -82,6 +105,11 @@ def packages(
     store = GroupStore(obj.home)
     group = store.find(name)
     progress = (lambda line: None) if as_json else (lambda line: click.echo(line, err=True))
+    if pending or approve_id is not None or deny_id is not None:
+        _requests(obj, group.folder, pending, approve_id, deny_id, as_json)
+        if pending:
+            return
+        group = store.load(group.folder)
     if add_debian or add_python or remove:
         check_names(add_debian, add_python)  # before anything changes
         with config_lock(group.config_file):
@@ -123,6 +151,56 @@ def packages(
                 write_lock(group.path, resolve_python(asked, progress))
         _build(obj, group, progress)
     _show(obj, store.load(group.folder), as_json)
+
+
+def _requests(
+    obj: CliContext,
+    folder: str,
+    pending: bool,
+    approve_id: int | None,
+    deny_id: int | None,
+    as_json: bool,
+) -> None:
+    from orchestrator.relay.approvals import PACKAGES, approve
+    from orchestrator.store.held import HeldRequests
+    from orchestrator.store.messages import open_queue_if_any
+
+    queue = open_queue_if_any(obj.home)
+    if queue is None:
+        raise click.ClickException("no state database yet: no requests were ever made")
+    try:
+        held = HeldRequests(queue)
+        waiting = held.waiting(folder, kind=PACKAGES)
+        if pending:
+            if as_json:
+                print_json([{**r.to_dict(), "content": r.content} for r in waiting])
+            elif not waiting:
+                click.echo(f"no package requests wait for {folder}")
+            for r in [] if as_json else waiting:
+                click.echo(f"request {r.id} from {safe_line(r.sender)} in {safe_line(r.chat)}:")
+                click.echo(r.content)
+            return
+        wanted = approve_id if approve_id is not None else deny_id
+        request = next((r for r in waiting if r.id == wanted), None)
+        if request is None:
+            raise click.BadParameter(
+                f"no package request {wanted} waits for {folder} (see --pending)",
+                param_hint="--approve" if approve_id is not None else "--deny",
+            )
+        if deny_id is not None:
+            held.drop(request.id)
+            queue.add_host_notices(
+                request.message_id,
+                [f"[orchestrator] Request {request.id} was denied by the operator."],
+            )
+            click.echo(f"denied request {request.id}", err=True)
+            return
+        applied = approve(queue, obj.home.groups_dir, request, "operator", background=False)
+        if not applied.done:
+            raise click.ClickException(f"request {request.id} was not applied: {applied.detail}")
+        click.echo(f"approved request {request.id}: {applied.detail}", err=True)
+    finally:
+        queue.close()
 
 
 def _python_name(requirement: str) -> str:

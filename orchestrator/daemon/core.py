@@ -628,6 +628,7 @@ class Daemon:
                 task_run=self.tasks.run_of(message.id) is not None,
                 trust=message.trust,
                 shell=group.config.tools.shell,
+                packages_from_chat=group.config.packages.from_chat,
             ),
             window_tokens=window,
             answer_tokens=answer_tokens,

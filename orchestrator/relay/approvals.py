@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("orchestrator.approvals")
 CREATOR = "creator"
 LEARNED = "learned"
+PACKAGES = "packages"
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,13 @@ class Kind:
     applier: str  # "module:function" (groups_dir, folder, request, approved_by) -> (done, why)
     show: str  # the operator's command that shows such requests ({folder})
     approve: str  # the operator's command that approves one ({folder}, {id})
+    # what follows an approval, "module:function" (queue, groups_dir, request), if anything
+    after: str | None = None
+    shown_as: str = "The new text"  # how a notice names the request's content
+    why: str = (  # why it waits
+        "This conversation has had messages from people who are not creators since it "
+        "last started fresh, so the request may carry their words."
+    )
 
 
 KINDS: dict[str, Kind] = {
@@ -71,6 +79,15 @@ KINDS: dict[str, Kind] = {
         "orchestrator.memory.learned:apply_held",
         "orchestrator learned show {folder} --pending",
         "orchestrator learned approve {folder} {id}",
+    ),
+    PACKAGES: Kind(
+        "packages for this group's image",
+        "orchestrator.relay.package_requests:apply_held",
+        "orchestrator group packages {folder} --pending",
+        "orchestrator group packages {folder} --approve {id}",
+        after="orchestrator.relay.package_requests:build_after_approval",
+        shown_as="The request, with the exact versions and hashes an approval installs",
+        why="The agent asks for software in this group's sandbox.",
     ),
 }
 
@@ -94,10 +111,7 @@ def notice_pieces(request: HeldRequest, folder: str) -> list[str]:
     what = kind.description
     size = f"{len(request.content):,} characters"
     hours = max(1, round((request.expires - request.created) / 3600))
-    why = (
-        "This conversation has had messages from people who are not creators since it "
-        "last started fresh, so the request may carry their words."
-    )
+    why = kind.why
     if not request.chat_approvable:
         return [
             f"[orchestrator] Request {request.id}: {what} ({size}) waits for approval. {why} "
@@ -118,11 +132,11 @@ def notice_pieces(request: HeldRequest, folder: str) -> list[str]:
     if len(chunks) == 1:
         return [
             f"[orchestrator] Request {request.id}: {what} waits for a creator's approval. "
-            f"{why} The new text ({size}), whole:\n\n{_block(chunks[0])}\n\n{last}"
+            f"{why} {kind.shown_as} ({size}), whole:\n\n{_block(chunks[0])}\n\n{last}"
         ]
     pieces = [
         f"[orchestrator] Request {request.id}: {what} waits for a creator's approval. {why} "
-        f"The new text ({size}) follows whole, in {len(chunks)} parts.\n\n"
+        f"{kind.shown_as} ({size}) follows whole, in {len(chunks)} parts.\n\n"
         f"Part 1 of {len(chunks)}:\n{_block(chunks[0])}"
     ]
     for number, chunk in enumerate(chunks[1:], start=2):
@@ -180,13 +194,24 @@ def apply(groups_dir: Path, folder: str, request: HeldRequest, approved_by: str)
 
 
 def approve(
-    queue: MessageQueue, groups_dir: Path, request: HeldRequest, approved_by: str
+    queue: MessageQueue,
+    groups_dir: Path,
+    request: HeldRequest,
+    approved_by: str,
+    *,
+    background: bool = True,
 ) -> Applied:
     """Apply ``request`` and forget it once applied (a failure leaves it held, so it can
     be approved again)."""
     applied = apply(groups_dir, request.group, request, approved_by)
     if applied.done:
         HeldRequests(queue).drop(request.id)
+        after = KINDS[request.kind].after
+        if after is not None:
+            module, _, name = after.partition(":")
+            getattr(importlib.import_module(module), name)(
+                queue, groups_dir, request, background=background
+            )
         log.info(
             "group %s: request %d (%s) approved by %r",
             request.group,

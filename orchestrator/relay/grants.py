@@ -10,17 +10,23 @@ from __future__ import annotations
 
 # the runner's built-in tool sources
 FILES, MESSAGES, MEMORY, TASKS, SHELL = "files", "messages", "memory", "tasks", "shell"
+PACKAGES = "packages"
 # the task tools a run of a scheduled task keeps: it may look at tasks, not make them
 TASK_RUN_TASK_TOOLS = ("list_tasks", "cancel_task")
 
 
 def granted_tools(
-    *, task_run: bool, trust: str | None = None, shell: tuple[str, ...] = ()
+    *,
+    task_run: bool,
+    trust: str | None = None,
+    shell: tuple[str, ...] = (),
+    packages_from_chat: bool = False,
 ) -> tuple[str, ...]:
     """The source and tool names a turn may use: every built-in tool for a person's
     turn; a run of a scheduled task cannot schedule another (a chain of tasks); the
     shell only when the sender's ``trust`` (the host's record) is one of ``shell``
-    (group.yaml ``tools.shell``)."""
+    (group.yaml ``tools.shell``); ``request_packages`` to a person's turn when the
+    operator allows package requests from the chat (``packages.from_chat``)."""
     tools: tuple[str, ...] = (
         (FILES, MESSAGES, MEMORY, *TASK_RUN_TASK_TOOLS)
         if task_run
@@ -28,4 +34,6 @@ def granted_tools(
     )
     if trust is not None and trust in shell:
         tools = (*tools, SHELL)
+    if packages_from_chat and not task_run and trust in ("creator", "member"):
+        tools = (*tools, PACKAGES)
     return tools

@@ -59,6 +59,7 @@ OPS: dict[str, str] = {
     protocol.TASK_SCHEDULE: "orchestrator.relay.ops.task_schedule:TaskSchedule",
     protocol.TASK_LIST: "orchestrator.relay.ops.task_list:TaskList",
     protocol.TASK_CANCEL: "orchestrator.relay.ops.task_cancel:TaskCancel",
+    protocol.PACKAGES_REQUEST: "orchestrator.relay.ops.packages_request:PackagesRequest",
 }
 
 

@@ -14,10 +14,11 @@ from orchestrator.agent.tools.box import (
 from orchestrator.agent.tools.files import FILES
 from orchestrator.agent.tools.memory import MEMORY
 from orchestrator.agent.tools.messages import MESSAGES
+from orchestrator.agent.tools.packages import PACKAGE_TOOLS
 from orchestrator.agent.tools.tasks import TASKS
 
 # the built-in sources, in the order their tools are offered
-BUILT_IN: tuple[ToolSource, ...] = (FILES, MESSAGES, MEMORY, TASKS)
+BUILT_IN: tuple[ToolSource, ...] = (FILES, MESSAGES, MEMORY, TASKS, PACKAGE_TOOLS)
 
 __all__ = [
     "BUILT_IN",
