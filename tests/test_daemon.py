@@ -1142,7 +1142,7 @@ def test_start_logs_what_reconcile_did_but_adoptions_and_a_reconcile_that_failed
                 raise EngineUnreachable("the engine is not answering")
             return actions
 
-        monkeypatch.setattr(runtime, "reconcile", reconcile)
+        monkeypatch.setattr(runtime, "plan", reconcile)  # what reconcile plans
         daemon = Daemon(h, config, runtime, open_queue(h), concurrency=1)
         caplog.clear()
         with caplog.at_level("INFO", logger="orchestrator.daemon"):
@@ -1286,7 +1286,7 @@ def test_the_reconcile_loop_runs_every_minute_logs_changes_and_survives_a_failur
             raise answer
         return answer
 
-    monkeypatch.setattr(idle.runtime, "reconcile", reconcile)
+    monkeypatch.setattr(idle.runtime, "plan", reconcile)  # what reconcile plans
     idle.stopping = ticks = _Ticks(3)
     with caplog.at_level("INFO", logger="orchestrator.daemon"):
         idle._reconcile_loop()
@@ -1437,3 +1437,28 @@ def test_a_new_daemon_is_wired_to_its_home(home: Path) -> None:
         # the binding is the account's: the same chat id on another channel is not bound
         other = daemon.scheduler.lookup("good", "telegram:9", "cli", "telegram:-100", None)
         assert other is not None and other[1] is None
+
+
+def test_a_container_is_made_again_only_between_its_groups_turns(
+    idle: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.runtime.reconcile import Action
+
+    plan = [Action("recreate", "t.good", "good", "its spec changed")]
+    monkeypatch.setattr(idle.runtime, "plan", lambda: plan)
+    during: list[set[str]] = []
+
+    def recreate(folder: str, name: str) -> None:
+        during.append(set(idle.recreating))
+        # no turn of the group is dispatched while its container is made again
+        idle._dispatch_once()
+        assert idle.queue.get(waiting.id).state == QUEUED  # type: ignore[union-attr]
+
+    monkeypatch.setattr(idle.runtime, "recreate_container", recreate)
+    waiting = idle.submit("good", "hi", chat="c", sender="op", channel="cli")
+    idle.busy.add(("good", "cli.chat-other"))  # a turn of the group is in flight
+    idle._reconcile()
+    assert during == []  # it waits for a later round
+    idle.busy.clear()
+    idle._reconcile()
+    assert during == [{"good"}] and idle.recreating == set()

@@ -59,6 +59,7 @@ from orchestrator.relay.grants import granted_tools
 from orchestrator.relay.turn import RelayContext, TurnRelay
 from orchestrator.runtime.channel import Cancel, RunnerUnavailable
 from orchestrator.runtime.lifecycle import GroupRuntime
+from orchestrator.runtime.reconcile import RECREATE, apply_plan
 from orchestrator.store.chats import ChatStore
 from orchestrator.store.held import HeldRequests
 from orchestrator.store.messages import (
@@ -175,6 +176,7 @@ class Daemon:
         self.per_group = group_share(self.concurrency, config.per_group_concurrency)
         self.cond = threading.Condition()
         self.busy: set[tuple[str, str]] = set()
+        self.recreating: set[str] = set()  # groups whose container reconcile makes again
         self.active: dict[str, Delivery] = {}
         self.running: dict[str, int] = {}  # group -> turns in flight
         self.last_served: dict[str, float] = {}
@@ -449,7 +451,11 @@ class Daemon:
         with self.cond:
             free = self.concurrency - len(self.active)
             candidates = (
-                [m for m in self.queue.runnable() if (m.group, m.session) not in self.busy]
+                [
+                    m
+                    for m in self.queue.runnable()
+                    if (m.group, m.session) not in self.busy and m.group not in self.recreating
+                ]
                 if free > 0
                 else []
             )
@@ -681,8 +687,27 @@ class Daemon:
 
     def _reconcile(self) -> None:
         """Bring the containers in line with the groups, logging each change (adopting
-        a running container that is already right is not one)."""
-        for action in self.runtime.reconcile():
+        a running container that is already right is not one). A container to be made
+        again (a new image, a changed group.yaml) waits while its group has a turn in
+        flight: it is made again between turns, at a later round."""
+        planned = self.runtime.plan()
+        actions = []
+        with self.cond:  # a group made again takes no turn meanwhile
+            busy = {group for group, _ in self.busy}
+            for action in planned:
+                if action.kind == RECREATE and action.folder in busy:
+                    log.info("reconcile: %s waits for its turns to end", action.container)
+                    continue
+                if action.kind == RECREATE and action.folder is not None:
+                    self.recreating.add(action.folder)
+                actions.append(action)
+        try:
+            apply_plan(actions, self.runtime)
+        finally:
+            with self.cond:
+                self.recreating.clear()
+                self.cond.notify_all()
+        for action in actions:
             if action.kind != "adopt":
                 log.info("reconcile: %s %s (%s)", action.kind, action.container, action.reason)
 
