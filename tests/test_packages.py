@@ -114,3 +114,47 @@ def test_the_cli_refuses_before_anything_changes(tmp_path: Path) -> None:
         assert path.read_text() == before
     listed = runner.invoke(cli, ["--home", str(home), "group", "packages", "fam"])
     assert listed.exit_code == 0 and "debian:  -" in listed.output
+
+
+def test_the_operator_lists_and_denies_a_request_and_nothing_changes(tmp_path: Path) -> None:
+    import json as _json
+
+    from orchestrator.relay.approvals import PACKAGES
+    from orchestrator.store.held import HeldRequests
+    from orchestrator.store.messages import new_message, open_queue
+
+    home = group(tmp_path)
+    path = home / "groups" / "fam" / "group.yaml"
+    before = path.read_text()
+    queue = open_queue(Home(home))
+    try:
+        message = new_message(
+            group="fam", session="cli.chat-c", chat="c", thread=None, sender="bob",
+            trust="member", text="get tree", channel="cli",
+        )  # fmt: skip
+        asked = queue.put(message)
+        content = _json.dumps({"debian": ["tree"], "python": [], "wheels": [], "reason": "x"})
+        request = HeldRequests(queue).hold(
+            group="fam", kind=PACKAGES, content=content, channel="cli", chat="c",
+            thread=None, sender="bob", message_id=asked.id, chat_approvable=True, ttl=3600,
+        )  # fmt: skip
+    finally:
+        queue.close()
+    runner = CliRunner()
+    base = ["--home", str(home), "group", "packages", "fam"]
+    listed = runner.invoke(cli, [*base, "--pending", "--json"])
+    assert listed.exit_code == 0, listed.output
+    [shown] = _json.loads(listed.output)
+    assert shown["id"] == request.id and _json.loads(shown["content"])["debian"] == ["tree"]
+    unknown = runner.invoke(cli, [*base, "--deny", str(request.id + 1)])
+    assert unknown.exit_code == 2 and "no package request" in unknown.output
+    denied = runner.invoke(cli, [*base, "--deny", str(request.id)])
+    assert denied.exit_code == 0, denied.output
+    assert path.read_text() == before
+    queue = open_queue(Home(home))
+    try:
+        assert HeldRequests(queue).waiting("fam") == []
+        replies = queue.get(asked.id).replies  # type: ignore[union-attr]
+        assert any(f"Request {request.id} was denied" in r for r in replies), replies
+    finally:
+        queue.close()
