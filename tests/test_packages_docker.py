@@ -189,12 +189,18 @@ def test_a_package_request_approved_in_the_chat_is_built_and_used(
             assert ready, proc.get(asked["id"])["replies"]
             tag = ready.split("(")[1].split(")")[0]
             # the daemon's reconcile moves the container to it; the next turn has tree
+            from docker.errors import NotFound
+
+            running = None
             for _ in range(300):
-                container = docker_client.containers.get(f"{test_project}.fam")
-                if container.attrs["Config"]["Image"] == tag:
+                try:  # gone for a moment while it is made again
+                    running = docker_client.containers.get(f"{test_project}.fam")
+                except NotFound:
+                    running = None
+                if running is not None and running.attrs["Config"]["Image"] == tag:
                     break
                 time.sleep(0.5)
-            assert container.attrs["Config"]["Image"] == tag
+            assert running is not None and running.attrs["Config"]["Image"] == tag
             provider.script.extend([ToolUse("shell", {"command": "command -v tree"}), Text("ok")])
             proc.send("fam", "is tree there?", chat="c", wait=True)
             transcript = group.sessions_dir / "cli.chat-c" / "transcript.jsonl"
