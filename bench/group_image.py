@@ -42,7 +42,7 @@ def run(quick: bool) -> Result:
                     lambda: build_group_image(client, config.project, group, agent),
                     lambda: client.images.get(first.tag),
                     20 if quick else 200,
-                    target_label="build_group_image, current (inputs hashed, tag looked up)",
+                    target_label="build_group_image, current (its inputs hashed, tag looked up)",
                     floor_label="docker image inspect of the tag",
                 )
             finally:

@@ -209,9 +209,7 @@ class Runner:
     ) -> TurnResult:
         result = TurnResult(session.key)
         if turn.text.strip() == CLEAR_COMMAND:
-            for source in self.tool_sources:  # a fresh shell, too
-                if (reset := getattr(source, "reset", None)) is not None:
-                    reset(session.key)
+            self._each_source("reset", session.key)  # a fresh shell, too
             self.new_context(session, "clear", context, host)
             result.fresh_context = "clear"
             result.replies.append("Started a fresh context; memory was loaded again.")
@@ -228,12 +226,18 @@ class Runner:
         try:
             return self._turn(session, context, turn, host, clock, toolbox, result)
         finally:
-            for source in self.tool_sources:  # what a turn started ends with it
-                if (end_turn := getattr(source, "end_turn", None)) is not None:
-                    try:
-                        end_turn(toolbox)
-                    except Exception:  # a failed sweep must not lose the turn's replies
-                        log.exception("turn %s: ending tool source %s", turn.turn_id, source.name)
+            self._each_source("end_turn", toolbox)  # what a turn started ends with it
+
+    def _each_source(self, hook: str, argument: object) -> None:
+        """Call the optional ``hook`` (``reset`` with a session key at /clear,
+        ``end_turn`` with the toolbox when a turn ends) of every tool source that has
+        one; a failing hook is logged and must not lose the turn's replies."""
+        for source in self.tool_sources:
+            if (method := getattr(source, hook, None)) is not None:
+                try:
+                    method(argument)
+                except Exception:
+                    log.exception("tool source %s: %s failed", source.name, hook)
 
     def _turn(
         self,

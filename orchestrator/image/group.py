@@ -36,7 +36,6 @@ from orchestrator.image.agent import (
     _build_from,
     _docker_build,
     _image_id,
-    inputs_hash,
     source_root,
 )
 from orchestrator.image.base import INPUTS_LABEL, ROLE_LABEL, ensure_offline_base
@@ -78,16 +77,16 @@ def group_inputs(
             f"group {group.folder}: the Python packages asked for are not resolved yet",
             hint=f"run: orchestrator group packages {group.folder} --build",
         )
-    root = source_root()
-    if packages.debian:
-        from orchestrator.image.base import recipe_hash
+    # The agent image's tag is the hash of its own inputs (the sources and its base), so
+    # it stands for them here: nothing is walked again on this path, which reconcile and
+    # status take for every group with packages.
+    from orchestrator.image.base import recipe_hash
 
-        identity = f"offline:{recipe_hash(packages.debian)}"
-    else:
-        identity = f"agent:{agent_base}"  # its tag is the hash of its own inputs
     digest = hashlib.sha256(b"group\n")
-    digest.update(inputs_hash(root, identity).encode())
-    digest.update(hashlib.sha256((root / "images/group/Dockerfile").read_bytes()).digest())
+    digest.update(f"agent:{agent_base}\n".encode())
+    digest.update(f"debian:{recipe_hash(packages.debian) if packages.debian else ''}\n".encode())
+    dockerfile = source_root() / "images/group/Dockerfile"
+    digest.update(hashlib.sha256(dockerfile.read_bytes()).digest())
     digest.update((lock.digest() if lock else "").encode())
     return digest.hexdigest(), lock
 
