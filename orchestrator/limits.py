@@ -262,3 +262,13 @@ MATRIX_TEXT_MAX = 6000
 
 # The operators' dashboard (http.dashboard).
 DASHBOARD_SESSION_SECONDS = 12 * 3600  # a login lasts this long (sessions live in memory)
+
+# MCP servers (a group's stdio servers in its container; remote ones called by the host)
+MCP_SERVERS_MAX = 16  # per group
+MCP_TOOLS_MAX = 128  # tools of one server offered to the model; a longer listing is cut
+MCP_LIST_TIMEOUT_SECONDS = 30  # a server's start and its tool listing
+MCP_CALL_TIMEOUT_SECONDS = 60  # one tool call (at most what is left of the turn)
+MCP_RESULT_MAX_CHARS = 20_000  # of one call's result the model sees
+MCP_RESTARTS_MAX = 3  # starts of one server after its first, while its container lives
+MCP_DESCRIPTION_MAX_CHARS = 2_000  # of one tool's description the model sees
+MCP_SCHEMA_MAX_BYTES = 32 * 1024  # one tool's input schema, as JSON

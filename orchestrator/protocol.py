@@ -41,9 +41,14 @@ TASK_SCHEDULE = "task.schedule"
 TASK_LIST = "task.list"
 TASK_CANCEL = "task.cancel"
 PACKAGES_REQUEST = "packages.request"
+MCP_LIST = "mcp.list"  # a remote MCP server's tools, as this turn may use them
+MCP_CALL = "mcp.call"  # a call of one, made by the host
+OTHERS_WORDS = "others.words"  # this turn's context received others' words (a tool's result)
+MCP_REQUEST = "mcp.request"  # a creator asks for a stdio MCP server, held for approval
 OPS = (
     MODEL_COMPLETE, REPLY, STANDING_GET, LEARNED_READ, LEARNED_WRITE, MEMORY_SEARCH,
-    MEMORY_GET, TASK_SCHEDULE, TASK_LIST, TASK_CANCEL, PACKAGES_REQUEST,
+    MEMORY_GET, TASK_SCHEDULE, TASK_LIST, TASK_CANCEL, PACKAGES_REQUEST, MCP_LIST, MCP_CALL,
+    OTHERS_WORDS, MCP_REQUEST,
 )  # fmt: skip
 
 SESSION_MODES = ("per-chat", "per-thread", "shared")

@@ -481,7 +481,8 @@ def test_a_runner_answer_that_is_not_a_result_is_a_failed_delivery(
         "trust": "creator",
         "text": "hi",
         "said": None,
-        "tools": ["files", "messages", "memory", "tasks", "shell"],  # a creator: the shell too
+        # a creator: the shell too
+        "tools": ["files", "messages", "memory", "tasks", "skills", "shell", "mcp-requests"],
         "window_tokens": None,  # the offline provider's runner knows its own
         "answer_tokens": None,
         "deadline_seconds": 3.0,  # the group's turn_timeout
@@ -1052,7 +1053,7 @@ def test_a_turn_sends_its_cancel_and_frame_limit_and_starts_an_unavailable_runne
             "trust": message.trust,
             "text": "hello",
             "said": None,
-            "tools": ["files", "messages", "memory", "tasks", "shell"],
+            "tools": ["files", "messages", "memory", "tasks", "skills", "shell", "mcp-requests"],
             "window_tokens": None,
             "answer_tokens": None,
             "deadline_seconds": float(group.config.turn_timeout_seconds),

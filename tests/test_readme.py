@@ -110,6 +110,14 @@ EXPECTED: dict[str, Callable[[], str]] = {
         f"{L.SHELL_COMMAND_MAX_CHARS:,} characters; {_size(L.SHELL_FILE_MAX_BYTES)}; "
         f"every {_s(L.SHELL_DISK_CHECK_SECONDS)}"
     ),
+    "MCP: servers per group; tools of one server considered; a server's start and listing; a "
+    "call (within the turn); a result the model sees; a tool's description; a tool's schema; "
+    "restarts of a server while its container lives": lambda: (
+        f"{L.MCP_SERVERS_MAX}; {L.MCP_TOOLS_MAX}; {_s(L.MCP_LIST_TIMEOUT_SECONDS)}; "
+        f"{_s(L.MCP_CALL_TIMEOUT_SECONDS)}; {L.MCP_RESULT_MAX_CHARS:,} characters; "
+        f"{L.MCP_DESCRIPTION_MAX_CHARS:,} characters; {_size(L.MCP_SCHEMA_MAX_BYTES)}; "
+        f"{L.MCP_RESTARTS_MAX}"
+    ),
     "reserve file in `state/`, released on a full disk": lambda: _size(L.STATE_RESERVE_BYTES),
     "a memory file the host reads (lint, search)": lambda: _size(L.MEMORY_FILE_READ_MAX_BYTES),
     "a search-index chunk: lines / characters": lambda: (

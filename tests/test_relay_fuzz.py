@@ -33,6 +33,7 @@ KNOWN_FIELDS = (
     "op", "req", "seq", "text", "content", "label", "query", "max_results", "path",
     "from_line", "lines", "kind", "spec", "timezone", "id", "system", "messages", "tools",
     "purpose", "group", "sender", "trust", "chat", "message_id", "creators", "channel",
+    "server", "tool", "arguments", "source", "command", "args", "env", "reason",
 )  # fmt: skip
 
 texts = st.one_of(
@@ -69,6 +70,10 @@ VALID: dict[str, dict[str, Any]] = {
     "task.list": {},
     "task.cancel": {"id": 1},
     "packages.request": {"debian": ["tree"], "reason": "to draw folders"},
+    "mcp.list": {"server": "tracker"},
+    "mcp.call": {"server": "tracker", "tool": "find", "arguments": {"q": "x"}},
+    "others.words": {"source": "mcp__time"},
+    "mcp.request": {"server": "time", "command": "mcp-server-time", "reason": "clocks"},
 }
 requests = st.one_of(st.integers(min_value=0, max_value=2**40), values)
 random_frames = st.fixed_dictionaries(

@@ -46,7 +46,9 @@ from orchestrator.agent.tools import (
     ToolSpec,
 )
 from orchestrator.agent.tools import FLUSH as FLUSH_MODE
+from orchestrator.agent.tools.mcp import mcp_sources
 from orchestrator.agent.tools.shell import shell_source
+from orchestrator.agent.tools.skills import rooted, skills_prompt
 from orchestrator.limits import (
     CHARS_PER_TOKEN_ESTIMATE,
     COMPACTION_KEEP_MESSAGES,
@@ -153,9 +155,16 @@ class Runner:
         tool_sources: Sequence[ToolSource] | None = None,
     ) -> None:
         self.settings = settings
-        # where the model's tools come from (the built-in sources and a shell unless given)
+        # where the model's tools come from (unless given: the built-in sources, a
+        # shell, and the group's MCP servers)
         self.tool_sources = (
-            (*BUILT_IN, shell_source(settings)) if tool_sources is None else tuple(tool_sources)
+            (
+                *rooted(BUILT_IN, settings.skills_dir),  # the skill tool sees skills_dir
+                shell_source(settings),
+                *mcp_sources(settings.mcp, cwd=str(settings.agent_dir / "files")),
+            )
+            if tool_sources is None
+            else tuple(tool_sources)
         )
         self.provider = provider or get_provider(settings.provider, settings.model)
         self.hooks = load_hooks(settings.hooks_file) if hooks is None else hooks
@@ -331,6 +340,7 @@ class Runner:
                 prepend=prepend,
                 learned=learned,
                 hook_outputs=hook_outputs,
+                skills=skills_prompt(self.settings.skills_dir),  # names, not bodies
             ).strip()
             + "\n"
         )

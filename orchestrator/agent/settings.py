@@ -16,6 +16,7 @@ DEFAULT_AGENT_DIR = "/workspace/agent"
 DEFAULT_RUNTIME_DIR = "/run/orchestrator"
 SOCKET_NAME = "runner.sock"
 DEFAULT_SHELL_DIR = "/tmp/orchestrator-shell"
+DEFAULT_SKILLS_DIR = "/workspace/skills"
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,8 @@ class AgentSettings:
     shell_dir: Path = Path(DEFAULT_SHELL_DIR)  # the shells' private folders
     home_dir: Path | None = None  # the shells' HOME
     sandbox: bool = False  # in the group's container: the shell sweeps orphans too
+    skills_dir: Path = Path(DEFAULT_SKILLS_DIR)  # the group's skills, mounted read-only
+    mcp: str | None = None  # the group's MCP servers, as JSON (ORCHESTRATOR_MCP)
 
     @property
     def memory_dir(self) -> Path:
@@ -68,4 +71,6 @@ class AgentSettings:
             shell_dir=Path(env.get("ORCHESTRATOR_SHELL_DIR", DEFAULT_SHELL_DIR)),
             home_dir=Path(env["HOME"]) if env.get("HOME") else None,
             sandbox=env.get("ORCHESTRATOR_SANDBOX") == "1",
+            skills_dir=Path(env.get("ORCHESTRATOR_SKILLS_DIR", DEFAULT_SKILLS_DIR)),
+            mcp=env.get("ORCHESTRATOR_MCP") or None,
         )

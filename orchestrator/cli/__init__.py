@@ -85,7 +85,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "skill": (
         "orchestrator.cli.skill",
         "skill",
-        "Built-in skills; run migrate-memory on a group.",
+        "Skills: add, list, show, remove; run migrate-memory on a group.",
+    ),
+    "mcp": (
+        "orchestrator.cli.mcp",
+        "mcp",
+        "A group's MCP servers: add, list, test, approve, remove.",
     ),
     "channel": (
         "orchestrator.cli.channel",

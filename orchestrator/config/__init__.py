@@ -15,6 +15,7 @@ from orchestrator.config.accounts import (
     parse_channel_accounts,
     parse_http_tokens,
 )
+from orchestrator.config.mcp import RemoteServerDef, parse_mcp_servers
 from orchestrator.config.providers import ProviderDef, parse_providers
 from orchestrator.errors import InvalidConfig
 from orchestrator.home import Home
@@ -66,6 +67,7 @@ class OrchestratorConfig:
     channel_accounts: Mapping[str, ChannelAccount] = field(default_factory=dict)  # channels
     http_tokens: Mapping[str, HttpToken] = field(default_factory=dict)  # http.tokens
     http_dashboard: bool = False  # http.dashboard: the operators' pages under /ui/
+    mcp_servers: Mapping[str, RemoteServerDef] = field(default_factory=dict)  # remote MCP
 
 
 def listen_problem(listen: str, allow_remote: bool) -> str | None:
@@ -189,6 +191,12 @@ def _history(reader: MappingReader, config: OrchestratorConfig, home: Home) -> O
     return replace(config, history_max_file_bytes=size)
 
 
+def _mcp_servers(
+    reader: MappingReader, config: OrchestratorConfig, home: Home
+) -> OrchestratorConfig:
+    return replace(config, mcp_servers=parse_mcp_servers(reader.child("mcp_servers")))
+
+
 def _channels(reader: MappingReader, config: OrchestratorConfig, home: Home) -> OrchestratorConfig:
     return replace(config, channel_accounts=parse_channel_accounts(reader.child("channels")))
 
@@ -232,6 +240,7 @@ SECTIONS: dict[str, Section] = {
     "memory_search": _memory_search,
     "history": _history,
     "channels": _channels,
+    "mcp_servers": _mcp_servers,
 }
 
 

@@ -52,6 +52,7 @@ from orchestrator.limits import (
     SCHEDULER_TICK_SECONDS,
     SENDER_ID_MAX_CHARS,
 )
+from orchestrator.mcp.tools import source_name
 from orchestrator.memory.history import TURN, History, Provenance
 from orchestrator.protocol import BadFrame, TurnRequest, TurnResult, session_key
 from orchestrator.relay.approvals import chat_reply
@@ -635,6 +636,7 @@ class Daemon:
                 trust=message.trust,
                 shell=group.config.tools.shell,
                 packages_from_chat=group.config.packages.from_chat,
+                mcp=tuple(source_name(s.name) for s in group.config.mcp.for_trust(message.trust)),
             ),
             window_tokens=window,
             answer_tokens=answer_tokens,

@@ -81,6 +81,7 @@ GROUP_KEYS = (
     "tasks",
     "tools",
     "packages",
+    "mcp",
 )
 CREATOR, MEMBER, GUEST = "creator", "member", "guest"  # trust levels, most trusted first
 TASK_SCHEDULERS = (CREATOR, MEMBER)  # guests never schedule
@@ -153,6 +154,7 @@ class TaskSettings:
         return max(TASK_RUNS_PER_HOUR_FLOOR, 2 * math.ceil(3600 / self.min_interval_seconds))
 
 
+from orchestrator.groups.mcpconfig import McpSettings, parse_mcp  # noqa: E402
 from orchestrator.groups.packages import PackageSettings  # noqa: E402  (no import cycle)
 
 
@@ -182,6 +184,7 @@ class GroupConfig:
     tasks: TaskSettings = field(default_factory=TaskSettings)
     tools: ToolSettings = field(default_factory=ToolSettings)
     packages: PackageSettings = field(default_factory=PackageSettings)
+    mcp: McpSettings = field(default_factory=McpSettings)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -197,6 +200,7 @@ class GroupConfig:
         data["tasks"]["max_runs_per_hour"] = self.tasks.max_runs_per_hour
         del data["tasks"]["max_runs_per_hour_set"]
         data["context_budget"] = str(self.context_budget)
+        data["mcp"] = self.mcp.to_dict()
         return data
 
 
@@ -497,6 +501,7 @@ def group_config_from_doc(
         tasks=problems.check(lambda: _tasks(reader.child("tasks")), defaults.tasks),
         tools=problems.check(lambda: _tools(reader.child("tools")), defaults.tools),
         packages=problems.check(lambda: _packages(reader.child("packages")), defaults.packages),
+        mcp=problems.check(lambda: parse_mcp(reader.child("mcp")), defaults.mcp),
     )
     problems.raise_if_any()
     return config

@@ -280,6 +280,7 @@ class GroupStore:
             with ConfinedDir.open(self.root) as groups:
                 groups.remove_tree(group.folder)
             fsync_dir(self.root)
+            self._set_aside_skills(group.folder, None)
             return None
         archive_root = self.root / REMOVED_DIR
         archive_root.mkdir(exist_ok=True)
@@ -291,7 +292,29 @@ class GroupStore:
             target = archive_root / f"{group.folder}-{stamp}-{suffix}"
         os.rename(group.path, target)
         fsync_dir(self.root)
+        self._set_aside_skills(group.folder, target.name)
         return target
+
+    def _skills_dir(self, folder: str) -> Path:
+        from orchestrator.skills.catalog import GROUP_SKILLS
+
+        return self.home.root / GROUP_SKILLS / folder
+
+    def _set_aside_skills(self, folder: str, archive: str | None) -> None:
+        """The skills installed for a removed group go with it (beside its archive, or
+        deleted with a purge): a later group of the same folder must not see them."""
+        import shutil
+
+        skills = self._skills_dir(folder)
+        if not skills.is_dir() or skills.is_symlink():
+            return
+        if archive is None:
+            shutil.rmtree(skills)
+            return
+        aside = skills.parent / REMOVED_DIR
+        aside.mkdir(exist_ok=True)
+        os.rename(skills, aside / archive)
+        fsync_dir(skills.parent)
 
     def removed(self) -> list[Path]:
         """Archives of removed groups, oldest first."""
@@ -329,6 +352,11 @@ class GroupStore:
             )
         os.rename(archive, target)
         fsync_dir(self.root)
+        skills = self._skills_dir(folder)
+        aside = skills.parent / REMOVED_DIR / archive.name
+        if aside.is_dir() and not skills.exists():
+            os.rename(aside, skills)
+            fsync_dir(skills.parent)
         return self.load(folder)
 
     def remove_runtime_dir(self, folder: str) -> None:

@@ -42,6 +42,7 @@ log = logging.getLogger("orchestrator.approvals")
 CREATOR = "creator"
 LEARNED = "learned"
 PACKAGES = "packages"
+MCP_SERVER = "mcp-server"
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,15 @@ KINDS: dict[str, Kind] = {
         after="orchestrator.relay.package_requests:build_after_approval",
         shown_as="The request, with the exact versions and hashes an approval installs",
         why="The agent asks for software in this group's sandbox.",
+    ),
+    MCP_SERVER: Kind(
+        "an MCP server for this group (a program run in its container)",
+        "orchestrator.relay.mcp_requests:apply_held",
+        "orchestrator mcp requests --group {folder}",
+        "orchestrator mcp requests --group {folder} --approve {id}",
+        after="orchestrator.relay.mcp_requests:pin_after_approval",
+        shown_as="The server's exact definition, as an approval adds it",
+        why="The agent asks to run a program as a tool server in this group's sandbox.",
     ),
 }
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 # the runner's built-in tool sources
 FILES, MESSAGES, MEMORY, TASKS, SHELL = "files", "messages", "memory", "tasks", "shell"
 PACKAGES = "packages"
+SKILLS = "skills"  # the skill tool: loads a skill of the group's (read-only)
+MCP_REQUESTS = "mcp-requests"  # request_mcp_server: a creator's turn asks for a server
 # the task tools a run of a scheduled task keeps: it may look at tasks, not make them
 TASK_RUN_TASK_TOOLS = ("list_tasks", "cancel_task")
 
@@ -21,19 +23,24 @@ def granted_tools(
     trust: str | None = None,
     shell: tuple[str, ...] = (),
     packages_from_chat: bool = False,
+    mcp: tuple[str, ...] = (),
 ) -> tuple[str, ...]:
     """The source and tool names a turn may use: every built-in tool for a person's
     turn; a run of a scheduled task cannot schedule another (a chain of tasks); the
     shell only when the sender's ``trust`` (the host's record) is one of ``shell``
     (group.yaml ``tools.shell``); ``request_packages`` to a person's turn when the
-    operator allows package requests from the chat (``packages.from_chat``)."""
+    operator allows package requests from the chat (``packages.from_chat``); the MCP
+    servers' sources ``mcp`` (those whose ``trust`` holds the sender's, as the caller
+    found them); ``request_mcp_server`` to a creator's turn (not a task's run)."""
     tools: tuple[str, ...] = (
-        (FILES, MESSAGES, MEMORY, *TASK_RUN_TASK_TOOLS)
+        (FILES, MESSAGES, MEMORY, *TASK_RUN_TASK_TOOLS, SKILLS)
         if task_run
-        else (FILES, MESSAGES, MEMORY, TASKS)
+        else (FILES, MESSAGES, MEMORY, TASKS, SKILLS)
     )
     if trust is not None and trust in shell:
         tools = (*tools, SHELL)
     if packages_from_chat and not task_run and trust in ("creator", "member"):
         tools = (*tools, PACKAGES)
-    return tools
+    if trust == "creator" and not task_run:
+        tools = (*tools, MCP_REQUESTS)
+    return (*tools, *mcp)

@@ -28,6 +28,7 @@ from orchestrator.limits import RELAY_OPS_PER_TURN
 from orchestrator.memory.embeddings import EmbedderUnavailable
 from orchestrator.memory.search import Hit, MemoryIndex, index_for
 from orchestrator.relay.errors import RelayViolation
+from orchestrator.relay.mcp_remote import RemoteLinks
 from orchestrator.relay.providers import adapter_for
 from orchestrator.relay.providers.base import HostProvider
 from orchestrator.relay.windows import Windows
@@ -60,6 +61,10 @@ OPS: dict[str, str] = {
     protocol.TASK_LIST: "orchestrator.relay.ops.task_list:TaskList",
     protocol.TASK_CANCEL: "orchestrator.relay.ops.task_cancel:TaskCancel",
     protocol.PACKAGES_REQUEST: "orchestrator.relay.ops.packages_request:PackagesRequest",
+    protocol.MCP_LIST: "orchestrator.relay.ops.mcp:McpList",
+    protocol.MCP_CALL: "orchestrator.relay.ops.mcp:McpCall",
+    protocol.OTHERS_WORDS: "orchestrator.relay.ops.mcp:OthersWords",
+    protocol.MCP_REQUEST: "orchestrator.relay.ops.mcp:McpRequest",
 }
 
 
@@ -82,6 +87,7 @@ class RelayContext:
     clock: Callable[[], float] = time.time
     state_dir: Path | None = None  # where memory indexes live (None: no search)
     windows: Windows = field(default_factory=Windows)  # the models' context windows
+    mcp: RemoteLinks = field(default_factory=RemoteLinks)  # sessions with remote MCP servers
     _adapters: dict[str, tuple[str, HostProvider]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _indexes: dict[str, tuple[threading.Lock, MemoryIndex]] = field(default_factory=dict)
@@ -143,6 +149,7 @@ class RelayContext:
             for _, adapter in self._adapters.values():
                 adapter.close()
             self._adapters.clear()
+        self.mcp.close()
         self.forget_indexes()
 
 

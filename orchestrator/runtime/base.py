@@ -129,6 +129,13 @@ class ContainerBackend(abc.ABC):
     def memory_usage(self, name: str) -> int | None:
         """Bytes of memory the running container uses, or None."""
 
+    def run_once(self, spec: ContainerSpec, timeout: float) -> tuple[int, str]:
+        """Run ``spec`` (its command) in a container of its own to its end, and remove
+        it; (exit code, stdout). Backends that cannot say so."""
+        from orchestrator.errors import EngineError
+
+        raise EngineError(f"this container backend cannot run {spec.name} to its end")
+
     def memory_usages(
         self, containers: Sequence[ContainerInfo], deadline: float
     ) -> dict[str, int | None]:

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.errors import EngineError
 from orchestrator.runtime.base import ContainerBackend, ContainerEvent, ContainerInfo, ContainerSpec
 from orchestrator.runtime.engine import call_engine, is_transient
 
@@ -186,6 +187,25 @@ class DockerBackend(ContainerBackend):
                 time.sleep(RECONNECT_DELAY_SECONDS)
             # The stream ended (engine restart): tell the caller to re-list the state.
             yield ContainerEvent("resync", None, {}, time.time())
+
+    def run_once(self, spec: ContainerSpec, timeout: float) -> tuple[int, str]:
+        self.create(spec)
+        try:
+            self.start(spec.name)
+            container = self._get(spec.name)
+            if container is None:
+                raise EngineError(f"{spec.name} vanished before it ended")
+            try:
+                status = container.wait(timeout=timeout)
+            except Exception:
+                raise EngineError(f"{spec.name} did not end within {timeout:.0f} s") from None
+            output = call_engine(
+                f"logs {spec.name}", lambda: container.logs(stdout=True, stderr=False)
+            )
+            text = output.decode(errors="replace") if isinstance(output, bytes) else ""
+            return int(status.get("StatusCode", -1)), text
+        finally:
+            self.remove(spec.name)
 
     def memory_usage(self, name: str) -> int | None:
         from docker.errors import NotFound

@@ -28,6 +28,7 @@ from orchestrator.runtime.base import (
     LABEL_CONFIG_HASH,
     LABEL_GROUP,
     LABEL_HOME,
+    LABEL_PROJECT,
     ContainerBackend,
     ContainerInfo,
     ContainerSpec,
@@ -55,6 +56,8 @@ from orchestrator.runtime.spec import (
     container_spec,
     run_as,
 )
+from orchestrator.skills.catalog import mounts_for as skill_mounts
+from orchestrator.skills.catalog import visible as visible_skills
 
 log = logging.getLogger(__name__)
 ImageResolver = Callable[[], str]
@@ -233,8 +236,28 @@ class GroupRuntime:
             runtime_dir=self.home.runtime_dir(group.folder),
             skills_root=self.skills_root,
             extra_mounts=extra,
+            skills=skill_mounts(self.home, group.folder, group.config.skills, self.skills_root),
         )
         return self.on_host(spec)
+
+    def probe(self, group: Group, argv: list[str], timeout: float = 90) -> tuple[int, str]:
+        """Run ``argv`` to its end in a throwaway container made like ``group``'s (its
+        image, user, environment and limits, no network) but with none of its mounts,
+        so that nothing it does touches the group's files or its running container;
+        (exit code, stdout)."""
+        import secrets
+        from dataclasses import replace
+
+        spec = self.desired_spec(group)
+        probe = replace(
+            spec,
+            name=f"{spec.name}-probe-{secrets.token_hex(3)}",
+            command=tuple(argv),
+            mounts=(),
+            labels={LABEL_PROJECT: self.config.project},  # not the group's: never adopted
+            network_mode="none",
+        )
+        return self.backend.run_once(probe, timeout)
 
     def on_host(self, spec: ContainerSpec) -> ContainerSpec:
         """The spec with mount sources in this home given as the engine sees them
@@ -287,12 +310,15 @@ class GroupRuntime:
             _require_real(runs, group.folder, "folder")
             if owner is not None:
                 hand_over(runs, group.folder, owner)
-        if self.skills_root is not None and group.config.skills != "all":
+        if group.config.skills != "all":
+            known = visible_skills(self.home, group.folder, self.skills_root)
             for skill in group.config.skills:
-                if not (self.skills_root / skill).is_dir():
+                if skill not in known and (known or self.skills_root is not None):
                     raise BadInput(
                         f"group {group.folder!r} asks for skill {skill!r}, which is "
-                        f"not in {self.skills_root}"
+                        "neither built in nor installed for it",
+                        hint=f"see: orchestrator skill list --group {group.folder}; "
+                        "add one with: orchestrator skill add PATH",
                     )
 
     def ensure_running(self, group: Group) -> ContainerInfo:

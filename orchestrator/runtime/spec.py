@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 from orchestrator.groups import Group
+from orchestrator.groups.mcpconfig import McpSettings
 from orchestrator.limits import CONTAINER_TMPFS_BYTES
 from orchestrator.protocol import INSTRUCTIONS_FILE, LEARNED_FILE
 from orchestrator.runtime.base import (
@@ -67,15 +70,24 @@ def group_mounts(
     runtime_dir: Path,
     skills_root: Path | None,
     extra: tuple[BindMount, ...] = (),
+    skills: Sequence[tuple[str, Path]] | None = None,
 ) -> tuple[BindMount, ...]:
-    """Exactly the mounts of the ARCHITECTURE table, in a fixed order."""
+    """Exactly the mounts of the ARCHITECTURE table, in a fixed order. ``skills``: the
+    (name, folder) of each skill selected, when the group sees installed skills (each
+    is mounted read-only at /workspace/skills/<name>); None: the built-in ones of
+    ``skills_root``, as group.yaml ``skills:`` selects them."""
     mounts = [
         BindMount(str(group.memory_dir), f"{AGENT_DIR}/memory", read_only=False),
         BindMount(str(group.sessions_dir), f"{AGENT_DIR}/sessions", read_only=False),
         BindMount(str(group.files_dir), f"{AGENT_DIR}/files", read_only=False),
         BindMount(str(runtime_dir), RUNTIME_DIR, read_only=False),
     ]
-    if skills_root is not None:
+    if skills is not None:
+        mounts.extend(
+            BindMount(str(source), f"{SKILLS_DIR}/{name}", read_only=True)
+            for name, source in skills
+        )
+    elif skills_root is not None:
         if group.config.skills == "all":
             mounts.append(BindMount(str(skills_root), SKILLS_DIR, read_only=True))
         else:
@@ -97,6 +109,7 @@ def container_spec(
     runtime_dir: Path,
     skills_root: Path | None,
     extra_mounts: tuple[BindMount, ...] = (),
+    skills: Sequence[tuple[str, Path]] | None = None,
 ) -> ContainerSpec:
     """The full, hardened spec of ``group``'s container, labelled with its config hash."""
     uid, gid = user
@@ -108,7 +121,7 @@ def container_spec(
         command=RUNNER_COMMAND,
         user=f"{uid}:{gid}",
         labels={LABEL_PROJECT: project, LABEL_GROUP: group.folder, LABEL_HOME: home_id},
-        mounts=group_mounts(group, runtime_dir, skills_root, extra_mounts),
+        mounts=group_mounts(group, runtime_dir, skills_root, extra_mounts, skills),
         environment={
             "HOME": CONTAINER_HOME,
             "ORCHESTRATOR_GROUP": group.folder,
@@ -120,6 +133,11 @@ def container_spec(
             "ORCHESTRATOR_CONTEXT_SHARE": str(group.config.context_budget.share),
             "ORCHESTRATOR_DISK_BYTES": str(settings.disk_bytes),
             "ORCHESTRATOR_SANDBOX": "1",
+            **(
+                {"ORCHESTRATOR_MCP": mcp_setting(group.config.mcp)}
+                if group.config.mcp.servers
+                else {}
+            ),
             **(
                 {"ORCHESTRATOR_CONTEXT_BUDGET": str(group.config.context_budget.max_chars)}
                 if group.config.context_budget.max_chars is not None
@@ -139,6 +157,19 @@ def container_spec(
     )
     labels = {**spec.labels, LABEL_CONFIG_HASH: config_hash(spec)}
     return replace(spec, labels=labels)
+
+
+def mcp_setting(mcp: McpSettings) -> str:
+    """The runner's view of the group's MCP servers (ORCHESTRATOR_MCP): each stdio
+    server's command and the tools approved of every server; who may use which is the
+    host's decision, made per turn."""
+    servers: dict[str, dict[str, Any]] = {}
+    for server in mcp.servers:
+        entry: dict[str, Any] = {"kind": server.kind, "tools": dict(server.tools)}
+        if server.remote is None:
+            entry.update(command=server.command, args=list(server.args), env=dict(server.env))
+        servers[server.name] = entry
+    return json.dumps({"servers": servers}, sort_keys=True, separators=(",", ":"))
 
 
 def config_hash(spec: ContainerSpec) -> str:

@@ -460,11 +460,22 @@ class MessageQueue(StateDB):
         found = (self.get(message_id) for message_id in reversed(ids))
         return [m for m in found if m is not None]
 
+    def mark_others_words(self, message_id: str) -> None:
+        """Record that the turn answering ``message_id`` received others' words from a
+        tool (an MCP server's result): from now on its session counts as having had
+        words from someone who is not a creator, until its next ``/clear``."""
+
+        def work(db: sqlite3.Connection) -> None:
+            db.execute("UPDATE messages SET others_words=1 WHERE id=?", (message_id,))
+
+        self.transaction(work)
+
     def others_in_session(self, message_id: str, trusted: str) -> int:
         """How many messages from senders not of trust ``trusted`` came before
-        ``message_id`` in its session since the session's last completed ``/clear``:
-        text the session's context may still carry (a compaction summary carries it
-        too, so only ``/clear`` resets the count)."""
+        ``message_id`` in its session since the session's last completed ``/clear``,
+        and how many turns there (``message_id``'s own included) received others' words
+        from a tool: text the session's context may still carry (a compaction summary
+        carries it too, so only ``/clear`` resets the count)."""
         with self._lock:
             row = self._db.execute(
                 "SELECT seq, group_folder, session FROM messages WHERE id=?", (message_id,)
@@ -480,8 +491,8 @@ class MessageQueue(StateDB):
             return int(
                 self._db.execute(
                     "SELECT COUNT(*) FROM messages WHERE group_folder=? AND session=?"
-                    " AND seq>? AND seq<? AND trust<>?",
-                    (group, session, clear, seq, trusted),
+                    " AND seq>? AND ((seq<? AND trust<>?) OR (seq<=? AND others_words=1))",
+                    (group, session, clear, seq, trusted, seq),
                 ).fetchone()[0]
             )
 

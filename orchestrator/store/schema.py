@@ -219,6 +219,12 @@ def _v3(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX IF NOT EXISTS task_runs_message ON task_runs (message_id)")
 
 
+def _v4(db: sqlite3.Connection) -> None:
+    """Turns whose context received others' words from a tool (an MCP server's result),
+    counted like a message from someone who is not a creator."""
+    db.execute("ALTER TABLE messages ADD COLUMN others_words INTEGER NOT NULL DEFAULT 0")
+
+
 class SchemaTooNew(OrchestratorError):
     """The file was written by a newer release than this code."""
 
@@ -239,6 +245,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "the tables of the releases before schema versions", _v1),
     Migration(2, "held requests with ids of their own", _v2),
     Migration(3, "what a person said beside the turn's text; task runs by message", _v3),
+    Migration(4, "turns that received others' words from a tool", _v4),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -12,13 +12,17 @@ from orchestrator.agent.tools.box import (
     ToolSource,
 )
 from orchestrator.agent.tools.files import FILES
+from orchestrator.agent.tools.mcp import MCP_REQUEST_TOOLS
 from orchestrator.agent.tools.memory import MEMORY
 from orchestrator.agent.tools.messages import MESSAGES
 from orchestrator.agent.tools.packages import PACKAGE_TOOLS
+from orchestrator.agent.tools.skills import SKILL_TOOLS
 from orchestrator.agent.tools.tasks import TASKS
 
 # the built-in sources, in the order their tools are offered
-BUILT_IN: tuple[ToolSource, ...] = (FILES, MESSAGES, MEMORY, TASKS, PACKAGE_TOOLS)
+BUILT_IN: tuple[ToolSource, ...] = (
+    FILES, MESSAGES, MEMORY, TASKS, PACKAGE_TOOLS, SKILL_TOOLS, MCP_REQUEST_TOOLS,
+)  # fmt: skip
 
 __all__ = [
     "BUILT_IN",
