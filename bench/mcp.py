@@ -36,7 +36,7 @@ Path("/tmp/bench_server.py").write_text(server)
 def add(a: int, b: int) -> str:
     return str(a + b)
 
-source = McpSource("bench", "python3", ("/tmp/bench_server.py",))
+source = McpSource("bench", sys.executable, ("/tmp/bench_server.py",))
 start = time.perf_counter()
 digest = {t.name: t.digest for t in source._link().tools()}
 first_list = time.perf_counter() - start
