@@ -4,6 +4,7 @@ loopback over streamable HTTP that answers only a bearer token).
 
     python -m tests.mcpservers stdio [--tools N]
     python -m tests.mcpservers http PORT TOKEN
+    python -m tests.mcpservers sse PORT TOKEN      (the older SSE transport)
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def stdio_server(tools: int) -> MCPServer:
     return server
 
 
-def http_app(token: str) -> Any:
+def http_app(token: str, transport: str = "http") -> Any:
     server: MCPServer = MCPServer("tracker")
 
     @server.tool()
@@ -63,7 +64,7 @@ def http_app(token: str) -> Any:
         """Find issues about q."""
         return f"issue 7: {q} is broken"
 
-    app = server.streamable_http_app()
+    app = server.sse_app() if transport == "sse" else server.streamable_http_app()
 
     async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
@@ -92,7 +93,8 @@ def main() -> None:
         import uvicorn
 
         port, token = int(sys.argv[2]), sys.argv[3]
-        uvicorn.run(http_app(token), host="127.0.0.1", port=port, log_level="warning")
+        transport = "sse" if sys.argv[1] == "sse" else "http"
+        uvicorn.run(http_app(token, transport), host="127.0.0.1", port=port, log_level="warning")
 
 
 if __name__ == "__main__":

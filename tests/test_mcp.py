@@ -204,6 +204,47 @@ def test_a_flood_is_capped_and_ten_thousand_tools_are_cut_to_the_bound() -> None
         link.close()
 
 
+def test_an_older_server_over_sse_is_reached_with_its_header() -> None:
+    from orchestrator.mcp.link import Remote
+
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.mcpservers", "sse", str(port), TOKEN], cwd=ROOT
+    )
+    try:
+        _wait_for_port(port, process)
+        url = f"http://127.0.0.1:{port}/sse"
+        link = Link("old", Remote(url, {"Authorization": f"Bearer {TOKEN}"}, transport="sse"))
+        try:
+            assert [t.name for t in link.tools()] == ["find"]
+            text = render_result("old", link.call("find", {"q": "sse"}))
+            assert "issue 7: sse is broken" in text
+        finally:
+            link.close()
+        refused = Link("old", Remote(url, {"Authorization": "Bearer wrong"}, transport="sse"))
+        try:
+            with pytest.raises(LinkFailed, match="HTTP 401: the server refused the credentials"):
+                refused.tools()
+        finally:
+            refused.close()
+    finally:
+        process.kill()
+        process.wait(10)
+
+
+def _wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:
+    import socket
+
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.5).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline and process.poll() is None, "did not start"
+            time.sleep(0.1)
+
+
 # whole turns
 
 
@@ -214,16 +255,7 @@ def tracker() -> Iterator[str]:
         [sys.executable, "-m", "tests.mcpservers", "http", str(port), TOKEN], cwd=ROOT
     )
     url = f"http://127.0.0.1:{port}/mcp"
-    deadline = time.monotonic() + 30
-    import socket
-
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.5).close()
-            break
-        except OSError:
-            assert time.monotonic() < deadline and process.poll() is None, "tracker did not start"
-            time.sleep(0.1)
+    _wait_for_port(port, process)
     yield url
     process.kill()
     process.wait(10)

@@ -82,20 +82,30 @@ def _connect(target: Stdio | Remote, refusals: list[int]) -> Any:
         return Client(_Transport(stdio_transport), mode="legacy")
     import httpx2
 
+    async def note(response: Any) -> None:
+        if response.status_code >= 400:
+            refusals.append(response.status_code)
+
     if target.transport == "sse":
         from mcp.client.sse import sse_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        def noting_client(
+            headers: dict[str, str] | None = None, timeout: Any = None, auth: Any = None
+        ) -> Any:
+            client = create_mcp_http_client(headers=headers, timeout=timeout, auth=auth)
+            client.event_hooks["response"].append(note)
+            return client
 
         @contextlib.asynccontextmanager
         async def sse_transport() -> Any:
-            async with sse_client(target.url, headers=target.headers) as streams:
+            async with sse_client(
+                target.url, headers=target.headers, httpx_client_factory=noting_client
+            ) as streams:
                 yield streams
 
         return Client(_Transport(sse_transport), mode="legacy")
     from mcp.client.streamable_http import streamable_http_client
-
-    async def note(response: Any) -> None:
-        if response.status_code >= 400:
-            refusals.append(response.status_code)
 
     @contextlib.asynccontextmanager
     async def http_transport() -> Any:
