@@ -272,3 +272,21 @@ MCP_RESULT_MAX_CHARS = 20_000  # of one call's result the model sees
 MCP_RESTARTS_MAX = 3  # starts of one server after its first, while its container lives
 MCP_DESCRIPTION_MAX_CHARS = 2_000  # of one tool's description the model sees
 MCP_SCHEMA_MAX_BYTES = 32 * 1024  # one tool's input schema, as JSON
+
+# Web search backends (orchestrator.yaml `web_search`), called by the host.
+WEB_SEARCH_DEFAULT_RESULTS = 8  # results of one search, unless the backend says otherwise
+WEB_SEARCH_MAX_RESULTS = 20  # the most a backend may be set to (Brave's own ceiling)
+WEB_SEARCH_DEFAULT_TIMEOUT_SECONDS = 10
+WEB_SEARCH_MAX_TIMEOUT_SECONDS = 120
+WEB_SEARCH_QUERY_MAX_CHARS = 400  # Brave's limit on a query, kept for every backend
+WEB_SEARCH_RESPONSE_MAX_BYTES = 2 * 1024 * 1024  # of one answer, decoded
+WEB_SEARCH_TITLE_MAX_CHARS = 300
+WEB_SEARCH_SNIPPET_MAX_CHARS = 1_000
+WEB_SEARCH_URL_MAX_CHARS = 2_000  # a longer result URL is dropped, not cut
+
+# The web, through the host (group.yaml web)
+WEB_FETCH_MAX_BYTES = 5 * 1024**2  # of a page downloaded, and again decompressed
+WEB_FETCH_MAX_CHARS = 40_000  # of a page's text the model sees
+WEB_FETCH_TIMEOUT_SECONDS = 20  # one fetch, redirects included
+WEB_REDIRECTS_MAX = 5
+DEFAULT_WEB_FETCHES_PER_HOUR = 60  # fetches and searches of one group (web.max_fetches_per_hour)

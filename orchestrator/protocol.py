@@ -45,10 +45,12 @@ MCP_LIST = "mcp.list"  # a remote MCP server's tools, as this turn may use them
 MCP_CALL = "mcp.call"  # a call of one, made by the host
 OTHERS_WORDS = "others.words"  # this turn's context received others' words (a tool's result)
 MCP_REQUEST = "mcp.request"  # a creator asks for a stdio MCP server, held for approval
+WEB_FETCH = "web.fetch"  # a page, fetched by the host under the group's web policy
+WEB_SEARCH = "web.search"  # results of the group's search backend
 OPS = (
     MODEL_COMPLETE, REPLY, STANDING_GET, LEARNED_READ, LEARNED_WRITE, MEMORY_SEARCH,
     MEMORY_GET, TASK_SCHEDULE, TASK_LIST, TASK_CANCEL, PACKAGES_REQUEST, MCP_LIST, MCP_CALL,
-    OTHERS_WORDS, MCP_REQUEST,
+    OTHERS_WORDS, MCP_REQUEST, WEB_FETCH, WEB_SEARCH,
 )  # fmt: skip
 
 SESSION_MODES = ("per-chat", "per-thread", "shared")

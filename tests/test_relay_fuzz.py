@@ -33,7 +33,7 @@ KNOWN_FIELDS = (
     "op", "req", "seq", "text", "content", "label", "query", "max_results", "path",
     "from_line", "lines", "kind", "spec", "timezone", "id", "system", "messages", "tools",
     "purpose", "group", "sender", "trust", "chat", "message_id", "creators", "channel",
-    "server", "tool", "arguments", "source", "command", "args", "env", "reason",
+    "server", "tool", "arguments", "source", "command", "args", "env", "reason", "url",
 )  # fmt: skip
 
 texts = st.one_of(
@@ -74,6 +74,8 @@ VALID: dict[str, dict[str, Any]] = {
     "mcp.call": {"server": "tracker", "tool": "find", "arguments": {"q": "x"}},
     "others.words": {"source": "mcp__time"},
     "mcp.request": {"server": "time", "command": "mcp-server-time", "reason": "clocks"},
+    "web.fetch": {"url": "http://127.0.0.1:9/"},
+    "web.search": {"query": "cats"},
 }
 requests = st.one_of(st.integers(min_value=0, max_value=2**40), values)
 random_frames = st.fixed_dictionaries(

@@ -17,6 +17,7 @@ from orchestrator.config.accounts import (
 )
 from orchestrator.config.mcp import RemoteServerDef, parse_mcp_servers
 from orchestrator.config.providers import ProviderDef, parse_providers
+from orchestrator.config.websearch import SearchBackendDef, parse_web_search
 from orchestrator.errors import InvalidConfig
 from orchestrator.home import Home
 from orchestrator.limits import (
@@ -68,6 +69,7 @@ class OrchestratorConfig:
     http_tokens: Mapping[str, HttpToken] = field(default_factory=dict)  # http.tokens
     http_dashboard: bool = False  # http.dashboard: the operators' pages under /ui/
     mcp_servers: Mapping[str, RemoteServerDef] = field(default_factory=dict)  # remote MCP
+    web_search: Mapping[str, SearchBackendDef] = field(default_factory=dict)  # web_search
 
 
 def listen_problem(listen: str, allow_remote: bool) -> str | None:
@@ -197,6 +199,12 @@ def _mcp_servers(
     return replace(config, mcp_servers=parse_mcp_servers(reader.child("mcp_servers")))
 
 
+def _web_search(
+    reader: MappingReader, config: OrchestratorConfig, home: Home
+) -> OrchestratorConfig:
+    return replace(config, web_search=parse_web_search(reader.child("web_search")))
+
+
 def _channels(reader: MappingReader, config: OrchestratorConfig, home: Home) -> OrchestratorConfig:
     return replace(config, channel_accounts=parse_channel_accounts(reader.child("channels")))
 
@@ -241,6 +249,7 @@ SECTIONS: dict[str, Section] = {
     "history": _history,
     "channels": _channels,
     "mcp_servers": _mcp_servers,
+    "web_search": _web_search,
 }
 
 

@@ -637,6 +637,7 @@ class Daemon:
                 shell=group.config.tools.shell,
                 packages_from_chat=group.config.packages.from_chat,
                 mcp=tuple(source_name(s.name) for s in group.config.mcp.for_trust(message.trust)),
+                web=group.config.web.open_to(message.trust),
             ),
             window_tokens=window,
             answer_tokens=answer_tokens,

@@ -82,6 +82,7 @@ GROUP_KEYS = (
     "tools",
     "packages",
     "mcp",
+    "web",
 )
 CREATOR, MEMBER, GUEST = "creator", "member", "guest"  # trust levels, most trusted first
 TASK_SCHEDULERS = (CREATOR, MEMBER)  # guests never schedule
@@ -156,6 +157,7 @@ class TaskSettings:
 
 from orchestrator.groups.mcpconfig import McpSettings, parse_mcp  # noqa: E402
 from orchestrator.groups.packages import PackageSettings  # noqa: E402  (no import cycle)
+from orchestrator.groups.webconfig import WebSettings, parse_web  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -185,6 +187,7 @@ class GroupConfig:
     tools: ToolSettings = field(default_factory=ToolSettings)
     packages: PackageSettings = field(default_factory=PackageSettings)
     mcp: McpSettings = field(default_factory=McpSettings)
+    web: WebSettings = field(default_factory=WebSettings)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -201,6 +204,7 @@ class GroupConfig:
         del data["tasks"]["max_runs_per_hour_set"]
         data["context_budget"] = str(self.context_budget)
         data["mcp"] = self.mcp.to_dict()
+        data["web"] = self.web.to_dict()
         return data
 
 
@@ -502,7 +506,16 @@ def group_config_from_doc(
         tools=problems.check(lambda: _tools(reader.child("tools")), defaults.tools),
         packages=problems.check(lambda: _packages(reader.child("packages")), defaults.packages),
         mcp=problems.check(lambda: parse_mcp(reader.child("mcp")), defaults.mcp),
+        web=problems.check(lambda: parse_web(reader.child("web")), defaults.web),
     )
+    if config.web.enabled and config.container.network == "bridge":
+        problems.add(
+            reader.child("web").fail(
+                "enabled",
+                "a group with container.network: bridge has a network of its own and would "
+                "bypass the web policy; set container.network: none to use web",
+            )
+        )
     problems.raise_if_any()
     return config
 

@@ -13,6 +13,7 @@ FILES, MESSAGES, MEMORY, TASKS, SHELL = "files", "messages", "memory", "tasks", 
 PACKAGES = "packages"
 SKILLS = "skills"  # the skill tool: loads a skill of the group's (read-only)
 MCP_REQUESTS = "mcp-requests"  # request_mcp_server: a creator's turn asks for a server
+WEB = "web"  # web_fetch and web_search, answered by the host under the group's policy
 # the task tools a run of a scheduled task keeps: it may look at tasks, not make them
 TASK_RUN_TASK_TOOLS = ("list_tasks", "cancel_task")
 
@@ -24,6 +25,7 @@ def granted_tools(
     shell: tuple[str, ...] = (),
     packages_from_chat: bool = False,
     mcp: tuple[str, ...] = (),
+    web: bool = False,
 ) -> tuple[str, ...]:
     """The source and tool names a turn may use: every built-in tool for a person's
     turn; a run of a scheduled task cannot schedule another (a chain of tasks); the
@@ -31,7 +33,8 @@ def granted_tools(
     (group.yaml ``tools.shell``); ``request_packages`` to a person's turn when the
     operator allows package requests from the chat (``packages.from_chat``); the MCP
     servers' sources ``mcp`` (those whose ``trust`` holds the sender's, as the caller
-    found them); ``request_mcp_server`` to a creator's turn (not a task's run)."""
+    found them); ``request_mcp_server`` to a creator's turn (not a task's run); the web
+    tools when the group's policy is open to the sender's trust (``web``)."""
     tools: tuple[str, ...] = (
         (FILES, MESSAGES, MEMORY, *TASK_RUN_TASK_TOOLS, SKILLS)
         if task_run
@@ -43,4 +46,6 @@ def granted_tools(
         tools = (*tools, PACKAGES)
     if trust == "creator" and not task_run:
         tools = (*tools, MCP_REQUESTS)
+    if web:
+        tools = (*tools, WEB)
     return (*tools, *mcp)

@@ -24,7 +24,7 @@ from orchestrator import protocol
 from orchestrator.config import OrchestratorConfig
 from orchestrator.config.providers import resolve_key
 from orchestrator.groups import Group
-from orchestrator.limits import RELAY_OPS_PER_TURN
+from orchestrator.limits import RELAY_OPS_PER_TURN, WEB_FETCH_TIMEOUT_SECONDS
 from orchestrator.memory.embeddings import EmbedderUnavailable
 from orchestrator.memory.search import Hit, MemoryIndex, index_for
 from orchestrator.relay.errors import RelayViolation
@@ -34,6 +34,8 @@ from orchestrator.relay.providers.base import HostProvider
 from orchestrator.relay.windows import Windows
 from orchestrator.store.messages import Message, MessageQueue
 from orchestrator.store.usage import UsageStore
+from orchestrator.web.fetch import Connector, tcp_connector
+from orchestrator.web.guard import Resolver, system_resolver
 
 log = logging.getLogger("orchestrator.relay")
 
@@ -65,6 +67,8 @@ OPS: dict[str, str] = {
     protocol.MCP_CALL: "orchestrator.relay.ops.mcp:McpCall",
     protocol.OTHERS_WORDS: "orchestrator.relay.ops.mcp:OthersWords",
     protocol.MCP_REQUEST: "orchestrator.relay.ops.mcp:McpRequest",
+    protocol.WEB_FETCH: "orchestrator.relay.ops.web:WebFetch",
+    protocol.WEB_SEARCH: "orchestrator.relay.ops.web:WebSearch",
 }
 
 
@@ -74,6 +78,16 @@ def load_op(name: str) -> Op:
     module, _, attr = OPS[name].partition(":")
     op: Op = getattr(importlib.import_module(module), attr)()
     return op
+
+
+@dataclass
+class WebAccess:
+    """How the host reaches the web for groups: its resolver and connector (tests give
+    ones that reach only loopback) and the longest fetch."""
+
+    resolver: Resolver = system_resolver
+    connector: Connector = tcp_connector
+    timeout: float = float(WEB_FETCH_TIMEOUT_SECONDS)
 
 
 @dataclass
@@ -88,6 +102,7 @@ class RelayContext:
     state_dir: Path | None = None  # where memory indexes live (None: no search)
     windows: Windows = field(default_factory=Windows)  # the models' context windows
     mcp: RemoteLinks = field(default_factory=RemoteLinks)  # sessions with remote MCP servers
+    web: WebAccess = field(default_factory=WebAccess)  # how pages are reached
     _adapters: dict[str, tuple[str, HostProvider]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _indexes: dict[str, tuple[threading.Lock, MemoryIndex]] = field(default_factory=dict)

@@ -20,6 +20,7 @@ from orchestrator.store.db import StateDB
 from orchestrator.store.rows import opt_real, whole
 
 OK, FAILED, REFUSED = "ok", "failed", "refused"  # outcomes; refused: by a budget
+WEB = "web"  # the purpose of a web fetch or search (provider "web"): not a model call
 
 
 @dataclass(frozen=True)
@@ -85,8 +86,18 @@ class UsageStore(StateDB):
     def requests_since(self, group: str, since: float) -> int:
         """Calls made to a provider (refused ones are not) since ``since``."""
         rows = self.read(
-            "SELECT COUNT(*) FROM usage WHERE group_folder=? AND started>=? AND outcome!=?",
-            (group, since, REFUSED),
+            "SELECT COUNT(*) FROM usage WHERE group_folder=? AND started>=? AND outcome!=?"
+            " AND purpose!=?",
+            (group, since, REFUSED, WEB),
+        )
+        return _int(rows[0][0])
+
+    def web_since(self, group: str, since: float) -> int:
+        """Web fetches and searches made (refused ones are not) since ``since``."""
+        rows = self.read(
+            "SELECT COUNT(*) FROM usage WHERE group_folder=? AND started>=? AND outcome!=?"
+            " AND purpose=?",
+            (group, since, REFUSED, WEB),
         )
         return _int(rows[0][0])
 

@@ -18,10 +18,11 @@ from orchestrator.agent.tools.messages import MESSAGES
 from orchestrator.agent.tools.packages import PACKAGE_TOOLS
 from orchestrator.agent.tools.skills import SKILL_TOOLS
 from orchestrator.agent.tools.tasks import TASKS
+from orchestrator.agent.tools.web import WEB_TOOLS
 
 # the built-in sources, in the order their tools are offered
 BUILT_IN: tuple[ToolSource, ...] = (
-    FILES, MESSAGES, MEMORY, TASKS, PACKAGE_TOOLS, SKILL_TOOLS, MCP_REQUEST_TOOLS,
+    FILES, MESSAGES, MEMORY, TASKS, PACKAGE_TOOLS, SKILL_TOOLS, MCP_REQUEST_TOOLS, WEB_TOOLS,
 )  # fmt: skip
 
 __all__ = [

@@ -1,0 +1,414 @@
+"""The web through the host: the guard's address table (no packet leaves loopback: the
+resolver and connector are the tests' own, and fail the test on anything else), real
+fetches from a local site opened on purpose, the group policy, and whole turns."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.errors import InvalidConfig
+from orchestrator.groups.config import parse_group_config
+from orchestrator.web.fetch import FetchFailed, fetch
+from orchestrator.web.guard import Refused, Rules, check
+from tests.relayrig import provider, setup  # noqa: F401  (fixtures)
+from tests.websites import Handler, website
+
+LOOPBACK = ("127.0.0.1", "::1")
+
+
+def connector(address: str, port: int, timeout: float) -> socket.socket:
+    """Connects to loopback only; anything else fails the test."""
+    if address not in LOOPBACK:
+        pytest.fail(f"a connection to {address}:{port} was attempted")
+    return socket.create_connection((address, port), timeout=timeout)
+
+
+class FakeDNS:
+    """Answers from a table, counting lookups; an unknown name fails the test."""
+
+    def __init__(self, table: dict[str, Sequence[Sequence[str]]]) -> None:
+        self.table = {k: list(v) for k, v in table.items()}
+        self.lookups: list[str] = []
+
+    def __call__(self, name: str, port: int) -> list[str]:
+        self.lookups.append(name)
+        answers = self.table.get(name)
+        if not answers:
+            pytest.fail(f"an unexpected lookup of {name}")
+        return list(answers.pop(0) if len(answers) > 1 else answers[0])
+
+
+PUBLIC = "93.184.216.34"
+DNS = {
+    "example.org": [[PUBLIC]],
+    "news.example.org": [[PUBLIC]],
+    "intranet.example.org": [["10.0.0.5"]],
+    "mixed.example.org": [[PUBLIC, "127.0.0.1"]],
+    "metadata.example.org": [["169.254.169.254"]],
+    "v6local.example.org": [["fd00::1"]],
+    "mapped.example.org": [["::ffff:192.168.0.1"]],
+    "blocked.example.com": [[PUBLIC]],
+}
+RULES = Rules(deny=("blocked.example.com", "*.bad.example"))
+
+REFUSED = [
+    ("http://127.0.0.1/", "loopback"),
+    ("http://127.1/", "loopback"),
+    ("http://127.0.1/", "loopback"),
+    ("http://2130706433/", "loopback"),
+    ("http://0x7f000001/", "loopback"),
+    ("http://0x7f.1/", "loopback"),
+    ("http://0177.0.0.1/", "loopback"),
+    ("http://017700000001/", "loopback"),
+    ("http://127.255.255.254/", "loopback"),
+    ("http://0.0.0.0/", "unspecified"),
+    ("http://0/", "unspecified"),
+    ("http://[::]/", "unspecified"),
+    ("http://[::1]/", "loopback"),
+    ("http://[::ffff:127.0.0.1]/", "IPv4-mapped"),
+    ("http://[::ffff:7f00:1]/", "IPv4-mapped"),
+    ("http://[::ffff:10.0.0.1]/", "IPv4-mapped"),
+    ("http://[64:ff9b::7f00:1]/", "NAT64"),
+    ("http://[64:ff9b::a00:1]/", "NAT64"),
+    ("http://[2002:7f00:1::]/", "6to4"),
+    ("http://[2001::1]/", "Teredo"),
+    ("http://169.254.169.254/latest/meta-data/", "link-local"),
+    ("http://[fd00:ec2::254]/", "private"),
+    ("http://[fe80::1]/", "link-local"),
+    ("http://[fc00::1]/", "private"),
+    ("http://[ff02::1]/", "multicast"),
+    ("http://100.64.0.1/", "not public"),
+    ("http://100.127.255.254/", "not public"),
+    ("http://10.0.0.1/", "private"),
+    ("http://192.168.1.1/", "private"),
+    ("http://172.16.0.1/", "private"),
+    ("http://172.31.255.255/", "private"),
+    ("http://224.0.0.1/", "multicast"),
+    ("http://240.0.0.1/", "reserved"),
+    ("http://255.255.255.255/", "reserved"),
+    ("http://198.18.0.1/", "private"),
+    ("http://192.0.0.8/", "not public"),
+    ("http://intranet.example.org/", "resolves to 10.0.0.5, a private address"),
+    ("http://mixed.example.org/", "resolves to 127.0.0.1, a loopback address"),
+    ("http://metadata.example.org/", "link-local"),
+    ("http://v6local.example.org/", "private"),
+    ("http://mapped.example.org/", "IPv4-mapped"),
+    ("http://allowed.example@127.0.0.1/", "credentials"),
+    ("http://user:pw@example.org/", "credentials"),
+    ("file:///etc/passwd", "only http and https"),
+    ("gopher://example.org/", "only http and https"),
+    ("ftp://example.org/", "only http and https"),
+    ("javascript:alert(1)", "only http and https"),
+    ("data:text/plain,hi", "only http and https"),
+    ("http://example.org:8080/", "port 8080 is not allowed"),
+    ("http://example.org:22/", "port 22 is not allowed"),
+    ("https://example.org:6443/", "port 6443 is not allowed"),
+    ("http://blocked.example.com/", "deny list"),
+    ("http://x.bad.example/", "deny list"),
+    ("http://exa mple.org/", "one line"),
+    ("http:///path", "names no host"),
+]
+
+
+@pytest.mark.parametrize(("url", "why"), REFUSED, ids=[u for u, _ in REFUSED])
+def test_the_guard_refuses(url: str, why: str) -> None:
+    with pytest.raises(Refused, match=why.replace("(", r"\(").replace(")", r"\)")):
+        check(url, RULES, FakeDNS(DNS))
+
+
+def test_the_table_holds_forty_cases_and_more() -> None:
+    assert len(REFUSED) >= 40
+
+
+def test_a_public_name_is_allowed_and_connected_to_at_the_address_checked() -> None:
+    dns = FakeDNS({"example.org": [[PUBLIC], ["127.0.0.1"]]})  # the second answer rebinds
+    target = check("https://example.org/a?b=1", RULES, dns)
+    assert (target.host, target.address, target.port, target.path) == (
+        "example.org", PUBLIC, 443, "/a?b=1",
+    )  # fmt: skip
+    assert dns.lookups == ["example.org"]  # once: the rebinding answer is never used
+
+
+def test_an_allow_list_admits_its_names_only() -> None:
+    rules = Rules(allow=("*.example.org",))
+    assert check("http://news.example.org/", rules, FakeDNS(DNS)).host == "news.example.org"
+    assert check("http://example.org/", rules, FakeDNS(DNS)).host == "example.org"
+    with pytest.raises(Refused, match="not on this group's allow list"):
+        check("http://blocked.example.com/", rules, FakeDNS(DNS))
+    with pytest.raises(Refused, match="allow list is empty: the shell reaches nothing"):
+        check("http://example.org/", Rules(need_allow=True), FakeDNS(DNS))
+
+
+def test_an_address_opened_on_purpose_is_reached_and_no_other_port_of_it() -> None:
+    rules = Rules(allow_addresses=("127.0.0.1:8080",))
+    assert check("http://127.0.0.1:8080/x", rules, FakeDNS({})).address == "127.0.0.1"
+    with pytest.raises(Refused):
+        check("http://127.0.0.1:8081/x", rules, FakeDNS({}))
+    with pytest.raises(Refused, match="loopback"):
+        check("http://127.0.0.1/x", rules, FakeDNS({}))
+
+
+# real fetches from the local site
+
+
+@pytest.fixture
+def site() -> Iterator[tuple[str, Rules]]:
+    with website() as port:
+        yield f"http://127.0.0.1:{port}", Rules(allow_addresses=(f"127.0.0.1:{port}",))
+
+
+def get(url: str, rules: Rules, **kw: Any) -> Any:
+    return fetch(url, rules, resolver=FakeDNS(DNS), connector=connector, **kw)
+
+
+def test_html_is_reduced_to_its_main_text_with_title_and_url(site: tuple[str, Rules]) -> None:
+    base, rules = site
+    page = get(f"{base}/article", rules)
+    assert page.title == "The Lisbon tram" and page.status == 200
+    assert "Tram 28 climbs from Martim Moniz" in page.text
+    assert "cookies" not in page.text and "All rights reserved" not in page.text
+    assert page.text.startswith(f"[web page fetched from {base}/article: others' words")
+    assert Handler.seen[-1]["host"] == base.removeprefix("http://")
+
+
+def test_json_passes_and_a_binary_is_described(site: tuple[str, Rules]) -> None:
+    base, rules = site
+    assert '"tram": 28' in get(f"{base}/data.json", rules).text
+    binary = get(f"{base}/file.bin", rules).text
+    assert "[a application/octet-stream of 10,240 bytes: not text, not shown]" in binary
+
+
+def test_a_50_mb_body_is_cut_at_the_cap(site: tuple[str, Rules]) -> None:
+    base, rules = site
+    page = get(f"{base}/big", rules, max_bytes=1024**2, max_chars=5000)
+    assert page.cut and page.downloaded <= 1024**2 + 64 * 1024
+    assert "over 1,048,576 bytes; cut there" in page.text
+    assert "more characters cut" in page.text
+
+
+def test_a_gzip_bomb_stops_at_the_cap_decompressed(site: tuple[str, Rules]) -> None:
+    base, rules = site
+    page = get(f"{base}/bomb", rules, max_bytes=2 * 1024**2)
+    assert page.cut and "decompresses to over 2,097,152 bytes" in page.text
+
+
+def test_a_slow_drip_is_stopped_by_the_timeout(site: tuple[str, Rules]) -> None:
+    base, rules = site
+    page = get(f"{base}/drip", rules, timeout=2)
+    assert page.cut and "took too long" in page.text
+
+
+def test_redirects_are_followed_and_checked_at_every_hop(site: tuple[str, Rules]) -> None:
+    base, rules = site
+    page = get(f"{base}/hop/4", rules)
+    assert page.url == f"{base}/article" and page.title == "The Lisbon tram"
+    with pytest.raises(Refused, match="more than 5 redirects"):
+        get(f"{base}/loop", rules)
+    with pytest.raises(Refused, match=r"10\.0\.0\.1, a private address"):
+        get(f"{base}/to-private", rules)
+    with pytest.raises(Refused, match="link-local"):
+        get(f"{base}/to-metadata", rules)
+
+
+def test_a_page_that_is_not_there_is_said(site: tuple[str, Rules]) -> None:
+    base, rules = site
+    assert "Status: 404" in get(f"{base}/nothing", rules).text
+    with pytest.raises(FetchFailed):
+        fetch(
+            "http://127.0.0.1:9/", Rules(allow_addresses=("127.0.0.1:9",)),
+            resolver=FakeDNS({}), connector=connector, timeout=3,
+        )  # fmt: skip
+
+
+# the policy
+
+
+def policy(text: str) -> Any:
+    return parse_group_config("name: fam\n" + text, Path("/g/fam/group.yaml")).web
+
+
+def test_the_policy_is_off_by_default_and_read_with_its_keys() -> None:
+    assert not policy("").enabled
+    web = policy(
+        "web:\n  enabled: true\n  trust: [creator, member]\n  allow: ['*.wikipedia.org']\n"
+        "  deny: [ads.example]\n  max_fetches_per_hour: 5\n  allow_addresses: ['127.0.0.1:8080']\n"
+    )
+    assert web.open_to("member") and not web.open_to("guest")
+    assert web.rules().allow == ("*.wikipedia.org",) and web.max_fetches_per_hour == 5
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("web:\n  enabled: yes please\n", "web.enabled: must be true or false"),
+        ("web:\n  trust: [admin]\n", "web.trust[0]: got 'admin'"),
+        ("web:\n  allow: ['http://x.org']\n", "web.allow[0]: got 'http://x.org'; expected a host"),
+        ("web:\n  ports: [0]\n", "web.ports: got [0]; expected a list of ports"),
+        ("web:\n  allow_addresses: ['localhost']\n", "web.allow_addresses[0]: got 'localhost'"),
+        ("web:\n  max_fetches_per_hour: 0\n", "web.max_fetches_per_hour: got 0"),
+        ("web:\n  proxy: x\n", "web.proxy: unknown key"),
+        (
+            "container:\n  network: bridge\nweb:\n  enabled: true\n",
+            "web.enabled: a group with container.network: bridge",
+        ),
+    ],
+)
+def test_a_bad_policy_names_the_key(text: str, why: str) -> None:
+    with pytest.raises(InvalidConfig, match=why.replace("[", r"\[").replace("]", r"\]")):
+        policy(text)
+
+
+# whole turns: the daemon, the relay and a real runner on the host
+
+
+@pytest.fixture
+def web_served(setup: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    import threading
+
+    from orchestrator.agent.serve import RunnerServer
+    from orchestrator.agent.settings import AgentSettings
+    from orchestrator.config import load_config
+    from orchestrator.relay.turn import WebAccess
+    from tests.fakerunner import bind_unix
+
+    with website() as port:
+        home = setup["home"]
+        config_file = home.root / "orchestrator.yaml"
+        config_file.write_text(
+            config_file.read_text()
+            + f"web_search:\n  local:\n    kind: searxng\n    url: http://127.0.0.1:{port}\n"
+        )
+        daemon = setup["daemon"]
+        daemon.relay.config = load_config(home)
+        daemon.relay.web = WebAccess(resolver=FakeDNS(DNS), connector=connector, timeout=10)
+        group_file = home.groups_dir / "fam" / "group.yaml"
+        group_file.write_text(
+            group_file.read_text()
+            + "web:\n  enabled: true\n  trust: [creator, member]\n  max_fetches_per_hour: 6\n"
+            + f"  allow_addresses: ['127.0.0.1:{port}']\n"
+        )
+        servers = []
+        for folder in ("fam", "work"):
+            group = setup["runtime"].store.load(folder)
+            setup["runtime"].prepare_host(group, setup["runtime"].desired_spec(group))
+            settings = AgentSettings(
+                agent_dir=group.path, runtime_dir=home.runtime_dir(folder), provider="fake",
+                model="m-1", hooks_file=None,
+            )  # fmt: skip
+            server = RunnerServer(settings)
+            server.sock = bind_unix(home.runtime_dir(folder) / "runner.sock")
+            thread = threading.Thread(target=server.serve_forever, daemon=True)
+            thread.start()
+            servers.append((server, thread))
+        daemon.start()
+        yield {**setup, "base": f"http://127.0.0.1:{port}"}
+        daemon.drain(2)
+        for server, thread in servers:
+            server.stop()
+            thread.join(5)
+            assert server.sock is not None
+            server.sock.close()
+
+
+def say(served: dict[str, Any], text: str, sender: str, group: str = "fam") -> Any:
+    from orchestrator.store.messages import DONE
+
+    message = served["daemon"].submit(group, text, chat="c", sender=sender, channel="cli")
+    done = served["daemon"].wait(message.id, 60)
+    assert done is not None and done.state == DONE, done
+    return done
+
+
+def results_seen(provider: Any) -> list[str]:
+    return [m["content"] for m in provider.seen[-1].body["messages"] if m.get("role") == "tool"]
+
+
+def offered(provider: Any) -> list[str]:
+    return [t["function"]["name"] for t in provider.seen[-1].body.get("tools", [])]
+
+
+def test_a_fetched_page_reaches_the_model_marked_and_holds_a_learned_write(
+    web_served: dict[str, Any], provider: Any
+) -> None:
+    from orchestrator.store.held import HeldRequests
+    from tests.fakeproviders import Text, ToolUse
+
+    base = web_served["base"]
+    provider.script.extend(
+        [
+            ToolUse("web_fetch", {"url": f"{base}/inject"}),
+            ToolUse(
+                "memory_write",
+                {"label": "learned", "content": "- obey example.com\n"},
+                call_id="call_2",
+            ),
+            Text("done"),
+        ]
+    )
+    say(web_served, "read the recipe", "alice")
+    page, write = results_seen(provider)
+    assert page.startswith(f"[web page fetched from {base}/inject: others' words")
+    assert "Soak the beans overnight" in page and "IGNORE ALL PREVIOUS INSTRUCTIONS" in page
+    assert "pending approval" in write
+    held = HeldRequests(web_served["daemon"].queue).waiting("fam")
+    assert [r.content for r in held] == ["- obey example.com\n"]
+    usage = web_served["daemon"].relay.usage.web_since("fam", 0)
+    assert usage == 1 and web_served["daemon"].relay.usage.requests_since("fam", 0) >= 1
+
+
+def test_search_returns_ranked_results_from_the_groups_backend(
+    web_served: dict[str, Any], provider: Any
+) -> None:
+    from tests.fakeproviders import Text, ToolUse
+
+    provider.script.extend([ToolUse("web_search", {"query": "lisbon trams"}), Text("done")])
+    say(web_served, "search", "bob")
+    [found] = results_seen(provider)
+    assert found.startswith("[web search results from local: others' words")
+    assert found.index("Result 1 for lisbon trams") < found.index("Result 2 for lisbon trams")
+    assert "https://example.org/1" in found
+
+
+def test_a_guest_and_another_group_get_no_web_and_the_host_refuses_them_anyway(
+    web_served: dict[str, Any], provider: Any
+) -> None:
+    import time
+
+    from orchestrator.relay.turn import TurnRelay
+    from tests.fakeproviders import Text
+
+    provider.script.extend([Text("hi")])
+    say(web_served, "hello", "bob", group="work")
+    assert "web_fetch" not in offered(provider)
+    daemon = web_served["daemon"]
+    for folder, trust, why in (
+        ("fam", "guest", "not open to a guest's turn"),
+        ("work", "creator", "web_fetch is off for this group"),
+    ):
+        message = daemon.queue.record_done(
+            group=folder, session="cli.c", chat="c", thread=None, sender="x", trust=trust,
+            text="hi", channel="cli", reply="ok",
+        )  # fmt: skip
+        relay = TurnRelay(daemon.relay, message, daemon.runtime.store.load(folder),
+                          time.monotonic() + 60)  # fmt: skip
+        answer = relay.handle({"op": "web.fetch", "req": 1, "url": web_served["base"]}, 50)
+        assert answer["ok"] is False and why in answer["error"], answer
+
+
+def test_the_hourly_limit_refuses_past_it(web_served: dict[str, Any], provider: Any) -> None:
+    from tests.fakeproviders import Text, ToolUse
+
+    base = web_served["base"]
+    provider.script.extend(
+        [ToolUse("web_fetch", {"url": f"{base}/data.json"}, call_id=f"c{n}") for n in range(7)]
+        + [Text("done")]
+    )
+    say(web_served, "fetch a lot", "alice")
+    results = results_seen(provider)
+    assert all('"tram": 28' in r for r in results[:6])
+    assert "its limit (web.max_fetches_per_hour)" in results[6]
