@@ -24,6 +24,7 @@ from bench import (
     shell,
     tasks,
     telegram,
+    web,
 )
 from bench.harness import Result, fmt, markdown, save
 
@@ -46,6 +47,8 @@ BENCHMARKS: dict[str, Callable[[bool], Result]] = {
     tasks.NAME: tasks.run,
     shell.NAME: shell.run,
     mcp.NAME: mcp.run,
+    web.FETCH: web.fetch,
+    web.GATE: web.gate,
     group_image.NAME: group_image.run,
     telegram.INBOUND: telegram.inbound,
     telegram.OUTBOUND: telegram.outbound,

@@ -290,3 +290,6 @@ WEB_FETCH_MAX_CHARS = 40_000  # of a page's text the model sees
 WEB_FETCH_TIMEOUT_SECONDS = 20  # one fetch, redirects included
 WEB_REDIRECTS_MAX = 5
 DEFAULT_WEB_FETCHES_PER_HOUR = 60  # fetches and searches of one group (web.max_fetches_per_hour)
+EGRESS_CONNECTIONS_MAX = 16  # the shell's gate: connections one group may hold open at once
+EGRESS_HEAD_MAX_BYTES = 16 * 1024  # a proxy request's head
+EGRESS_PORT = 3128  # the forwarder in the container, on 127.0.0.1

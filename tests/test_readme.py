@@ -118,6 +118,11 @@ EXPECTED: dict[str, Callable[[], str]] = {
         f"{L.MCP_DESCRIPTION_MAX_CHARS:,} characters; {_size(L.MCP_SCHEMA_MAX_BYTES)}; "
         f"{L.MCP_RESTARTS_MAX}"
     ),
+    "web: a page downloaded (and again decompressed); its text the model sees; one fetch; "
+    "redirects; the shell's gate: connections of a group at once": lambda: (
+        f"{_size(L.WEB_FETCH_MAX_BYTES)}; {L.WEB_FETCH_MAX_CHARS:,} characters; "
+        f"{_s(L.WEB_FETCH_TIMEOUT_SECONDS)}; {L.WEB_REDIRECTS_MAX}; {L.EGRESS_CONNECTIONS_MAX}"
+    ),
     "reserve file in `state/`, released on a full disk": lambda: _size(L.STATE_RESERVE_BYTES),
     "a memory file the host reads (lint, search)": lambda: _size(L.MEMORY_FILE_READ_MAX_BYTES),
     "a search-index chunk: lines / characters": lambda: (

@@ -412,3 +412,203 @@ def test_the_hourly_limit_refuses_past_it(web_served: dict[str, Any], provider: 
     results = results_seen(provider)
     assert all('"tram": 28' in r for r in results[:6])
     assert "its limit (web.max_fetches_per_hour)" in results[6]
+
+
+# the shell's egress gate, on the host (the container's side is the docker suite's)
+
+
+@pytest.fixture
+def gate(tmp_path: Path) -> Iterator[Any]:
+    from orchestrator.web.gate import Gate
+
+    g = Gate(tmp_path / "egress", resolver=FakeDNS(DNS), connector=connector, max_connections=2)
+    yield g
+    g.close()
+
+
+def proxy_request(path: Path, head: str) -> tuple[socket.socket, bytes]:
+    """Send a proxy request's head; the socket (the caller closes it) and the answer's
+    head as far as it came."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(10)
+    sock.connect(str(path))
+    sock.sendall(head.encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return sock, data
+
+
+def read_all(sock: socket.socket) -> bytes:
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except ConnectionResetError:
+        pass
+    return data
+
+
+def exchange(path: Path, head: str) -> bytes:
+    """The whole answer to one proxy request."""
+    sock, data = proxy_request(path, head)
+    with sock:
+        return data + read_all(sock)
+
+
+def test_the_gate_opens_only_during_a_turn_that_may_use_the_web(
+    gate: Any, site: tuple[str, Rules]
+) -> None:
+    base, rules = site
+    authority = base.removeprefix("http://")
+    gate.serve("fam", Rules(allow_addresses=rules.allow_addresses, need_allow=True))
+    path = gate.socket_path("fam")
+    assert oct(path.stat().st_mode & 0o777) == "0o666"
+    request = f"GET {base}/data.json HTTP/1.1\r\nHost: {authority}\r\n\r\n"
+    answer = exchange(path, request)
+    assert answer.startswith(b"HTTP/1.1 403") and b"no turn that may use the web" in answer
+    assert gate.turn_started("fam", allowed=False)() is None  # a guest's turn opens nothing
+    assert exchange(path, request).startswith(b"HTTP/1.1 403")
+    end = gate.turn_started("fam", allowed=True)
+    answer = exchange(path, request)
+    assert answer.startswith(b"HTTP/1.1 200") and b'"tram": 28' in answer
+    end()
+    assert exchange(path, request).startswith(b"HTTP/1.1 403")
+
+
+def test_the_gate_tunnels_connect_and_closes_it_when_the_turn_ends(
+    gate: Any, site: tuple[str, Rules]
+) -> None:
+    base, rules = site
+    authority = base.removeprefix("http://")
+    gate.serve("fam", Rules(allow_addresses=rules.allow_addresses, need_allow=True))
+    end = gate.turn_started("fam", allowed=True)
+    sock, head = proxy_request(
+        gate.socket_path("fam"), f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n"
+    )
+    with sock:
+        assert head.startswith(b"HTTP/1.1 200 Connection established")
+        sock.sendall(f"GET /drip HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
+        assert sock.recv(15).startswith(b"HTTP/1.1 200")  # the drip has begun, tunnelled
+        end()  # the turn ends: its trust goes, and so does the tunnel
+        rest = read_all(sock)  # an end (EOF) instead of a drip of 100,000 bytes
+        assert len(rest) < 1000
+
+
+def test_the_gate_refuses_what_its_allow_list_does_not_name(
+    gate: Any, site: tuple[str, Rules]
+) -> None:
+    base, _rules = site
+    gate.serve("fam", Rules(allow=("news.example.org",), need_allow=True))
+    end = gate.turn_started("fam", allowed=True)
+    try:
+        for head in (
+            f"GET {base}/data.json HTTP/1.1\r\n\r\n",  # loopback, not opened here
+            "CONNECT example.org:443 HTTP/1.1\r\n\r\n",  # public, not on the list
+            "CONNECT intranet.example.org:443 HTTP/1.1\r\n\r\n",
+            "GET https://news.example.org/ HTTP/1.1\r\n\r\n",  # https without CONNECT
+            "CONNECT news.example.org:22 HTTP/1.1\r\n\r\n",  # a port not allowed
+        ):
+            answer = exchange(gate.socket_path("fam"), head)
+            assert answer.startswith(b"HTTP/1.1 403"), (head, answer)
+        gate.serve("fam", Rules(need_allow=True))  # an empty allow list reaches nothing
+        answer = exchange(gate.socket_path("fam"), "CONNECT news.example.org:443 HTTP/1.1\r\n\r\n")
+        assert b"the shell reaches nothing" in answer
+    finally:
+        end()
+
+
+def test_the_gate_holds_a_groups_connections_to_its_bound(
+    gate: Any, site: tuple[str, Rules]
+) -> None:
+    base, rules = site
+    authority = base.removeprefix("http://")
+    gate.serve("fam", Rules(allow_addresses=rules.allow_addresses, need_allow=True))
+    end = gate.turn_started("fam", allowed=True)
+    held = []
+    try:
+        for _ in range(2):
+            sock, head = proxy_request(
+                gate.socket_path("fam"), f"CONNECT {authority} HTTP/1.1\r\n\r\n"
+            )
+            held.append(sock)
+            assert head.startswith(b"HTTP/1.1 200")
+        answer = exchange(gate.socket_path("fam"), f"CONNECT {authority} HTTP/1.1\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 429")
+    finally:
+        for sock in held:
+            sock.close()
+        end()
+
+
+def test_the_containers_forwarder_carries_the_shells_proxy_requests(
+    gate: Any, site: tuple[str, Rules]
+) -> None:
+    import http.client
+
+    from orchestrator.agent.egress import start_forwarder
+    from tests.llmserver import free_port
+
+    base, rules = site
+    gate.serve("fam", Rules(allow_addresses=rules.allow_addresses, need_allow=True))
+    port = free_port()
+    listener = start_forwarder(gate.socket_path("fam"), port)
+    end = gate.turn_started("fam", allowed=True)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", f"{base}/article")
+        answer = conn.getresponse()
+        assert answer.status == 200 and b"The Lisbon tram" in answer.read()
+    finally:
+        conn.close()
+        end()
+        listener.close()
+
+
+# the operator's view
+
+
+def test_web_test_says_what_the_policy_decides_and_why(run, home: Path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from orchestrator.groups import GroupStore
+    from orchestrator.groups.config import GroupConfig
+    from orchestrator.home import Home
+
+    group = GroupStore(Home(home)).add(GroupConfig(name="fam", creators=("alice",)))
+    group.config_file.write_text(
+        group.config_file.read_text()
+        + "web:\n  enabled: true\n  allow_addresses: ['127.0.0.1:8080']\n"
+    )
+    refused = run("web", "test", "fam", "http://169.254.169.254/latest/meta-data/")
+    assert refused.exit_code == 1 and "link-local" in refused.output
+    opened = run("web", "test", "fam", "http://127.0.0.1:8080/x", "--json")
+    assert opened.exit_code == 0 and json.loads(opened.output)["allowed"] is True
+    shell = run("web", "test", "fam", "127.0.0.1:9", "--shell")
+    assert shell.exit_code == 1 and "the shell reaches nothing" in shell.output
+    assert "Examples" in run("web", "--help").output
+
+
+def test_doctor_warns_of_bridge_groups_and_lists_web_groups(run, home: Path) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.groups import GroupStore
+    from orchestrator.groups.config import GroupConfig
+    from orchestrator.home import Home
+    from orchestrator.service.doctor import check_web
+
+    store = GroupStore(Home(home))
+    fam = store.add(GroupConfig(name="fam", creators=("alice",)))
+    fam.config_file.write_text(fam.config_file.read_text() + "web:\n  enabled: true\n")
+    wild = store.add(GroupConfig(name="wild", creators=("alice",)))
+    wild.config_file.write_text(
+        wild.config_file.read_text().replace("network: none", "network: bridge")
+    )
+    (home / "orchestrator.yaml").write_text(
+        "web_search:\n  local:\n    kind: searxng\n    url: http://127.0.0.1:9\n    timeout: 2s\n"
+    )
+    checks = {c.name: c for c in check_web(Home(home))}
+    assert checks["group wild"].status == "warn" and "bridge" in checks["group wild"].detail
+    assert checks["web fam"].status == "ok" and "any public name" in checks["web fam"].detail
+    assert checks["web_search local"].status == "fail"

@@ -109,6 +109,10 @@ def serve(settings: AgentSettings) -> None:
     """Run until SIGTERM or SIGINT."""
     server = RunnerServer(settings)
     server.bind()
+    if settings.egress_socket is not None:
+        from orchestrator.agent.egress import start_forwarder
+
+        start_forwarder(settings.egress_socket)
     signal.signal(signal.SIGTERM, server.stop)
     signal.signal(signal.SIGINT, server.stop)
     log.info("runner listening on %s (provider %s)", settings.socket_path, settings.provider)

@@ -35,6 +35,7 @@ class AgentSettings:
     sandbox: bool = False  # in the group's container: the shell sweeps orphans too
     skills_dir: Path = Path(DEFAULT_SKILLS_DIR)  # the group's skills, mounted read-only
     mcp: str | None = None  # the group's MCP servers, as JSON (ORCHESTRATOR_MCP)
+    egress_socket: Path | None = None  # the host's egress gate, when the web is enabled
 
     @property
     def memory_dir(self) -> Path:
@@ -73,4 +74,7 @@ class AgentSettings:
             sandbox=env.get("ORCHESTRATOR_SANDBOX") == "1",
             skills_dir=Path(env.get("ORCHESTRATOR_SKILLS_DIR", DEFAULT_SKILLS_DIR)),
             mcp=env.get("ORCHESTRATOR_MCP") or None,
+            egress_socket=Path(env["ORCHESTRATOR_EGRESS_SOCKET"])
+            if env.get("ORCHESTRATOR_EGRESS_SOCKET")
+            else None,
         )

@@ -92,6 +92,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "mcp",
         "A group's MCP servers: add, list, test, approve, remove.",
     ),
+    "web": (
+        "orchestrator.cli.web",
+        "web",
+        "A group's web policy: what it decides for a URL.",
+    ),
     "channel": (
         "orchestrator.cli.channel",
         "channel",

@@ -58,7 +58,7 @@ from orchestrator.protocol import BadFrame, TurnRequest, TurnResult, session_key
 from orchestrator.relay.approvals import chat_reply
 from orchestrator.relay.grants import granted_tools
 from orchestrator.relay.turn import RelayContext, TurnRelay
-from orchestrator.runtime.channel import Cancel, RunnerUnavailable
+from orchestrator.runtime.channel import Cancel, RunnerClient, RunnerUnavailable
 from orchestrator.runtime.lifecycle import GroupRuntime
 from orchestrator.runtime.reconcile import RECREATE, apply_plan
 from orchestrator.store.chats import ChatStore
@@ -75,6 +75,7 @@ from orchestrator.store.messages import (
 from orchestrator.store.tasks import TaskStore
 from orchestrator.store.usage import UsageStore
 from orchestrator.validate import text_problem
+from orchestrator.web.gate import Gate
 
 log = logging.getLogger("orchestrator.daemon")
 Listener = Callable[[str], None]
@@ -178,6 +179,8 @@ class Daemon:
         self.cond = threading.Condition()
         self.busy: set[tuple[str, str]] = set()
         self.recreating: set[str] = set()  # groups whose container reconcile makes again
+        self.gate: Gate | None = None  # the shells' egress gate, once a group has the web
+        self.gate_lock = threading.Lock()
         self.active: dict[str, Delivery] = {}
         self.running: dict[str, int] = {}  # group -> turns in flight
         self.last_served: dict[str, float] = {}
@@ -432,6 +435,10 @@ class Daemon:
         for delivery in left:
             delivery.cancel.cancel()
         self.pool.shutdown(wait=False, cancel_futures=True)
+        with self.gate_lock:
+            if self.gate is not None:
+                self.gate.close()
+                self.gate = None
         if left:
             log.warning(
                 "%d turns still in flight at shutdown were cancelled; they are delivered "
@@ -645,6 +652,57 @@ class Daemon:
         ).to_wire()
         self.runtime.activity.touch(group.folder)
         self._record_outside(group.folder, self.runtime.container_name(group))
+        end_web = self._web_turn(group, message.trust)
+        try:
+            return self._turn_of(message, group, client, payload, cancel, deadline, window)
+        finally:
+            end_web()
+
+    def _web_turn(self, group: Group, trust: str | None) -> Callable[[], None]:
+        """The egress gate opens ``group``'s connections while this turn runs, when its
+        web policy is open to ``trust``; the function returned ends the turn there."""
+        if not group.config.web.enabled:
+            return lambda: None
+        gate = self._gate()
+        gate.serve(group.folder, group.config.web.rules(gate=True))
+        return gate.turn_started(group.folder, group.config.web.open_to(trust))
+
+    def _gate(self) -> Gate:
+        with self.gate_lock:
+            if self.gate is None:
+                self.gate = Gate(
+                    self.runtime.home.state_dir / "egress",
+                    resolver=self.relay.web.resolver,
+                    connector=self.relay.web.connector,
+                )
+            return self.gate
+
+    def _sync_gate(self) -> None:
+        """Serve the gate of every group with the web enabled, and of no other."""
+        wanted = {
+            g.folder: g.config.web.rules(gate=True)
+            for g in self.runtime.store.groups()
+            if g.config.web.enabled
+        }
+        if not wanted and self.gate is None:
+            return
+        gate = self._gate()
+        for folder, rules in wanted.items():
+            gate.serve(folder, rules)
+        for folder in set(gate.served()) - set(wanted):
+            gate.stop(folder)
+
+    def _turn_of(
+        self,
+        message: Message,
+        group: Group,
+        client: RunnerClient,
+        payload: dict[str, Any],
+        cancel: Cancel,
+        deadline: float,
+        window: int | None,
+    ) -> dict[str, Any]:
+        timeout = float(group.config.turn_timeout_seconds)
         relay = TurnRelay(self.relay, message, group, deadline, window)
         delivery = self.active.get(message.id)
         if delivery is not None:
@@ -693,6 +751,10 @@ class Daemon:
         a running container that is already right is not one). A container to be made
         again (a new image, a changed group.yaml) waits while its group has a turn in
         flight: it is made again between turns, at a later round."""
+        try:
+            self._sync_gate()
+        except OSError as exc:
+            log.warning("the egress gate could not be brought in line: %s", exc)
         planned = self.runtime.plan()
         actions = []
         with self.cond:  # a group made again takes no turn meanwhile

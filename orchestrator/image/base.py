@@ -46,6 +46,9 @@ PACKAGES = (
     "unzip",
     "xz-utils",
     "procps",
+    # the shell reaches the web only through the egress gate (HTTP_PROXY), when the
+    # group's policy allows it
+    "curl",
 )
 # Left out of the image: documentation, and what cannot work without a network (git's
 # transports, daemon and mail sender) or builds perl extensions (perl's C headers).

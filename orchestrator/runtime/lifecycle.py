@@ -237,8 +237,13 @@ class GroupRuntime:
             skills_root=self.skills_root,
             extra_mounts=extra,
             skills=skill_mounts(self.home, group.folder, group.config.skills, self.skills_root),
+            egress_dir=self.egress_dir(group.folder),
         )
         return self.on_host(spec)
+
+    def egress_dir(self, folder: str) -> Path:
+        """The host-owned folder of ``folder``'s egress gate socket (state/egress/)."""
+        return self.home.state_dir / "egress" / folder
 
     def probe(self, group: Group, argv: list[str], timeout: float = 90) -> tuple[int, str]:
         """Run ``argv`` to its end in a throwaway container made like ``group``'s (its
@@ -305,6 +310,10 @@ class GroupRuntime:
             if owner is not None:
                 for name in writable:
                     hand_over(group_dir, name, owner)
+        if group.config.web.enabled:  # the gate's folder: host-owned, mounted read-only
+            egress = self.egress_dir(group.folder)
+            egress.mkdir(mode=0o755, parents=True, exist_ok=True)
+            os.chmod(egress, 0o755)
         with ConfinedDir.open(self.home.state_dir, "run", create=True) as runs:
             runs.make_dir(group.folder, mode=0o700, owner=owner)
             _require_real(runs, group.folder, "folder")

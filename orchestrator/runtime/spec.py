@@ -31,6 +31,7 @@ AGENT_DIR = "/workspace/agent"
 SKILLS_DIR = "/workspace/skills"
 EXTRA_DIR = "/workspace/extra"
 RUNTIME_DIR = "/run/orchestrator"
+EGRESS_DIR = "/run/orchestrator-egress"  # the shell's egress gate (read-only; web.enabled)
 CONTAINER_HOME = "/home/agent"
 # Entries of the group folder that are mounted.
 MEMORY, SESSIONS, FILES = "memory", "sessions", "files"
@@ -110,8 +111,11 @@ def container_spec(
     skills_root: Path | None,
     extra_mounts: tuple[BindMount, ...] = (),
     skills: Sequence[tuple[str, Path]] | None = None,
+    egress_dir: Path | None = None,
 ) -> ContainerSpec:
-    """The full, hardened spec of ``group``'s container, labelled with its config hash."""
+    """The full, hardened spec of ``group``'s container, labelled with its config hash.
+    ``egress_dir``: the host-owned folder of the group's egress gate socket, mounted
+    read-only when the group's web policy is enabled."""
     uid, gid = user
     settings = group.config.container
     tmpfs_size = CONTAINER_TMPFS_BYTES
@@ -121,7 +125,12 @@ def container_spec(
         command=RUNNER_COMMAND,
         user=f"{uid}:{gid}",
         labels={LABEL_PROJECT: project, LABEL_GROUP: group.folder, LABEL_HOME: home_id},
-        mounts=group_mounts(group, runtime_dir, skills_root, extra_mounts, skills),
+        mounts=group_mounts(group, runtime_dir, skills_root, extra_mounts, skills)
+        + (
+            (BindMount(str(egress_dir), EGRESS_DIR, read_only=True),)
+            if egress_dir is not None and group.config.web.enabled
+            else ()
+        ),
         environment={
             "HOME": CONTAINER_HOME,
             "ORCHESTRATOR_GROUP": group.folder,
@@ -133,6 +142,11 @@ def container_spec(
             "ORCHESTRATOR_CONTEXT_SHARE": str(group.config.context_budget.share),
             "ORCHESTRATOR_DISK_BYTES": str(settings.disk_bytes),
             "ORCHESTRATOR_SANDBOX": "1",
+            **(
+                {"ORCHESTRATOR_EGRESS_SOCKET": f"{EGRESS_DIR}/proxy.sock"}
+                if egress_dir is not None and group.config.web.enabled
+                else {}
+            ),
             **(
                 {"ORCHESTRATOR_MCP": mcp_setting(group.config.mcp)}
                 if group.config.mcp.servers

@@ -395,6 +395,51 @@ def check_channels(home: Home) -> list[Check]:
     return checks
 
 
+def check_web(home: Home) -> list[Check]:
+    """Groups with the web enabled (what they reach), groups with a network of their own
+    (they bypass every web policy), and whether each search backend answers."""
+    from orchestrator.groups import GroupStore
+    from orchestrator.web.search import SearchFailed, search
+
+    checks: list[Check] = []
+    for group in GroupStore(home).groups():
+        web = group.config.web
+        if group.config.container.network == "bridge":
+            checks.append(
+                Check(
+                    f"group {group.folder}",
+                    WARN,
+                    "container.network: bridge: the container has a network of its own, "
+                    "outside every web policy, and can reach this host's private addresses",
+                    "use container.network: none and the group's web policy instead",
+                )
+            )
+        if web.enabled:
+            reach = ", ".join(web.allow) or "any public name (web_fetch); nothing (the shell)"
+            checks.append(
+                Check(
+                    f"web {group.folder}",
+                    OK,
+                    f"web on for {', '.join(web.trust)}: {reach}"
+                    + (
+                        f"; opened: {', '.join(web.allow_addresses)}" if web.allow_addresses else ""
+                    ),
+                )
+            )
+    config = load_config(home)
+    for name, backend in config.web_search.items():
+        try:
+            key = backend.resolve_key(config.secrets_file)
+            search(backend, "orchestrator doctor", key, max_results=1)
+        except (SearchFailed, OrchestratorError) as exc:
+            checks.append(Check(f"web_search {name}", FAIL, exc.message, exc.hint or ""))
+        else:
+            checks.append(
+                Check(f"web_search {name}", OK, f"{backend.kind} at {backend.url} answers")
+            )
+    return checks
+
+
 def run_checks(home: Home) -> list[Check]:
     checks = [check_home(home)]
     try:
@@ -427,6 +472,7 @@ def run_checks(home: Home) -> list[Check]:
     checks.extend(check_providers(home))
     checks.extend(check_channels(home))
     checks.extend(check_groups(home))
+    checks.extend(check_web(home))
     checks.extend(check_histories(home))
     engine, client = check_engine()
     checks.append(engine)

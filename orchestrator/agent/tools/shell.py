@@ -38,6 +38,7 @@ from orchestrator.agent.settings import AgentSettings
 from orchestrator.agent.tools.base import TURN, ToolError, ToolSpec
 from orchestrator.agent.tools.box import FunctionTool, Toolbox
 from orchestrator.limits import (
+    EGRESS_PORT,
     SHELL_COMMAND_MAX_CHARS,
     SHELL_DISK_CHECK_SECONDS,
     SHELL_FILE_MAX_BYTES,
@@ -206,7 +207,9 @@ class Shell:
         home: Path | None = None,
         file_limit: int = SHELL_FILE_MAX_BYTES,
         sweep_orphans: bool = False,
+        proxy: str | None = None,
     ) -> None:
+        self.proxy = proxy  # the egress gate's forwarder, when the group has the web
         self.workdir = workdir
         self.state_dir = state_dir
         self.home = home or state_dir
@@ -240,6 +243,9 @@ class Shell:
             "GIT_PAGER": "cat",
             "SHELL": "/bin/bash",
         }
+        if self.proxy is not None:
+            for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+                env[name] = self.proxy
         status_read, status_write = os.pipe()
         try:
             process = subprocess.Popen(
@@ -420,7 +426,9 @@ class ShellSource:
         disk_limit: int | None = None,
         file_limit: int = SHELL_FILE_MAX_BYTES,
         sweep_orphans: bool = False,
+        proxy: str | None = None,
     ) -> None:
+        self.proxy = proxy
         self.home = home
         self.agent_dir = agent_dir
         self.state_root = state_root
@@ -441,6 +449,7 @@ class ShellSource:
                     home=self.home,
                     file_limit=self.file_limit,
                     sweep_orphans=self.sweep_orphans,
+                    proxy=self.proxy,
                 )
             return shell
 
@@ -500,4 +509,5 @@ def shell_source(settings: AgentSettings) -> ShellSource:
         home=settings.home_dir,
         disk_limit=settings.disk_bytes,
         sweep_orphans=settings.sandbox,
+        proxy=f"http://127.0.0.1:{EGRESS_PORT}" if settings.egress_socket is not None else None,
     )
