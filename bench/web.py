@@ -84,7 +84,8 @@ samples = []
 for n in range(rounds + 3):
     start = time.perf_counter()
     out = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", url],
-                         capture_output=True, text=True, env={"HTTP_PROXY": "http://127.0.0.1:3128"})
+                         capture_output=True, text=True,
+                         env={"http_proxy": "http://127.0.0.1:3128"})  # curl reads lowercase
     if out.stdout != "200":
         raise SystemExit(f"curl said {out.stdout!r} {out.stderr!r}")
     if n >= 3:

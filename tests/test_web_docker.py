@@ -112,3 +112,71 @@ def test_the_shell_reaches_only_what_the_policy_opens_and_only_with_it_on(
             assert "egress gate of fam: GET" in log and "refused" in log
         finally:
             provider.close()
+
+
+def test_a_group_flooding_its_gate_leaves_its_neighbour_answering(
+    home: Path, test_project: str, docker_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    provider = FakeProvider("openai", KEY)
+    monkeypatch.setenv("FAKE_OPENAI_KEY", KEY)
+    with website() as port:
+        try:
+            (home / "orchestrator.yaml").write_text(
+                f'http:\n  listen: "127.0.0.1:{_free_port()}"\n'
+                f"providers:\n  fake:\n    kind: openai\n    base_url: {provider.base_url}\n"
+                "    key_env: FAKE_OPENAI_KEY\n    models: [fake-model]\n"
+                "    model_info:\n      fake-model: {context_tokens: 200000}\n"
+            )
+            store = GroupStore(Home(home))
+            for name in ("evil", "good"):
+                store.add(
+                    GroupConfig(name=name, provider="fake", model="fake-model",
+                                creators=("operator",))
+                )  # fmt: skip
+            evil = home / "groups" / "evil"
+            (evil / "group.yaml").write_text(
+                (evil / "group.yaml").read_text()
+                + f"web:\n  enabled: true\n  allow_addresses: ['127.0.0.1:{port}']\n"
+            )
+            flood = (
+                "for i in $(seq 60); do curl -s -m 20 -o /dev/null -w '%{http_code}\\n' "
+                f"http://127.0.0.1:{port}/drip & done > codes.txt; wait; "
+                "sort codes.txt | uniq -c"
+            )
+            proc = DaemonProcess(home, test_project)
+            proc.start()
+            try:
+                for name in ("evil", "good"):  # both containers up (the default answer)
+                    assert proc.send(name, "warm up", wait=True)["state"] == "done"
+                provider.script.extend(
+                    [
+                        ToolUse("shell", {"command": flood, "timeout_seconds": 60}),
+                        Text("good"),
+                        Text("evil done"),
+                    ]
+                )
+                attack = proc.send("evil", "flood it")
+                deadline = time.monotonic() + 60
+                while "egress gate of evil: GET" not in proc.log.read_text():
+                    assert time.monotonic() < deadline, proc.log.read_text()[-3000:]
+                    time.sleep(0.2)
+                started = time.monotonic()
+                good = proc.send("good", "what do you know?", wait=True)
+                latency = time.monotonic() - started
+                assert good["state"] == "done" and good["replies"] == ["good"], good
+                print(
+                    f"a neighbour's turn while one group floods its gate: {latency * 1000:.0f} ms"
+                )
+                deadline = time.monotonic() + 120
+                while proc.get(attack["id"])["state"] != "done":
+                    assert time.monotonic() < deadline, proc.get(attack["id"])
+                    time.sleep(0.5)
+            finally:
+                proc.stop()
+            [*_, flooded] = tool_results(evil)
+            # the gate held the group to its bound: the rest were refused, not queued
+            assert " 429" in flooded and " 200" in flooded, flooded
+        finally:
+            provider.close()
