@@ -595,3 +595,52 @@ def test_a_hanging_crashing_flooding_server_degrades_its_turn_and_no_other_group
     assert "crash failed" in crash, crash
     assert "characters of the result cut" in flood and len(flood) < 21_000
     assert "echo: still here" in echo  # started again after the crash
+
+
+def test_the_cli_adds_lists_approves_and_removes_a_remote_server(
+    run, home: Path, tracker: str, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.groups import GroupStore
+    from orchestrator.groups.config import GroupConfig
+
+    monkeypatch.setenv("TRACKER_TOKEN", TOKEN)
+    (home / "orchestrator.yaml").write_text(
+        f"mcp_servers:\n  tracker:\n    url: {tracker}\n    groups: [fam]\n"
+        "    headers:\n      Authorization: {env: TRACKER_TOKEN, prefix: 'Bearer '}\n"
+    )
+    store = GroupStore(Home(home))
+    store.add(GroupConfig(name="fam", creators=("alice",)))
+    store.add(GroupConfig(name="work", creators=("alice",)))
+    refused = run("mcp", "add", "tracker", "--group", "work", "--remote", "tracker")
+    assert refused.exit_code != 0 and "does not list work" in refused.output
+    before = (home / "groups" / "fam" / "group.yaml").read_text()
+    bad = run("mcp", "add", "tracker", "--group", "fam", "--remote", "tracker", "--tool", "nope")
+    assert bad.exit_code != 0 and "nope: not listed by tracker" in bad.output
+    assert (home / "groups" / "fam" / "group.yaml").read_text() == before
+    added = run("mcp", "add", "tracker", "--group", "fam", "--remote", "tracker",
+                "--trust", "creator,member")  # fmt: skip
+    assert added.exit_code == 0, added.output
+    text = (home / "groups" / "fam" / "group.yaml").read_text()
+    assert text.startswith(before.split("\n")[0]) and "remote: tracker" in text
+    assert TOKEN not in text
+    listing = json.loads(run("mcp", "list", "--group", "fam", "--check", "--json").output)
+    [row] = listing["servers"]
+    assert (row["runs"], row["tools"], row["state"], row["trust"]) == (
+        "host", ["find"], "ok", ["creator", "member"],
+    )  # fmt: skip
+    # a pin that no longer matches waits, and approve pins the tool as listed now
+    group_file = home / "groups" / "fam" / "group.yaml"
+    pinned = store.load("fam").config.mcp.get("tracker")
+    assert pinned is not None
+    group_file.write_text(group_file.read_text().replace(pinned.pins["find"], "abcdef0123456789"))
+    listed = run("mcp", "list", "--group", "fam", "--check", "--json")
+    waiting = json.loads(listed.output)
+    assert "servers" in waiting, waiting
+    assert waiting["servers"][0]["waiting"][0]["tool"] == "find"
+    assert run("mcp", "approve", "tracker", "--group", "fam").exit_code == 0
+    assert store.load("fam").config.mcp.get("tracker").pins == pinned.pins  # type: ignore[union-attr]
+    assert run("mcp", "remove", "tracker", "--group", "fam").exit_code == 0
+    assert store.load("fam").config.mcp.servers == ()
+    gone = run("mcp", "remove", "tracker", "--group", "fam")
+    assert gone.exit_code != 0 and "has no MCP server 'tracker'" in gone.output
+    assert "Examples" in run("mcp", "--help").output

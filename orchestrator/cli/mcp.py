@@ -153,7 +153,8 @@ def add(
     starts and lists its tools.
     """
     from orchestrator.groups.config import config_lock
-    from orchestrator.groups.mcpconfig import McpServer, set_server
+    from orchestrator.groups.config import set_mcp_server as set_server
+    from orchestrator.groups.mcpconfig import McpServer
     from orchestrator.mcp.tools import server_problem
 
     if problem := server_problem(name):
@@ -178,7 +179,7 @@ def add(
     server = McpServer(name, command, args, tuple(pairs), remote, levels)
     entry = server.to_dict()
     # checked before anything runs: a bad definition is refused with its key
-    from orchestrator.groups.mcpconfig import check_entry
+    from orchestrator.groups.config import check_mcp_server as check_entry
 
     check_entry(group.config_file, name, entry)
     click.echo(f"connecting to {name} ...", err=True)
@@ -298,7 +299,7 @@ def test(obj: CliContext, name: str, group_name: str) -> None:
 def approve(obj: CliContext, name: str, group_name: str, only: tuple[str, ...]) -> None:
     """Approve NAME's tools as the server lists them now (new or changed ones too)."""
     from orchestrator.groups.config import config_lock
-    from orchestrator.groups.mcpconfig import set_server
+    from orchestrator.groups.config import set_mcp_server as set_server
 
     store, group = _find(obj, group_name)
     server = _server(group, name)
@@ -325,7 +326,7 @@ def approve(obj: CliContext, name: str, group_name: str, only: tuple[str, ...]) 
 def remove(obj: CliContext, name: str, group_name: str) -> None:
     """Remove MCP server NAME from a group (its container is made again between turns)."""
     from orchestrator.groups.config import config_lock
-    from orchestrator.groups.mcpconfig import set_server
+    from orchestrator.groups.config import set_mcp_server as set_server
 
     _, group = _find(obj, group_name)
     _server(group, name)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from orchestrator.limits import MCP_SERVERS_MAX, MCP_TOOLS_MAX
@@ -161,58 +160,3 @@ def _pins(reader: MappingReader) -> tuple[tuple[str, str], ...]:
             )
         out.append((tool, digest))
     return tuple(out)
-
-
-def check_entry(path: Path, name: str, entry: dict[str, Any]) -> None:
-    """Refuse (InvalidConfig, naming the key) a server ``entry`` that group.yaml at
-    ``path`` would not take as ``mcp.servers.NAME``; nothing is written."""
-    _edited(path, name, entry)
-
-
-def set_server(path: Path, name: str, server: dict[str, Any] | None) -> None:
-    """Set (or, with None, remove) ``mcp.servers.NAME`` in group.yaml, keeping every
-    other line and comment (a round-trip YAML parser); the result is validated before
-    it replaces the file, which an invalid result leaves as it was. The caller holds
-    ``config_lock``."""
-    from orchestrator.fsatomic import write_atomic
-
-    write_atomic(path, _edited(path, name, server))
-
-
-def _edited(path: Path, name: str, server: dict[str, Any] | None) -> str:
-    """group.yaml's text with ``mcp.servers.NAME`` set (or removed), validated."""
-    import io
-
-    from ruamel.yaml import YAML
-    from ruamel.yaml.comments import CommentedMap
-
-    from orchestrator.errors import InvalidConfig
-    from orchestrator.groups.config import parse_group_config
-
-    yaml = YAML()
-    yaml.preserve_quotes = True
-    text = path.read_text(encoding="utf-8")
-    data = yaml.load(text)
-    if not isinstance(data, dict):
-        raise InvalidConfig(f"{path}: the document must be a mapping")
-    mcp = data.get("mcp")
-    if mcp is None:
-        if server is None:
-            raise InvalidConfig(f"{path}: no MCP server {name!r} (the file has no mcp:)")
-        mcp = data["mcp"] = CommentedMap()
-    servers = mcp.get("servers")
-    if servers is None:
-        servers = mcp["servers"] = CommentedMap()
-    if server is None:
-        if name not in servers:
-            raise InvalidConfig(f"{path}: no MCP server {name!r}")
-        del servers[name]
-    else:
-        entry = CommentedMap()
-        for key, value in server.items():
-            entry[key] = value
-        servers[name] = entry
-    out = io.StringIO()
-    yaml.dump(data, out)
-    parse_group_config(out.getvalue(), path)
-    return out.getvalue()

@@ -26,7 +26,7 @@ def apply_held(
 ) -> tuple[bool, str]:
     from orchestrator.errors import InvalidConfig
     from orchestrator.groups.config import config_lock, load_group_config
-    from orchestrator.groups.mcpconfig import set_server
+    from orchestrator.groups.config import set_mcp_server as set_server
 
     asked = json.loads(request.content)
     name = asked["server"]
@@ -65,7 +65,7 @@ def _pin(groups_dir: Path, request: HeldRequest) -> str:
     from orchestrator.errors import OrchestratorError
     from orchestrator.groups import GroupStore
     from orchestrator.groups.config import config_lock
-    from orchestrator.groups.mcpconfig import set_server
+    from orchestrator.groups.config import set_mcp_server as set_server
     from orchestrator.home import Home
     from orchestrator.image.agent import agent_image_ref
     from orchestrator.image.group import GroupImages

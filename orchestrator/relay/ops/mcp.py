@@ -160,7 +160,8 @@ class McpRequest(FixedCap):
         import json
 
         from orchestrator.errors import InvalidConfig
-        from orchestrator.groups.mcpconfig import McpServer, check_entry
+        from orchestrator.groups.config import check_mcp_server
+        from orchestrator.groups.mcpconfig import McpServer
         from orchestrator.relay.approvals import MCP_SERVER, hold
 
         message, group = turn.message, turn.group
@@ -182,7 +183,7 @@ class McpRequest(FixedCap):
         ).to_dict()
         entry.pop("tools")
         try:
-            check_entry(group.config_file, server, entry)
+            check_mcp_server(group.config_file, server, entry)
         except InvalidConfig as exc:
             return f"NOT_REQUESTED: {exc.message}"
         content = json.dumps(
