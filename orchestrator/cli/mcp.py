@@ -361,45 +361,17 @@ def requests(
     approves it there with /approve ID or the operator does here with --approve ID.
     Then its tools are listed and approved as listed, and the chat is told.
     """
-    from orchestrator.relay.approvals import MCP_SERVER, approve
-    from orchestrator.store.held import HeldRequests
-    from orchestrator.store.messages import open_queue_if_any
+    from orchestrator.cli.held import handle_requests
+    from orchestrator.relay.approvals import MCP_SERVER
 
     _, group = _find(obj, group_name)
-    queue = open_queue_if_any(obj.home)
-    if queue is None:
-        raise click.ClickException("no state database yet: no requests were ever made")
-    try:
-        held = HeldRequests(queue)
-        waiting = held.waiting(group.folder, kind=MCP_SERVER)
-        wanted = approve_id if approve_id is not None else deny_id
-        if wanted is None:
-            if as_json:
-                print_json([{**r.to_dict(), "content": r.content} for r in waiting])
-                return
-            if not waiting:
-                click.echo(f"no MCP server requests wait for {group.folder}")
-            for r in waiting:
-                click.echo(f"request {r.id} from {safe_line(r.sender)} in {safe_line(r.chat)}:")
-                click.echo(r.content)
-            return
-        request = next((r for r in waiting if r.id == wanted), None)
-        if request is None:
-            raise click.BadParameter(
-                f"no MCP server request {wanted} waits for {group.folder}",
-                param_hint="--approve" if approve_id is not None else "--deny",
-            )
-        if deny_id is not None:
-            held.drop(request.id)
-            queue.add_host_notices(
-                request.message_id,
-                [f"[orchestrator] Request {request.id} was denied by the operator."],
-            )
-            click.echo(f"denied request {request.id}", err=True)
-            return
-        applied = approve(queue, obj.home.groups_dir, request, "operator", background=False)
-        if not applied.done:
-            raise click.ClickException(f"request {request.id} was not applied: {applied.detail}")
-        click.echo(f"approved request {request.id}: {applied.detail}", err=True)
-    finally:
-        queue.close()
+    handle_requests(
+        obj,
+        group.folder,
+        MCP_SERVER,
+        "MCP server request",
+        approve_id=approve_id,
+        deny_id=deny_id,
+        as_json=as_json,
+        listing=f"orchestrator mcp requests --group {group.folder}",
+    )

@@ -106,7 +106,19 @@ def packages(
     group = store.find(name)
     progress = (lambda line: None) if as_json else (lambda line: click.echo(line, err=True))
     if pending or approve_id is not None or deny_id is not None:
-        _requests(obj, group.folder, pending, approve_id, deny_id, as_json)
+        from orchestrator.cli.held import handle_requests
+        from orchestrator.relay.approvals import PACKAGES
+
+        handle_requests(
+            obj,
+            group.folder,
+            PACKAGES,
+            "package request",
+            approve_id=None if pending else approve_id,
+            deny_id=None if pending else deny_id,
+            as_json=as_json,
+            listing="--pending",
+        )
         if pending:
             return
         group = store.load(group.folder)
@@ -151,56 +163,6 @@ def packages(
                 write_lock(group.path, resolve_python(asked, progress))
         _build(obj, group, progress)
     _show(obj, store.load(group.folder), as_json)
-
-
-def _requests(
-    obj: CliContext,
-    folder: str,
-    pending: bool,
-    approve_id: int | None,
-    deny_id: int | None,
-    as_json: bool,
-) -> None:
-    from orchestrator.relay.approvals import PACKAGES, approve
-    from orchestrator.store.held import HeldRequests
-    from orchestrator.store.messages import open_queue_if_any
-
-    queue = open_queue_if_any(obj.home)
-    if queue is None:
-        raise click.ClickException("no state database yet: no requests were ever made")
-    try:
-        held = HeldRequests(queue)
-        waiting = held.waiting(folder, kind=PACKAGES)
-        if pending:
-            if as_json:
-                print_json([{**r.to_dict(), "content": r.content} for r in waiting])
-            elif not waiting:
-                click.echo(f"no package requests wait for {folder}")
-            for r in [] if as_json else waiting:
-                click.echo(f"request {r.id} from {safe_line(r.sender)} in {safe_line(r.chat)}:")
-                click.echo(r.content)
-            return
-        wanted = approve_id if approve_id is not None else deny_id
-        request = next((r for r in waiting if r.id == wanted), None)
-        if request is None:
-            raise click.BadParameter(
-                f"no package request {wanted} waits for {folder} (see --pending)",
-                param_hint="--approve" if approve_id is not None else "--deny",
-            )
-        if deny_id is not None:
-            held.drop(request.id)
-            queue.add_host_notices(
-                request.message_id,
-                [f"[orchestrator] Request {request.id} was denied by the operator."],
-            )
-            click.echo(f"denied request {request.id}", err=True)
-            return
-        applied = approve(queue, obj.home.groups_dir, request, "operator", background=False)
-        if not applied.done:
-            raise click.ClickException(f"request {request.id} was not applied: {applied.detail}")
-        click.echo(f"approved request {request.id}: {applied.detail}", err=True)
-    finally:
-        queue.close()
 
 
 def _python_name(requirement: str) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -191,6 +192,31 @@ def hold(
         message.chat,
     )
     return request
+
+
+def tell_after(
+    queue: MessageQueue,
+    request: HeldRequest,
+    work: Callable[[], str],
+    *,
+    background: bool,
+    name: str,
+) -> threading.Thread | None:
+    """Run what follows an approval (``work``, which says how it went) and tell the
+    request's chat, as a host notice on the message that asked: in a thread of its own
+    when ``background`` (other groups are not held), the thread returned."""
+
+    def run() -> None:
+        queue.add_host_notices(
+            request.message_id, [f"[orchestrator] Request {request.id}: {work()}"]
+        )
+
+    if not background:
+        run()
+        return None
+    thread = threading.Thread(target=run, name=f"{name}-{request.group}", daemon=True)
+    thread.start()
+    return thread
 
 
 def apply(groups_dir: Path, folder: str, request: HeldRequest, approved_by: str) -> Applied:

@@ -48,16 +48,13 @@ def apply_held(
 def pin_after_approval(
     queue: MessageQueue, groups_dir: Path, request: HeldRequest, *, background: bool = True
 ) -> threading.Thread | None:
-    def work() -> None:
-        text = _pin(groups_dir, request)
-        queue.add_host_notices(request.message_id, [f"[orchestrator] Request {request.id}: {text}"])
+    """List the approved server's tools, approve them as listed, and tell the request's
+    chat which (or why none)."""
+    from orchestrator.relay.approvals import tell_after
 
-    if not background:
-        work()
-        return None
-    thread = threading.Thread(target=work, name=f"mcp-{request.group}", daemon=True)
-    thread.start()
-    return thread
+    return tell_after(
+        queue, request, lambda: _pin(groups_dir, request), background=background, name="mcp"
+    )
 
 
 def _pin(groups_dir: Path, request: HeldRequest) -> str:

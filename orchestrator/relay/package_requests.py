@@ -66,17 +66,15 @@ def build_after_approval(
 ) -> threading.Thread | None:
     """Build the group's image for an approved request and tell the request's chat how
     it went (a host notice on the message that asked)."""
+    from orchestrator.relay.approvals import tell_after
 
-    def work() -> None:
-        text = _build(groups_dir, request.group)
-        queue.add_host_notices(request.message_id, [f"[orchestrator] Request {request.id}: {text}"])
-
-    if not background:
-        work()
-        return None
-    thread = threading.Thread(target=work, name=f"packages-{request.group}", daemon=True)
-    thread.start()
-    return thread
+    return tell_after(
+        queue,
+        request,
+        lambda: _build(groups_dir, request.group),
+        background=background,
+        name="packages",
+    )
 
 
 def _build(groups_dir: Path, folder: str) -> str:
