@@ -9,10 +9,10 @@ from __future__ import annotations
 import subprocess
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
+from bench.container import group_container
 from bench.harness import Result, Series, interleaved
 
 FETCH = "web-fetch"
@@ -95,61 +95,33 @@ print(json.dumps(samples))
 
 
 def gate(quick: bool) -> Result:
-    import json
-
-    from orchestrator.config import DEFAULT_IMAGE_REPOSITORY, load_config
-    from orchestrator.groups.config import GroupConfig
-    from orchestrator.home import Home
-    from orchestrator.image.agent import build_agent_image
-    from orchestrator.runtime import open_backend
-    from orchestrator.runtime.base import LABEL_PROJECT
-    from orchestrator.runtime.engine import connect
-    from orchestrator.runtime.lifecycle import GroupRuntime, default_skills_root
     from orchestrator.web.gate import Gate
     from tests.websites import website
 
-    client = connect()
-    image = build_agent_image(client, DEFAULT_IMAGE_REPOSITORY, offline=True).tag
-    project = f"bench-{uuid.uuid4().hex[:6]}"
     rounds = 50 if quick else 300
-    try:
-        with tempfile.TemporaryDirectory(prefix="bench-gate-") as tmp, website() as port:
-            home = Home(Path(tmp) / "home")
-            home.ensure_writable()
-            home.config_file.write_text(f"project: {project}\nmount_allowlist: {tmp}/none.yaml\n")
-            config = load_config(home)
-            backend = open_backend(config, client=client)
-            runtime = GroupRuntime(
-                home, config, backend, lambda: image, skills_root=default_skills_root()
-            )
-            group = runtime.store.add(GroupConfig(name="gate", creators=("b",)))
-            group.config_file.write_text(
-                group.config_file.read_text()
-                + f"web:\n  enabled: true\n  allow_addresses: ['127.0.0.1:{port}']\n"
-            )
-            group = runtime.store.load("gate")
-            egress = Gate(home.state_dir / "egress")
-            egress.serve(group.folder, group.config.web.rules(gate=True))
-            end = egress.turn_started(group.folder, True)
-            url = f"http://127.0.0.1:{port}/article"
-            try:
-                runtime.ensure_running(group)
-                container = client.containers.get(runtime.container_name(group))
-                answer = container.exec_run(["python3", "-c", SCRIPT, str(rounds), url])
-                assert answer.exit_code == 0, answer.output.decode(errors="replace")[-2000:]
-                proxied = json.loads(answer.output.decode().strip().splitlines()[-1])
+    egress: list[Any] = []
+
+    def open_gate(home: Any, group: Any) -> None:
+        gate = Gate(home.state_dir / "egress")
+        gate.serve(group.folder, group.config.web.rules(gate=True))
+        egress.extend((gate, gate.turn_started(group.folder, True)))
+
+    with website() as port:
+        url = f"http://127.0.0.1:{port}/article"
+        extra = f"web:\n  enabled: true\n  allow_addresses: ['127.0.0.1:{port}']\n"
+        try:
+            with group_container("gate", extra, before_start=open_gate) as inside:
+                proxied = inside.run(SCRIPT, str(rounds), url)
                 direct = []
                 for _ in range(rounds):
                     start = time.perf_counter()
                     subprocess.run(["curl", "-s", "-o", "/dev/null", url], check=True)
                     direct.append(time.perf_counter() - start)
-            finally:
+        finally:
+            if egress:
+                gate, end = egress
                 end()
-                egress.close()
-                for found in backend.list({LABEL_PROJECT: project}):
-                    backend.remove(found.name)
-    finally:
-        client.close()
+                gate.close()
     return Result(
         GATE,
         Series("curl in the container through the egress gate", proxied),
