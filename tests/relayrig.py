@@ -5,7 +5,8 @@ real socket. Fixtures for the relay's and the model servers' tests."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -65,31 +66,70 @@ def setup(home: Path, provider: FakeProvider, monkeypatch) -> Iterator[dict[str,
     queue.close()
 
 
-@pytest.fixture
-def served(setup: dict[str, Any]) -> Iterator[dict[str, Any]]:
+@contextmanager
+def runners(
+    setup: dict[str, Any], settings: Callable[[Any], dict[str, Any]] = lambda group: {}
+) -> Iterator[dict[str, Any]]:
+    """A real runner on a real socket for each group of ``setup`` (``settings(group)``:
+    more of its AgentSettings), the daemon started; all stopped afterwards, each tool
+    source closed (a shell, an MCP server)."""
     home: Home = setup["home"]
     servers = []
     for folder in ("fam", "work"):
         group = setup["runtime"].store.load(folder)
         setup["runtime"].prepare_host(group, setup["runtime"].desired_spec(group))
-        settings = AgentSettings(
-            agent_dir=group.path,
-            runtime_dir=home.runtime_dir(folder),
-            provider="fake",
-            model="m-1",
-            hooks_file=None,
+        server = RunnerServer(
+            AgentSettings(
+                agent_dir=group.path,
+                runtime_dir=home.runtime_dir(folder),
+                provider="fake",
+                model="m-1",
+                hooks_file=None,
+                **settings(group),
+            )
         )
-        server = RunnerServer(settings)
         server.sock = bind_unix(home.runtime_dir(folder) / "runner.sock")
         thread = threading.Thread(target=server.serve_forever, daemon=True)
         thread.start()
         servers.append((server, thread))
     daemon: Daemon = setup["daemon"]
     daemon.start()
-    yield setup
-    daemon.drain(2)
-    for server, thread in servers:
-        server.stop()
-        thread.join(5)
-        assert server.sock is not None
-        server.sock.close()
+    try:
+        yield setup
+    finally:
+        daemon.drain(2)
+        for server, thread in servers:
+            server.stop()
+            thread.join(5)
+            for source in server.runner.tool_sources:
+                if (close := getattr(source, "close", None)) is not None:
+                    close()
+            assert server.sock is not None
+            server.sock.close()
+
+
+@pytest.fixture
+def served(setup: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    with runners(setup) as ready:
+        yield ready
+
+
+def say(served: dict[str, Any], text: str, sender: str, group: str = "fam", chat: str = "c") -> Any:
+    """Send ``text`` to ``group`` through the daemon and wait for it to be done."""
+    from orchestrator.store.messages import DONE
+
+    daemon: Daemon = served["daemon"]
+    message = daemon.submit(group, text, chat=chat, sender=sender, channel="cli")
+    done = daemon.wait(message.id, 90)
+    assert done is not None and done.state == DONE, done
+    return done
+
+
+def tool_results(provider: FakeProvider) -> list[str]:
+    """The tool results the provider's last request carried."""
+    return [m["content"] for m in provider.seen[-1].body["messages"] if m.get("role") == "tool"]
+
+
+def offered(provider: FakeProvider) -> list[str]:
+    """The tools the provider's last request offered."""
+    return [t["function"]["name"] for t in provider.seen[-1].body.get("tools", [])]

@@ -10,7 +10,6 @@ import json
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from orchestrator.agent.serve import RunnerServer
 from orchestrator.agent.settings import AgentSettings
 from orchestrator.config import load_config
 from orchestrator.daemon.core import Daemon
@@ -32,9 +30,8 @@ from orchestrator.runtime.spec import mcp_setting
 from orchestrator.store.held import HeldRequests
 from orchestrator.store.messages import DONE
 from tests.fakeproviders import FakeProvider, Text, ToolUse
-from tests.fakerunner import bind_unix
 from tests.llmserver import free_port
-from tests.relayrig import provider, setup  # noqa: F401  (fixtures)
+from tests.relayrig import offered, provider, runners, say, setup, tool_results  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = (sys.executable, "-m", "tests.mcpservers", "stdio")
@@ -300,50 +297,11 @@ def mcp_served(
         + "    tracker:\n      remote: tracker\n"
         + f"      tools: {_pins(tracker, ['find'], {'Authorization': f'Bearer {TOKEN}'})}\n"
     )
-    servers = []
-    for folder in ("fam", "work"):
-        group = setup["runtime"].store.load(folder)
-        setup["runtime"].prepare_host(group, setup["runtime"].desired_spec(group))
-        settings = AgentSettings(
-            agent_dir=group.path,
-            runtime_dir=home.runtime_dir(folder),
-            provider="fake",
-            model="m-1",
-            hooks_file=None,
-            mcp=mcp_setting(group.config.mcp) if group.config.mcp.servers else None,
-        )
-        server = RunnerServer(settings)
-        server.sock = bind_unix(home.runtime_dir(folder) / "runner.sock")
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        servers.append((server, thread))
-    daemon.start()
-    yield setup
-    daemon.drain(2)
-    for server, thread in servers:
-        server.stop()
-        thread.join(5)
-        for source in server.runner.tool_sources:
-            if hasattr(source, "link") and source.link is not None:
-                source.link.close()
-        assert server.sock is not None
-        server.sock.close()
-
-
-def say(served: dict[str, Any], text: str, sender: str, group: str = "fam") -> Any:
-    daemon: Daemon = served["daemon"]
-    message = daemon.submit(group, text, chat="c", sender=sender, channel="cli")
-    done = daemon.wait(message.id, 90)
-    assert done is not None and done.state == DONE, done
-    return done
-
-
-def offered(provider: FakeProvider) -> list[str]:
-    return [t["function"]["name"] for t in provider.seen[-1].body.get("tools", [])]
-
-
-def tool_results(provider: FakeProvider) -> list[str]:
-    return [m["content"] for m in provider.seen[-1].body["messages"] if m.get("role") == "tool"]
+    with runners(
+        setup,
+        lambda group: {"mcp": mcp_setting(group.config.mcp) if group.config.mcp.servers else None},
+    ) as ready:
+        yield ready
 
 
 def test_a_creator_uses_a_stdio_and_a_remote_server_and_the_token_stays_on_the_host(

@@ -7,10 +7,7 @@ container and the daemon are real."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,47 +16,13 @@ import pytest
 from orchestrator.groups import GroupStore
 from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
-from orchestrator.image.group import remove_group_images
-from orchestrator.runtime.base import LABEL_PROJECT
+from tests.dockerrig import cli, docker_home, provider_config, tool_results  # noqa: F401
 from tests.fakeproviders import FakeProvider, Text, ToolUse
 from tests.test_daemon_docker import DaemonProcess, _free_port
 from tests.test_mcp import TOKEN, tracker  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.docker
 KEY = "sk-docker-mcp-0123456789abcdef"
-ROOT = Path(__file__).parent.parent
-
-
-def cli(home: Path, project: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [".venv/bin/orchestrator", "--home", str(home), *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "ORCHESTRATOR_PROJECT": project},
-        cwd=ROOT,
-        timeout=1200,
-    )
-
-
-@pytest.fixture
-def home(tmp_path: Path, agent_image: str, test_project: str, docker_client: Any) -> Iterator[Path]:
-    root = tmp_path / "home"
-    root.mkdir()
-    yield root
-    remove_group_images(docker_client, test_project, "fam")
-    for c in docker_client.containers.list(
-        all=True, filters={"label": f"{LABEL_PROJECT}={test_project}"}
-    ):
-        c.remove(force=True)
-
-
-def tool_results(group_dir: Path) -> list[str]:
-    transcript = group_dir / "sessions" / "cli.chat-c" / "transcript.jsonl"
-    return [
-        json.loads(line)["content"]
-        for line in transcript.read_text().splitlines()
-        if json.loads(line).get("role") == "tool"
-    ]
 
 
 def test_stdio_servers_in_the_container_and_a_remote_one_through_the_host(
@@ -74,12 +37,8 @@ def test_stdio_servers_in_the_container_and_a_remote_one_through_the_host(
     monkeypatch.setenv("TRACKER_TOKEN", TOKEN)
     try:
         (home / "orchestrator.yaml").write_text(
-            f'http:\n  listen: "127.0.0.1:{_free_port()}"\n'
-            f"providers:\n  fake:\n    kind: openai\n    base_url: {provider.base_url}\n"
-            "    key_env: FAKE_OPENAI_KEY\n    models: [fake-model]\n"
-            # room for every tool result: no compaction takes the script's answers
-            "    model_info:\n      fake-model: {context_tokens: 200000}\n"
-            f"mcp_servers:\n  tracker:\n    url: {tracker}\n    groups: [fam]\n"
+            provider_config(provider, _free_port(), context_tokens=200_000)
+            + f"mcp_servers:\n  tracker:\n    url: {tracker}\n    groups: [fam]\n"
             "    headers:\n      Authorization: {env: TRACKER_TOKEN, prefix: 'Bearer '}\n"
         )
         GroupStore(Home(home)).add(

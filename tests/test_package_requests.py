@@ -10,28 +10,10 @@ from typing import Any
 
 import pytest
 
-from orchestrator.daemon.core import Daemon
 from orchestrator.groups.config import load_group_config, set_option
 from orchestrator.store.held import HeldRequests
-from orchestrator.store.messages import DONE
 from tests.fakeproviders import FakeProvider, Text, ToolUse
-from tests.relayrig import provider, served, setup  # noqa: F401  (fixtures)
-
-
-def say(served: dict[str, Any], text: str, sender: str, chat: str = "c") -> Any:
-    daemon: Daemon = served["daemon"]
-    message = daemon.submit("fam", text, chat=chat, sender=sender, channel="cli")
-    done = daemon.wait(message.id, 60)
-    assert done is not None and done.state == DONE, done
-    return done
-
-
-def tool_results(provider: FakeProvider) -> list[str]:
-    return [m["content"] for m in provider.seen[-1].body["messages"] if m.get("role") == "tool"]
-
-
-def offered(provider: FakeProvider) -> list[str]:
-    return [t["function"]["name"] for t in provider.seen[-1].body.get("tools", [])]
+from tests.relayrig import offered, provider, say, served, setup, tool_results  # noqa: F401
 
 
 def test_a_request_needs_from_chat_and_is_held_for_a_creator_in_that_chat(

@@ -5,10 +5,7 @@ container moved to it, the shell using both; an sdist-only package refused."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,37 +14,12 @@ import pytest
 from orchestrator.groups import GroupStore
 from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
-from orchestrator.image.group import remove_group_images
-from orchestrator.runtime.base import LABEL_PROJECT
+from tests.dockerrig import cli, docker_home, provider_config, tool_results  # noqa: F401
 from tests.fakeproviders import FakeProvider, Text, ToolUse
 from tests.test_daemon_docker import DaemonProcess, _free_port
 
 pytestmark = pytest.mark.docker
 KEY = "sk-docker-packages-0123456789abcdef"
-ROOT = Path(__file__).parent.parent
-
-
-def cli(home: Path, project: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [".venv/bin/orchestrator", "--home", str(home), *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "ORCHESTRATOR_PROJECT": project},
-        cwd=ROOT,
-        timeout=1200,
-    )
-
-
-@pytest.fixture
-def home(tmp_path: Path, agent_image: str, test_project: str, docker_client: Any) -> Iterator[Path]:
-    root = tmp_path / "home"
-    root.mkdir()
-    yield root
-    remove_group_images(docker_client, test_project, "fam")
-    for c in docker_client.containers.list(
-        all=True, filters={"label": f"{LABEL_PROJECT}={test_project}"}
-    ):
-        c.remove(force=True)
 
 
 def test_a_groups_packages_are_built_offline_and_its_shell_uses_them(
@@ -56,11 +28,7 @@ def test_a_groups_packages_are_built_offline_and_its_shell_uses_them(
     provider = FakeProvider("openai", KEY)
     monkeypatch.setenv("FAKE_OPENAI_KEY", KEY)
     try:
-        (home / "orchestrator.yaml").write_text(
-            f'http:\n  listen: "127.0.0.1:{_free_port()}"\n'
-            f"providers:\n  fake:\n    kind: openai\n    base_url: {provider.base_url}\n"
-            "    key_env: FAKE_OPENAI_KEY\n    models: [fake-model]\n"
-        )
+        (home / "orchestrator.yaml").write_text(provider_config(provider, _free_port()))
         GroupStore(Home(home)).add(
             GroupConfig(name="fam", provider="fake", model="fake-model", creators=("operator",))
         )
@@ -125,12 +93,7 @@ def test_a_groups_packages_are_built_offline_and_its_shell_uses_them(
         container = docker_client.containers.get(f"{test_project}.fam")
         assert container.attrs["Config"]["Image"] == state["built"]
         group = GroupStore(Home(home)).load("fam")
-        transcript = group.sessions_dir / "cli.chat-c" / "transcript.jsonl"
-        [result] = [
-            json.loads(line)["content"]
-            for line in transcript.read_text().splitlines()
-            if json.loads(line).get("role") == "tool"
-        ]
+        [result] = tool_results(group.path)
         assert result.startswith("exit code 0\ntree v\n"), result
         assert "-  -\n1  2\n-  -" in result, result
     finally:
@@ -143,11 +106,7 @@ def test_a_package_request_approved_in_the_chat_is_built_and_used(
     provider = FakeProvider("openai", KEY)
     monkeypatch.setenv("FAKE_OPENAI_KEY", KEY)
     try:
-        (home / "orchestrator.yaml").write_text(
-            f'http:\n  listen: "127.0.0.1:{_free_port()}"\n'
-            f"providers:\n  fake:\n    kind: openai\n    base_url: {provider.base_url}\n"
-            "    key_env: FAKE_OPENAI_KEY\n    models: [fake-model]\n"
-        )
+        (home / "orchestrator.yaml").write_text(provider_config(provider, _free_port()))
         from orchestrator.groups.config import set_option
 
         group = GroupStore(Home(home)).add(
@@ -203,12 +162,7 @@ def test_a_package_request_approved_in_the_chat_is_built_and_used(
             assert running is not None and running.attrs["Config"]["Image"] == tag
             provider.script.extend([ToolUse("shell", {"command": "command -v tree"}), Text("ok")])
             proc.send("fam", "is tree there?", chat="c", wait=True)
-            transcript = group.sessions_dir / "cli.chat-c" / "transcript.jsonl"
-            results = [
-                json.loads(line)["content"]
-                for line in transcript.read_text().splitlines()
-                if json.loads(line).get("role") == "tool"
-            ]
+            results = tool_results(group.path)
             assert results[-1] == "exit code 0\n/usr/bin/tree\n", results
         finally:
             proc.stop()

@@ -15,7 +15,7 @@ from orchestrator.errors import InvalidConfig
 from orchestrator.groups.config import parse_group_config
 from orchestrator.web.fetch import FetchFailed, fetch
 from orchestrator.web.guard import Refused, Rules, check
-from tests.relayrig import provider, setup  # noqa: F401  (fixtures)
+from tests.relayrig import offered, provider, runners, say, setup, tool_results  # noqa: F401
 from tests.websites import Handler, website
 
 LOOPBACK = ("127.0.0.1", "::1")
@@ -268,13 +268,8 @@ def test_a_bad_policy_names_the_key(text: str, why: str) -> None:
 
 @pytest.fixture
 def web_served(setup: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
-    import threading
-
-    from orchestrator.agent.serve import RunnerServer
-    from orchestrator.agent.settings import AgentSettings
     from orchestrator.config import load_config
     from orchestrator.relay.turn import WebAccess
-    from tests.fakerunner import bind_unix
 
     with website() as port:
         home = setup["home"]
@@ -292,44 +287,8 @@ def web_served(setup: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Iterat
             + "web:\n  enabled: true\n  trust: [creator, member]\n  max_fetches_per_hour: 6\n"
             + f"  allow_addresses: ['127.0.0.1:{port}']\n"
         )
-        servers = []
-        for folder in ("fam", "work"):
-            group = setup["runtime"].store.load(folder)
-            setup["runtime"].prepare_host(group, setup["runtime"].desired_spec(group))
-            settings = AgentSettings(
-                agent_dir=group.path, runtime_dir=home.runtime_dir(folder), provider="fake",
-                model="m-1", hooks_file=None,
-            )  # fmt: skip
-            server = RunnerServer(settings)
-            server.sock = bind_unix(home.runtime_dir(folder) / "runner.sock")
-            thread = threading.Thread(target=server.serve_forever, daemon=True)
-            thread.start()
-            servers.append((server, thread))
-        daemon.start()
-        yield {**setup, "base": f"http://127.0.0.1:{port}"}
-        daemon.drain(2)
-        for server, thread in servers:
-            server.stop()
-            thread.join(5)
-            assert server.sock is not None
-            server.sock.close()
-
-
-def say(served: dict[str, Any], text: str, sender: str, group: str = "fam") -> Any:
-    from orchestrator.store.messages import DONE
-
-    message = served["daemon"].submit(group, text, chat="c", sender=sender, channel="cli")
-    done = served["daemon"].wait(message.id, 60)
-    assert done is not None and done.state == DONE, done
-    return done
-
-
-def results_seen(provider: Any) -> list[str]:
-    return [m["content"] for m in provider.seen[-1].body["messages"] if m.get("role") == "tool"]
-
-
-def offered(provider: Any) -> list[str]:
-    return [t["function"]["name"] for t in provider.seen[-1].body.get("tools", [])]
+        with runners(setup) as ready:
+            yield {**ready, "base": f"http://127.0.0.1:{port}"}
 
 
 def test_a_fetched_page_reaches_the_model_marked_and_holds_a_learned_write(
@@ -351,7 +310,7 @@ def test_a_fetched_page_reaches_the_model_marked_and_holds_a_learned_write(
         ]
     )
     say(web_served, "read the recipe", "alice")
-    page, write = results_seen(provider)
+    page, write = tool_results(provider)
     assert page.startswith(f"[web page fetched from {base}/inject: others' words")
     assert "Soak the beans overnight" in page and "IGNORE ALL PREVIOUS INSTRUCTIONS" in page
     assert "pending approval" in write
@@ -368,7 +327,7 @@ def test_search_returns_ranked_results_from_the_groups_backend(
 
     provider.script.extend([ToolUse("web_search", {"query": "lisbon trams"}), Text("done")])
     say(web_served, "search", "bob")
-    [found] = results_seen(provider)
+    [found] = tool_results(provider)
     assert found.startswith("[web search results from local: others' words")
     assert found.index("Result 1 for lisbon trams") < found.index("Result 2 for lisbon trams")
     assert "https://example.org/1" in found
@@ -409,7 +368,7 @@ def test_the_hourly_limit_refuses_past_it(web_served: dict[str, Any], provider: 
         + [Text("done")]
     )
     say(web_served, "fetch a lot", "alice")
-    results = results_seen(provider)
+    results = tool_results(provider)
     assert all('"tram": 28' in r for r in results[:6])
     assert "its limit (web.max_fetches_per_hour)" in results[6]
 

@@ -7,8 +7,6 @@ calls; the container, the gate and the daemon are real."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,33 +15,13 @@ import pytest
 from orchestrator.groups import GroupStore
 from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
-from orchestrator.runtime.base import LABEL_PROJECT
+from tests.dockerrig import docker_home, provider_config, tool_results  # noqa: F401
 from tests.fakeproviders import FakeProvider, Text, ToolUse
 from tests.test_daemon_docker import DaemonProcess, _free_port
 from tests.websites import website
 
 pytestmark = pytest.mark.docker
 KEY = "sk-docker-web-0123456789abcdef"
-
-
-@pytest.fixture
-def home(tmp_path: Path, agent_image: str, test_project: str, docker_client: Any) -> Iterator[Path]:
-    root = tmp_path / "home"
-    root.mkdir()
-    yield root
-    for c in docker_client.containers.list(
-        all=True, filters={"label": f"{LABEL_PROJECT}={test_project}"}
-    ):
-        c.remove(force=True)
-
-
-def tool_results(group_dir: Path) -> list[str]:
-    transcript = group_dir / "sessions" / "cli.chat-c" / "transcript.jsonl"
-    return [
-        json.loads(line)["content"]
-        for line in transcript.read_text().splitlines()
-        if json.loads(line).get("role") == "tool"
-    ]
 
 
 def test_the_shell_reaches_only_what_the_policy_opens_and_only_with_it_on(
@@ -54,10 +32,7 @@ def test_the_shell_reaches_only_what_the_policy_opens_and_only_with_it_on(
     with website() as port, website() as other:
         try:
             (home / "orchestrator.yaml").write_text(
-                f'http:\n  listen: "127.0.0.1:{_free_port()}"\n'
-                f"providers:\n  fake:\n    kind: openai\n    base_url: {provider.base_url}\n"
-                "    key_env: FAKE_OPENAI_KEY\n    models: [fake-model]\n"
-                "    model_info:\n      fake-model: {context_tokens: 200000}\n"
+                provider_config(provider, _free_port(), context_tokens=200_000)
             )
             store = GroupStore(Home(home))
             for name in ("fam", "work"):
@@ -124,10 +99,7 @@ def test_a_group_flooding_its_gate_leaves_its_neighbour_answering(
     with website() as port:
         try:
             (home / "orchestrator.yaml").write_text(
-                f'http:\n  listen: "127.0.0.1:{_free_port()}"\n'
-                f"providers:\n  fake:\n    kind: openai\n    base_url: {provider.base_url}\n"
-                "    key_env: FAKE_OPENAI_KEY\n    models: [fake-model]\n"
-                "    model_info:\n      fake-model: {context_tokens: 200000}\n"
+                provider_config(provider, _free_port(), context_tokens=200_000)
             )
             store = GroupStore(Home(home))
             for name in ("evil", "good"):
