@@ -53,7 +53,7 @@ def _listing(obj: CliContext, group: Group, server: McpServer) -> tuple[list[Lis
     """What ``server`` lists now: in a throwaway container made like the group's for a
     stdio server, from the host for a remote one."""
     from orchestrator.config import load_config
-    from orchestrator.mcp.link import Link, LinkFailed, Remote
+    from orchestrator.mcp.link import Link, LinkFailed
 
     if server.remote is not None:
         config = load_config(obj.home)
@@ -68,14 +68,7 @@ def _listing(obj: CliContext, group: Group, server: McpServer) -> tuple[list[Lis
                 f"mcp_servers.{server.remote} in orchestrator.yaml does not list "
                 f"{group.folder} under groups: only the groups listed there may attach it"
             )
-        link = Link(
-            server.name,
-            Remote(
-                definition.url,
-                definition.resolve_headers(config.secrets_file),
-                transport=definition.transport,
-            ),
-        )
+        link = Link(server.name, definition.target(config.secrets_file))
         try:
             return link.tools(), link.cut_tools
         except LinkFailed as exc:

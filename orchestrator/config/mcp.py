@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator.mcp.link import Remote
 from orchestrator.mcp.tools import server_problem
 from orchestrator.secrets import SecretRef, parse_secret_ref
 
@@ -48,6 +49,10 @@ class RemoteServerDef:
 
     def allows(self, folder: str) -> bool:
         return folder in self.groups
+
+    def target(self, secrets_file: Path | None) -> Remote:
+        """What a link connects to, its header secrets read (MissingSecret names which)."""
+        return Remote(self.url, self.resolve_headers(secrets_file), transport=self.transport)
 
     def resolve_headers(self, secrets_file: Path | None) -> dict[str, str]:
         """The headers with their secrets read (MissingSecret names which)."""

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.config.mcp import RemoteServerDef
-from orchestrator.mcp.link import Link, Remote
+from orchestrator.mcp.link import Link
 
 
 @dataclass
@@ -21,17 +21,15 @@ class RemoteLinks:
     def link(self, folder: str, definition: RemoteServerDef, secrets_file: Path | None) -> Link:
         """The session of ``folder`` with ``definition``'s server; MissingSecret when a
         header's secret cannot be found."""
-        headers = definition.resolve_headers(secrets_file)
-        stamp = hashlib.sha256(repr((definition, sorted(headers.items()))).encode()).hexdigest()
+        target = definition.target(secrets_file)
+        stamp = hashlib.sha256(repr((target, sorted(target.headers.items()))).encode()).hexdigest()
         key = (folder, definition.name)
         with self._lock:
             known = self._links.get(key)
             if known is not None and known[0] == stamp:
                 return known[1]
             old = known[1] if known is not None else None
-            link = Link(
-                definition.name, Remote(definition.url, headers, transport=definition.transport)
-            )
+            link = Link(definition.name, target)
             self._links[key] = (stamp, link)
         if old is not None:
             old.close()

@@ -59,23 +59,15 @@ def address_problem(ip: IP) -> str | None:
     """Why ``ip`` may not be reached from the host for a group, or None."""
     if isinstance(ip, ipaddress.IPv6Address):
         if ip.ipv4_mapped is not None:
-            return _v4_problem(ip.ipv4_mapped, f"{ip} (IPv4-mapped)")
+            return _kind_problem(ip.ipv4_mapped, f"{ip} (IPv4-mapped)")
         for net in NAT64:
             if ip in net:
                 embedded = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-                return _v4_problem(embedded, f"{ip} (NAT64)") or f"{ip}, a NAT64 address"
+                return _kind_problem(embedded, f"{ip} (NAT64)") or f"{ip}, a NAT64 address"
         if ip in SIXTOFOUR:
             return f"{ip}, a 6to4 address"
         if ip in TEREDO:
             return f"{ip}, a Teredo address"
-    return _v4_problem(ip, str(ip)) if isinstance(ip, ipaddress.IPv4Address) else _v6_problem(ip)
-
-
-def _v4_problem(ip: ipaddress.IPv4Address, shown: str) -> str | None:
-    return _kind_problem(ip, shown)
-
-
-def _v6_problem(ip: ipaddress.IPv6Address) -> str | None:
     return _kind_problem(ip, str(ip))
 
 
