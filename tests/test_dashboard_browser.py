@@ -141,14 +141,23 @@ def shot(driver: Any, name: str) -> None:
 
 def wait_until(predicate: Any, timeout: float = 20) -> Any:
     """``predicate()`` once it is true; a page being replaced meanwhile (an element gone
-    stale, or not there yet) counts as not yet."""
-    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+    stale, or not there yet) counts as not yet. Chromium sometimes reports a stale
+    element as an inspector error about a node no longer in the document: the same."""
+    from selenium.common.exceptions import (
+        NoSuchElementException,
+        StaleElementReferenceException,
+        WebDriverException,
+    )
 
     deadline = time.monotonic() + timeout
     while True:
         try:
             value = predicate()
         except (StaleElementReferenceException, NoSuchElementException):
+            value = None
+        except WebDriverException as exc:
+            if "does not belong to the document" not in str(exc):
+                raise
             value = None
         if value:
             return value
