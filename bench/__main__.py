@@ -38,6 +38,7 @@ BENCHMARKS: dict[str, Callable[[bool], Result]] = {
     runtime.IDLE: runtime.idle_cost,
     messages.WARM: messages.warm_turn,
     messages.THROUGHPUT: messages.throughput,
+    messages.METRICS: messages.warm_turn_metrics,
     hostile.NAME: hostile.run,
     relay.NAME: relay.run,
     model_server.NAME: model_server.run,

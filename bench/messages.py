@@ -9,6 +9,12 @@ the same image. Interleaved. Goal: p50 <= 20 ms and a ratio <= 3.
 throughput: N messages spread over 10 groups at once, until all replies are stored,
 against the same number of echo round trips on as many parallel connections as the
 daemon runs turns.
+
+warm-turn-metrics: the warm turn with the daemon's metrics on (the default: a counter
+and a histogram observation at the turn's end) against the same turn with them off
+(``metrics.enabled: false``), on one daemon and group, interleaved. Scrapes are not
+part of it: they run on the scraper's own thread. Goal: metrics on cost at most 5%
+more (ratio <= 1.05).
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from __future__ import annotations
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,6 +31,7 @@ from bench.harness import Result, Series, interleaved
 
 WARM = "warm-turn"
 THROUGHPUT = "throughput"
+METRICS = "warm-turn-metrics"
 ECHO = r"""
 import os, socket, struct, threading
 path = '/peer/echo.sock'
@@ -144,6 +151,43 @@ def warm_turn(quick: bool) -> Result:
             floor_label="echo round trip, same transport",
         )
     return Result(WARM, t, f, note="goal: p50 <= 20 ms and ratio <= 3")
+
+
+def warm_turn_metrics(quick: bool) -> Result:
+    from orchestrator.daemon.core import Daemon
+    from orchestrator.metrics import Metrics
+
+    with _setup(1) as (daemon, folders, _echo):
+        assert isinstance(daemon, Daemon) and daemon.metrics.enabled
+        folder = folders[0]
+        on, off = daemon.metrics, Metrics(daemon, daemon.relay.usage, enabled=False)
+
+        def turn(metrics: Metrics) -> Callable[[], None]:
+            def run() -> None:
+                daemon.metrics = metrics  # read by the turn's delivery as it ends
+                message = daemon.submit(folder, "hello", chat="bench", sender="b", channel="bench")
+                done = daemon.wait(message.id, 60)
+                assert done is not None and done.state == "done", done
+
+            return run
+
+        t, f = interleaved(
+            turn(on),
+            turn(off),
+            100 if quick else 500,
+            target_label="message -> reply stored, metrics on",
+            floor_label="the same, metrics off",
+        )
+        counted = on.registry.get_sample_value(
+            "orchestrator_turns_total", {"group": folder, "outcome": "delivered"}
+        )
+    return Result(
+        METRICS,
+        t,
+        f,
+        note="goal: metrics on cost at most 5% more (ratio <= 1.05)",
+        extra={"turns_counted_with_metrics_on": counted},
+    )
 
 
 def throughput(quick: bool) -> Result:

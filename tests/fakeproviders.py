@@ -26,8 +26,10 @@ from aiohttp import web
 @dataclass
 class Text:
     text: str
-    input_tokens: int = 11
+    input_tokens: int = 11  # the prompt less its cached part
     output_tokens: int = 7
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0  # Anthropic's cache_creation_input_tokens
 
 
 @dataclass
@@ -203,6 +205,10 @@ class FakeProvider:
             )
         usage_in = step.input_tokens if isinstance(step, Text) else 13
         usage_out = step.output_tokens if isinstance(step, Text) else 9
+        cached = {
+            "cache_read_input_tokens": step.cache_read_tokens if isinstance(step, Text) else 0,
+            "cache_creation_input_tokens": step.cache_write_tokens if isinstance(step, Text) else 0,
+        }
         stop = "tool_use" if isinstance(step, ToolUse) else "end_turn"
         if not body.get("stream"):
             return web.json_response(
@@ -214,7 +220,7 @@ class FakeProvider:
                     "content": blocks,
                     "stop_reason": stop,
                     "stop_sequence": None,
-                    "usage": {"input_tokens": usage_in, "output_tokens": usage_out},
+                    "usage": {"input_tokens": usage_in, "output_tokens": usage_out, **cached},
                 }
             )
         events: list[tuple[str, dict[str, Any]]] = [
@@ -230,7 +236,7 @@ class FakeProvider:
                         "content": [],
                         "stop_reason": None,
                         "stop_sequence": None,
-                        "usage": {"input_tokens": usage_in, "output_tokens": 1},
+                        "usage": {"input_tokens": usage_in, "output_tokens": 1, **cached},
                     },
                 },
             )
@@ -290,11 +296,14 @@ class FakeProvider:
             return _error(step, {"error": {"message": step.message, "type": "x", "code": None}})
         if isinstance(step, Malformed):
             return web.Response(text="<html>bad gateway</html>", content_type="application/json")
-        usage = {
-            "prompt_tokens": step.input_tokens if isinstance(step, Text) else 13,
+        cached = step.cache_read_tokens if isinstance(step, Text) else 0
+        usage: dict[str, Any] = {
+            "prompt_tokens": (step.input_tokens if isinstance(step, Text) else 13) + cached,
             "completion_tokens": step.output_tokens if isinstance(step, Text) else 9,
         }
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        if cached:
+            usage["prompt_tokens_details"] = {"cached_tokens": cached}
         text = step.text
         calls = (
             [

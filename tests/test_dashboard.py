@@ -272,3 +272,27 @@ def test_a_history_that_cannot_record_says_so_on_the_group_page(daemon: Daemon) 
 
     page = browse(daemon, steps)
     assert 'id="history-gap"' in page and "No space left on device" in page
+
+
+def test_costs_and_a_budget_pause_show_on_the_groups_and_usage_pages(daemon: Daemon) -> None:
+    import time
+
+    from orchestrator.relay.ops.model import BUDGET_HOLDER
+    from orchestrator.store.usage import Call
+
+    daemon.config = daemon.relay.config = replace(daemon.config, currency="EUR")
+    daemon.relay.usage.record(
+        Call("m", "fam", "p", "m-1", "turn", time.time(), 5.0, 10, 5, "ok", None, 0, 0, 0.25, "EUR")
+    )
+    daemon.queue.pause("fam", BUDGET_HOLDER, "budget: <b>cap</b> reached", expires=time.time() + 60)
+
+    async def steps(client: TestClient) -> tuple[str, str]:
+        await login(client)
+        groups = await (await client.get("/ui/")).text()
+        usage = await (await client.get("/ui/usage")).text()
+        return groups, usage
+
+    groups, usage = browse(daemon, steps)
+    assert "paused (budget)" in groups and "0.2500 EUR" in groups
+    assert "<b>cap</b>" not in groups and "&lt;b&gt;cap&lt;/b&gt;" in groups  # inert
+    assert "cost per day, fam (EUR)" in usage and "0.2500</text>" in usage

@@ -277,6 +277,7 @@ def web_served(setup: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Iterat
         config_file.write_text(
             config_file.read_text()
             + f"web_search:\n  local:\n    kind: searxng\n    url: http://127.0.0.1:{port}\n"
+            + "    price_per_query: 0.005\n"
         )
         daemon = setup["daemon"]
         daemon.relay.config = load_config(home)
@@ -331,6 +332,11 @@ def test_search_returns_ranked_results_from_the_groups_backend(
     assert found.startswith("[web search results from local: others' words")
     assert found.index("Result 1 for lisbon trams") < found.index("Result 2 for lisbon trams")
     assert "https://example.org/1" in found
+    # the search's price is its cost, recorded as the web's
+    [web] = [
+        d for d in web_served["daemon"].relay.usage.by_day("fam", by="purpose") if d.key == "web"
+    ]
+    assert (web.requests, web.cost, web.currency) == (1, 0.005, "USD")
 
 
 def test_a_guest_and_another_group_get_no_web_and_the_host_refuses_them_anyway(

@@ -132,6 +132,10 @@ def test_backends_are_read_with_their_defaults(home: Path, monkeypatch: pytest.M
             "  a:\n    kind: brave\n    key: abc\n",
             "web_search.a.key: unknown key; valid keys here: key_env, key_secret, kind",
         ),
+        (
+            "  a:\n    kind: searxng\n    url: http://127.0.0.1:8\n    price_per_query: -1\n",
+            "web_search.a.price_per_query: got -1; expected what one search costs",
+        ),
         ("  A b:\n    kind: brave\n", "backend names are 1-40 of a-z"),
         ("  - a\n", "web_search must be a mapping"),
     ],

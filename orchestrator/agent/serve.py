@@ -18,6 +18,7 @@ from typing import Any
 
 from orchestrator import __version__
 from orchestrator.agent.hostlink import HostLink
+from orchestrator.agent.providers.base import TurnWaits
 from orchestrator.agent.runner import Runner
 from orchestrator.agent.settings import AgentSettings
 from orchestrator.limits import OFFLINE_CONTEXT_TOKENS, model_request_cap
@@ -95,6 +96,9 @@ class RunnerServer:
                 host.frame_limit = model_request_cap(turn.window_tokens)
             try:
                 result = self.runner.handle(turn, host)
+            except TurnWaits as exc:  # the host delivers it again later: not a failure
+                log.info("turn %s waits: %s", turn.turn_id, exc)
+                return {"ok": False, "error": str(exc), "wait": True}
             except Exception as exc:  # a failed turn must not take the runner down
                 log.exception("turn %s failed", turn.turn_id)
                 return {"ok": False, "error": f"turn failed: {type(exc).__name__}: {exc}"}

@@ -5,6 +5,7 @@
     GET  /v1/messages/{id}[?wait=S&after=N]  state and replies; with wait, a long poll until
                                        done (or, with after, until it has more than N replies)
     GET  /v1/groups                    the groups
+    GET  /metrics                      Prometheus metrics (the operator's token only)
     GET  /healthz                      liveness, no token needed
 
 Bad input gets a 4xx with a JSON body {"error": ...}; nothing is queued.
@@ -117,6 +118,7 @@ class HttpApi:
         app.router.add_post("/v1/groups/{name}/messages", self.post_message)
         app.router.add_get("/v1/messages/{id}", self.get_message)
         app.router.add_get("/v1/groups/{name}/chats/{chat}/messages", self.chat_messages)
+        app.router.add_get("/metrics", self.metrics)
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Read the named tokens and follow the daemon's changes (long polls wake on
@@ -211,6 +213,19 @@ class HttpApi:
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"ok": True, "accepting": self.daemon.accepting})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        """The daemon's metrics, in the format the Accept header asks for (Prometheus's
+        text format by default), for the operator's token: they cover every group."""
+        if self.principal(request) is not None:
+            return _error(403, "only the operator's token (http.token) may read /metrics")
+        metrics = self.daemon.metrics
+        if not metrics.enabled:
+            return _error(404, "metrics are off (metrics.enabled: false in orchestrator.yaml)")
+        body, content_type = await asyncio.to_thread(
+            metrics.exposition, request.headers.get("Accept", "")
+        )
+        return web.Response(body=body, headers={"Content-Type": content_type})
 
     async def groups(self, request: web.Request) -> web.Response:
         """Every group folder; one whose group.yaml is invalid is listed with its errors."""

@@ -47,6 +47,27 @@ def group() -> None:
 )
 @click.option("--provider", default=DEFAULT_PROVIDER, show_default=True, help="Model provider.")
 @click.option("--model", default=DEFAULT_MODEL, show_default=True, help="Model name.")
+@click.option(
+    "--timezone",
+    default="UTC",
+    show_default=True,
+    metavar="ZONE",
+    help="The group's IANA time zone (Europe/Lisbon): its days for costs and its tasks.",
+)
+@click.option(
+    "--cost-per-day",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="AMOUNT",
+    help="A money cap a day, in orchestrator.yaml's currency (the model must be priced).",
+)
+@click.option(
+    "--cost-per-month",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="AMOUNT",
+    help="A money cap a month, in orchestrator.yaml's currency.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the new group as JSON.")
 @pass_cli
 def add(
@@ -57,20 +78,32 @@ def add(
     members: tuple[str, ...],
     provider: str,
     model: str,
+    timezone: str,
+    cost_per_day: float | None,
+    cost_per_month: float | None,
     as_json: bool,
 ) -> None:
     """Create a group named NAME: groups/<folder>/group.yaml plus its memory scaffold.
 
     \b
-    Example:
+    Examples:
       orchestrator group add "Family chat" --creator alice
+      orchestrator group add Support --provider claude --model claude-sonnet-4-5 \\
+          --timezone Europe/Lisbon --cost-per-day 5
     """
+    from dataclasses import replace
+
+    from orchestrator.groups.config import ModelLimits, TaskSettings
+
     config = GroupConfig(
         name=name,
         provider=provider,
         model=model,
         creators=creators or ("operator",),
         members=members,
+        timezone=timezone,
+        tasks=replace(TaskSettings(), timezone=timezone),
+        limits=replace(ModelLimits(), cost_per_day=cost_per_day, cost_per_month=cost_per_month),
     )
     created = GroupStore(obj.home).add(config, folder)
     if as_json:
@@ -375,22 +408,49 @@ def pause(obj: CliContext, name: str, reason: str, duration: str | None, as_json
 @group.command("resume")
 @click.argument("name")
 @click.option(
+    "--budget",
+    is_flag=True,
+    help="Drop the pause a money cap took (limits.cost_per_day/cost_per_month) and let the "
+    "group spend past its cap until that period ends (the next day or month in the "
+    "group's time zone).",
+)
+@click.option(
     "--all",
     "every",
     is_flag=True,
-    help="Also drop pauses taken by the orchestrator itself (a disk-limit pause comes "
-    "back at the next check while the group is still over its limit).",
+    help="Drop every pause: the operator's, the orchestrator's own (a disk-limit pause "
+    "comes back at the next check while the group is still over its limit) and a money "
+    "cap's (lifted as with --budget).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @pass_cli
-def resume(obj: CliContext, name: str, every: bool, as_json: bool) -> None:
-    """Resume NAME: its waiting messages are delivered again."""
+def resume(obj: CliContext, name: str, budget: bool, every: bool, as_json: bool) -> None:
+    """Resume NAME: its waiting messages are delivered again.
+
+    Without options only the operator's own pause (orchestrator group pause) is
+    dropped; --budget drops a money cap's pause and lifts the cap until its period
+    ends; --all drops every pause. Whatever still holds the group is listed.
+    """
+    from orchestrator.relay.ops.model import BUDGET_HOLDER
     from orchestrator.store.messages import open_queue
 
     found = GroupStore(obj.home).find(name)
     queue = open_queue(obj.home)
+    lifted: float | None = None
     try:
-        dropped = queue.resume(found.folder, None if every else OPERATOR_HOLDER)
+        if budget or every:
+            lease = next((p for p in queue.pauses(found.folder) if p.holder == BUDGET_HOLDER), None)
+            if lease is not None and lease.expires is not None:
+                lifted = lease.expires
+                queue.lift_budget(found.folder, lease.expires)
+        holders = [BUDGET_HOLDER] if budget and not every else []
+        if not budget or every:
+            holders.append(OPERATOR_HOLDER)
+        dropped = (
+            queue.resume(found.folder, None)
+            if every
+            else sum(queue.resume(found.folder, h) for h in holders)
+        )
         left = queue.pauses(found.folder)
     finally:
         queue.close()
@@ -399,14 +459,22 @@ def resume(obj: CliContext, name: str, every: bool, as_json: bool) -> None:
             {
                 "folder": found.folder,
                 "resumed": bool(dropped),
+                "budget_lifted_until": lifted,
                 "still_paused": [p.to_dict() for p in left],
             }
         )
         return
     if dropped:
         click.echo(f"resumed {found.folder}")
+    elif budget and not every:
+        click.echo(f"{found.folder} was not paused by a money cap")
     else:
         click.echo(f"{found.folder} was not paused by the operator")
+    if lifted is not None:
+        from orchestrator.money import local_time
+
+        until = local_time(lifted, found.config.timezone)
+        click.echo(f"its money caps are lifted until {until}")
     for lease in left:
         click.echo(f"still paused by {lease.holder}: {safe_line(lease.reason)}", err=True)
 

@@ -177,15 +177,32 @@ def remove(obj: CliContext, name: str) -> None:
     metavar="DURATION",
     help="How far back (90m, 24h, 7d).",
 )
+@click.option(
+    "--by",
+    type=click.Choice(["model", "purpose"]),
+    default=None,
+    help="One row per model (provider/model) or purpose (turn, tasks, flush, summary, "
+    "web) of each day.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_cli
-def usage(obj: CliContext, name: str | None, since: str, as_json: bool) -> None:
-    """Model use per group and UTC day: calls, failures, calls refused by a budget,
-    tokens in and out, mean latency. NAME limits it to one group."""
+def usage(obj: CliContext, name: str | None, since: str, by: str | None, as_json: bool) -> None:
+    """Model use per group and day (the group's time zone, group.yaml timezone): calls,
+    failures, calls refused by a budget, tokens in (cached parts apart) and out, cost
+    in orchestrator.yaml's currency ("-" where the model has no prices), mean latency.
+    NAME limits it to one group.
+
+    \b
+    Examples:
+      orchestrator usage                      every group, the last 7 days
+      orchestrator usage family --since 30d   one group, a month
+      orchestrator usage --by purpose         what chats, tasks and flushes cost
+    """
     import time
 
     from orchestrator.errors import BadInput
     from orchestrator.groups import GroupStore
+    from orchestrator.money import format_money
     from orchestrator.store.messages import open_queue
     from orchestrator.store.usage import UsageStore
     from orchestrator.units import parse_duration
@@ -193,11 +210,13 @@ def usage(obj: CliContext, name: str | None, since: str, as_json: bool) -> None:
     seconds = parse_duration(since)
     if not seconds:
         raise BadInput(f"--since {since!r} is not a duration", hint="use 90m, 24h, 7d or seconds")
-    folder = GroupStore(obj.home).find(name).folder if name else None
+    store_of_groups = GroupStore(obj.home)
+    folder = store_of_groups.find(name).folder if name else None
+    zones = {g.folder: g.config.timezone for g in store_of_groups.groups()}
     queue = open_queue(obj.home)  # makes the database when there is none yet
     store = UsageStore(queue.path)
     try:
-        days = store.by_day(folder, time.time() - seconds)
+        days = store.by_day(folder, time.time() - seconds, zones, by)
     finally:
         store.close()
         queue.close()
@@ -207,17 +226,24 @@ def usage(obj: CliContext, name: str | None, since: str, as_json: bool) -> None:
     if not days:
         click.echo(f"no model calls in the last {since}")
         return
+    from orchestrator.config import load_config
+
+    currency = load_config(obj.home).currency
+    head = ["GROUP", "DAY", *([by.upper()] if by else []), "CALLS", "FAILED", "REFUSED"]
     print_table(
-        ("GROUP", "DAY", "CALLS", "FAILED", "REFUSED", "TOKENS IN", "TOKENS OUT", "MEAN LATENCY"),
+        (*head, "TOKENS IN", "CACHED", "TOKENS OUT", "COST", "MEAN LATENCY"),
         [
             (
                 d.group,
                 d.day,
+                *([d.key or "-"] if by else []),
                 d.requests,
                 d.failed,
                 d.refused,
                 f"{d.input_tokens:,}",
+                f"{d.cache_read_tokens + d.cache_write_tokens:,}",
                 f"{d.output_tokens:,}",
+                format_money(d.cost, d.currency or currency),
                 f"{d.mean_latency_ms:.0f} ms",
             )
             for d in days

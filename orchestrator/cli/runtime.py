@@ -93,8 +93,9 @@ def restart(obj: CliContext, name: str, as_json: bool) -> None:
 @pass_cli
 def status(obj: CliContext, as_json: bool) -> None:
     """The daemon (running or not, pid, uptime, channels, queue); then per group:
-    container state, uptime, memory and disk use, config drift, last activity, pauses;
-    then dead letters and the free disk space."""
+    container state, uptime, memory and disk use, config drift, last activity, today's
+    cost (the group's day, in orchestrator.yaml's currency; "-" when nothing priced was
+    spent), pauses (a money cap's among them); then dead letters and the free disk space."""
     from orchestrator.groups.disk import free_space, group_disk_usage
     from orchestrator.memory.history import History
 
@@ -109,6 +110,9 @@ def status(obj: CliContext, as_json: bool) -> None:
     spaces = [s for s in (free_space(obj.home.groups_dir), free_space(obj.home.state_dir)) if s]
     gaps = {r.folder: History(obj.home.groups_dir, r.folder).gap() for r in rows}
     recreated = _runner_recreations(obj) if daemon is not None else {}
+    zones = {g.folder: g.config.timezone for g in runtime.store.groups()}
+    costs = _costs_today(obj, zones)
+    currency = _currency(obj)
     if as_json:
         print_json(
             {
@@ -121,6 +125,8 @@ def status(obj: CliContext, as_json: bool) -> None:
                         "paused": paused.get(row.folder),
                         "history_gap": gap.to_dict() if (gap := gaps[row.folder]) else None,
                         "runner_recreations": recreated.get(row.folder, 0),
+                        "cost_today": costs.get(row.folder),
+                        "currency": currency,
                     }
                     for row in rows
                 ],
@@ -158,8 +164,20 @@ def status(obj: CliContext, as_json: bool) -> None:
     if not rows and not invalid:
         click.echo("no groups; add one with: orchestrator group add NAME")
         return
+    from orchestrator.money import format_money
+
     print_table(
-        ("GROUP", "CONTAINER", "STATE", "UPTIME", "MEMORY", "DISK", "DRIFT", "LAST ACTIVITY"),
+        (
+            "GROUP",
+            "CONTAINER",
+            "STATE",
+            "UPTIME",
+            "MEMORY",
+            "DISK",
+            "DRIFT",
+            "LAST ACTIVITY",
+            "COST TODAY",
+        ),
         [
             (
                 r.folder,
@@ -170,10 +188,11 @@ def status(obj: CliContext, as_json: bool) -> None:
                 f"{human_bytes(disk[r.folder])} / {human_bytes(limits.get(r.folder, 0))}",
                 {True: "yes", False: "no", None: "-"}[r.drift],
                 f"{human_seconds(now - r.last_activity)} ago" if r.last_activity else "never",
+                format_money(costs.get(r.folder), currency),
             )
             for r in rows
         ]
-        + [(i.folder, "-", f"INVALID: {i.problem}", "-", "-", "-", "-", "-") for i in invalid],
+        + [(i.folder, "-", f"INVALID: {i.problem}", "-", "-", "-", "-", "-", "-") for i in invalid],
     )
     for folder, lease in paused.items():
         click.echo(f"paused {folder} ({lease['holder']}): {safe_line(lease['reason'])}")
@@ -200,6 +219,37 @@ def status(obj: CliContext, as_json: bool) -> None:
         if line not in seen:
             seen.add(line)
             click.echo(f"disk: {line} ({space.path})")
+
+
+def _costs_today(obj: CliContext, zones: dict[str, str]) -> dict[str, float]:
+    """What each group spent today (its own day), for groups that spent on priced calls."""
+    path = obj.home.state_dir / "queue.db"
+    if not path.exists():
+        return {}
+    from orchestrator.errors import OrchestratorError
+    from orchestrator.money import day_start
+    from orchestrator.store.usage import UsageStore
+
+    now = time.time()
+    try:
+        store = UsageStore(path)
+    except OrchestratorError:
+        return {}  # an older or newer schema: the queue summary says so
+    try:
+        found = store.priced_since({f: day_start(now, z) for f, z in zones.items()})
+    finally:
+        store.close()
+    return found
+
+
+def _currency(obj: CliContext) -> str:
+    from orchestrator.errors import OrchestratorError
+    from orchestrator.money import DEFAULT_CURRENCY
+
+    try:
+        return load_config(obj.home).currency
+    except OrchestratorError:
+        return DEFAULT_CURRENCY
 
 
 def _memory(row: Any) -> str:

@@ -16,6 +16,7 @@ from orchestrator.config.accounts import (
     parse_http_tokens,
 )
 from orchestrator.config.mcp import RemoteServerDef, parse_mcp_servers
+from orchestrator.config.metrics import MetricsConfig, parse_metrics
 from orchestrator.config.providers import ProviderDef, parse_providers
 from orchestrator.config.websearch import SearchBackendDef, parse_web_search
 from orchestrator.errors import InvalidConfig
@@ -26,6 +27,7 @@ from orchestrator.limits import (
     DEFAULT_UNPRIVILEGED_UID,
     HISTORY_FILE_MAX_BYTES,
 )
+from orchestrator.money import DEFAULT_CURRENCY, Prices
 from orchestrator.validate import MappingReader
 from orchestrator.yamldoc import load_yaml_file, parse_yaml_text
 
@@ -70,11 +72,26 @@ class OrchestratorConfig:
     http_dashboard: bool = False  # http.dashboard: the operators' pages under /ui/
     mcp_servers: Mapping[str, RemoteServerDef] = field(default_factory=dict)  # remote MCP
     web_search: Mapping[str, SearchBackendDef] = field(default_factory=dict)  # web_search
+    currency: str = DEFAULT_CURRENCY  # the currency of every price and money cap
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)  # metrics
+
+    def prices_of(self, provider: str, model: str) -> Prices | None:
+        """The prices of ``model`` at ``provider`` (None: not priced, or not defined)."""
+        definition = self.providers.get(provider)
+        return definition.info(model).prices if definition is not None else None
 
 
-def listen_problem(listen: str, allow_remote: bool) -> str | None:
-    """Why ``HOST:PORT`` cannot be the HTTP API's address, or None. A host other than
-    loopback (127.0.0.0/8, ::1, localhost) needs ``http.allow_remote: true``."""
+# What a listener on another address lacks, and what to do first: by section.
+_REMOTE_ADVICE = {
+    "http": "the API has no TLS of its own: put it behind a TLS reverse proxy",
+    "metrics": "the metrics listener has no TLS and no token: let only Prometheus reach it",
+}
+
+
+def listen_problem(listen: str, allow_remote: bool, section: str = "http") -> str | None:
+    """Why ``HOST:PORT`` cannot be the address of ``section``'s listener (the HTTP API's,
+    the metrics listener's), or None. A host other than loopback (127.0.0.0/8, ::1,
+    localhost) needs ``<section>.allow_remote: true``."""
     import ipaddress
 
     host, sep, port = listen.rpartition(":")
@@ -89,8 +106,8 @@ def listen_problem(listen: str, allow_remote: bool) -> str | None:
         loopback = False
     if not loopback and not allow_remote:
         return (
-            f"{host} is not a loopback address; the API has no TLS of its own: put it "
-            "behind a TLS reverse proxy and set http.allow_remote: true to listen there"
+            f"{host} is not a loopback address; {_REMOTE_ADVICE[section]}, and set "
+            f"{section}.allow_remote: true to listen there"
         )
     return None
 
@@ -155,6 +172,10 @@ def _providers(reader: MappingReader, config: OrchestratorConfig, home: Home) ->
     return replace(config, providers=parse_providers(reader.child("providers")))
 
 
+def _currency(reader: MappingReader, config: OrchestratorConfig, home: Home) -> OrchestratorConfig:
+    return replace(config, currency=reader.text("currency", pattern=r"[A-Za-z]{1,10}"))
+
+
 def _secrets_file(
     reader: MappingReader, config: OrchestratorConfig, home: Home
 ) -> OrchestratorConfig:
@@ -209,6 +230,10 @@ def _channels(reader: MappingReader, config: OrchestratorConfig, home: Home) -> 
     return replace(config, channel_accounts=parse_channel_accounts(reader.child("channels")))
 
 
+def _metrics(reader: MappingReader, config: OrchestratorConfig, home: Home) -> OrchestratorConfig:
+    return replace(config, metrics=parse_metrics(reader.child("metrics")))
+
+
 def _http(reader: MappingReader, config: OrchestratorConfig, home: Home) -> OrchestratorConfig:
     http = reader.child("http")
     http.reject_unknown(["listen", "token", "allow_remote", "tokens", "dashboard"])
@@ -250,6 +275,8 @@ SECTIONS: dict[str, Section] = {
     "channels": _channels,
     "mcp_servers": _mcp_servers,
     "web_search": _web_search,
+    "currency": _currency,
+    "metrics": _metrics,
 }
 
 

@@ -12,7 +12,14 @@ where their keys come from (``orchestrator.secrets``).
         base_url: http://127.0.0.1:11434/v1   # Ollama, vLLM, llama.cpp, LM Studio ...
         models: [llama3.1]              # a server that needs no key needs no key reference
         model_info:                     # what is known of each model, by name
-          llama3.1: {context_tokens: 8192}   # its context window (else asked of the server)
+          llama3.1:
+            context_tokens: 8192        # its context window (else asked of the server)
+            prices: {input: 0, output: 0}   # per million tokens; a local model costs 0
+    currency: USD                       # the currency of every price (top level)
+
+Prices (``input``, ``output``, and optionally ``cache_read``, ``cache_write``, which are
+priced as input when not given) make each call's cost known; a group's money caps
+(group.yaml ``limits.cost_per_day``/``cost_per_month``) need its model priced.
 
 Keys are read on the host when a call is made; they are never in group.yaml, never
 mounted, never in a frame to a container, never in a log line.
@@ -25,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator.money import Prices
 from orchestrator.protocol import OFFLINE
 from orchestrator.secrets import SecretRef, parse_secret_ref
 
@@ -45,6 +53,7 @@ class ModelInfo:
     """What orchestrator.yaml says of one model (``providers.NAME.model_info.MODEL``)."""
 
     context_tokens: int | None = None  # its context window; None: asked of the server
+    prices: Prices | None = None  # per million tokens; None: its calls have no known cost
 
 
 @dataclass(frozen=True)
@@ -88,7 +97,13 @@ class ProviderDef:
             "models": list(self.models),
             "max_tokens": self.max_tokens,
             "stream": self.stream,
-            "model_info": {m: {"context_tokens": i.context_tokens} for m, i in self.model_info},
+            "model_info": {
+                m: {
+                    "context_tokens": i.context_tokens,
+                    "prices": i.prices.to_dict() if i.prices is not None else None,
+                }
+                for m, i in self.model_info
+            },
         }
 
 
@@ -152,7 +167,7 @@ def _model_info(reader: MappingReader) -> tuple[tuple[str, ModelInfo], ...]:
         if not isinstance(model, str) or not model.strip() or len(model) > 200:
             raise reader.fail(str(model), "a model's name must be 1-200 characters")
         item = reader.child(model)
-        item.reject_unknown(["context_tokens"])
+        item.reject_unknown(["context_tokens", "prices"])
         tokens = (
             item.whole_number(
                 "context_tokens", None, 256, 100_000_000, "a number of tokens from 256"
@@ -160,8 +175,38 @@ def _model_info(reader: MappingReader) -> tuple[tuple[str, ModelInfo], ...]:
             if "context_tokens" in item.data
             else None
         )
-        out.append((model, ModelInfo(tokens)))
+        prices = _prices(item.child("prices")) if "prices" in item.data else None
+        out.append((model, ModelInfo(tokens, prices)))
     return tuple(out)
+
+
+PRICE_KINDS = ("input", "output", "cache_read", "cache_write")
+
+
+def _prices(reader: MappingReader) -> Prices:
+    """``prices``: per million tokens, each a number from 0 (a local model costs 0)."""
+    reader.reject_unknown(list(PRICE_KINDS))
+    found: dict[str, float | None] = {}
+    for kind in PRICE_KINDS:
+        value = reader.raw(kind, None)
+        if value is None:
+            if kind in ("input", "output"):
+                raise reader.fail(
+                    kind, "missing; prices need input and output (per million tokens, 0 or more)"
+                )
+            found[kind] = None
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e6:
+            raise reader.fail(
+                kind, f"got {value!r}; expected a price per million tokens from 0, such as 3.0"
+            )
+        found[kind] = float(value)
+    return Prices(
+        input=found["input"] or 0.0,
+        output=found["output"] or 0.0,
+        cache_read=found["cache_read"],
+        cache_write=found["cache_write"],
+    )
 
 
 def effective_models(provider: ProviderDef, group_models: tuple[str, ...]) -> tuple[str, ...]:

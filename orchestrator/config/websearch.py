@@ -52,6 +52,7 @@ class SearchBackendDef:
     key: SecretRef = field(default_factory=SecretRef)  # none named: no key sent
     max_results: int = WEB_SEARCH_DEFAULT_RESULTS
     timeout_seconds: float = WEB_SEARCH_DEFAULT_TIMEOUT_SECONDS
+    price: float | None = None  # per query, in orchestrator.yaml's currency; None: unpriced
 
     @property
     def endpoint(self) -> str:
@@ -87,7 +88,9 @@ def parse_web_search(reader: MappingReader) -> Mapping[str, SearchBackendDef]:
                 "backend names are 1-40 of a-z, 0-9, '-' and '_', starting with a letter or digit",
             )
         item = reader.child(name)
-        item.reject_unknown(["kind", "url", "key_env", "key_secret", "max_results", "timeout"])
+        item.reject_unknown(
+            ["kind", "url", "key_env", "key_secret", "max_results", "timeout", "price_per_query"]
+        )
         kind = item.choice("kind", KINDS, item.raw("kind"))
         if kind == "searxng" and "url" not in item.data:
             raise item.fail(
@@ -121,7 +124,23 @@ def parse_web_search(reader: MappingReader) -> Mapping[str, SearchBackendDef]:
                 f"got {item.data.get('timeout')!r}; expected a duration from 1s to "
                 f"{WEB_SEARCH_MAX_TIMEOUT_SECONDS}s, such as 10s",
             )
-        found[name] = SearchBackendDef(name, kind, url, key, max_results, float(timeout))
+        price = item.raw("price_per_query", None)
+        if price is not None and (
+            isinstance(price, bool) or not isinstance(price, int | float) or not 0 <= price < 1e6
+        ):
+            raise item.fail(
+                "price_per_query",
+                f"got {price!r}; expected what one search costs, from 0, such as 0.005",
+            )
+        found[name] = SearchBackendDef(
+            name,
+            kind,
+            url,
+            key,
+            max_results,
+            float(timeout),
+            float(price) if price is not None else None,
+        )
     return found
 
 

@@ -54,6 +54,7 @@ from orchestrator.limits import (
 )
 from orchestrator.mcp.tools import source_name
 from orchestrator.memory.history import TURN, History, Provenance
+from orchestrator.metrics import Metrics
 from orchestrator.protocol import BadFrame, TurnRequest, TurnResult, session_key
 from orchestrator.relay.approvals import chat_reply
 from orchestrator.relay.grants import granted_tools
@@ -215,6 +216,8 @@ class Daemon:
                 ),
             ),
         )
+        # turns counted as they end; everything else read at a scrape (orchestrator.metrics)
+        self.metrics = Metrics(self, self.relay.usage)
         # set by the service that runs the daemon: reloads orchestrator.yaml
         self.on_reload: Callable[[], dict[str, Any]] | None = None
 
@@ -379,6 +382,7 @@ class Daemon:
             self._reconcile()
         except OrchestratorError as exc:
             log.warning("reconcile at start failed: %s", exc.message)
+        self.metrics.start()  # the listener of metrics.listen, when it is set
         for target, name in (
             (self._dispatch_loop, "dispatch"),
             (self._reconcile_loop, "reconcile"),
@@ -435,6 +439,7 @@ class Daemon:
         for delivery in left:
             delivery.cancel.cancel()
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self.metrics.stop()
         with self.gate_lock:
             if self.gate is not None:
                 self.gate.close()
@@ -491,6 +496,7 @@ class Daemon:
             self._changed(message.id)  # in flight now: a chat app shows it is typing
 
     def _deliver(self, message: Message) -> None:
+        started = time.monotonic()
         delivery = self.active[message.id]
         outcome = "failed"
         try:
@@ -509,10 +515,14 @@ class Daemon:
             elif isinstance(exc, EngineUnreachable):
                 outcome = "deferred"  # not the message's fault: try again, uncounted
                 self._defer(message, exc)
+            elif delivery.relay is not None and delivery.relay.wait_reason is not None:
+                outcome = "deferred"  # its group is paused (a money cap): it waits, uncounted
+                self._wait(message, delivery.relay.wait_reason)
             else:
                 final = delivery.relay.final_error if delivery.relay is not None else None
                 self._record_failure(message, exc, final=final)
         finally:
+            self.metrics.turn_done(message.group, outcome, time.monotonic() - started)
             self._record_turn(message)
             with self.cond:
                 self.busy.discard((message.group, message.session))
@@ -589,6 +599,13 @@ class Daemon:
             message.group,
             ENGINE_AWAY_RETRY_SECONDS,
         )
+
+    def _wait(self, message: Message, reason: str) -> None:
+        """Queue ``message`` again behind its group's pause, its attempt not counted."""
+        try:
+            self.queue.defer(message.id, 0.0, reason)
+        except Exception as commit_error:  # housekeeping queues it again later
+            log.error("could not queue %s again: %s", message.id, commit_error)
 
     def _complete(self, message: Message, result: TurnResult, relay: TurnRelay | None) -> None:
         """Store the replies the turn did not show while it ran, after those it did (and
@@ -703,7 +720,14 @@ class Daemon:
         window: int | None,
     ) -> dict[str, Any]:
         timeout = float(group.config.turn_timeout_seconds)
-        relay = TurnRelay(self.relay, message, group, deadline, window)
+        relay = TurnRelay(
+            self.relay,
+            message,
+            group,
+            deadline,
+            window,
+            task_run=self.tasks.run_of(message.id) is not None,
+        )
         delivery = self.active.get(message.id)
         if delivery is not None:
             delivery.relay = relay

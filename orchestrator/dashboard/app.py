@@ -29,6 +29,7 @@ from aiohttp.typedefs import Handler
 from orchestrator.daemon.core import Inbound
 from orchestrator.errors import OrchestratorError
 from orchestrator.limits import DASHBOARD_SESSION_SECONDS, MEMORY_FILE_READ_MAX_BYTES
+from orchestrator.money import day_start, format_money
 from orchestrator.units import human_bytes, human_seconds
 from orchestrator.validate import NOT_UTF8, escape_not_utf8, shown_name
 
@@ -250,6 +251,15 @@ class Dashboard:
         for binding in self.daemon.chats.bindings():
             bindings.setdefault(binding.group, []).append(binding)
         groups, invalid = [], []
+        pauses: dict[str, list[Any]] = {}
+        for lease in self.daemon.queue.pauses():
+            pauses.setdefault(lease.group, []).append(lease)
+        zones = {g.folder: g.config.timezone for g in runtime.store.groups()}
+        now = time.time()
+        costs = self.daemon.relay.usage.priced_since(
+            {f: day_start(now, z) for f, z in zones.items()}
+        )
+        currency = self.daemon.config.currency
         for item in runtime.store.listing():
             if item.group is None:
                 invalid.append(item)
@@ -265,6 +275,8 @@ class Dashboard:
                     + counts.get(item.folder, {}).get("inflight", 0),
                     "dead": counts.get(item.folder, {}).get("dead", 0),
                     "bindings": bindings.get(item.folder, []),
+                    "pauses": pauses.get(item.folder, []),
+                    "cost_today": format_money(costs.get(item.folder), currency),
                 }
             )
         return {"groups": groups, "invalid": invalid}
@@ -385,16 +397,36 @@ class Dashboard:
         from orchestrator.dashboard.render import Bar, bar_chart
 
         def read() -> dict[str, Any]:
-            days = self.daemon.relay.usage.by_day(None, time.time() - 14 * 86400)
+            zones = {g.folder: g.config.timezone for g in self.daemon.runtime.store.groups()}
+            days = self.daemon.relay.usage.by_day(None, time.time() - 14 * 86400, zones)
+            currency = self.daemon.config.currency
             charts = []
             for group in sorted({d.group for d in days}):
                 mine = sorted((d for d in days if d.group == group), key=lambda d: d.day)
+                priced = any(d.cost is not None for d in mine)
                 charts.append(
                     {
                         "group": group,
+                        "zone": zones.get(group, "UTC"),
+                        "cost": bar_chart(
+                            f"cost per day, {group} ({currency})",
+                            [Bar(d.day, d.cost or 0.0) for d in mine],
+                            digits=4,
+                        )
+                        if priced
+                        else None,
                         "tokens": bar_chart(
                             f"tokens per day, {group}",
-                            [Bar(d.day, d.input_tokens + d.output_tokens) for d in mine],
+                            [
+                                Bar(
+                                    d.day,
+                                    d.input_tokens
+                                    + d.output_tokens
+                                    + d.cache_read_tokens
+                                    + d.cache_write_tokens,
+                                )
+                                for d in mine
+                            ],
                         ),
                         "requests": bar_chart(
                             f"requests per day, {group}", [Bar(d.day, d.requests) for d in mine]
@@ -402,6 +434,6 @@ class Dashboard:
                         "days": mine,
                     }
                 )
-            return {"charts": charts}
+            return {"charts": charts, "currency": currency}
 
         return self.page(request, "usage.html", **await asyncio.to_thread(read))

@@ -66,11 +66,14 @@ def render_markdown(text: str) -> tuple[str, str | None]:
 @dataclass(frozen=True)
 class Bar:
     label: str
-    value: int
+    value: float
 
 
-def bar_chart(title: str, bars: list[Bar], *, width: int = 640, height: int = 180) -> str:
-    """An SVG bar chart: every piece of text in it escaped, every number computed here."""
+def bar_chart(
+    title: str, bars: list[Bar], *, width: int = 640, height: int = 180, digits: int = 0
+) -> str:
+    """An SVG bar chart: every piece of text in it escaped, every number computed here
+    (values shown with ``digits`` decimals)."""
     top = max((b.value for b in bars), default=0) or 1
     slot = width / max(len(bars), 1)
     parts = [
@@ -84,7 +87,7 @@ def bar_chart(title: str, bars: list[Bar], *, width: int = 640, height: int = 18
         w = max(1, round(slot * 0.7))
         parts.append(
             f'<rect x="{x}" y="{height - h}" width="{w}" height="{h}">'
-            f"<title>{html.escape(bar.label)}: {bar.value:,}</title></rect>"
+            f"<title>{html.escape(bar.label)}: {bar.value:,.{digits}f}</title></rect>"
         )
         parts.append(
             f'<text x="{x + w // 2}" y="{height + 14}" text-anchor="middle">'
@@ -92,7 +95,7 @@ def bar_chart(title: str, bars: list[Bar], *, width: int = 640, height: int = 18
         )
         parts.append(
             f'<text x="{x + w // 2}" y="{max(12, height - h - 4)}" text-anchor="middle">'
-            f"{bar.value:,}</text>"
+            f"{bar.value:,.{digits}f}</text>"
         )
     parts.append("</svg>")
     return "".join(parts)

@@ -83,6 +83,9 @@ GROUP_KEYS = (
     "packages",
     "mcp",
     "web",
+    "timezone",
+    "models",
+    "memory",
 )
 CREATOR, MEMBER, GUEST = "creator", "member", "guest"  # trust levels, most trusted first
 TASK_SCHEDULERS = (CREATOR, MEMBER)  # guests never schedule
@@ -119,6 +122,13 @@ class ModelLimits:
     tokens_per_day: int = DEFAULT_TOKENS_PER_DAY
     # the longest answer one model call may give (the provider's max_tokens may lower it)
     max_tokens: int = DEFAULT_GROUP_MAX_TOKENS
+    # money caps, in orchestrator.yaml's currency, per day and month of the group's zone
+    cost_per_day: float | None = None
+    cost_per_month: float | None = None
+
+    @property
+    def capped(self) -> bool:
+        return self.cost_per_day is not None or self.cost_per_month is not None
 
 
 @dataclass(frozen=True)
@@ -156,8 +166,20 @@ class TaskSettings:
 
 
 from orchestrator.groups.mcpconfig import McpSettings, parse_mcp  # noqa: E402
+from orchestrator.groups.modelsconfig import ModelChoice, PurposeModels, parse_models  # noqa: E402
 from orchestrator.groups.packages import PackageSettings  # noqa: E402  (no import cycle)
 from orchestrator.groups.webconfig import WebSettings, parse_web  # noqa: E402
+
+CONSOLIDATE_CHOICES = ("off", "daily")
+
+
+@dataclass(frozen=True)
+class MemorySettings:
+    """Memory housekeeping of the group (group.yaml ``memory``)."""
+
+    # daily: once a day (the group's night), recent daily notes are consolidated into
+    # core memory on the ``background`` model (orchestrator memory consolidate)
+    consolidate: str = "off"
 
 
 @dataclass(frozen=True)
@@ -188,6 +210,21 @@ class GroupConfig:
     packages: PackageSettings = field(default_factory=PackageSettings)
     mcp: McpSettings = field(default_factory=McpSettings)
     web: WebSettings = field(default_factory=WebSettings)
+    timezone: str = "UTC"  # IANA: the group's days and months (costs, tasks by default)
+    models: PurposeModels = field(default_factory=PurposeModels)
+    memory: MemorySettings = field(default_factory=MemorySettings)
+
+    def model_for(self, purpose: str) -> ModelChoice:
+        """The (provider, model) of a purpose (``turn``, ``tasks``, ``flush``,
+        ``background``): its own pair when group.yaml gives one, else the chat's."""
+        choice = getattr(self.models, purpose, None) if purpose != "turn" else None
+        return choice if choice is not None else ModelChoice(self.provider, self.model)
+
+    def model_pairs(self) -> list[ModelChoice]:
+        """Every (provider, model) the group's calls may use, the chat's first."""
+        pairs = [ModelChoice(self.provider, self.model)]
+        pairs += [c for _, c in self.models.pairs() if c not in pairs]
+        return pairs
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -205,6 +242,7 @@ class GroupConfig:
         data["context_budget"] = str(self.context_budget)
         data["mcp"] = self.mcp.to_dict()
         data["web"] = self.web.to_dict()
+        data["models"] = self.models.to_dict()
         return data
 
 
@@ -323,9 +361,32 @@ def _context_budget(reader: MappingReader) -> ContextBudget:
 
 def _limits(reader: MappingReader) -> ModelLimits:
     reader.reject_unknown(
-        ["models", "requests_per_minute", "tokens_per_turn", "tokens_per_day", "max_tokens"]
+        [
+            "models",
+            "requests_per_minute",
+            "tokens_per_turn",
+            "tokens_per_day",
+            "max_tokens",
+            "cost_per_day",
+            "cost_per_month",
+        ]
     )
+
+    def money(key: str) -> float | None:
+        value = reader.raw(key, None)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise reader.fail(
+                key,
+                f"got {value!r}; expected an amount from 0 in orchestrator.yaml's currency, "
+                "such as 5 or 0.5",
+            )
+        return float(value)
+
     return ModelLimits(
+        cost_per_day=money("cost_per_day"),
+        cost_per_month=money("cost_per_month"),
         models=reader.id_list("models", max_chars=200),
         requests_per_minute=reader.whole_number(
             "requests_per_minute", DEFAULT_REQUESTS_PER_MINUTE, 1, 100_000, "1 to 100000"
@@ -390,9 +451,29 @@ def _tools(reader: MappingReader) -> ToolSettings:
     return ToolSettings(shell=tuple(dict.fromkeys(levels)))
 
 
-def _tasks(reader: MappingReader) -> TaskSettings:
+def _memory(reader: MappingReader) -> MemorySettings:
+    reader.reject_unknown(["consolidate"])
+    if reader.data.get("consolidate") is False:  # YAML reads a bare off as false
+        return MemorySettings(consolidate="off")
+    return MemorySettings(
+        consolidate=reader.choice("consolidate", CONSOLIDATE_CHOICES, "off"),
+    )
+
+
+def _zone(reader: MappingReader, default: str) -> str:
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+    zone = reader.text("timezone", default, max_chars=64)
+    try:
+        ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise reader.fail(
+            "timezone", f"got {zone!r}; expected an IANA time zone such as Europe/Lisbon"
+        ) from None
+    return zone
+
+
+def _tasks(reader: MappingReader, zone: str) -> TaskSettings:
     reader.reject_unknown(
         ["allowed", "max", "min_interval", "grace", "timezone", "max_runs_per_hour"]
     )
@@ -412,13 +493,7 @@ def _tasks(reader: MappingReader) -> TaskSettings:
             )
         return value
 
-    zone = reader.text("timezone", "UTC", max_chars=64)
-    try:
-        ZoneInfo(zone)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise reader.fail(
-            "timezone", f"got {zone!r}; expected an IANA time zone such as Europe/Lisbon"
-        ) from None
+    zone = _zone(reader, zone)  # the group's unless the tasks have their own
     return TaskSettings(
         allowed=tuple(dict.fromkeys(allowed)) if allowed is not None else TASK_SCHEDULERS,
         max_tasks=reader.whole_number(
@@ -470,7 +545,13 @@ def group_config_from_doc(
         problem = model_problem(providers, provider, model, limits.models)
         if problem is not None:
             problems.add(reader.fail("model" if provider in providers else "provider", problem))
+    zone = problems.check(lambda: _zone(reader, "UTC"), "UTC")
     config = GroupConfig(
+        timezone=zone,
+        models=problems.check(
+            lambda: parse_models(reader.child("models"), provider, limits.models, providers),
+            defaults.models,
+        ),
         name=name,
         provider=provider,
         model=model,
@@ -502,11 +583,12 @@ def group_config_from_doc(
             ),
             DEFAULT_LEARNED_MAX_CHARS,
         ),
-        tasks=problems.check(lambda: _tasks(reader.child("tasks")), defaults.tasks),
+        tasks=problems.check(lambda: _tasks(reader.child("tasks"), zone), defaults.tasks),
         tools=problems.check(lambda: _tools(reader.child("tools")), defaults.tools),
         packages=problems.check(lambda: _packages(reader.child("packages")), defaults.packages),
         mcp=problems.check(lambda: parse_mcp(reader.child("mcp")), defaults.mcp),
         web=problems.check(lambda: parse_web(reader.child("web")), defaults.web),
+        memory=problems.check(lambda: _memory(reader.child("memory")), defaults.memory),
     )
     if config.web.enabled and config.container.network == "bridge":
         problems.add(
@@ -516,8 +598,31 @@ def group_config_from_doc(
                 "bypass the web policy; set container.network: none to use web",
             )
         )
+    if providers is not None and config.limits.capped:
+        problem = _unpriced(config, providers)
+        if problem is not None:
+            key = "cost_per_day" if config.limits.cost_per_day is not None else "cost_per_month"
+            problems.add(reader.child("limits").fail(key, problem))
     problems.raise_if_any()
     return config
+
+
+def _unpriced(config: GroupConfig, providers: Mapping[str, ProviderDef]) -> str | None:
+    """Why the group's money caps cannot be kept (a model it uses has no prices), or None."""
+    for pair in config.model_pairs():
+        if pair.provider == "offline":
+            return (
+                "the offline provider runs inside the container and costs nothing; a money "
+                "cap needs a group whose models are priced host models"
+            )
+        definition = providers.get(pair.provider)
+        if definition is None or definition.info(pair.model).prices is None:
+            return (
+                "a money cap needs prices for every model the group uses, and "
+                f"{pair.provider}/{pair.model} has none; set providers.{pair.provider}"
+                f".model_info.{pair.model}.prices in orchestrator.yaml"
+            )
+    return None
 
 
 def load_group_config(

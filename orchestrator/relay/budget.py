@@ -32,3 +32,29 @@ def budget_refusal(
             f"(at most {limits.requests_per_minute} a minute); please try again in a minute."
         )
     return None
+
+
+DAY, MONTH = "day", "month"  # the periods of the money caps
+
+
+def cost_refusal(
+    limits: ModelLimits,
+    *,
+    spent_today: float,
+    spent_this_month: float,
+    worst: float,
+    currency: str,
+) -> tuple[str, str] | None:
+    """(period, reason) when a call that may cost ``worst`` would pass a money cap of
+    the group (what it spent in the period so far counted), or None to go ahead."""
+    for period, cap, spent in (
+        (DAY, limits.cost_per_day, spent_today),
+        (MONTH, limits.cost_per_month, spent_this_month),
+    ):
+        if cap is not None and spent + worst > cap:
+            return period, (
+                f"budget: the next model call (up to {worst:.4f} {currency}) would pass this "
+                f"group's cap of {cap:g} {currency} a {period} ({spent:.4f} {currency} spent "
+                "so far)"
+            )
+    return None

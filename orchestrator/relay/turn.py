@@ -183,6 +183,8 @@ class TurnRelay:
         group: Group,
         deadline: float,
         window_tokens: int | None = None,
+        *,
+        task_run: bool = False,
     ) -> None:
         self.context = context
         self.message = message
@@ -198,6 +200,10 @@ class TurnRelay:
         # answer says so): the daemon dead-letters it at once with this reason
         self.final_error: str | None = None
         self.server_ms = 0.0  # the model server's own time in this turn, when it says
+        self.task_run = task_run  # the message is a scheduled task's run (its purpose: tasks)
+        # why the message waits instead (a money cap was reached: the group is paused):
+        # the daemon queues it again, its attempt not counted
+        self.wait_reason: str | None = None
 
     def show(self, text: str) -> int:
         """Store ``text`` as the turn's next reply, and tell the channels; its number."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -440,6 +441,59 @@ def check_web(home: Home) -> list[Check]:
     return checks
 
 
+def check_budgets(home: Home) -> list[Check]:
+    """Groups with money caps: what they spent of them today and this month (their own
+    days), and a warning for each one paused because a cap was reached."""
+    from orchestrator.groups import GroupStore
+    from orchestrator.money import day_start, format_money, local_time, month_start
+    from orchestrator.relay.ops.model import BUDGET_HOLDER
+    from orchestrator.store.messages import MessageQueue
+    from orchestrator.store.usage import UsageStore
+
+    capped = [g for g in GroupStore(home).groups() if g.config.limits.capped]
+    path = home.state_dir / "queue.db"
+    if not capped or not path.exists():
+        return []
+    currency = load_config(home).currency
+    checks: list[Check] = []
+    try:
+        queue = MessageQueue(path, migrate=False)
+    except OrchestratorError:
+        return []  # the queue's own check says why
+    usage = UsageStore(path)
+    try:
+        now = time.time()
+        for group in capped:
+            limits, zone = group.config.limits, group.config.timezone
+            spent = [
+                f"{format_money(usage.cost_since(group.folder, start(now, zone)), currency)} "
+                f"of {cap:g} {currency} {label}"
+                for cap, start, label in (
+                    (limits.cost_per_day, day_start, "today"),
+                    (limits.cost_per_month, month_start, "this month"),
+                )
+                if cap is not None
+            ]
+            lease = next((p for p in queue.pauses(group.folder) if p.holder == BUDGET_HOLDER), None)
+            if lease is not None:
+                until = local_time(lease.expires, zone) if lease.expires else "resumed"
+                checks.append(
+                    Check(
+                        f"budget {group.folder}",
+                        WARN,
+                        f"paused until {until}: {lease.reason}; spent {', '.join(spent)}",
+                        f"its messages wait; to lift the cap until then: orchestrator group "
+                        f"resume {group.folder} --budget",
+                    )
+                )
+            else:
+                checks.append(Check(f"budget {group.folder}", OK, f"spent {', '.join(spent)}"))
+    finally:
+        usage.close()
+        queue.close()
+    return checks
+
+
 def run_checks(home: Home) -> list[Check]:
     checks = [check_home(home)]
     try:
@@ -473,6 +527,7 @@ def run_checks(home: Home) -> list[Check]:
     checks.extend(check_channels(home))
     checks.extend(check_groups(home))
     checks.extend(check_web(home))
+    checks.extend(check_budgets(home))
     checks.extend(check_histories(home))
     engine, client = check_engine()
     checks.append(engine)

@@ -637,6 +637,46 @@ class MessageQueue(StateDB):
         )
         return lease
 
+    def pause_once(
+        self, group: str, holder: str, reason: str, *, expires: float | None = None
+    ) -> bool:
+        """Take ``holder``'s lease on ``group`` unless one in force is held already;
+        whether it was taken now (so a notice of it is given once)."""
+
+        def work(db: sqlite3.Connection) -> bool:
+            now = time.time()
+            row = db.execute(
+                "SELECT expires FROM pauses WHERE group_folder=? AND holder=?", (group, holder)
+            ).fetchone()
+            if row is not None and (row[0] is None or float(row[0]) > now):
+                return False
+            db.execute(
+                "INSERT OR REPLACE INTO pauses (group_folder, holder, reason, refuse_new,"
+                " created, expires) VALUES (?,?,?,0,?,?)",
+                (group, holder, reason, now, expires),
+            )
+            return True
+
+        return self.transaction(work)
+
+    def lift_budget(self, group: str, until: float) -> None:
+        """Let ``group``'s calls pass its money caps until ``until`` (the operator's
+        ``group resume --budget``: the end of the period whose cap was reached)."""
+        self.transaction(
+            lambda db: db.execute(
+                "INSERT OR REPLACE INTO budget_lifts (group_folder, until, created) VALUES (?,?,?)",
+                (group, until, time.time()),
+            )
+        )
+
+    def budget_lifted(self, group: str, now: float | None = None) -> float | None:
+        """Until when ``group``'s money caps are lifted, or None when they hold."""
+        now = time.time() if now is None else now
+        row = self.read_one(
+            "SELECT until FROM budget_lifts WHERE group_folder=? AND until>?", (group, now)
+        )
+        return real(row[0]) if row else None
+
     def resume(self, group: str, holder: str | None = None) -> int:
         """Drop ``holder``'s lease on ``group`` (every lease when None); how many."""
         if holder is None:

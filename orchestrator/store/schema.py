@@ -225,6 +225,20 @@ def _v4(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE messages ADD COLUMN others_words INTEGER NOT NULL DEFAULT 0")
 
 
+def _v5(db: sqlite3.Connection) -> None:
+    """Money: each model call's cache tokens and cost (in the currency of the prices it
+    was priced with; NULL when its model has no prices), and the budget pauses an
+    operator lifted until the end of their period."""
+    db.execute("ALTER TABLE usage ADD COLUMN cache_read_tokens INTEGER NOT NULL DEFAULT 0")
+    db.execute("ALTER TABLE usage ADD COLUMN cache_write_tokens INTEGER NOT NULL DEFAULT 0")
+    db.execute("ALTER TABLE usage ADD COLUMN cost REAL")
+    db.execute("ALTER TABLE usage ADD COLUMN currency TEXT")
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS budget_lifts (group_folder TEXT PRIMARY KEY,"
+        " until REAL NOT NULL, created REAL NOT NULL)"
+    )
+
+
 class SchemaTooNew(OrchestratorError):
     """The file was written by a newer release than this code."""
 
@@ -246,6 +260,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, "held requests with ids of their own", _v2),
     Migration(3, "what a person said beside the turn's text; task runs by message", _v3),
     Migration(4, "turns that received others' words from a tool", _v4),
+    Migration(5, "the cost and cache tokens of model calls; lifted budget pauses", _v5),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -25,6 +25,11 @@ class BudgetExhausted(ProviderError):
     reply, and is not retried."""
 
 
+class TurnWaits(ProviderError):
+    """The host holds the turn back (its group reached a money cap and is paused): the
+    turn ends unanswered and the host delivers the message again later."""
+
+
 class ContextOverflow(ProviderError):
     """The request did not fit the model's context window: compacting may help."""
 

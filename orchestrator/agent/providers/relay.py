@@ -19,6 +19,7 @@ from orchestrator.agent.providers.base import (
     Provider,
     ProviderError,
     ToolCall,
+    TurnWaits,
 )
 from orchestrator.protocol import MODEL_COMPLETE
 
@@ -36,6 +37,8 @@ class RelayProvider(Provider):
         except HostRequestFailed as exc:
             if exc.answer.get("budget"):
                 raise BudgetExhausted(str(exc.answer.get("error") or exc)) from None
+            if exc.answer.get("wait"):
+                raise TurnWaits(str(exc.answer.get("error") or exc)) from None
             if exc.answer.get("overflow"):
                 raise ContextOverflow(str(exc)) from None
             raise ProviderError(str(exc)) from None

@@ -47,7 +47,14 @@ def _allowed(turn: TurnRelay, what: str) -> None:
         )
 
 
-def _record(turn: TurnRelay, model: str, started: float, outcome: str, error: str | None) -> None:
+def _record(
+    turn: TurnRelay,
+    model: str,
+    started: float,
+    outcome: str,
+    error: str | None,
+    cost: float | None = None,
+) -> None:
     turn.context.usage.record(
         Call(
             message_id=turn.message.id,
@@ -61,6 +68,8 @@ def _record(turn: TurnRelay, model: str, started: float, outcome: str, error: st
             output_tokens=0,
             outcome=outcome,
             error=error,
+            cost=cost,
+            currency=turn.context.config.currency if cost is not None else None,
         )
     )
 
@@ -142,7 +151,7 @@ class WebSearch(FixedCap):
             _record(turn, f"search:{name}", started, FAILED, message[:500])
             return {"ok": False, "error": f"the search failed: {message}"}
         turn.context.queue.mark_others_words(turn.message.id)
-        _record(turn, f"search:{name}", started, OK, None)
+        _record(turn, f"search:{name}", started, OK, None, backend.price)
         log.info("group %s: web_search by %r on %s: %d results", folder, turn.message.sender,
                  name, len(results))  # fmt: skip
         return {"ok": True, "result": render_results(name, results)}

@@ -99,7 +99,7 @@ def read_stream(
     back cut (tool calls not finished are dropped)."""
     texts: list[str] = []
     blocks: dict[int, dict[str, Any]] = {}
-    input_tokens = output_tokens = 0
+    input_tokens = output_tokens = cache_read = cache_write = 0
     raw_stop = None
     finished = False
     seen = 0
@@ -110,6 +110,8 @@ def read_stream(
             usage = (event.get("message") or {}).get("usage") or {}
             input_tokens = int(usage.get("input_tokens") or 0)
             output_tokens = int(usage.get("output_tokens") or 0)
+            cache_read = int(usage.get("cache_read_input_tokens") or 0)
+            cache_write = int(usage.get("cache_creation_input_tokens") or 0)
         elif kind == "content_block_start":
             block = dict(event.get("content_block") or {})
             block.setdefault("json", "")
@@ -124,7 +126,12 @@ def read_stream(
             elif delta.get("type") == "input_json_delta":
                 block["json"] += str(delta.get("partial_json", ""))
         elif kind == "message_delta":
-            output_tokens = int((event.get("usage") or {}).get("output_tokens") or output_tokens)
+            # the final counts (cumulative); input and cache counts only where it repeats them
+            usage = event.get("usage") or {}
+            output_tokens = int(usage.get("output_tokens") or output_tokens)
+            input_tokens = int(usage.get("input_tokens") or input_tokens)
+            cache_read = int(usage.get("cache_read_input_tokens") or cache_read)
+            cache_write = int(usage.get("cache_creation_input_tokens") or cache_write)
             raw_stop = (event.get("delta") or {}).get("stop_reason") or raw_stop
         elif kind == "message_stop":
             finished = True
@@ -137,7 +144,15 @@ def read_stream(
             text = "".join(
                 str(b.get("text", "")) for _, b in sorted(blocks.items()) if b.get("type") == "text"
             )
-            return ModelAnswer(text or None, [], input_tokens, output_tokens, STOP_CUT)
+            return ModelAnswer(
+                text or None,
+                [],
+                input_tokens,
+                output_tokens,
+                STOP_CUT,
+                cache_read_tokens=cache_read,
+                cache_write_tokens=cache_write,
+            )
     if not seen:
         raise ProviderFailure("the answer was malformed: no events in the stream", retryable=True)
     if not finished:
@@ -159,7 +174,15 @@ def read_stream(
                 {"id": str(block.get("id")), "name": str(block.get("name")), "arguments": arguments}
             )
     text = "".join(texts)
-    return ModelAnswer(text or None, calls, input_tokens, output_tokens, stop_reason(raw_stop))
+    return ModelAnswer(
+        text or None,
+        calls,
+        input_tokens,
+        output_tokens,
+        stop_reason(raw_stop),
+        cache_read_tokens=cache_read,
+        cache_write_tokens=cache_write,
+    )
 
 
 class AnthropicProvider(HostProvider):

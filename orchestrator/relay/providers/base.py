@@ -61,6 +61,15 @@ class ModelAnswer:
     stop_reason: str | None = None  # STOP_END, STOP_LENGTH, STOP_TOOLS, STOP_CUT, or other
     # the server's own time, in ms, when it says (llama.cpp's timings): prompt, answer
     server_ms: float | None = None
+    # prompt tokens read from the provider's cache, and written to it (beside input_tokens,
+    # which counts the rest of the prompt: each kind has a price of its own)
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The whole prompt, cached parts included (what fills the context window)."""
+        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
 
     @property
     def cut(self) -> bool:
@@ -70,7 +79,7 @@ class ModelAnswer:
         return {
             "text": self.text,
             "tool_calls": self.tool_calls,
-            "usage": {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens},
+            "usage": {"input_tokens": self.prompt_tokens, "output_tokens": self.output_tokens},
             "stop_reason": self.stop_reason,
         }
 

@@ -165,8 +165,12 @@ def read_stream(
             {"id": slot["id"] or f"call_{index}", "name": slot["name"], "arguments": arguments}
         )
     text = "".join(texts)
+    cached = 0
     if usage is not None:
-        input_tokens = int(usage.get("prompt_tokens") or 0)
+        # prompt_tokens counts the cached part too (prompt_tokens_details.cached_tokens)
+        details = usage.get("prompt_tokens_details") or {}
+        cached = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
+        input_tokens = max(int(usage.get("prompt_tokens") or 0) - cached, 0)
         output_tokens = int(usage.get("completion_tokens") or 0)
     else:  # some servers report none: estimate, so budgets hold
         input_tokens = _estimate(call)
@@ -175,7 +179,13 @@ def read_stream(
     if tool_calls and reason == STOP_END:
         reason = STOP_TOOLS  # some servers end a tool call with "stop"
     return ModelAnswer(
-        text or None, tool_calls, input_tokens, output_tokens, reason, _server_ms(timings)
+        text or None,
+        tool_calls,
+        input_tokens,
+        output_tokens,
+        reason,
+        _server_ms(timings),
+        cache_read_tokens=cached,
     )
 
 
