@@ -443,3 +443,105 @@ def test_names_with_line_breaks_and_pipes_stay_in_their_cell_of_the_report(
     [row] = [t for t in table if "forged" in t]
     assert len(re.findall(r"(?<!\\)\|", row)) == 5  # four cells; the name's pipes escaped
     assert "a\\|b\\u{000a}\\| `forged`" in row
+
+
+# other languages
+
+
+@pytest.mark.parametrize(
+    ("title", "name"),
+    [
+        ("Family helper", "family-helper"),
+        ("Steuererklärung 2025", "steuererklärung-2025"),
+        ("ÜBER UNS", "über-uns"),
+        ("Cafe\u0301 Müller", "café-müller"),  # NFC: one letter, as typed elsewhere
+        ("身份與職責", "身份與職責"),
+        ("🏠 Die Familie", "die-familie"),  # a symbol is no letter
+        ("हिन्दी नोट्स", "हिन्दी-नोट्स"),  # marks stay with their letters
+        ("../../etc/passwd", "etc-passwd"),  # never a path
+        (".hidden", "hidden"),  # never a dot-file
+        ("a\x00b\nc\u202ed", "a-b-c-d"),  # control and format characters
+        ("🎉🎉", "untitled"),  # nothing left
+        ("x" * 70, "x" * 60),
+        ("長" * 70, "長" * 40),  # 120 bytes
+    ],
+)
+def test_names_keep_the_letters_of_every_script(title: str, name: str) -> None:
+    assert migrate.name_for(title) == name
+
+
+ROLES = """\
+# Familienhelfer
+
+Du bist der Assistent der Familie Brandt.
+Antworte immer auf Deutsch.
+Der Hund heißt Bello und frisst um 18 Uhr.
+
+## 規則
+
+請用廣東話回答。
+
+## 雜項
+
+你係我哋屋企嘅助手。
+阿嫲鍾意飲普洱。
+
+## Notas
+
+Eres un asistente de ventas.
+- Responde siempre en español.
+- Nunca inventes precios.
+La tienda abre a las nueve.
+Tu es l'assistant du club.
+Jamais de réponse en anglais.
+Le club ouvre à midi.
+あなたは旅行のアシスタントです。
+당신은 비서입니다.
+"""
+
+
+def test_role_lines_in_other_languages_are_proposed_and_facts_are_not() -> None:
+    found = [line for _, line in migrate.role_lines(migrate.split_sections(ROLES))]
+    assert found == [
+        "Du bist der Assistent der Familie Brandt.",
+        "Antworte immer auf Deutsch.",
+        "## 規則",  # a section about rules: all of it
+        "請用廣東話回答。",
+        "你係我哋屋企嘅助手。",
+        "Eres un asistente de ventas.",
+        "- Responde siempre en español.",
+        "- Nunca inventes precios.",
+        "Tu es l'assistant du club.",
+        "Jamais de réponse en anglais.",
+        "あなたは旅行のアシスタントです。",
+        "당신은 비서입니다.",
+    ]
+
+
+def test_a_run_names_concepts_in_their_own_script_and_proposes_their_roles(
+    home: Path, tmp_path: Path
+) -> None:
+    made = GroupStore(Home(home)).add(GroupConfig(name="fam"))
+    export = tmp_path / "export"
+    export.mkdir()
+    (export / "備忘錄.md").write_text(
+        ROLES + "\n## Über uns\n\nWir wohnen in Köln.\n\n## 🎉\n\nParty!\n"
+    )
+    outcome = migrate.run(made.path, (export,), today="2026-11-30")
+    found = concepts(made)
+    assert sorted(found) == [
+        "index.md",
+        "備忘錄-md/familienhelfer.md",
+        "備忘錄-md/index.md",
+        "備忘錄-md/notas.md",
+        "備忘錄-md/untitled.md",
+        "備忘錄-md/über-uns.md",
+        "備忘錄-md/規則.md",
+        "備忘錄-md/雜項.md",
+    ]
+    assert "- [規則](規則.md)" in found["備忘錄-md/index.md"]
+    assert lint_memory(made.memory_dir).findings == []  # every link resolves
+    assert outcome.proposed == 12
+    proposed = (made.path / ".memory-migration/proposed-instructions.md").read_text()
+    assert "請用廣東話回答。" in proposed and "Wir wohnen" not in proposed
+    assert not (made.path / "instructions.prepend.md").read_text()  # proposed, not applied

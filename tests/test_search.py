@@ -197,27 +197,68 @@ def test_a_corrupt_index_is_set_aside_and_rebuilt(tree) -> None:  # type: ignore
     fresh.close()
 
 
-def test_an_index_of_an_older_schema_is_rebuilt(tree) -> None:  # type: ignore[no-untyped-def]
-    index: MemoryIndex = tree["index"]
-    index.update()
-    index.db.execute("PRAGMA user_version = 1")
-    index.close()
-    fresh = MemoryIndex(tree["home"].state_dir, tree["home"].groups_dir, "fam")
-    assert fresh.update().rebuilt
-    fresh.close()
+# The shape the release before multilingual search wrote (schema version 2): a run of
+# Chinese characters was one token, and there was no vocabulary or weight.
+SCHEMA_2 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE files (path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL,
+    ctime_ns INTEGER NOT NULL, ino INTEGER NOT NULL, hash TEXT NOT NULL, chunks INTEGER NOT NULL);
+CREATE TABLE chunks (id INTEGER PRIMARY KEY, path TEXT NOT NULL, start_line INTEGER NOT NULL,
+    end_line INTEGER NOT NULL, hash TEXT NOT NULL);
+CREATE INDEX chunks_by_path ON chunks (path);
+CREATE TABLE vectors (id INTEGER PRIMARY KEY, v BLOB NOT NULL);
+CREATE VIRTUAL TABLE fts USING fts5(path, text, tokenize = 'porter unicode61 remove_diacritics 2');
+"""
 
 
-def test_an_index_of_the_release_before_versions_is_adopted(tree) -> None:  # type: ignore[no-untyped-def]
+def _index_of_the_previous_release(index: MemoryIndex, memory: Path, version: int) -> None:
+    """An index file as the release before wrote it, of every file of the tree, with
+    its status current (so only its version tells it apart)."""
+    index.dir.mkdir(parents=True, exist_ok=True)
+    old = sqlite3.connect(index.path, isolation_level=None)
+    old.execute("PRAGMA journal_mode=WAL")
+    old.executescript(SCHEMA_2)
+    for number, path in enumerate(sorted(memory.rglob("*.md")), 1):
+        rel, st = str(path.relative_to(memory)), path.stat()
+        old.execute(
+            "INSERT INTO files VALUES (?,?,?,?,?,?,1)",
+            (rel, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, "x"),
+        )
+        old.execute("INSERT INTO chunks VALUES (?,?,1,1,'x')", (number, rel))
+        old.execute(
+            "INSERT INTO fts (rowid, path, text) VALUES (?,?,?)",
+            (number, f"memory/{rel}", path.read_text()),
+        )
+    if version:
+        old.execute(f"PRAGMA user_version = {version}")
+    else:  # the release before versions kept it in meta
+        old.execute("INSERT INTO meta VALUES ('schema', '1')")
+    old.close()
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_an_index_of_an_older_release_is_rebuilt_never_read(tree, version: int) -> None:  # type: ignore[no-untyped-def]
+    memory: Path = tree["memory"]
+    (memory / "schedule.md").write_text("# 時間表\n\n星期二下午4點小提琴課。\n")
     index: MemoryIndex = tree["index"]
-    index.update()
-    index.db.execute("PRAGMA user_version = 0")  # its version kept in meta, as it was
-    index.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema', '1')")
+    _index_of_the_previous_release(index, memory, version)
+    # a search never reads it: the file is replaced by an empty index, until an update
+    assert index.search("小提琴課", 3) == [] and index.rebuilt
     index.close()
     fresh = MemoryIndex(tree["home"].state_dir, tree["home"].groups_dir, "fam")
     report = fresh.update()
-    assert not report.rebuilt and report.added == 0
+    assert report.added == ALL + 1 and report.unchanged == 0
     assert fresh.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert top(fresh, "小提琴課") == "memory/schedule.md"
+    assert not list(index.dir.glob("fam.sqlite.*"))  # derived data of a known shape: gone
     fresh.close()
+
+
+def test_an_update_that_finds_an_older_index_says_it_rebuilt(tree) -> None:  # type: ignore[no-untyped-def]
+    index: MemoryIndex = tree["index"]
+    _index_of_the_previous_release(index, tree["memory"], 2)
+    report = index.update()
+    assert report.rebuilt and report.added == ALL
 
 
 def test_an_index_of_a_newer_release_is_refused_unchanged(tree) -> None:  # type: ignore[no-untyped-def]

@@ -32,6 +32,7 @@ import os
 import re
 import stat
 import time
+import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +42,7 @@ import frontmatter
 from orchestrator.confined import INHERIT, ConfinedDir, UnsafePath, kind_of, open_group_dir
 from orchestrator.errors import BadInput
 from orchestrator.memory.okf import RESERVED_NAMES
+from orchestrator.memory.roletext import is_role_heading, is_role_line
 from orchestrator.protocol import INSTRUCTIONS_FILE
 from orchestrator.validate import shown_name
 
@@ -58,20 +60,10 @@ STAGED, APPROVED = "staged", "approved"
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 _FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 _BULLET = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+\S")
-# Text that reads as a standing instruction to the agent: it is proposed to the
-# operator, never applied on its own.
-_ROLE_LINE = re.compile(
-    r"^\s*(?:[-*+>]\s+|\d+[.)]\s+)?(?:\*\*)?(?:you\s+are\b|you're\b|your\s+(?:role|name|job|"
-    r"persona|personality|task)\b|always\b|never\b|do\s+not\b|don't\b|ignore\s+(?:all|any|"
-    r"previous|the)\b|act\s+as\b|respond\s+(?:in|with|only)\b|reply\s+(?:in|with|only)\b|"
-    r"speak\s+(?:in|like)\b|from\s+now\s+on\b)",
-    re.IGNORECASE,
-)
-_ROLE_HEADING = re.compile(
-    r"\b(?:persona|personality|role|instructions?|rules|behaviou?r|system\s+prompt|identity|"
-    r"tone|style|guidelines|how\s+to\s+(?:act|behave|respond|reply))\b",
-    re.IGNORECASE,
-)
+# The name a concept file or folder gets from a title: at most this many characters,
+# and this many bytes of UTF-8 (a file name may have 255; "-N", ".md" and "section-"
+# may still be added).
+SLUG_MAX_CHARS, SLUG_MAX_BYTES = 60, 120
 
 
 class MigrationError(BadInput):
@@ -94,9 +86,28 @@ class Source:
     destination: str = ""
 
 
-def _slug(text: str) -> str:
-    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
-    return slug[:60].strip("-") or "untitled"
+def name_for(text: str) -> str:
+    """A file or folder name from a title, in its own script: its letters and digits
+    (any script; NFC, lowercase; a combining mark stays with its letter), every other
+    run of characters one "-", at most SLUG_MAX_CHARS characters and SLUG_MAX_BYTES
+    bytes (cut between letters); "untitled" when nothing is left. So never a path
+    separator, a leading dot, whitespace or a control or format character."""
+    out: list[str] = []
+    for char in unicodedata.normalize("NFC", text).lower():
+        kind = unicodedata.category(char)
+        if kind[0] == "L" or kind == "Nd" or (kind[0] == "M" and out and out[-1] != "-"):
+            out.append(char)
+        elif out and out[-1] != "-":
+            out.append("-")
+    slug = unicodedata.normalize("NFC", "".join(out)).strip("-")
+    end = min(len(slug), SLUG_MAX_CHARS)
+
+    def splits_a_letter(end: int) -> bool:  # the cut would leave a mark behind
+        return end < len(slug) and unicodedata.category(slug[end])[0] == "M"
+
+    while end and (len(slug[:end].encode()) > SLUG_MAX_BYTES or splits_a_letter(end)):
+        end -= 1
+    return slug[:end].strip("-") or "untitled"
 
 
 def inventory(group_path: Path, froms: tuple[Path, ...] = ()) -> tuple[list[Source], list[str]]:
@@ -280,14 +291,16 @@ def _loose_sections(lines: list[str]) -> list[Section]:
 
 
 def role_lines(sections: list[Section]) -> list[tuple[int, str]]:
-    """(line number, text) of the lines that read as instructions to the agent: every
-    line of a section whose heading names a role, rules or a persona, and lines that
-    start like a command ("You are", "Always", "Never", "Ignore previous ...")."""
+    """(line number, text) of the lines that read as instructions to the agent, in any
+    language orchestrator.memory.roletext knows: every line of a section whose heading
+    names a role, rules or a persona, and lines that start like a command ("You are",
+    "Du bist", "Eres", "你是", "Always", "Antworte immer", "請用廣東話回答", "Ignore
+    previous ...")."""
     found: list[tuple[int, str]] = []
     for section in sections:
-        whole = bool(_ROLE_HEADING.search(section.title))
+        whole = is_role_heading(section.title)
         for offset, line in enumerate(section.lines):
-            if line.strip() and (whole or _ROLE_LINE.match(line)):
+            if line.strip() and (whole or is_role_line(line)):
                 found.append((section.first + offset, line))
     return found
 
@@ -651,7 +664,7 @@ def _distill(
         if note:
             outcome.notes.append(f"{label}: {note}")
         sections = _sections(label, text, splitter, outcome)
-        folder_name = _free_name(group, base, _slug(label))
+        folder_name = _free_name(group, base, name_for(label))
         folder = f"{base}/{folder_name}"
         _mkdir(group, manifest, folder)
         entries = []
@@ -659,7 +672,7 @@ def _distill(
         for section in sections:
             if not any(line.strip() for line in section.lines):
                 continue
-            name = _slug(section.title) + ".md"
+            name = name_for(section.title) + ".md"
             if name in RESERVED_NAMES:
                 name = "section-" + name
             name = _free_name(group, folder, name)

@@ -12,8 +12,14 @@ status updated.
 One update runs at a time per index (a lock file beside it) and in one transaction:
 a process killed midway leaves the index as it was, and the next update resumes.
 Readers never wait for it (WAL). A file that is not a usable index is moved aside and
-rebuilt; a busy database is retried. Ranking is BM25 (FTS5's own), the path weighted
-above the text; English words are stemmed (FTS5's porter tokenizer).
+rebuilt, one of an older shape is rebuilt; a busy database is retried.
+
+Ranking is BM25 (FTS5's own), the path weighted above the text; English words are
+stemmed (FTS5's porter tokenizer), Chinese, Japanese and Korean text is matched by
+pairs of characters and compound words by their parts (``orchestrator.memory.terms``
+says how). Files that every context gets anyway (``memory/index.md``,
+``memory/system/definition.md``) and folder indexes that are mostly links rank below
+the files they point to.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import re
 import sqlite3
 import stat
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +48,8 @@ from orchestrator.limits import (
     SEARCH_MAX_FILES,
     SEARCH_MAX_RESULTS,
 )
+from orchestrator.memory import terms
+from orchestrator.memory.reading import INJECTED_FILES
 from orchestrator.validate import NOT_UTF8, shown_name
 
 if TYPE_CHECKING:
@@ -49,13 +58,19 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 DEFAULT_VECTOR_WEIGHT = 0.5
-# The index's shape (PRAGMA user_version). It is derived data: an older or damaged file
-# is set aside and rebuilt; a newer one (from a newer release) is refused, unchanged.
-SCHEMA_VERSION = 2
+# The index's shape (PRAGMA user_version), which includes how text is indexed
+# (orchestrator.memory.terms): change either, bump it. It is derived data: a file of an
+# older version is rebuilt, a damaged one set aside and rebuilt; a newer one (from a
+# newer release) is refused, unchanged. Version 3: letters of scripts written without
+# spaces stand alone, the vocabulary of compound parts, map files weighted down.
+SCHEMA_VERSION = 3
 INDEX_DIR = "index"
 PATH_WEIGHT, TEXT_WEIGHT = 4.0, 1.0
+# A map's BM25 score is multiplied by this: it still answers when nothing else does.
+MAP_WEIGHT = 0.25
 SNIPPET_TOKENS = 24
-_WORD = re.compile(r"\w+", re.UNICODE)
+RELATED_SCAN = 256  # vocabulary words looked at for each long word of a query
+_LINK = re.compile(r"\]\([^)\s]+")
 _HEADING = re.compile(r"^#{1,6}\s")
 _LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -75,14 +90,41 @@ CREATE TABLE IF NOT EXISTS chunks (
     path TEXT NOT NULL,
     start_line INTEGER NOT NULL,
     end_line INTEGER NOT NULL,
-    hash TEXT NOT NULL
+    hash TEXT NOT NULL,
+    weight REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS chunks_by_path ON chunks (path);
 CREATE TABLE IF NOT EXISTS vectors (id INTEGER PRIMARY KEY, v BLOB NOT NULL);
 CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
     path, text, tokenize = 'porter unicode61 remove_diacritics 2'
 );
+CREATE TABLE IF NOT EXISTS words (
+    id INTEGER PRIMARY KEY,
+    word TEXT NOT NULL UNIQUE,
+    chunks INTEGER NOT NULL
+);
+CREATE VIRTUAL TABLE IF NOT EXISTS word_grams USING fts5(word, tokenize = 'trigram');
+CREATE TRIGGER IF NOT EXISTS word_added AFTER INSERT ON words BEGIN
+    INSERT INTO word_grams (rowid, word) VALUES (new.id, new.word);
+END;
+CREATE TRIGGER IF NOT EXISTS word_gone AFTER DELETE ON words BEGIN
+    DELETE FROM word_grams WHERE rowid = old.id;
+END;
 """
+# fts holds each chunk's path and text as terms.indexed() makes them; chunks.weight is
+# map_weight() of its file; words is the vocabulary of compound parts (terms.vocabulary()
+# of every chunk, with the number of chunks that hold each word), and word_grams the
+# same words by trigram, to find those that contain a query word.
+_COUNT_WORD = (
+    "INSERT INTO words (word, chunks) VALUES (?, ?)"
+    " ON CONFLICT (word) DO UPDATE SET chunks = chunks + excluded.chunks"
+)
+_DROP_UNUSED_WORD = "DELETE FROM words WHERE word = ? AND chunks <= 0"
+_ANY_MATCH = "SELECT 1 FROM fts WHERE fts MATCH ? LIMIT 1"
+
+
+class _Outdated(sqlite3.DatabaseError):
+    """An index of an older shape: rebuilt, never read."""
 
 
 class IndexTooNew(OrchestratorError):
@@ -179,13 +221,28 @@ def chunk_lines(text: str) -> list[tuple[int, int, str]]:
 
 
 def fts_query(query: str) -> str | None:
-    """A user's words as an FTS5 query: any of them, each quoted (no operators pass
-    through); None when there is no word to look for."""
-    words = [w.lower() for w in _WORD.findall(query)]
-    if not words:
-        return None
-    unique = list(dict.fromkeys(words))[:32]
-    return " OR ".join('"' + w.replace('"', '""') + '"' for w in unique)
+    """A user's words as an FTS5 query: any of its terms (terms.query_terms: words, and
+    pairs of characters of Chinese, Japanese or Korean text), each quoted (no operators
+    pass through); None when there is nothing to look for. MemoryIndex.search adds the
+    compound words the index holds."""
+    return terms.expression(terms.query_terms(query))
+
+
+def map_weight(path: str, text: str) -> float:
+    """MAP_WEIGHT for a file that every context gets anyway (INJECTED_FILES) and for an
+    ``index.md`` that is mostly links (at least as many lines with a link as without,
+    headings and frontmatter aside); 1 for every other file."""
+    if path in INJECTED_FILES:
+        return MAP_WEIGHT
+    if path != "index.md" and not path.endswith("/index.md"):
+        return 1.0
+    lines = text.splitlines()
+    start = 0  # past the frontmatter block, if the file starts with one
+    if lines and lines[0].strip() == "---":
+        start = next((i + 1 for i in range(1, len(lines)) if lines[i].strip() == "---"), 0)
+    body = [ln for ln in lines[start:] if ln.strip() and not _HEADING.match(ln)]
+    links = sum(1 for ln in body if _LINK.search(ln))
+    return MAP_WEIGHT if links and links * 2 >= len(body) else 1.0
 
 
 def _busy(exc: BaseException) -> bool:
@@ -222,11 +279,12 @@ class MemoryIndex:
         self.folder = folder
         self.embedder = embedder  # None: BM25 alone
         self.vector_weight = vector_weight
-        self._matrix: tuple[str, Any, Any] | None = None  # (generation, ids, vectors)
+        self._matrix: tuple[str, Any, Any, Any] | None = None  # generation, ids, vectors, weights
         self.groups_dir = Path(groups_dir)
         self.dir = Path(state_dir) / INDEX_DIR
         self.path = self.dir / f"{folder}.sqlite"
         self._db: sqlite3.Connection | None = None
+        self._word_counts: Counter[str] = Counter()  # an update's changes to words.chunks
         self._checked = False  # quick_check ran on this file
         self.rebuilt = False  # an unusable file was set aside
 
@@ -248,6 +306,8 @@ class MemoryIndex:
                     f"orchestrator understands (version {SCHEMA_VERSION}); nothing was changed",
                     hint="run the release that wrote it, or delete the file (it is rebuilt)",
                 )
+            if 0 < version < SCHEMA_VERSION:
+                raise _Outdated(f"built by an older release (schema version {version})")
             if version != SCHEMA_VERSION:
                 raise sqlite3.DatabaseError(f"schema version {version}")
             if not self._checked:
@@ -263,18 +323,18 @@ class MemoryIndex:
     @staticmethod
     def _first_version(db: sqlite3.Connection) -> int:
         """A file without a version: new (made now), or of the release that kept its
-        version in ``meta`` (version 1 there is this shape: adopted)."""
+        version in ``meta`` (version 1 there: an older shape)."""
         try:
             row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
         except sqlite3.OperationalError as exc:
             if "no such table" not in str(exc):
                 raise
             db.executescript(SCHEMA)  # a new file (readers never write otherwise)
-            row = ("1",)
-        if row is None or row[0] != "1":
-            return -1  # not a shape this code knows: rebuilt
-        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        return SCHEMA_VERSION
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            return SCHEMA_VERSION
+        if row is not None and row[0] == "1":
+            return 1
+        return -1  # not a shape this code knows: set aside
 
     @property
     def db(self) -> sqlite3.Connection:
@@ -289,12 +349,20 @@ class MemoryIndex:
         return self._db
 
     def _set_aside(self, why: BaseException) -> None:
-        """Move an unusable index aside (it is derived data: it will be rebuilt)."""
+        """Move an unusable index aside, or delete one of an older shape (it is derived
+        data: it will be rebuilt)."""
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        log.warning("search index %s is unusable (%s); rebuilding it", self.path, why)
+        outdated = isinstance(why, _Outdated)
+        if outdated:
+            log.info("search index %s was %s; rebuilding it", self.path, why)
+        else:
+            log.warning("search index %s is unusable (%s); rebuilding it", self.path, why)
         for suffix in ("", "-wal", "-shm"):
             with contextlib.suppress(FileNotFoundError):
-                os.replace(f"{self.path}{suffix}", f"{self.path}.corrupt-{stamp}{suffix}")
+                if outdated:
+                    os.unlink(f"{self.path}{suffix}")
+                else:
+                    os.replace(f"{self.path}{suffix}", f"{self.path}.corrupt-{stamp}{suffix}")
         self._checked = False
         self.rebuilt = True
 
@@ -389,12 +457,11 @@ class MemoryIndex:
         db = self.db
         with self._memory() as memory:
             _retry_busy(lambda: db.execute("BEGIN IMMEDIATE"))
+            self._word_counts.clear()
             try:
                 if force:
-                    db.execute("DELETE FROM files")
-                    db.execute("DELETE FROM chunks")
-                    db.execute("DELETE FROM fts")
-                    db.execute("DELETE FROM vectors")
+                    for table in ("files", "chunks", "fts", "vectors", "word_grams", "words"):
+                        db.execute(f"DELETE FROM {table}")
                 for path in sorted(set(known) - set(current)):
                     self._drop(path)
                     report.removed += 1
@@ -404,6 +471,7 @@ class MemoryIndex:
                         report.unchanged += 1
                         continue
                     self._index(memory, path, st, before is not None, report)
+                self._count_words()
                 if self.embedder is not None:
                     self._embed_missing()
                 db.execute(
@@ -419,6 +487,10 @@ class MemoryIndex:
     def _drop(self, path: str) -> None:
         db = self.db
         ids = [r[0] for r in db.execute("SELECT id FROM chunks WHERE path=?", (path,))]
+        for chunk in ids:
+            row = db.execute("SELECT path, text FROM fts WHERE rowid=?", (chunk,)).fetchone()
+            if row is not None:
+                self._word_counts.subtract(terms.vocabulary(f"{row[0]}\n{row[1]}"))
         db.executemany("DELETE FROM fts WHERE rowid=?", [(i,) for i in ids])
         db.executemany("DELETE FROM vectors WHERE id=?", [(i,) for i in ids])
         db.execute("DELETE FROM chunks WHERE path=?", (path,))
@@ -451,16 +523,19 @@ class MemoryIndex:
             self._drop(path)
         text = data.decode("utf-8", errors="replace")
         chunks = chunk_lines(text)
-        shown = f"memory/{path}"
+        weight = map_weight(path, text)
+        indexed_path = terms.indexed(f"memory/{path}")
         for first, last, body in chunks:
             cursor = db.execute(
-                "INSERT INTO chunks (path, start_line, end_line, hash) VALUES (?,?,?,?)",
-                (path, first, last, hashlib.sha256(body.encode()).hexdigest()),
+                "INSERT INTO chunks (path, start_line, end_line, hash, weight) VALUES (?,?,?,?,?)",
+                (path, first, last, hashlib.sha256(body.encode()).hexdigest(), weight),
             )
+            body = terms.indexed(body)
             db.execute(
                 "INSERT INTO fts (rowid, path, text) VALUES (?,?,?)",
-                (cursor.lastrowid, shown, body),
+                (cursor.lastrowid, indexed_path, body),
             )
+            self._word_counts.update(terms.vocabulary(f"{indexed_path}\n{body}"))
         db.execute(
             "INSERT OR REPLACE INTO files (path, size, mtime_ns, ctime_ns, ino, hash, chunks)"
             " VALUES (?,?,?,?,?,?,?)",
@@ -470,6 +545,14 @@ class MemoryIndex:
             report.changed += 1
         else:
             report.added += 1
+
+    def _count_words(self) -> None:
+        """Apply the update's changes to the vocabulary: words counted in the chunks
+        added and not in those dropped; a word no chunk holds any more is removed."""
+        changed = [(w, n) for w, n in self._word_counts.items() if n]
+        self.db.executemany(_COUNT_WORD, changed)
+        self.db.executemany(_DROP_UNUSED_WORD, [(w,) for w, n in changed if n < 0])
+        self._word_counts.clear()
 
     def _embed_missing(self) -> None:
         """Vectors for every chunk without one (all of them after a change of embedder)."""
@@ -489,7 +572,7 @@ class MemoryIndex:
         ).fetchall()
         for start in range(0, len(missing), 256):
             batch = missing[start : start + 256]
-            vectors = self.embedder.embed([f"{r[1]}\n{r[2]}" for r in batch])
+            vectors = self.embedder.embed([terms.shown(f"{r[1]}\n{r[2]}") for r in batch])
             db.executemany(
                 "INSERT INTO vectors (id, v) VALUES (?, ?)",
                 [
@@ -498,29 +581,34 @@ class MemoryIndex:
                 ],
             )
 
-    def _vectors(self) -> tuple[Any, Any] | None:
-        """(chunk ids, their vectors as one matrix), cached until the next update."""
+    def _vectors(self) -> tuple[Any, Any, Any] | None:
+        """(chunk ids, their vectors as one matrix, their weights), cached until the
+        next update."""
         import numpy
 
         db = self.db
         row = db.execute("SELECT value FROM meta WHERE key='updated'").fetchone()
         generation = str(row[0]) if row else ""
         if self._matrix is None or self._matrix[0] != generation:
-            rows = db.execute("SELECT id, v FROM vectors ORDER BY id").fetchall()
+            rows = db.execute(
+                "SELECT v.id, v.v, c.weight FROM vectors v JOIN chunks c ON c.id = v.id"
+                " ORDER BY v.id"
+            ).fetchall()
             if not rows:
                 return None
             ids = numpy.array([r[0] for r in rows], dtype=numpy.int64)
             matrix = numpy.frombuffer(b"".join(r[1] for r in rows), dtype=numpy.float32)
-            self._matrix = (generation, ids, matrix.reshape(len(rows), -1))
-        return self._matrix[1], self._matrix[2]
+            weights = numpy.array([r[2] for r in rows], dtype=numpy.float32)
+            self._matrix = (generation, ids, matrix.reshape(len(rows), -1), weights)
+        return self._matrix[1], self._matrix[2], self._matrix[3]
 
     # reading
 
     def search(self, query: str, max_results: int = 6) -> list[Hit]:
         """The best chunk of each of the best files for ``query``, best first (an empty
-        list when the query has no words). BM25 alone, or blended with the cosine
-        similarity of the configured embedder."""
-        match = fts_query(query)
+        list when the query has no words). BM25 times the file's map_weight(), alone or
+        blended with the cosine similarity of the configured embedder."""
+        match = _retry_busy(lambda: self._match(query))
         if match is None:
             return []
         limit = max(1, min(int(max_results), SEARCH_MAX_RESULTS))
@@ -529,23 +617,55 @@ class MemoryIndex:
             if vectors is not None:
                 return self._hybrid(query, match, limit, *vectors)
         sql = (
-            "SELECT c.path, c.start_line, c.end_line,"
-            f" snippet(fts, 1, '**', '**', ' ... ', {SNIPPET_TOKENS}),"
-            f" bm25(fts, {PATH_WEIGHT}, {TEXT_WEIGHT}) AS rank"
+            "SELECT c.id, c.path, c.start_line, c.end_line,"
+            f" bm25(fts, {PATH_WEIGHT}, {TEXT_WEIGHT}) * c.weight AS score"
             " FROM fts JOIN chunks c ON c.id = fts.rowid"
-            " WHERE fts MATCH ? ORDER BY rank LIMIT ?"
+            " WHERE fts MATCH ? ORDER BY score LIMIT ?"
         )
         rows = _retry_busy(lambda: self.db.execute(sql, (match, limit * 4)).fetchall())
-        hits: dict[str, Hit] = {}
+        best: dict[str, Any] = {}
         for r in rows:
-            if str(r[0]) not in hits:
-                hits[str(r[0])] = Hit(
-                    f"memory/{r[0]}", int(r[1]), int(r[2]), str(r[3]), round(-float(r[4]), 4)
-                )
-        return list(hits.values())[:limit]
+            best.setdefault(str(r[1]), r)
+        return [
+            Hit(
+                f"memory/{r[1]}",
+                int(r[2]),
+                int(r[3]),
+                self._snippet(int(r[0]), match),
+                round(-float(r[4]), 4),
+            )
+            for r in list(best.values())[:limit]
+        ]
 
-    def _hybrid(self, query: str, match: str, limit: int, ids: Any, matrix: Any) -> list[Hit]:
-        """Candidates from both rankings, scored (1 - w) * BM25 / best BM25 + w * cosine."""
+    def _match(self, query: str) -> str | None:
+        """The FTS5 query for ``query``: fts_query's terms and, for each long word of it,
+        the words of the index that hold it as a compound part (terms.related), or, for
+        a word that matches nothing, the parts of it that files hold (terms.parts)."""
+        own = terms.query_terms(query)
+        db = self.db
+        extra: list[str] = []
+        for word in terms.compound_candidates(own):
+            alone = terms.expression([word])
+            containing = db.execute(
+                "SELECT word FROM word_grams WHERE word_grams MATCH ? LIMIT ?",
+                (alone, RELATED_SCAN),
+            ).fetchall()
+            found = terms.related(word, [str(r[0]) for r in containing])
+            if not found and not db.execute(_ANY_MATCH, (alone,)).fetchone():
+                candidates = terms.substrings(word)
+                known = db.execute(
+                    f"SELECT word FROM words WHERE word IN ({','.join('?' * len(candidates))})",
+                    candidates,
+                ).fetchall()
+                found = terms.parts(word, {str(r[0]) for r in known})
+            extra += found
+        return terms.expression(own + extra[: terms.MAX_QUERY_TERMS])
+
+    def _hybrid(
+        self, query: str, match: str, limit: int, ids: Any, matrix: Any, weights: Any
+    ) -> list[Hit]:
+        """Candidates from both rankings, scored ((1 - w) * BM25 / best BM25 + w * cosine)
+        times the file's map_weight()."""
         import numpy
 
         assert self.embedder is not None
@@ -553,22 +673,26 @@ class MemoryIndex:
         db = self.db
         rows = _retry_busy(
             lambda: db.execute(
-                f"SELECT rowid, bm25(fts, {PATH_WEIGHT}, {TEXT_WEIGHT}) AS rank FROM fts"
+                f"SELECT c.id, bm25(fts, {PATH_WEIGHT}, {TEXT_WEIGHT}) AS rank, c.weight"
+                " FROM fts JOIN chunks c ON c.id = fts.rowid"
                 " WHERE fts MATCH ? ORDER BY rank LIMIT ?",
                 (match, pool),
             ).fetchall()
         )
         keyword = {int(r[0]): -float(r[1]) for r in rows}
+        weight = {int(r[0]): float(r[2]) for r in rows}
         cosine = matrix @ self.embedder.embed([query])[0]
         nearest = numpy.argsort(-cosine)[:pool]
         position = {int(i): n for n, i in enumerate(ids)}
+        weight.update((int(ids[n]), float(weights[n])) for n in nearest)
         candidates = set(keyword) | {int(ids[n]) for n in nearest}
         best = max(keyword.values(), default=0.0) or 1.0
         w = self.vector_weight
 
         def score(chunk: int) -> float:
             similarity = float(cosine[position[chunk]]) if chunk in position else 0.0
-            return (1 - w) * keyword.get(chunk, 0.0) / best + w * max(similarity, 0.0)
+            blend = (1 - w) * keyword.get(chunk, 0.0) / best + w * max(similarity, 0.0)
+            return blend * weight[chunk]
 
         ranked = sorted(candidates, key=score, reverse=True)
         hits: dict[str, Hit] = {}
@@ -590,6 +714,7 @@ class MemoryIndex:
         return list(hits.values())
 
     def _snippet(self, chunk: int, match: str | None) -> str:
+        """The chunk's passage with the words of ``match`` in bold, or its start."""
         if match is not None:
             row = self.db.execute(
                 f"SELECT snippet(fts, 1, '**', '**', ' ... ', {SNIPPET_TOKENS}) FROM fts"
@@ -597,9 +722,9 @@ class MemoryIndex:
                 (match, chunk),
             ).fetchone()
             if row is not None:
-                return str(row[0])
+                return terms.shown(str(row[0]))
         row = self.db.execute("SELECT text FROM fts WHERE rowid=?", (chunk,)).fetchone()
-        text = " ".join(str(row[0]).split()) if row else ""
+        text = " ".join(terms.shown(str(row[0])).split()) if row else ""
         return text[:200] + (" ..." if len(text) > 200 else "")
 
     def freshness(self) -> Freshness:
