@@ -84,6 +84,25 @@ COMPACTION_KEEP_MESSAGES = 4  # at most this many
 SUMMARY_MAX_TOKENS = 600
 SUMMARY_MIN_CHARS = 20
 SUMMARY_FALLBACK_CHARS = 4_000
+SUMMARY_MAX_CHARS = 4 * SUMMARY_MAX_TOKENS * 2  # a summary kept is cut here, whatever it says
+# A memory flush runs before compaction too: once per compaction cycle, when the context
+# passes this share of its budget (the compaction point), so facts are saved early.
+FLUSH_SOFT_SHARE = 0.6
+# A context compacts only when what came after its summary and kept messages is at least
+# this share of its budget: compacting a context that is mostly fresh cannot shrink it
+# (a budget smaller than the fresh context would compact every turn).
+COMPACTION_MIN_NEW_SHARE = 0.25
+# A context's budget must hold a fresh context (its memory, instructions and summary)
+# and this much room to work in; a smaller one is refused with what it would need.
+CONTEXT_WORKING_MARGIN_CHARS = 4_000
+# A fresh context is given today's and yesterday's daily-note lines, at most this much.
+RECENT_NOTES_MAX_CHARS = 4_000
+# A group with memory.consolidate: daily is consolidated once a local day, from this hour
+# of its night on (the first housekeeping round after it).
+CONSOLIDATE_LOCAL_HOUR = 3
+# ... and each of those notes and the summary at most this share of the context budget,
+# so a fresh context never grows past its memory, instructions and a bounded extra.
+FRESH_EXTRA_SHARE = 0.15
 # The runner ends a turn this long before the host's deadline (at most a tenth of the
 # turn), so its answer gets there; the host cuts a model's stream as long before its own.
 RUNNER_DEADLINE_MARGIN_SECONDS = 2.0

@@ -95,6 +95,11 @@ TOOL_NAME_PATTERN = r"[A-Za-z0-9_.-]{1,64}"
 TURN_TOOLS_MAX = 256
 
 
+# the source an others.words request names when a fresh context was given daily-note
+# lines from someone who is not a creator (the agent's own runner, not a tool)
+DAILY_NOTES_SOURCE = "daily-notes"
+
+
 @dataclass(frozen=True)
 class TurnRequest:
     """One turn the host delivers: the message, from the host's own record of it."""
@@ -118,9 +123,12 @@ class TurnRequest:
     window_tokens: int | None = None
     answer_tokens: int | None = None
     deadline_seconds: float | None = None
+    # the group's IANA time zone: the day of its daily notes and the time on their lines
+    timezone: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
         return {
+            "timezone": self.timezone,
             "window_tokens": self.window_tokens,
             "answer_tokens": self.answer_tokens,
             "deadline_seconds": self.deadline_seconds,
@@ -190,6 +198,7 @@ class TurnRequest:
             thread=text("thread", _ID_MAX, required=False),
             channel=text("channel", _ID_MAX, required=False) or "cli",
             session=session,
+            timezone=text("timezone", 64, required=False),
         )
 
 

@@ -486,6 +486,7 @@ def test_a_runner_answer_that_is_not_a_result_is_a_failed_delivery(
         "window_tokens": None,  # the offline provider's runner knows its own
         "answer_tokens": None,
         "deadline_seconds": 3.0,  # the group's turn_timeout
+        "timezone": "UTC",  # the group's: the day of its daily notes
     }
     _until(lambda: daemon.stats.failed >= 1)
     assert daemon.stats.delivered == 0
@@ -1057,6 +1058,7 @@ def test_a_turn_sends_its_cancel_and_frame_limit_and_starts_an_unavailable_runne
             "window_tokens": None,
             "answer_tokens": None,
             "deadline_seconds": float(group.config.turn_timeout_seconds),
+            "timezone": "UTC",
         }
     assert calls[0]["timeout"] == group.config.turn_timeout_seconds
     assert 0 < calls[1]["timeout"] <= group.config.turn_timeout_seconds

@@ -98,7 +98,13 @@ def test_an_overflow_compacts_and_asks_once_more(
     purposes = [m["content"] for m in provider.seen[-2].body["messages"] if m["role"] == "user"]
     assert purposes[-1].startswith("[compaction]")  # the summary was asked for in words
     retried = provider.seen[-1].body["messages"]
-    assert retried[1]["content"].startswith("[Summary of the earlier conversation]")
+    # the summary goes in the system text, after the memory; never a user message
+    assert retried[0]["role"] == "system"
+    assert retried[0]["content"].endswith(
+        "## Summary of the earlier conversation\n\n"
+        "Bob sent three long messages about w; nothing is open.\n"
+    )
+    assert not any("Summary of the earlier" in str(m["content"]) for m in retried[1:])
     assert [m["content"] for m in retried if m["role"] == "user"].count("the fourth") == 1
 
 

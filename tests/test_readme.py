@@ -62,6 +62,16 @@ EXPECTED: dict[str, Callable[[], str]] = {
     ),
     "tool steps in one turn": lambda: str(L.MAX_TOOL_STEPS_PER_TURN),
     "appended by one memory flush": lambda: f"{L.FLUSH_MAX_CHARS:,} characters",
+    "an early memory flush, once per compaction cycle, at": lambda: (
+        f"{L.FLUSH_SOFT_SHARE:.0%} of the context budget"
+    ),
+    "the room a context budget must leave beside a fresh context": lambda: (
+        f"{L.CONTEXT_WORKING_MARGIN_CHARS:,} characters"
+    ),
+    "recent daily-note lines given to a fresh context": lambda: (
+        f"{L.RECENT_NOTES_MAX_CHARS:,} characters, and at most "
+        f"{L.FRESH_EXTRA_SHARE:.0%} of the context budget"
+    ),
     "messages kept verbatim at compaction": lambda: str(L.COMPACTION_KEEP_MESSAGES),
     "frame on the runner and CLI sockets": lambda: _size(wire.MAX_FRAME_BYTES),
     "delivery attempts before a dead letter": lambda: (

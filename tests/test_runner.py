@@ -150,11 +150,11 @@ def test_provider_switch_starts_a_fresh_context(settings: AgentSettings) -> None
 def test_compaction_flushes_then_reinjects(settings: AgentSettings) -> None:
     from dataclasses import replace
 
-    r = Runner(replace(settings, context_budget_chars=2_000), hooks=[MEMORY_HOOK])
+    r = Runner(replace(settings, context_budget_chars=14_000), hooks=[MEMORY_HOOK])
     first = say(r, "hello")
     assert first.fresh_context == "startup"  # type: ignore[attr-defined]
-    # the system prompt alone is over 2,000 characters: the next turn compacts
-    result = say(r, "remember that the meeting is on Friday")
+    # the next message would pass the budget: the turn compacts first
+    result = say(r, "remember that the meeting is on Friday. " + "z" * 9_000)
     assert result.compacted and result.fresh_context == "compact"  # type: ignore[attr-defined]
     assert "Noted" in result.replies[0]  # type: ignore[attr-defined]
     ctxs = contexts(settings)
@@ -164,7 +164,7 @@ def test_compaction_flushes_then_reinjects(settings: AgentSettings) -> None:
     daily = settings.memory_dir / "daily" / f"{today}.md"
     note = daily.read_text()
     assert split_frontmatter(note).data == {"type": "daily-note", "date": today}
-    assert "- said: hello" in note
+    assert "- hello — " in note and "; chat c1; " in note  # who said it, where, when
     assert lint_memory(settings.memory_dir).findings == []  # daily notes need no links
     events = Session(settings.sessions_dir, "cli.chat-c1").events()
     assert any(e["t"] == "flush" and e["appended_chars"] > 0 for e in events)
@@ -174,7 +174,7 @@ def test_compaction_flushes_then_reinjects(settings: AgentSettings) -> None:
     assert context is not None
     # the conversation so far fits what a compaction keeps verbatim: nothing is older,
     # so there is no summary (never an empty one)
-    assert context.messages[0]["content"] == "hello"
+    assert context.messages[0]["content"] == "hello" and context.summary == ""
     assert not any("[Summary" in str(m.get("content")) for m in context.messages)
 
 
@@ -204,8 +204,13 @@ def test_flush_is_pinned_append_only_and_rejects_replays(settings: AgentSettings
             tools.call(name, args)
     with pytest.raises(ToolError, match="bad arguments"):
         tools.call("append_daily", {"content": "x", "path": "memory/index.md"})
-    with pytest.raises(ToolError, match="at most"):
-        tools.call("append_daily", {"content": "y" * 9_000})
+    # a block over the flush's cap is kept up to it in whole lines; the rest is left
+    block = "\n".join(f"- fact {n}: " + "y" * 90 for n in range(100))
+    kept = tools.call("append_daily", {"content": block})
+    assert kept.startswith("PERSISTED: appended ") and "left for the next one" in kept
+    lines = [x for x in note.read_text().splitlines() if x.startswith("- fact ")]
+    assert 70 <= len(lines) < 100 and all(x.endswith("y" * 90) for x in lines)
+    assert lines == [f"- fact {n}: " + "y" * 90 for n in range(len(lines))]
 
 
 def test_tools_are_confined(settings: AgentSettings, tmp_path: Path) -> None:
@@ -225,9 +230,24 @@ def test_tools_are_confined(settings: AgentSettings, tmp_path: Path) -> None:
     with pytest.raises(ToolError):
         tools.call("write_file", {"path": "memory/escape/new.txt", "content": "x"})
     assert not (tmp_path / "new.txt").exists()
-    for path in ("sessions/x.jsonl", "instructions.prepend.md", "learned-behaviors.md"):
+    for path in ("instructions.prepend.md", "learned-behaviors.md"):
         with pytest.raises(ToolError, match="only under memory/ and files/"):
             tools.call("write_file", {"path": path, "content": "x"})
+    # the conversations (every chat's) are the runner's own: no file tool reads them,
+    # also through a symlink from memory/
+    (settings.agent_dir / "sessions" / "cli.chat-b").mkdir(parents=True)
+    (settings.agent_dir / "sessions" / "cli.chat-b" / "transcript.jsonl").write_text("{}\n")
+    (settings.memory_dir / "talk").symlink_to(settings.agent_dir / "sessions")
+    for name, args in (
+        ("read_file", {"path": "sessions/cli.chat-b/transcript.jsonl"}),
+        ("read_file", {"path": "memory/talk/cli.chat-b/transcript.jsonl"}),
+        ("list_dir", {"path": "sessions"}),
+        ("grep", {"pattern": "x", "path": "sessions"}),
+        ("write_file", {"path": "sessions/x.jsonl", "content": "x"}),
+    ):
+        with pytest.raises(ToolError, match="sessions/ holds the conversations"):
+            tools.call(name, args)
+    assert tools.call("grep", {"pattern": "{}", "path": "."}) == "(no matches)"
     assert "How this memory works" in tools.call(
         "read_file", {"path": "memory/inner/definition.md"}
     )
@@ -414,9 +434,13 @@ def test_compaction_keeps_the_newest_messages_that_fit_a_quarter_of_the_budget(
     session = r._sessions["cli.chat-k"]
     before = list(session.current_context().messages)  # type: ignore[union-attr]
     fresh = r.compact(session, session.current_context())  # type: ignore[arg-type]
-    summary, *kept = fresh.messages
-    assert summary["content"].startswith("[Summary of the earlier conversation]")
+    kept = fresh.messages
+    # the summary is in the system text after the memory, never a message of the talk
+    assert "## Summary of the earlier conversation" in fresh.system and fresh.summary
+    assert fresh.system.endswith(fresh.summary + "\n")
+    assert not any("Summary of the earlier" in str(m["content"]) for m in kept)
     assert 1 <= len(kept) <= 4 and kept == before[-len(kept) :] and kept[0]["role"] == "user"
+    assert fresh.flushed == fresh.kept == len(kept)  # what was kept was flushed already
     assert sum(len(json.dumps(m, ensure_ascii=False)) for m in kept) <= 50_000 // 4
     assert len(before) - len(kept) > 4  # the rest went into the summary
 
@@ -575,6 +599,7 @@ def test_clear_a_budget_and_a_repeated_turn_id(settings: AgentSettings) -> None:
 
     script = Scripted(
         Completion("one"),
+        Completion(None),  # the flush before the clear
         BudgetExhausted("This group has used its model budget for today."),
         Completion("three"),
     )
@@ -626,8 +651,8 @@ def test_compaction_sends_the_flush_exactly_and_no_summary_of_nothing(
         return real(request, host_link)
 
     script.provider.complete = complete  # type: ignore[method-assign]
-    r = Runner(copy(settings, context_budget_chars=10), provider=script.provider, hooks=[])
-    r.handle(TurnRequest("t1", "k", "x" * 50), host)  # type: ignore[arg-type]
+    r = Runner(copy(settings, context_budget_chars=6_000), provider=script.provider, hooks=[])
+    r.handle(TurnRequest("t1", "k", "x" * 5_000), host)  # type: ignore[arg-type]
     result = r.handle(TurnRequest("t2", "k", "again"), host)  # type: ignore[arg-type]
     assert (result.fresh_context, result.compacted, result.replies) == ("compact", True, ["two"])
     assert all(h is host for _, h in seen)  # every model call goes through the turn's host
@@ -664,8 +689,10 @@ def test_the_summary_request_asks_in_words_with_its_own_cap(settings: AgentSetti
     from orchestrator.limits import SUMMARY_MAX_TOKENS
 
     script = Scripted(
-        *[Completion(f"answer {n}") for n in range(6)],
-        Completion(None),  # the flush
+        *[Completion(f"answer {n}") for n in range(5)],
+        Completion(None),  # the early flush, past 60% of the budget (before the sixth turn)
+        Completion("answer 5"),
+        Completion(None),  # the flush of what came since
         Completion("Ann asked six times about the y file; nothing is open."),
     )
     r = Runner(copy(settings, context_budget_chars=50_000), provider=script.provider, hooks=[])
@@ -676,10 +703,9 @@ def test_the_summary_request_asks_in_words_with_its_own_cap(settings: AgentSetti
     # it ends on an explicit request, never on an assistant message to be continued
     assert summary.messages[-1] == {"role": "user", "content": SUMMARY_PROMPT}  # type: ignore[attr-defined]
     assert summary.messages[0]["content"].startswith("message 0 ")  # type: ignore[attr-defined]
-    assert fresh.messages[0]["content"] == (
-        "[Summary of the earlier conversation]\n"
-        "Ann asked six times about the y file; nothing is open."
-    )
+    assert fresh.summary == "Ann asked six times about the y file; nothing is open."  # type: ignore[attr-defined]
+    assert fresh.system.endswith(fresh.summary + "\n")  # type: ignore[attr-defined]
+    assert fresh.messages[0]["role"] == "user" and "Summary" not in fresh.messages[0]["content"]  # type: ignore[attr-defined]
 
 
 def test_an_empty_then_runaway_summary_keeps_the_older_messages_cut_and_says_so(
@@ -691,7 +717,9 @@ def test_an_empty_then_runaway_summary_keeps_the_older_messages_cut_and_says_so(
     from orchestrator.limits import SUMMARY_FALLBACK_CHARS
 
     script = Scripted(
-        *[Completion(f"answer {n}") for n in range(6)],
+        *[Completion(f"answer {n}") for n in range(5)],
+        Completion(None),  # the early flush
+        Completion("answer 5"),
         Completion(None),  # the flush
         Completion("", stop_reason="end"),  # an empty summary: asked again
         Completion("azzal " * 400, stop_reason=STOP_LENGTH),  # runaway: given up
@@ -699,10 +727,8 @@ def test_an_empty_then_runaway_summary_keeps_the_older_messages_cut_and_says_so(
     r = Runner(copy(settings, context_budget_chars=50_000), provider=script.provider, hooks=[])
     session, context = _long_session(r)
     fresh = r.compact(session, context)  # type: ignore[arg-type]
-    first = fresh.messages[0]["content"]
-    assert first.startswith("[Summary of the earlier conversation]\nuser: message 0 ") or (
-        first.startswith("[Summary of the earlier conversation]\n") and "yyy" in first
-    )
+    first = fresh.summary
+    assert first.startswith("user: message 0 ") or "yyy" in first
     assert len(first) <= SUMMARY_FALLBACK_CHARS + 100 and "azzal" not in first
     notes = [e for e in _events(settings, "cli.chat-s") if e["t"] == "note"]
     assert len(notes) == 1 and "empty or runaway twice" in str(notes[0]["text"])
@@ -844,10 +870,10 @@ def test_every_fresh_context_takes_its_standing_text_from_the_host(
 
     host = StandingHost(instructions="Speak French.", learned="Say please.")
     script = Scripted(*[Completion("ok")] * 12)  # turns, flushes and summaries
-    r = Runner(copy(settings, context_budget_chars=10), provider=script.provider, hooks=[])
+    r = Runner(copy(settings, context_budget_chars=6_000), provider=script.provider, hooks=[])
     r.handle(TurnRequest("t1", "k", "x"), host)  # type: ignore[arg-type]  # startup
     r.handle(TurnRequest("t2", "k", "/clear"), host)  # type: ignore[arg-type]
-    r.handle(TurnRequest("t3", "k", "y" * 50), host)  # type: ignore[arg-type]  # over 10: compaction
+    r.handle(TurnRequest("t3", "k", "y" * 5_000), host)  # type: ignore[arg-type]  # over: compaction
     made = contexts(settings, "cli.chat-k")
     assert [c["source"] for c in made] == ["startup", "clear", "compact"]
     assert host.ops == ["standing.get"] * 3
@@ -961,9 +987,9 @@ def test_a_context_exactly_at_its_budget_is_not_compacted(settings: AgentSetting
 
     from orchestrator.agent.providers.base import Completion
 
-    script = Scripted(Completion("one"), Completion("two"))
+    script = Scripted(Completion("one"), Completion(None), Completion("two"))  # None: flush
     probe = Runner(settings, provider=script.provider, hooks=[])
-    probe.handle(TurnRequest("t1", "k", "hello"))
+    probe.handle(TurnRequest("t1", "k", "hello " + "h" * 5_000))
     context = probe._sessions["cli.chat-k"].current_context()
     assert context is not None
     size = context.size_chars()
@@ -1000,7 +1026,7 @@ def test_compaction_keeps_from_the_first_user_message_after_a_tool_result(
     # the last 4 start at an assistant message; the kept part starts at the next message,
     # the first user message after it
     fresh = r.compact(session, context)
-    assert [(m["role"], m["content"]) for m in fresh.messages[1:]] == [
+    assert [(m["role"], m["content"]) for m in fresh.messages] == [
         ("user", "second"),
         ("user", "third"),
         ("assistant", "third answer"),
@@ -1024,8 +1050,8 @@ def test_the_flush_and_the_turns_share_the_runners_file_locks(
 
     monkeypatch.setattr(runner_module, "Toolbox", Recorded)
     script = Scripted(Completion("one"), Completion(None), Completion("two"))
-    r = Runner(copy(settings, context_budget_chars=10), provider=script.provider, hooks=[])
-    r.handle(TurnRequest("t1", "k", "x" * 50))
+    r = Runner(copy(settings, context_budget_chars=6_000), provider=script.provider, hooks=[])
+    r.handle(TurnRequest("t1", "k", "x" * 5_000))
     assert r.handle(TurnRequest("t2", "k", "y")).compacted  # a turn, a flush, then a turn
     assert len(made) == 3 and all(locks is r.file_locks for locks in made)
 

@@ -53,21 +53,30 @@ from orchestrator.limits import (
     CHARS_PER_TOKEN_ESTIMATE,
     COMPACTION_KEEP_MESSAGES,
     COMPACTION_KEEP_SHARE,
+    COMPACTION_MIN_NEW_SHARE,
+    CONTEXT_WORKING_MARGIN_CHARS,
     DEFAULT_GROUP_MAX_TOKENS,
+    FLUSH_SOFT_SHARE,
+    FRESH_EXTRA_SHARE,
     LEARNED_READ_MAX_BYTES,
     MAX_TOOL_STEPS_PER_TURN,
     MESSAGE_MAX_CHARS,
     OFFLINE_CONTEXT_TOKENS,
+    RECENT_NOTES_MAX_CHARS,
     RUNNER_DEADLINE_MARGIN_SECONDS,
     SUMMARY_FALLBACK_CHARS,
+    SUMMARY_MAX_CHARS,
     SUMMARY_MAX_TOKENS,
     SUMMARY_MIN_CHARS,
 )
+from orchestrator.memory.okf import DAILY_DIR
 from orchestrator.protocol import (
     CLEAR_COMMAND,
+    DAILY_NOTES_SOURCE,
     INSTRUCTIONS_FILE,
     LEARNED_FILE,
     NO_REPLY_WORD,
+    OTHERS_WORDS,
     STANDING_GET,
     TurnRequest,
     TurnResult,
@@ -87,6 +96,11 @@ SUMMARY_PROMPT = (
     "questions, and who said what. Answer with the summary only, in at most a few short "
     "paragraphs."
 )
+SUMMARY_PREVIOUS = (
+    "\n\nThe summary of what came before it, which your summary replaces (keep what "
+    "still matters of it, in one summary, without repeating it as a quote):\n{summary}"
+)
+SUMMARY_HEADER = "\n\n## Summary of the earlier conversation\n\n"
 
 
 @dataclass
@@ -95,6 +109,10 @@ class LoopResult:
     shown: int = 0  # the first ``shown`` replies reached the chat during the turn
     cut: bool = False
     compacted: bool = False
+
+
+class ContextTooSmall(Exception):
+    """The group's context budget cannot hold a fresh context with room to work."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +129,37 @@ class ContextBudget:
         """The context's budget in characters, for cutting what is kept."""
         chars = max(self.tokens * CHARS_PER_TOKEN_ESTIMATE - self.tools_chars, 1_000)
         return min(chars, self.max_chars) if self.max_chars else chars
+
+    def check_room(self, context: Context) -> None:
+        """ContextTooSmall when the budget cannot hold the fresh part of ``context`` (its
+        system text of memory and instructions, and the tools) and
+        CONTEXT_WORKING_MARGIN_CHARS: every turn would compact, and compacting would not
+        shrink it. (The summary and the recent notes a fresh context also holds are each
+        kept to FRESH_EXTRA_SHARE of the budget.)"""
+        fresh = context.base_chars  # the tools' specs are outside chars() already
+        needed = fresh + CONTEXT_WORKING_MARGIN_CHARS
+        if self.chars() < needed:
+            raise ContextTooSmall(
+                f"this group's context budget ({self.chars():,} characters beside the "
+                f"tools) cannot hold a fresh context ({fresh:,} characters of memory and "
+                f"instructions) and {CONTEXT_WORKING_MARGIN_CHARS:,} to work in; set "
+                "group.yaml context_budget to a larger share (or a model with a larger "
+                f"window), so that at least {needed + self.tools_chars:,} characters fit"
+            )
+
+    def soft_exceeded(self, context: Context) -> bool:
+        """The context passed FLUSH_SOFT_SHARE of its budget: time for an early flush."""
+        if self.max_chars is not None and context.size_chars() > self.max_chars * FLUSH_SOFT_SHARE:
+            return True
+        tokens = context.tokens(CHARS_PER_TOKEN_ESTIMATE, self.tools_chars)
+        return tokens > self.tokens * FLUSH_SOFT_SHARE
+
+    def worth_compacting(self, context: Context, extra_chars: int = 0) -> bool:
+        """Whether compacting can shrink the context: what came after its summary and
+        kept messages (and ``extra_chars`` coming) is at least COMPACTION_MIN_NEW_SHARE
+        of the budget."""
+        new = sum(len(json.dumps(m, ensure_ascii=False)) for m in context.messages[context.kept :])
+        return new + extra_chars >= self.chars() * COMPACTION_MIN_NEW_SHARE
 
     def exceeded(self, context: Context, extra_chars: int = 0) -> bool:
         if self.max_chars is not None and context.size_chars() + extra_chars > self.max_chars:
@@ -139,10 +188,10 @@ class TurnClock:
 
 
 FLUSH_PROMPT = (
-    "[memory flush] This conversation is about to be compacted: older turns will be "
-    "replaced by a summary. Append anything worth keeping (decisions, facts, open tasks) "
-    "to today's daily note with append_daily, sending only text that is not there yet. "
-    "Reply NO_REPLY when there is nothing to keep."
+    "[memory flush] The conversation above (since the last flush) will leave your "
+    "context. Append anything worth keeping (decisions, facts, preferences, open tasks) "
+    "to today's daily note with append_daily, one fact per line, sending only what is "
+    "not there yet; questions are not facts. Reply NO_REPLY when there is nothing to keep."
 )
 
 
@@ -219,7 +268,12 @@ class Runner:
         result = TurnResult(session.key)
         if turn.text.strip() == CLEAR_COMMAND:
             self._each_source("reset", session.key)  # a fresh shell, too
-            self.new_context(session, "clear", context, host)
+            if context is not None:
+                try:
+                    self.flush(session, context, host, turn)  # what it held is saved first
+                except BudgetExhausted as exc:  # the clear goes ahead: it costs nothing
+                    log.warning("turn %s: no memory flush before the clear: %s", turn.turn_id, exc)
+            self.new_context(session, "clear", context, host, turn=turn)
             result.fresh_context = "clear"
             result.replies.append("Started a fresh context; memory was loaded again.")
             return result
@@ -259,17 +313,28 @@ class Runner:
         result: TurnResult,
     ) -> TurnResult:
         budget = self.budget(turn, toolbox.specs)
+        if context is not None:
+            budget.check_room(context)
         if context is None or (context.provider, context.model) != (
             self.settings.provider,
             self.settings.model,
         ):
             if context is not None:  # a provider or model switch: archive the old talk
                 session.rotate()
-            context = self.new_context(session, "startup", context, host)
+            context = self.new_context(session, "startup", context, host, turn=turn)
             result.fresh_context = "startup"
         elif budget.exceeded(context, extra_chars=len(turn.text)):
-            context = self.compact(session, context, host, budget)
-            result.fresh_context, result.compacted = "compact", True
+            if budget.worth_compacting(context, extra_chars=len(turn.text)):
+                context = self.compact(session, context, host, budget, turn=turn)
+                result.fresh_context, result.compacted = "compact", True
+            else:
+                log.warning(
+                    "turn %s: the context is over its budget but mostly fresh (memory, "
+                    "summary, kept messages): not compacted again; raise context_budget",
+                    turn.turn_id,
+                )
+        elif budget.soft_exceeded(context) and not context.soft_flushed:
+            self.flush(session, context, host, turn, soft=True)  # save facts early
         self._record(
             session,
             context,
@@ -351,11 +416,21 @@ class Runner:
         source: str,
         previous: Context | None,
         host: HostLink | None = None,
+        *,
+        summary: str = "",
+        flushed: int = 0,
+        turn: TurnRequest | None = None,
     ) -> Context:
+        """A fresh context (memory injected by the session-start hooks); after a
+        compaction, with ``summary`` after the memory in its system text, and its first
+        ``flushed`` messages (those kept) counted as flushed already."""
         standing = self.standing(host)
         outputs = run_session_start(
             self.hooks, source=source, session_id=session.key, agent_dir=self.settings.agent_dir
         )
+        base = len(self.compose_system(source, outputs, standing))
+        if turn is not None:
+            outputs = [*outputs, *self._recent_notes(turn, host)]
         session.append(
             {
                 "t": "context",
@@ -363,11 +438,34 @@ class Runner:
                 "source": source,
                 "provider": self.settings.provider,
                 "model": self.settings.model,
-                "system": self.compose_system(source, outputs, standing),
+                "system": self.compose_system(source, outputs, standing)
+                + (SUMMARY_HEADER + summary + "\n" if summary else ""),
+                **({"summary": summary} if summary else {}),
+                **({"flushed": flushed} if flushed else {}),
+                "base_chars": base,
             }
         )
         assert session.context is not None
         return session.context
+
+    def _recent_notes(self, turn: TurnRequest, host: HostLink | None) -> list[str]:
+        """Today's and yesterday's daily-note lines for a fresh context of ``turn``'s chat
+        (orchestrator.agent.notes.recent_notes); lines from anyone but a creator are
+        others' words, which the host is told of (they hold a learned-behaviors write)."""
+        from orchestrator.agent.notes import recent_notes
+
+        recent = recent_notes(
+            self.settings.memory_dir / DAILY_DIR,
+            _local_now(turn.timezone).date(),
+            turn.chat,
+            min(RECENT_NOTES_MAX_CHARS, int(self.budget(turn).chars() * FRESH_EXTRA_SHARE)),
+        )
+        if recent.others_words and host is not None:
+            try:
+                host.request(OTHERS_WORDS, source=DAILY_NOTES_SOURCE)
+            except HostRequestFailed as exc:
+                log.warning("others' words in the recent notes not recorded: %s", exc)
+        return [recent.block] if recent.block else []
 
     def compact(
         self,
@@ -376,6 +474,7 @@ class Runner:
         host: HostLink | None = None,
         budget: ContextBudget | None = None,
         keep_from: int | None = None,
+        turn: TurnRequest | None = None,
     ) -> Context:
         """A memory flush, then a fresh ``compact`` context: a summary of the older
         messages, and the newest ones verbatim (as many as COMPACTION_KEEP_SHARE of the
@@ -383,8 +482,7 @@ class Runner:
         cut). ``keep_from``: keep every message from this index on (a turn compacted in
         its middle keeps what it has done so far)."""
         budget = budget or ContextBudget(OFFLINE_CONTEXT_TOKENS, self.settings.context_budget_chars)
-        appended = self._flush(context, host)
-        session.append({"t": "flush", "appended_chars": appended})
+        self.flush(session, context, host, turn)
         messages = context.messages
         room = int(budget.chars() * COMPACTION_KEEP_SHARE)
         start = len(messages) if keep_from is None else keep_from
@@ -403,16 +501,12 @@ class Runner:
                 (i for i, m in enumerate(messages) if m.get("role") == "user"), default=start
             )
         older, kept = messages[:start], [_cut(m, room) for m in messages[start:]]
-        summary = self._summary(session, context, older, host) if older else ""
-        fresh = self.new_context(session, "compact", context, host)
-        notes = (
-            [{"role": "user", "content": f"[Summary of the earlier conversation]\n{summary}"}]
-            if summary
-            else []
+        summary = self._summary(session, context, older, host) if older else context.summary
+        summary = summary[: int(budget.chars() * FRESH_EXTRA_SHARE)]
+        fresh = self.new_context(
+            session, "compact", context, host, summary=summary, flushed=len(kept), turn=turn
         )
         kept_ids = context.turn_ids[start:]
-        for message in notes:
-            self._record(session, fresh, None, message)
         for message, turn_id in zip(kept, kept_ids, strict=True):
             self._record(session, fresh, turn_id, message)
         return fresh
@@ -428,9 +522,12 @@ class Runner:
         an assistant message is taken as one to continue). An empty or runaway answer
         is asked again once; then the older messages are kept cut short instead, and
         the transcript says so."""
+        prompt = SUMMARY_PROMPT
+        if context.summary:  # one summary, built on the last: never a summary of summaries
+            prompt += SUMMARY_PREVIOUS.format(summary=context.summary)
         request = CompletionRequest(
-            system=context.system,
-            messages=[*older, {"role": "user", "content": SUMMARY_PROMPT}],
+            system=_base_system(context),
+            messages=[*older, {"role": "user", "content": prompt}],
             purpose=SUMMARY,
             max_tokens=SUMMARY_MAX_TOKENS,
         )
@@ -443,7 +540,7 @@ class Runner:
             text = (completion.text or "").strip()
             runaway = completion.stop_reason == STOP_LENGTH
             if len(text) >= SUMMARY_MIN_CHARS and not runaway:
-                return text
+                return text[:SUMMARY_MAX_CHARS]
             log.warning(
                 "compaction summary %d was %s; %s",
                 attempt,
@@ -458,19 +555,61 @@ class Runner:
                 f"{SUMMARY_FALLBACK_CHARS} characters instead",
             }
         )
-        return _plain(older)[-SUMMARY_FALLBACK_CHARS:]
+        kept = _plain(older)[-SUMMARY_FALLBACK_CHARS:]
+        return f"{context.summary}\n\n{kept}".strip() if context.summary else kept
 
-    def _flush(self, context: Context, host: HostLink | None) -> int:
-        """A private flush turn: its messages never join the session."""
+    def flush(
+        self,
+        session: Session,
+        context: Context,
+        host: HostLink | None,
+        turn: TurnRequest | None,
+        *,
+        soft: bool = False,
+    ) -> int:
+        """A memory flush of the conversation since the last one (never the summary),
+        recorded in the session; the characters appended."""
+        upto = len(context.messages)
+        if context.flushed >= upto:
+            return 0
+        appended = self._flush(context, host, turn)
+        event: dict[str, Any] = {"t": "flush", "appended_chars": appended, "upto": upto}
+        if soft:
+            event["soft"] = True
+        session.append(event)
+        return appended
+
+    def _flush(self, context: Context, host: HostLink | None, turn: TurnRequest | None) -> int:
+        """A private flush turn: its messages never join the session. It sees the
+        messages since the last flush; each line it keeps is marked with their senders,
+        the chat and the group's local time."""
+        from orchestrator.agent.notes import describe_source
+
+        recent = context.messages[context.flushed :]
+        while recent and recent[0].get("role") == "tool":
+            recent = recent[1:]  # a tool result without its call is refused by providers
+        senders = [
+            (str(m["sender"]), str(m.get("trust") or "member"))
+            for m in recent
+            if m.get("role") == "user" and m.get("sender")
+        ]
+        now = _local_now(turn.timezone if turn is not None else None)
         toolbox = Toolbox(
-            self.settings.agent_dir, FLUSH_MODE, locks=self.file_locks, sources=self.tool_sources
+            self.settings.agent_dir,
+            FLUSH_MODE,
+            locks=self.file_locks,
+            sources=self.tool_sources,
+            now=now,
+            source=describe_source(
+                senders, turn.chat if turn is not None else "-", f"{now:%Y-%m-%d %H:%M}"
+            ),
         )
-        messages = [*context.messages, {"role": "user", "content": FLUSH_PROMPT}]
+        messages = [*recent, {"role": "user", "content": FLUSH_PROMPT}]
         for _ in range(MAX_TOOL_STEPS_PER_TURN):
             try:
                 completion = self.provider.complete(
                     CompletionRequest(
-                        system=context.system,
+                        system=_base_system(context),
                         messages=messages,
                         tools=toolbox.specs,
                         purpose=FLUSH,
@@ -548,7 +687,7 @@ class Runner:
                 start = next(
                     i for i, t in enumerate(context.turn_ids) if t == turn.turn_id
                 )  # this turn's user message and what followed it stay
-                context = self.compact(session, context, host, budget, keep_from=start)
+                context = self.compact(session, context, host, budget, keep_from=start, turn=turn)
                 continue
             steps += 1
             if completion.input_tokens:
@@ -576,6 +715,26 @@ class Runner:
             out.replies.append(CUT_NOTICE)
             log.warning("turn %s: cut at its deadline", turn.turn_id)
         return out
+
+
+def _base_system(context: Context) -> str:
+    """The context's system text without its summary (a flush and a new summary see the
+    memory and instructions, and the summary only where it is asked for)."""
+    if context.summary:
+        block = SUMMARY_HEADER + context.summary + "\n"
+        if context.system.endswith(block):
+            return context.system[: -len(block)]
+    return context.system
+
+
+def _local_now(zone: str | None) -> datetime:
+    """Now in the group's time zone (UTC when it is unknown)."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        return datetime.now(ZoneInfo(zone or "UTC"))
+    except (ZoneInfoNotFoundError, ValueError):
+        return datetime.now(UTC)
 
 
 def _text(value: Any) -> str:

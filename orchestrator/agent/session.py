@@ -46,6 +46,15 @@ class Context:
     turn_ids: list[str | None] = field(default_factory=list)  # of each message
     # the provider's count of the last request's tokens, and the context's size then
     measured: tuple[int, int] | None = None
+    # the summary of the conversation before this context (in ``system``, after the
+    # memory: never a message), which the next compaction's summary builds on
+    summary: str = ""
+    # messages before this index were seen by a memory flush already (a flush sees the
+    # conversation since the last one only)
+    flushed: int = 0
+    kept: int = 0  # messages carried over from the context before (its first ones)
+    soft_flushed: bool = False  # an early flush ran in this compaction cycle
+    base_chars: int = 0  # of ``system``: memory and instructions (no notes, no summary)
 
     def add(self, message: dict[str, Any], turn_id: str | None = None) -> None:
         self.messages.append(message)
@@ -55,13 +64,15 @@ class Context:
     def has_turn(self, turn_id: str) -> bool:
         return turn_id in self.turn_ids
 
-    def drop_turn(self, turn_id: str) -> None:
-        """Take out the messages an earlier attempt of ``turn_id`` left."""
+    def drop_turn(self, turn_id: str) -> int:
+        """Take out the messages an earlier attempt of ``turn_id`` left; how many."""
         kept = [(m, t) for m, t in zip(self.messages, self.turn_ids, strict=True) if t != turn_id]
+        dropped = len(self.messages) - len(kept)
         self.messages = [m for m, _ in kept]
         self.turn_ids = [t for _, t in kept]
         self.message_chars = sum(len(json.dumps(m, ensure_ascii=False)) for m in self.messages)
         self.measured = None
+        return dropped
 
     def size_chars(self) -> int:
         return len(self.system) + self.message_chars
@@ -138,14 +149,22 @@ class Session:
                 provider=str(event.get("provider", "")),
                 model=str(event.get("model", "")),
                 system=str(event.get("system", "")),
+                summary=str(event.get("summary", "")),
+                flushed=int(event.get("flushed", 0)),
+                kept=int(event.get("flushed", 0)),
+                base_chars=int(event.get("base_chars", len(str(event.get("system", ""))))),
             )
+        elif kind == "flush" and self.context is not None and "upto" in event:
+            self.context.flushed = max(self.context.flushed, int(event["upto"]))
+            self.context.soft_flushed = self.context.soft_flushed or event.get("soft") is True
         elif kind == "msg" and self.context is not None:
             message = {k: v for k, v in event.items() if k not in ("t", "ts", "turn_id")}
             turn_id = event.get("turn_id")
             self.context.add(message, turn_id if isinstance(turn_id, str) else None)
         elif kind == "supersede" and self.context is not None:
             # a new attempt of a turn that never finished: its earlier messages go
-            self.context.drop_turn(str(event["turn_id"]))
+            dropped = self.context.drop_turn(str(event["turn_id"]))
+            self.context.flushed = max(0, self.context.flushed - dropped)
 
     def load(self) -> None:
         """Bring the state up to date with the file."""
@@ -215,6 +234,9 @@ class Session:
                     "provider": c.provider,
                     "model": c.model,
                     "system": c.system,
+                    "summary": c.summary,
+                    "flushed": c.flushed,
+                    "base_chars": c.base_chars,
                     "rotated": True,
                 }
             )
@@ -250,15 +272,25 @@ def event_problem(event: dict[str, Any]) -> str | None:
             event.get("context_id"), bool
         ):
             return "context_id must be a whole number"
-        for key in ("source", "provider", "model", "system"):
+        for key in ("source", "provider", "model", "system", "summary"):
             if not isinstance(event.get(key, ""), str):
                 return f"{key} must be text"
+        for key in ("flushed", "base_chars"):
+            if not _count(event.get(key, 0)):
+                return f"{key} must be a whole number from 0"
     elif kind == "msg":
         if event.get("role") not in ("user", "assistant", "tool"):
             return "role must be user, assistant or tool"
     elif kind == "supersede":
         if not isinstance(event.get("turn_id"), str):
             return "a supersede event needs a text turn_id"
-    elif kind not in ("flush", "note"):
+    elif kind == "flush":
+        if "upto" in event and not _count(event["upto"]):
+            return "upto must be a whole number from 0"
+    elif kind != "note":
         return f"unknown event kind {kind!r}"
     return None
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

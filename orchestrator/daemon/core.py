@@ -666,6 +666,7 @@ class Daemon:
             window_tokens=window,
             answer_tokens=answer_tokens,
             deadline_seconds=timeout,
+            timezone=group.config.timezone,
         ).to_wire()
         self.runtime.activity.touch(group.folder)
         self._record_outside(group.folder, self.runtime.container_name(group))

@@ -387,7 +387,9 @@ class OfflineProvider(Provider):
         ]
         if not said:
             return Completion(NO_REPLY)
-        notes = "\n".join(f"- said: {s[:300]}" for s in said)
+        # every sentence its own line, so a fact late in a long message is kept too
+        sentences = [x for s in said for x in _sentences(s)]
+        notes = "\n".join(f"- {x[:500]}" for x in sentences)
         return Completion(None, (ToolCall("f1", "append_daily", {"content": notes}),))
 
     def _summary(self, messages: list[dict[str, Any]]) -> str:
@@ -421,3 +423,12 @@ def _gist(text: str, keys: list[str]) -> str:
 
     best = max(body, key=score)
     return (best if score(best) else body[0])[:300]
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?\u3002\uff01\uff1f])\s+|(?<=[\u3002\uff01\uff1f])|\n+")
+
+
+def _sentences(text: str) -> list[str]:
+    """The sentences of ``text`` (split after . ! ? and their CJK forms, and at line
+    breaks), stripped, empty ones dropped."""
+    return [x.strip(" -*\t") for x in _SENTENCE_END.split(text) if x.strip(" -*\t")]

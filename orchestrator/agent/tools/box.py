@@ -23,6 +23,7 @@ from orchestrator.agent.tools.base import FLUSH, TURN, FileLocks, ToolError, Too
 from orchestrator.validate import shown_name, text_problem
 
 WRITABLE_ROOTS = ("memory", "files")
+PRIVATE_ROOT = "sessions"  # the runner's transcripts: no file tool reads them
 
 
 class Tool(Protocol):
@@ -98,6 +99,8 @@ class Toolbox:
     allowed: frozenset[str] | None = None  # None: every tool of the mode
     session_key: str | None = None  # the conversation (a shell is kept per conversation)
     deadline: float | None = None  # time.monotonic() by which the turn must end
+    # a flush's: where the lines it appends came from (senders, chat, time; notes.py)
+    source: str = ""
     _tools: dict[str, tuple[str, Tool]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -160,6 +163,10 @@ class Toolbox:
         if real != root and root not in real.parents:
             raise ToolError(f"{path}: resolves outside /workspace/agent (symlink refused)")
         relative = real.relative_to(root)
+        if relative.parts[:1] == (PRIVATE_ROOT,):
+            # the runner's own store: every chat's transcript of the group; a turn of one
+            # chat reads none of it (what was saved is in memory/)
+            raise ToolError(f"{path}: sessions/ holds the conversations; it is not readable")
         if write and (not relative.parts or relative.parts[0] not in WRITABLE_ROOTS):
             raise ToolError(f"{path}: writes are allowed only under memory/ and files/")
         return real

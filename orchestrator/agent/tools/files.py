@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 from orchestrator.agent.tools.base import FLUSH, TURN, ToolError, ToolSpec, schema
-from orchestrator.agent.tools.box import FunctionTool, StaticSource, Toolbox
+from orchestrator.agent.tools.box import PRIVATE_ROOT, FunctionTool, StaticSource, Toolbox
 from orchestrator.fsatomic import write_atomic
 from orchestrator.limits import (
     FLUSH_MAX_CHARS,
@@ -66,8 +66,9 @@ APPEND = ToolSpec(
 
 APPEND_DAILY = ToolSpec(
     "append_daily",
-    "Append new notes to today's daily note memory/daily/YYYY-MM-DD.md. "
-    "Send only text that is not in the note yet.",
+    "Append new facts to today's daily note memory/daily/YYYY-MM-DD.md, one per line. "
+    "Lines already in today's or yesterday's note, questions and headings are skipped; "
+    "each line kept is marked with who said it, the chat and the time.",
     schema(["content"], content="string"),
 )
 
@@ -163,7 +164,11 @@ def grep(box: Toolbox, pattern: str, path: str = "memory") -> str:
     root = Path(os.path.realpath(box.agent_dir))
     matches: list[str] = []
     for folder, dirs, files in os.walk(base):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if not d.startswith(".") and not (Path(folder) == root and d == PRIVATE_ROOT)
+        )  # the conversations are not searched (Toolbox.resolve)
         for name in sorted(files):
             file = Path(folder) / name
             if file.is_symlink():
@@ -181,8 +186,13 @@ def grep(box: Toolbox, pattern: str, path: str = "memory") -> str:
     return "\n".join(matches) or "(no matches)"
 
 
-def daily_note(box: Toolbox) -> Path:
-    return Path(box.agent_dir) / "memory" / DAILY_DIR / f"{box.now:%Y-%m-%d}.md"
+def daily_note(box: Toolbox, days_back: int = 0) -> Path:
+    """Today's daily note (the group's day: ``box.now`` is in its time zone), or the
+    note of ``days_back`` days before."""
+    from datetime import timedelta
+
+    day = box.now - timedelta(days=days_back)
+    return Path(box.agent_dir) / "memory" / DAILY_DIR / f"{day:%Y-%m-%d}.md"
 
 
 def append_daily(box: Toolbox, content: str) -> str:
@@ -197,23 +207,37 @@ def append_daily(box: Toolbox, content: str) -> str:
 
 
 def _append_daily_locked(box: Toolbox, target: Path, content: str) -> str:
+    """Append the new facts of ``content`` (see orchestrator.agent.notes), each line
+    with where it came from, up to the flush's cap in whole lines."""
+    from orchestrator.agent.notes import attributed, sort_block
+
     try:
         current = target.read_text(encoding="utf-8", errors="replace").replace("\r\n", "\n")
     except FileNotFoundError:
         current = ""
-    new = content.replace("\r\n", "\n")
-    if current and new.startswith(current):
-        new = new[len(current) :]  # a replay of the whole note: keep only what follows
-    new = new.strip("\n")
-    if not new.strip():
-        return "NOTHING APPENDED: the content is already in the daily note"
-    if new in current:
-        return "NOTHING APPENDED: that text is already in the daily note; send only new text"
-    if box.flushed_chars + len(new) > FLUSH_MAX_CHARS:
-        raise ToolError(
-            f"a memory flush may append at most {FLUSH_MAX_CHARS} characters; "
-            "send a shorter summary"
+    yesterday = daily_note(box, days_back=1)
+    try:
+        before = (
+            yesterday.read_text(encoding="utf-8", errors="replace")
+            if not (yesterday.is_symlink())
+            else ""
         )
+    except (FileNotFoundError, IsADirectoryError):
+        before = ""
+    room = FLUSH_MAX_CHARS - box.flushed_chars
+    block = sort_block(content, [*before.split("\n"), *current.split("\n")], room)
+    if not block.kept:
+        if block.left:
+            return (
+                f"NOTHING APPENDED: this flush has used its {FLUSH_MAX_CHARS} characters; "
+                f"{len(block.left)} lines are left for the next flush"
+            )
+        return (
+            "NOTHING APPENDED: every line is already in today's or yesterday's note, or is "
+            "not a fact (a question, a heading, a flush or compaction marker)"
+        )
+    lines = [attributed(line, box.source) for line in block.kept]
+    new = "\n".join(lines)
     day = f"{box.now:%Y-%m-%d}"
     header = "" if current else f'---\ntype: daily-note\ndate: "{day}"\n---\n\n# {day}\n\n'
     separator = "" if not current or current.endswith("\n") else "\n"
@@ -225,9 +249,18 @@ def _append_daily_locked(box: Toolbox, target: Path, content: str) -> str:
         os.fsync(fd)
     finally:
         os.close(fd)
-    box.flushed_chars += len(new)
+    box.flushed_chars += sum(len(line) + 1 for line in block.kept)
     box.memory_changed = True
-    return f"PERSISTED: appended {len(new)} characters to {box.shown(target)}"
+    skipped = []
+    if block.duplicates:
+        skipped.append(f"{block.duplicates} already noted")
+    if block.not_facts:
+        skipped.append(f"{block.not_facts} not facts")
+    if block.left:
+        skipped.append(f"{len(block.left)} over this flush's cap, left for the next one")
+    return f"PERSISTED: appended {len(lines)} lines to {box.shown(target)}" + (
+        f" ({'; '.join(skipped)})" if skipped else ""
+    )
 
 
 # scheduled tasks, kept by the host

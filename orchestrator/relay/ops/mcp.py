@@ -132,7 +132,7 @@ class OthersWords(FixedCap):
             raise RelayViolation("others.words: source must be a tool source's name")
         attached = {source_name(s.name) for s in turn.group.config.mcp.servers}
         turn.context.queue.mark_others_words(turn.message.id)
-        if source not in attached:
+        if source not in attached and source != protocol.DAILY_NOTES_SOURCE:
             log.warning(
                 "group %s: others' words from %r, not a source of this group; recorded",
                 turn.group.folder,
