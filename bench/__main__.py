@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable
 
 from bench import (
+    consolidate,
+    flush,
     group_image,
     history,
     hook,
@@ -33,6 +35,8 @@ BENCHMARKS: dict[str, Callable[[bool], Result]] = {
     memory.SCAFFOLD: memory.scaffold_complete,
     memory.SCAFFOLD_CREATE: memory.scaffold_create,
     memory.LINT: memory.lint_large,
+    flush.NAME: flush.run,
+    consolidate.NAME: consolidate.run,
     hook.NAME: hook.run,
     runtime.COLD: runtime.cold_start,
     runtime.IDLE: runtime.idle_cost,

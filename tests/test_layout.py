@@ -120,7 +120,8 @@ HOST_ONLY = [
     "orchestrator.dashboard", "orchestrator.cli", "orchestrator.image",
     "orchestrator.memory.search", "orchestrator.memory.history", "orchestrator.memory.learned",
     "orchestrator.memory.migrate", "orchestrator.memory.lint", "orchestrator.home",
-    "orchestrator.secrets",
+    "orchestrator.secrets", "prometheus_client", "orchestrator.metrics",
+    "orchestrator.memory.consolidate", "orchestrator.money",
 ]  # fmt: skip
 
 

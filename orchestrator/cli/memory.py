@@ -11,9 +11,11 @@ from orchestrator.cli.output import plural, print_json, print_table
 from orchestrator.config import load_config
 from orchestrator.errors import EXIT_FAILED
 from orchestrator.groups import GroupStore
+from orchestrator.memory.consolidate import DEFAULT_DAYS, MAX_DAYS, MODEL
 
 if TYPE_CHECKING:
     from orchestrator.groups import Group
+    from orchestrator.memory.consolidate import Report
     from orchestrator.memory.search import MemoryIndex
 
 pass_cli = click.make_pass_decorator(CliContext)
@@ -248,6 +250,110 @@ def status(obj: CliContext, name: str, as_json: bool) -> None:
             for item in report
         ],
     )
+
+
+@memory.command("consolidate")
+@click.argument("name")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Show what would be promoted and written; change nothing (a model is still asked).",
+)
+@click.option(
+    "--days",
+    type=click.IntRange(1, MAX_DAYS),
+    default=DEFAULT_DAYS,
+    show_default=True,
+    help="Read the daily notes of this many days, today's included.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_cli
+def consolidate(obj: CliContext, name: str, dry_run: bool, days: int, as_json: bool) -> None:
+    """Promote the durable facts of NAME's recent daily notes into its core memory.
+
+    Only lines a creator or member said, with no guest taking part, are eligible (a
+    line without a source never is; nor one the history shows a guest's turn wrote).
+    The group's background model proposes promotions (to index.md or a concept file,
+    one line each, citing the note lines), each checked; an offline group's facts said
+    on two days or more go to memory/notes/recurring.md instead. Lines are only
+    appended, under "## Consolidated", each with where it came from; memory/log.md
+    gets an entry, and the run is one change of the memory history (undo it with
+    memory revert). The group is paused while it writes.
+    """
+    from orchestrator.cli.history import _history
+    from orchestrator.relay.consolidation import run_consolidation
+    from orchestrator.store.messages import open_queue
+    from orchestrator.store.usage import UsageStore
+
+    group = GroupStore(obj.home).find(name)
+    if not dry_run:
+        _history(obj, name)  # changes made since the last record: attributed first
+    queue = open_queue(obj.home)
+    usage = UsageStore(queue.path)
+    try:
+        report = run_consolidation(
+            obj.home,
+            group,
+            dry_run=dry_run,
+            days=days,
+            usage=usage,
+            queue=queue,
+            sender="operator",
+            progress=lambda busy: click.echo(f"waiting for {busy} turn(s) in flight", err=True),
+        )
+    finally:
+        usage.close()
+        queue.close()
+    if as_json:
+        print_json(report.to_dict())
+        return
+    _show_consolidation(report)
+
+
+def _show_consolidation(report: Report) -> None:
+    from orchestrator.cli.output import safe_line
+
+    eligible = report.eligible
+    before = sum(1 for n in eligible if n.cited)
+    how = (
+        f"proposals by {report.model}"
+        if report.mode == MODEL
+        else "no model (offline): facts said on two days or more"
+    )
+    if report.usage:
+        used = report.usage
+        how += (
+            f" ({used['calls']} call(s), {used['input_tokens']:,} tokens in, "
+            f"{used['output_tokens']:,} out)"
+        )
+    click.echo(
+        f"{report.folder}: {plural(len(report.days), 'daily note')} "
+        f"({report.days[0]} to {report.days[-1]}), {plural(len(report.lines), 'line')}, "
+        f"{len(eligible)} eligible" + (f" ({before} consolidated before)" if before else "")
+        + f"; {how}"
+    )  # fmt: skip
+    sections = (
+        ("promoted", [f"{p.target}: {p.line}" for p in report.promoted]),
+        ("skipped", [f"{s.what}: {s.reason}" for s in report.skipped]),
+        ("refused", [f"{r.what}: {r.reason}" for r in report.refused]),
+        ("never promoted", [f"{r.what}: {r.reason}" for r in report.rejected]),
+        ("notes", list(report.notes)),
+    )
+    for title, rows in sections:
+        if rows:
+            click.echo(f"{title} ({len(rows)}):")
+            for row in rows:
+                click.echo(f"  {safe_line(row)}")
+    if report.dry_run:
+        would = f"; it would write {', '.join(report.writes)}" if report.writes else ""
+        click.echo(f"dry run: nothing was changed{would}")
+    elif report.change:
+        rev = report.change[:10]
+        click.echo(
+            f"recorded as change {rev} (undo: orchestrator memory revert {report.folder} {rev})"
+        )
+    else:
+        click.echo("nothing to promote: memory is unchanged")
 
 
 def _attach_history() -> None:

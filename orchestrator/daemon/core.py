@@ -15,6 +15,7 @@ cancelled and delivered again at the next start).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import threading
@@ -43,6 +44,7 @@ from orchestrator.groups.config import classify_sender
 from orchestrator.groups.disk import DISK_HOLDER, group_disk_usage, over_limit_reason
 from orchestrator.home import Home
 from orchestrator.limits import (
+    CONSOLIDATE_LOCAL_HOUR,
     DISK_CHECK_INTERVAL_SECONDS,
     DRAIN_TIMEOUT_SECONDS,
     ENGINE_AWAY_RETRY_SECONDS,
@@ -79,6 +81,7 @@ from orchestrator.validate import text_problem
 from orchestrator.web.gate import Gate
 
 log = logging.getLogger("orchestrator.daemon")
+CONSOLIDATED_FILE = "consolidated.json"  # in the state folder: each group's last night
 Listener = Callable[[str], None]
 
 
@@ -194,6 +197,8 @@ class Daemon:
         self.listeners: list[Listener] = []
         self.watchers: dict[str, set[threading.Event]] = {}
         self.disk_dirty: set[str] = set()
+        self.consolidating: set[str] = set()  # groups whose nightly consolidation runs
+        self.consolidated_lock = threading.Lock()
         self.started = time.time()
         self.relay = RelayContext(
             config,
@@ -859,6 +864,7 @@ class Daemon:
         for folder in sorted(folders):
             self.check_disk(folder)
         if all_groups:
+            self.consolidate_due()
             expired = HeldRequests(self.queue).prune()
             if expired:
                 log.info("%d held requests expired without approval", expired)
@@ -867,6 +873,90 @@ class Daemon:
                 log.debug(
                     "forgot %d old chat-app records (update ids, sent replies, codes)", pruned
                 )
+
+    def consolidate_due(self, now: float | None = None) -> list[str]:
+        """Start the nightly consolidation of each group with ``memory.consolidate:
+        daily`` whose night it is (past CONSOLIDATE_LOCAL_HOUR in its zone) and which
+        has not had one on this local day; each runs in a thread of its own (it waits
+        for the model and for the group's turns). The folders started."""
+        from datetime import datetime
+        from zoneinfo import ZoneInfo
+
+        now = time.time() if now is None else now
+        done = self._consolidated()
+        started = []
+        for group in self.runtime.store.groups():
+            if group.config.memory.consolidate != "daily":
+                continue
+            local = datetime.fromtimestamp(now, ZoneInfo(group.config.timezone))
+            day = local.strftime("%Y-%m-%d")
+            if local.hour < CONSOLIDATE_LOCAL_HOUR or done.get(group.folder) == day:
+                continue
+            with self.cond:
+                if group.folder in self.consolidating:
+                    continue
+                self.consolidating.add(group.folder)
+            thread = threading.Thread(
+                target=self._consolidate,
+                args=(group, day),
+                name=f"consolidate-{group.folder}",
+                daemon=True,
+            )
+            thread.start()
+            started.append(group.folder)
+        return started
+
+    def _consolidate(self, group: Group, day: str) -> None:
+        from orchestrator.memory.consolidate import ConsolidationError, NoNotes
+        from orchestrator.relay.consolidation import run_consolidation
+
+        try:
+            report = run_consolidation(
+                self.home,
+                group,
+                usage=self.relay.usage,
+                queue=self.queue,
+                config=self.config,
+                adapters=self.relay.adapter,
+            )
+            log.info(
+                "consolidated the memory of %s: %d promoted, %d refused, %d lines not "
+                "eligible (change %s)",
+                group.folder,
+                len(report.promoted),
+                len(report.refused),
+                len(report.rejected),
+                report.change or "none",
+            )
+        except NoNotes:
+            log.info("no daily notes of %s to consolidate tonight", group.folder)
+        except (ConsolidationError, OrchestratorError) as exc:
+            log.warning("consolidation of %s failed (tried again tomorrow): %s",
+                        group.folder, exc.message)  # fmt: skip
+        except Exception:
+            log.exception("consolidation of %s failed (tried again tomorrow)", group.folder)
+        finally:
+            try:
+                self._mark_consolidated(group.folder, day)
+            finally:
+                with self.cond:
+                    self.consolidating.discard(group.folder)
+
+    def _consolidated(self) -> dict[str, str]:
+        """folder -> the local day of its last nightly consolidation."""
+        try:
+            data = json.loads((self.home.state_dir / CONSOLIDATED_FILE).read_text())
+        except (OSError, ValueError):
+            return {}
+        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+    def _mark_consolidated(self, folder: str, day: str) -> None:
+        from orchestrator.fsatomic import write_atomic
+
+        with self.consolidated_lock:
+            done = self._consolidated()
+            done[folder] = day
+            write_atomic(self.home.state_dir / CONSOLIDATED_FILE, json.dumps(done, indent=1))
 
     def check_disk(self, folder: str) -> bool:
         """Pause ``folder`` (refusing new messages) while it is over its disk limit, and

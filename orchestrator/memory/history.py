@@ -48,6 +48,7 @@ REF = b"refs/heads/main"
 TURN, LEARNED_WRITE, MIGRATION, REVERT, HOST, UNATTRIBUTED, OPERATOR, BASELINE = (
     "turn", "learned", "migration", "revert", "host", "unattributed", "operator", "baseline",
 )  # fmt: skip
+CONSOLIDATION = "consolidation"  # daily notes promoted by orchestrator.memory.consolidate
 
 
 class HistoryError(BadInput):
