@@ -98,6 +98,8 @@ TURN_TOOLS_MAX = 256
 # the source an others.words request names when a fresh context was given daily-note
 # lines from someone who is not a creator (the agent's own runner, not a tool)
 DAILY_NOTES_SOURCE = "daily-notes"
+# ... and when sessions_search returned what was said in the group's conversations
+SESSIONS_SOURCE = "sessions"
 
 
 @dataclass(frozen=True)

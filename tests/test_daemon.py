@@ -482,7 +482,16 @@ def test_a_runner_answer_that_is_not_a_result_is_a_failed_delivery(
         "text": "hi",
         "said": None,
         # a creator: the shell too
-        "tools": ["files", "messages", "memory", "tasks", "skills", "shell", "mcp-requests"],
+        "tools": [
+            "files",
+            "messages",
+            "memory",
+            "tasks",
+            "skills",
+            "shell",
+            "mcp-requests",
+            "sessions",
+        ],
         "window_tokens": None,  # the offline provider's runner knows its own
         "answer_tokens": None,
         "deadline_seconds": 3.0,  # the group's turn_timeout
@@ -1054,7 +1063,16 @@ def test_a_turn_sends_its_cancel_and_frame_limit_and_starts_an_unavailable_runne
             "trust": message.trust,
             "text": "hello",
             "said": None,
-            "tools": ["files", "messages", "memory", "tasks", "skills", "shell", "mcp-requests"],
+            "tools": [
+                "files",
+                "messages",
+                "memory",
+                "tasks",
+                "skills",
+                "shell",
+                "mcp-requests",
+                "sessions",
+            ],
             "window_tokens": None,
             "answer_tokens": None,
             "deadline_seconds": float(group.config.turn_timeout_seconds),

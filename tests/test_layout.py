@@ -12,8 +12,9 @@ import textwrap
 from pathlib import Path
 
 PACKAGE = Path(__file__).parent.parent / "orchestrator"
-# Files that keep databases of their own: the memory search index (a derived cache).
-OWN_DATABASES = {PACKAGE / "memory" / "search.py"}
+# Files that keep databases of their own: the memory search index (a derived cache), and
+# the in-memory table a transcript search makes for one call (in the container).
+OWN_DATABASES = {PACKAGE / "memory" / "search.py", PACKAGE / "agent" / "tools" / "sessions.py"}
 SQL = re.compile(
     r"\b(SELECT\s.+\sFROM|INSERT\s+(OR\s+\w+\s+)?INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|"
     r"CREATE\s+(TABLE|INDEX|VIRTUAL)|DROP\s+TABLE|PRAGMA\s+\w+)\b",

@@ -236,3 +236,81 @@ def test_a_fresh_context_sees_recent_lines_of_its_chat_and_of_creators(
     context = r._sessions["cli.chat-kitchen"].current_context()
     assert context is not None and RECENT_HEADER in context.system
     assert "Dinner is at 8" in context.system and "wifi" not in context.system
+
+
+def test_the_context_report_counts_the_recent_lines_every_chat_gets(home: Path) -> None:
+    from orchestrator.agent.notes import RECENT_HEADER, reported
+    from orchestrator.groups import GroupStore
+    from orchestrator.groups.config import GroupConfig
+    from orchestrator.home import Home
+    from orchestrator.memory.search import RECENT_NOTES_ENTRY, context_report
+
+    zone = "Asia/Hong_Kong"
+    group = GroupStore(Home(home)).add(GroupConfig(name="fam", timezone=zone))
+    today = datetime.now(ZoneInfo(zone)).date()
+    daily = group.memory_dir / "daily"
+    daily.mkdir(exist_ok=True)
+    creators = "- Rex had his shots. — alice (creator); chat hall; 09:00"
+    (daily / f"{today:%Y-%m-%d}.md").write_text(
+        f"{creators}\n- Dinner is at 8. — bob (member); chat kitchen; 10:00\n"
+    )
+    report = {r.name: r for r in context_report(group.path.parent, "fam", zone=zone,
+                                                 recent=reported)}  # fmt: skip
+    entry = report[RECENT_NOTES_ENTRY]
+    # the header and alice's line; bob's is his chat's only
+    assert entry.injected_chars == len(RECENT_HEADER) + 2 + len(creators)
+    assert not entry.truncated and entry.problem is None
+    # a FIFO where a note belongs is named, never read
+    import os
+
+    os.mkfifo(daily / f"{today - timedelta(days=1):%Y-%m-%d}.md")
+    again = {r.name: r for r in context_report(group.path.parent, "fam", zone=zone,
+                                                recent=reported)}  # fmt: skip
+    assert "refused" in str(again[RECENT_NOTES_ENTRY].problem)
+
+
+def test_sessions_search_finds_what_was_said_in_the_senders_own_conversations(
+    settings: AgentSettings,
+) -> None:
+    from orchestrator.agent.tools import TURN
+
+    r = Runner(settings, provider=Scripted([]), hooks=[])  # type: ignore[arg-type]
+    said = (
+        ("kitchen", "bob", "member", "The plumber Wong comes on Thursday at 10."),
+        ("kitchen", "alice", "creator", "下午4點小提琴課, remember the violin."),
+        ("hall", "bob", "member", "The bike lock code is 4312."),
+        ("study", "carol", "member", "The plumber quoted 800 dollars, keep it secret."),
+    )
+    for n, (chat, sender, trust, text) in enumerate(said):
+        r.handle(TurnRequest(f"t{n}", chat, text, sender=sender, trust=trust))
+
+    def search(query: str, chat: str, sender: str) -> str:
+        box = Toolbox(settings.agent_dir, TURN, session_key=f"cli.chat-{chat}", sender=sender)
+        return box.call("sessions_search", {"query": query})
+
+    found = search("plumber", "hall", "bob")
+    # bob's own chats (hall, where he asks, and the kitchen, where he spoke); never the study
+    assert "Wong comes on Thursday" in found and "[cli.chat-kitchen, " in found
+    assert "800 dollars" not in found and found.startswith("[earlier conversations:")
+    assert ", bob] " in found
+    assert "小提琴課" in search("小提琴", "kitchen", "alice")  # two-character pairs
+    assert "800 dollars" in search("plumber", "study", "carol")
+    assert search("zebra", "hall", "bob").startswith("(nothing said")
+    # a symlink planted where a transcript belongs is not read
+    planted = settings.agent_dir / "sessions" / "cli.chat-evil"
+    planted.mkdir()
+    (planted / "transcript.jsonl").symlink_to(
+        settings.agent_dir / "sessions" / "cli.chat-study" / "transcript.jsonl"
+    )
+    assert "800 dollars" not in search("plumber", "evil", "bob")
+    with pytest.raises(Exception, match="1 to 200 characters"):
+        search("", "hall", "bob")
+
+
+def test_sessions_search_is_granted_to_creators_and_members_not_guests_or_task_runs() -> None:
+    from orchestrator.relay.grants import SESSIONS, granted_tools
+
+    assert SESSIONS in granted_tools(task_run=False, trust="member")
+    assert SESSIONS in granted_tools(task_run=False, trust="creator")
+    assert SESSIONS not in granted_tools(task_run=False, trust="guest")
+    assert SESSIONS not in granted_tools(task_run=True, trust="creator")

@@ -495,6 +495,7 @@ def test_the_cli_searches_indexes_and_reports(run, home: Path) -> None:  # type:
         "learned-behaviors.md",
         "memory/index.md",
         "memory/system/definition.md",
+        "memory/daily (recent, creators' lines)",
     ]
     (home / "groups/fam/memory/new.md").write_text("# New\n")
     assert "stale: 1 file changed since" in run("memory", "status", "fam").output

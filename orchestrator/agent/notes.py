@@ -138,29 +138,39 @@ class Recent:
 
     block: str
     others_words: bool
+    truncated: bool = False
 
 
 def recent_notes(daily_dir: Path, today: date, chat: str, max_chars: int) -> Recent:
-    """Today's and yesterday's lines for a fresh context in ``chat``: those said in this
-    chat, and those only creators said anywhere; the newest that fit ``max_chars``, with
-    a notice naming what was left out. Lines without a source (written by hand or by an
-    older release) are left to memory_search."""
-    lines: list[tuple[str, bool]] = []
+    """Today's and yesterday's lines for a fresh context in ``chat``, read from
+    ``daily_dir`` (the runner's own folder; see ``recent_lines``)."""
+    texts = []
     for day in (today - timedelta(days=1), today):
         path = daily_dir / f"{day:%Y-%m-%d}.md"
         try:
             if path.is_symlink() or not path.is_file():
                 continue
-            text = path.read_text(encoding="utf-8", errors="replace")
+            texts.append(path.read_text(encoding="utf-8", errors="replace"))
         except OSError:
             continue
+    return recent_lines(texts, chat, max_chars)
+
+
+def recent_lines(texts: Sequence[str], chat: str | None, max_chars: int) -> Recent:
+    """The lines of ``texts`` (yesterday's and today's notes, oldest first) a fresh
+    context in ``chat`` is given: those said in this chat, and those only creators said
+    anywhere (``chat`` None: only those); the newest that fit ``max_chars``, with a
+    notice naming what was left out. Lines without a source (written by hand or by an
+    older release) are left to memory_search."""
+    lines: list[tuple[str, bool]] = []
+    for text in texts:
         for line in text.splitlines():
             if ATTRIBUTION not in line or not is_fact(line):
                 continue
             source = line.split(ATTRIBUTION, 1)[1]
             parts = [p.strip() for p in source.split(";")]
             trusts = _TRUST.findall(parts[0]) if parts else []
-            here = len(parts) > 1 and parts[1] == f"chat {chat}"
+            here = chat is not None and len(parts) > 1 and parts[1] == f"chat {chat}"
             creators_only = bool(trusts) and all(t == "creator" for t in trusts)
             if here or creators_only:
                 lines.append((line, not creators_only))
@@ -182,4 +192,14 @@ def recent_notes(daily_dir: Path, today: date, chat: str, max_chars: int) -> Rec
         else ""
     )
     body = "\n".join(line for line, _ in kept)
-    return Recent(f"{RECENT_HEADER}\n\n{body}{notice}", any(o for _, o in kept))
+    return Recent(f"{RECENT_HEADER}\n\n{body}{notice}", any(o for _, o in kept), left > 0)
+
+
+def reported(texts: list[str]) -> tuple[int, bool]:
+    """For the context report (``memory status``, the dashboard): the characters of the
+    recent lines every chat's fresh context is given (creators' lines; each chat adds
+    its own) and whether they were cut, at RECENT_NOTES_MAX_CHARS."""
+    from orchestrator.limits import RECENT_NOTES_MAX_CHARS
+
+    found = recent_lines(texts, None, RECENT_NOTES_MAX_CHARS)
+    return len(found.block), found.truncated

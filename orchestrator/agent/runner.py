@@ -285,6 +285,7 @@ class Runner:
             allowed=None if turn.tools is None else frozenset(turn.tools),
             session_key=session.key,
             deadline=clock.at,
+            sender=turn.sender or None,
         )
         try:
             return self._turn(session, context, turn, host, clock, toolbox, result)

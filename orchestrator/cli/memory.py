@@ -209,7 +209,11 @@ def status(obj: CliContext, name: str, as_json: bool) -> None:
     found, memory_index = _index(obj, name)
     with memory_index:
         fresh = memory_index.freshness()
-    report = context_report(found.path.parent, found.folder)
+    from orchestrator.agent.notes import reported
+
+    report = context_report(
+        found.path.parent, found.folder, zone=found.config.timezone, recent=reported
+    )
     if as_json:
         print_json(
             {

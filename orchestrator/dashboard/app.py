@@ -293,6 +293,7 @@ class Dashboard:
     def _group(self, name: str, selected: str | None) -> dict[str, Any]:
         import yaml
 
+        from orchestrator.agent.notes import reported
         from orchestrator.confined import ConfinedDir, UnsafePath
         from orchestrator.memory.history import open_history
         from orchestrator.memory.lint import lint_memory
@@ -338,7 +339,9 @@ class Dashboard:
             "files": files,
             "shown": shown,
             "findings": findings,
-            "context": context_report(store.root, group.folder),
+            "context": context_report(
+                store.root, group.folder, zone=group.config.timezone, recent=reported
+            ),
             "history": history,
             "history_gap": opened.gap(),
             "chat": chat,

@@ -786,10 +786,24 @@ class Injected:
         }
 
 
-def context_report(groups_dir: Path, folder: str) -> list[Injected]:
+# what the recent daily-note lines of a fresh context come to: (injected characters,
+# truncated) of yesterday's and today's notes (orchestrator.agent.notes.recent_lines)
+RecentLines = Callable[[list[str]], tuple[int, bool]]
+RECENT_NOTES_ENTRY = "memory/daily (recent, creators' lines)"
+
+
+def context_report(
+    groups_dir: Path,
+    folder: str,
+    *,
+    zone: str = "UTC",
+    recent: RecentLines | None = None,
+) -> list[Injected]:
     """What a fresh context of the group gets, file by file: the operator's instructions
     and the learned behaviors (which the runner asks the host for), then the memory
-    files the hook injects, with the very numbers the hook's own code produces."""
+    files the hook injects, with the very numbers the hook's own code produces; with
+    ``recent``, the recent daily-note lines every chat's fresh context is given (each
+    chat also gets its own), today being the group's (``zone``)."""
     from orchestrator.limits import (
         LEARNED_READ_MAX_BYTES,
         MEMORY_FILE_BUDGET_CHARS,
@@ -822,6 +836,30 @@ def context_report(groups_dir: Path, folder: str) -> list[Injected]:
                 len(block),
                 problem is None and len(raw.strip()) > MEMORY_FILE_BUDGET_CHARS,
                 problem,
+            )
+        )
+    if recent is not None:
+        from datetime import datetime, timedelta
+        from zoneinfo import ZoneInfo
+
+        today = datetime.now(ZoneInfo(zone)).date()
+        texts, problems = [], []
+        for day in (today - timedelta(days=1), today):
+            raw, problem = _raw(
+                groups_dir, f"{folder}/memory", f"daily/{day:%Y-%m-%d}.md",
+                MEMORY_FILE_READ_MAX_BYTES,
+            )  # fmt: skip
+            texts.append(raw)
+            if problem not in (None, "missing"):
+                problems.append(f"daily/{day:%Y-%m-%d}.md {problem}")
+        chars, cut = recent(texts)
+        out.append(
+            Injected(
+                RECENT_NOTES_ENTRY,
+                sum(len(t) for t in texts),
+                chars,
+                cut,
+                "; ".join(problems) or None,
             )
         )
     return out

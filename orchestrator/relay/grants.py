@@ -14,6 +14,7 @@ PACKAGES = "packages"
 SKILLS = "skills"  # the skill tool: loads a skill of the group's (read-only)
 MCP_REQUESTS = "mcp-requests"  # request_mcp_server: a creator's turn asks for a server
 WEB = "web"  # web_fetch and web_search, answered by the host under the group's policy
+SESSIONS = "sessions"  # sessions_search: the sender's own conversations of the group
 # the task tools a run of a scheduled task keeps: it may look at tasks, not make them
 TASK_RUN_TASK_TOOLS = ("list_tasks", "cancel_task")
 
@@ -34,7 +35,8 @@ def granted_tools(
     operator allows package requests from the chat (``packages.from_chat``); the MCP
     servers' sources ``mcp`` (those whose ``trust`` holds the sender's, as the caller
     found them); ``request_mcp_server`` to a creator's turn (not a task's run); the web
-    tools when the group's policy is open to the sender's trust (``web``)."""
+    tools when the group's policy is open to the sender's trust (``web``);
+    ``sessions_search`` to a creator's or member's turn (not a task's run)."""
     tools: tuple[str, ...] = (
         (FILES, MESSAGES, MEMORY, *TASK_RUN_TASK_TOOLS, SKILLS)
         if task_run
@@ -48,4 +50,6 @@ def granted_tools(
         tools = (*tools, MCP_REQUESTS)
     if web:
         tools = (*tools, WEB)
+    if trust in ("creator", "member") and not task_run:
+        tools = (*tools, SESSIONS)
     return (*tools, *mcp)

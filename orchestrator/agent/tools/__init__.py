@@ -16,6 +16,7 @@ from orchestrator.agent.tools.mcp import MCP_REQUEST_TOOLS
 from orchestrator.agent.tools.memory import MEMORY
 from orchestrator.agent.tools.messages import MESSAGES
 from orchestrator.agent.tools.packages import PACKAGE_TOOLS
+from orchestrator.agent.tools.sessions import SESSIONS
 from orchestrator.agent.tools.skills import SKILL_TOOLS
 from orchestrator.agent.tools.tasks import TASKS
 from orchestrator.agent.tools.web import WEB_TOOLS
@@ -23,6 +24,7 @@ from orchestrator.agent.tools.web import WEB_TOOLS
 # the built-in sources, in the order their tools are offered
 BUILT_IN: tuple[ToolSource, ...] = (
     FILES, MESSAGES, MEMORY, TASKS, PACKAGE_TOOLS, SKILL_TOOLS, MCP_REQUEST_TOOLS, WEB_TOOLS,
+    SESSIONS,
 )  # fmt: skip
 
 __all__ = [

@@ -101,6 +101,7 @@ class Toolbox:
     deadline: float | None = None  # time.monotonic() by which the turn must end
     # a flush's: where the lines it appends came from (senders, chat, time; notes.py)
     source: str = ""
+    sender: str | None = None  # the turn's sender, as the host recorded it
     _tools: dict[str, tuple[str, Tool]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:

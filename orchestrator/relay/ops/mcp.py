@@ -123,6 +123,10 @@ class McpCall:
         return {"ok": True, "result": render_result(server, result)}
 
 
+# the runner's own sources of others' words (not MCP servers)
+RUNNER_SOURCES = (protocol.DAILY_NOTES_SOURCE, protocol.SESSIONS_SOURCE)
+
+
 class OthersWords(FixedCap):
     name = protocol.OTHERS_WORDS
 
@@ -132,7 +136,7 @@ class OthersWords(FixedCap):
             raise RelayViolation("others.words: source must be a tool source's name")
         attached = {source_name(s.name) for s in turn.group.config.mcp.servers}
         turn.context.queue.mark_others_words(turn.message.id)
-        if source not in attached and source != protocol.DAILY_NOTES_SOURCE:
+        if source not in attached and source not in RUNNER_SOURCES:
             log.warning(
                 "group %s: others' words from %r, not a source of this group; recorded",
                 turn.group.folder,
