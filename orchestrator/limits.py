@@ -93,8 +93,9 @@ FLUSH_SOFT_SHARE = 0.6
 # (a budget smaller than the fresh context would compact every turn).
 COMPACTION_MIN_NEW_SHARE = 0.25
 # A context's budget must hold a fresh context (its memory, instructions and summary)
-# and this much room to work in; a smaller one is refused with what it would need.
-CONTEXT_WORKING_MARGIN_CHARS = 4_000
+# and this much room to work in (one exchange); a smaller one is refused with what it
+# would need.
+CONTEXT_WORKING_MARGIN_CHARS = 1_000
 # A fresh context is given today's and yesterday's daily-note lines, at most this much.
 RECENT_NOTES_MAX_CHARS = 4_000
 # A group with memory.consolidate: daily is consolidated once a local day, from this hour

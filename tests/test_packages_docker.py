@@ -106,7 +106,10 @@ def test_a_package_request_approved_in_the_chat_is_built_and_used(
     provider = FakeProvider("openai", KEY)
     monkeypatch.setenv("FAKE_OPENAI_KEY", KEY)
     try:
-        (home / "orchestrator.yaml").write_text(provider_config(provider, _free_port()))
+        # a window no turn here comes near: no early memory flush takes a scripted answer
+        (home / "orchestrator.yaml").write_text(
+            provider_config(provider, _free_port(), context_tokens=200_000)
+        )
         from orchestrator.groups.config import set_option
 
         group = GroupStore(Home(home)).add(
