@@ -291,6 +291,27 @@ def test_metrics_off_count_nothing(home: Path) -> None:
         daemon.queue.close()
 
 
+def test_containers_the_daemon_makes_are_counted_by_why(home: Path) -> None:
+    daemon = _daemon(home, ("a",))
+    try:
+        runtime, group = daemon.runtime, daemon.runtime.store.load("a")
+        runtime.ensure_running(group)  # none was there
+        runtime.backend.stop(runtime.container_name(group))
+        runtime.ensure_running(group)  # it had stopped
+        runtime.restart(group)
+        samples = scrape(daemon)
+        starts = "orchestrator_container_starts_total"
+        assert {
+            why: value(samples, starts, group="a", why=why)
+            for why in ("created", "started", "restarted")
+        } == {"created": 1, "started": 1, "restarted": 1}
+        assert series(samples, starts, "why") == {"created", "started", "restarted"}
+        assert value(samples, "orchestrator_containers", group="a", state="running") == 1
+    finally:
+        daemon.relay.usage.close()
+        daemon.queue.close()
+
+
 def _get(daemon: Daemon, path: str, headers: dict[str, str]) -> tuple[int, str, str]:
     server = WebServer(daemon)
     server.api.named, problems = http_tokens(daemon.config.http_tokens, None)

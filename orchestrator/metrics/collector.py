@@ -247,7 +247,20 @@ class DaemonCollector(Collector):
             counts[self.slots.of(group)] += n
         for label in labels:
             recreated.add_metric([label], counts[label])
-        return [engine, containers, recreated]
+        starts = CounterMetricFamily(
+            "orchestrator_container_starts",
+            "Containers the daemon made or started since it began, by why: created, "
+            "drifted (configuration changed), started (it had stopped), restarted, "
+            "dead-runner (its runner stopped answering).",
+            labels=["group", "why"],
+        )
+        made: dict[tuple[str, str], int] = {}
+        for (group, why), n in dict(runtime.starts).items():
+            key = (self.slots.of(group), why)
+            made[key] = made.get(key, 0) + n
+        for (label, why), n in sorted(made.items()):
+            starts.add_metric([label, why], n)
+        return [engine, containers, recreated, starts]
 
     def _disk(self, labels: list[str], listing: list[GroupListing]) -> list[Metric]:
         """Disk use against limits; a measure is at most a minute old, and a scrape

@@ -167,6 +167,10 @@ class GroupRuntime:
         self._ready = ready or (lambda client: client.ping())
         # containers made again because their runner stopped answering, per group
         self.dead_sockets: dict[str, int] = {}
+        # (group, why) -> containers this runtime made or started since it began: created
+        # (none was there), drifted (its configuration changed), started (it had stopped),
+        # restarted (asked for), dead-runner (running, but its runner did not answer)
+        self.starts: dict[tuple[str, str], int] = {}
         self._answered: dict[str, str] = {}  # group -> the container whose runner answered
 
     @property
@@ -330,8 +334,12 @@ class GroupRuntime:
                         "add one with: orchestrator skill add PATH",
                     )
 
-    def ensure_running(self, group: Group) -> ContainerInfo:
-        """Bring ``group``'s container up with the current spec; return it running."""
+    def _count_start(self, folder: str, why: str) -> None:
+        self.starts[(folder, why)] = self.starts.get((folder, why), 0) + 1
+
+    def ensure_running(self, group: Group, *, made_for: str = "created") -> ContainerInfo:
+        """Bring ``group``'s container up with the current spec; return it running.
+        ``made_for``: what a container made here is counted as (``starts``)."""
         spec = self.desired_spec(group)
         self.prepare_host(group, spec)
         self.backend.prepare_storage(spec)
@@ -354,8 +362,10 @@ class GroupRuntime:
             info = self.backend.inspect(spec.name)
             if info is not None and not info.running:
                 self.backend.start(spec.name)
+            self._count_start(group.folder, made_for if step == START_CREATE else "drifted")
         elif step == START_START:
             self.backend.start(spec.name)
+            self._count_start(group.folder, "started")
         elif step == START_PROBE:
             # It has run long enough to answer: when nothing does within a short bound
             # (code in it took the socket over and left), it is made again rather than
@@ -374,6 +384,7 @@ class GroupRuntime:
                 self.backend.remove(spec.name)
                 self.backend.create(spec)
                 self.backend.start(spec.name)
+                self._count_start(group.folder, "dead-runner")
         return self.wait_ready(group)
 
     def _settled(self, info: ContainerInfo) -> bool:
@@ -439,7 +450,7 @@ class GroupRuntime:
     def restart(self, group: Group) -> ContainerInfo:
         if self._claim(self.container_name(group)) is not None:
             self.backend.remove(self.container_name(group))
-        return self.ensure_running(group)
+        return self.ensure_running(group, made_for="restarted")
 
     def recreate(self, group: Group, old_name: str | None = None) -> ContainerInfo:
         """Remove ``old_name`` (this home's container of the group, perhaps under an old
