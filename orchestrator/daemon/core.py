@@ -650,6 +650,7 @@ class Daemon:
         deadline = time.monotonic() + timeout
         client = self.runtime.runner(group)
         window, answer_tokens = self._window(group)
+        task_run = self.tasks.run_of(message.id) is not None  # the grant's and the relay's
         payload = TurnRequest(
             turn_id=message.id,
             chat=message.chat,
@@ -661,7 +662,7 @@ class Daemon:
             session=message.session,
             said=message.said,
             tools=granted_tools(
-                task_run=self.tasks.run_of(message.id) is not None,
+                task_run=task_run,
                 trust=message.trust,
                 shell=group.config.tools.shell,
                 packages_from_chat=group.config.packages.from_chat,
@@ -677,7 +678,9 @@ class Daemon:
         self._record_outside(group.folder, self.runtime.container_name(group))
         end_web = self._web_turn(group, message.trust)
         try:
-            return self._turn_of(message, group, client, payload, cancel, deadline, window)
+            return self._turn_of(
+                message, group, client, payload, cancel, deadline, window, task_run
+            )
         finally:
             end_web()
 
@@ -724,16 +727,10 @@ class Daemon:
         cancel: Cancel,
         deadline: float,
         window: int | None,
+        task_run: bool,
     ) -> dict[str, Any]:
         timeout = float(group.config.turn_timeout_seconds)
-        relay = TurnRelay(
-            self.relay,
-            message,
-            group,
-            deadline,
-            window,
-            task_run=self.tasks.run_of(message.id) is not None,
-        )
+        relay = TurnRelay(self.relay, message, group, deadline, window, task_run=task_run)
         delivery = self.active.get(message.id)
         if delivery is not None:
             delivery.relay = relay
