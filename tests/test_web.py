@@ -395,15 +395,19 @@ def proxy_request(path: Path, head: str) -> tuple[socket.socket, bytes]:
     """Send a proxy request's head; the socket (the caller closes it) and the answer's
     head as far as it came."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(10)
-    sock.connect(str(path))
-    sock.sendall(head.encode())
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        data += chunk
+    try:
+        sock.settimeout(10)
+        sock.connect(str(path))
+        sock.sendall(head.encode())
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    except BaseException:
+        sock.close()
+        raise
     return sock, data
 
 

@@ -30,6 +30,9 @@ from orchestrator.web.guard import Refused, Resolver, Rules, check, system_resol
 log = logging.getLogger("orchestrator.egress")
 SOCKET_NAME = "proxy.sock"
 HEAD_TIMEOUT_SECONDS = 10
+# A connection past the bound is refused after its head (or this long): a client that is
+# still writing its request when the gate closes gets a broken pipe, not the 429
+OVER_BOUND_HEAD_SECONDS = 1
 HOP_HEADERS = ("proxy-connection", "proxy-authorization", "connection", "keep-alive")
 
 
@@ -178,6 +181,10 @@ class Gate:
         self, group: _Group, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         if len(group.connections) >= self.max_connections:
+            with contextlib.suppress(
+                TimeoutError, asyncio.LimitOverrunError, OSError, asyncio.IncompleteReadError
+            ):
+                await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), OVER_BOUND_HEAD_SECONDS)
             return await _refuse(writer, 429, f"at most {self.max_connections} connections")
         group.connections.add(writer)
         try:
