@@ -16,6 +16,9 @@ from orchestrator.limits import MESSAGE_MAX_CHARS, STANDING_TEXT_BUDGET_CHARS
 OFFLINE = "offline"  # the embedded provider: it runs in the container; no definition
 NO_REPLY_WORD = "NO_REPLY"  # an answer of only this is no reply at all
 CLEAR_COMMAND = "/clear"  # a fresh context, answered by the runner itself
+# the frame op (beside "turn" and "ping") by which the host asks, outside any turn, for
+# the memory flush of every session the runner served (before its idle container stops)
+FLUSH_OP = "flush"
 
 # The agent folder (groups/<folder>/ on the host, /workspace/agent in the container).
 MEMORY_DIR, SESSIONS_DIR, FILES_DIR = "memory", "sessions", "files"

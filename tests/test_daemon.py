@@ -1470,7 +1470,7 @@ def test_a_container_is_made_again_only_between_its_groups_turns(
     during: list[set[str]] = []
 
     def recreate(folder: str, name: str) -> None:
-        during.append(set(idle.recreating))
+        during.append(set(idle.reconciling))
         # no turn of the group is dispatched while its container is made again
         idle._dispatch_once()
         assert idle.queue.get(waiting.id).state == QUEUED  # type: ignore[union-attr]
@@ -1482,4 +1482,4 @@ def test_a_container_is_made_again_only_between_its_groups_turns(
     assert during == []  # it waits for a later round
     idle.busy.clear()
     idle._reconcile()
-    assert during == [{"good"}] and idle.recreating == set()
+    assert during == [{"good"}] and idle.reconciling == set()

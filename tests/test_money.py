@@ -40,7 +40,7 @@ from orchestrator.runtime.fake import FakeBackend
 from orchestrator.runtime.lifecycle import GroupRuntime
 from orchestrator.store.messages import DONE, HOST_NOTICE_SEQ, QUEUED, open_queue
 from orchestrator.store.usage import Call, UsageStore
-from tests.fakeproviders import FakeProvider, Text
+from tests.fakeproviders import FakeProvider, Text, ToolUse
 from tests.relayrig import KEY, runners
 
 ZONE = "Pacific/Auckland"  # UTC+13 in December: its day starts at 11:00 UTC the day before
@@ -415,3 +415,115 @@ def test_usage_and_status_show_costs(money, monkeypatch) -> None:  # type: ignor
     groups = {g["folder"]: g for g in json.loads(status.output)["groups"]}
     assert groups["fam"]["cost_today"] == pytest.approx(0.0014)
     assert groups["fam"]["currency"] == "EUR" and groups["work"]["cost_today"] is None
+
+
+def test_an_idle_flush_runs_on_the_flush_model_and_is_recorded_as_a_flush(money) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.memory.history import FLUSH
+
+    daemon: Daemon = money["daemon"]
+    fake: FakeProvider = money["fake"]
+    home: Home = money["home"]
+    with runners(money):
+        fake.script.append(Text("noted", input_tokens=10, output_tokens=2))
+        say_ = daemon.submit(
+            "fam", "The dentist is on Tuesday at 9.", chat="c", sender="alice", channel="cli"
+        )
+        assert (done := daemon.wait(say_.id, 60)) is not None and done.state == DONE
+        fake.script.extend(
+            [
+                ToolUse("append_daily", {"content": "- The dentist is on Tuesday at 9."}),
+                Text("NO_REPLY"),
+            ]
+        )
+        assert daemon.flush_idle("fam") == [done.session]
+        # nothing new since: a second idle flush makes no call
+        calls = len(fake.seen)
+        assert daemon.flush_idle("fam") == [] and len(fake.seen) == calls
+        # a member speaks in another chat: that session's flush is recorded as a member's
+        fake.script.append(Text("hi", input_tokens=10, output_tokens=2))
+        guest = daemon.submit("fam", "I like tea.", chat="d", sender="bob", channel="cli")
+        assert (done_guest := daemon.wait(guest.id, 60)) is not None
+        fake.script.extend([ToolUse("append_daily", {"content": "- Bob likes tea."}), Text("")])
+        assert daemon.flush_idle("fam") == [done_guest.session]
+    # the flush calls ran on m-2, the flush model, under the purpose flush
+    assert [r.body["model"] for r in fake.seen] == ["m-1", "m-2", "m-2", "m-1", "m-2", "m-2"]
+    by_purpose = {d.key: d.requests for d in daemon.relay.usage.by_day("fam", by="purpose")}
+    assert by_purpose == {"turn": 2, "flush": 4}
+    note = next((home.groups_dir / "fam" / "memory" / "daily").glob("*.md")).read_text()
+    assert "The dentist is on Tuesday at 9." in note and "alice (creator); chat c" in note
+    changes = [c for c in daemon.history("fam").log() if c.provenance.kind == FLUSH]
+    assert [(c.provenance.session, c.provenance.trust) for c in changes] == [
+        (done_guest.session, "member"),
+        (done.session, "creator"),
+    ]
+    assert all(c.provenance.model == "m-2" for c in changes)
+    assert all(p.startswith("memory/daily/") for c in changes for p in c.paths)
+
+
+def test_a_flush_outside_a_turn_may_ask_for_flush_calls_only(money) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.relay.errors import RelayViolation
+    from orchestrator.store.messages import new_message
+
+    daemon: Daemon = money["daemon"]
+    group = daemon.runtime.store.load("fam")
+    record = new_message(
+        group="fam", session="", chat="-", thread=None, sender="host", trust="creator",
+        text="flush", channel="host",
+    )  # fmt: skip
+    relay = TurnRelay(daemon.relay, record, group, time.monotonic() + 60, housekeeping=True)
+    with pytest.raises(RelayViolation, match="asks for flush calls"):
+        relay.handle(model_request("turn"), 200)
+    with pytest.raises(RelayViolation, match="reply is not asked for"):
+        relay.handle({"req": 2, "op": "reply", "text": "hi"}, 50)
+    with pytest.raises(RelayViolation, match=r"learned\.write is not asked for"):
+        relay.handle({"req": 3, "op": "learned.write", "content": "x"}, 50)
+    assert money["fake"].seen == []
+
+
+def test_reconcile_flushes_an_idle_groups_sessions_before_it_stops_the_container(money) -> None:  # type: ignore[no-untyped-def]
+    import os
+    from dataclasses import replace
+
+    daemon: Daemon = money["daemon"]
+    fake: FakeProvider = money["fake"]
+    runtime: GroupRuntime = money["runtime"]
+    with runners(money):
+        fake.script.append(Text("noted", input_tokens=10, output_tokens=2))
+        said = daemon.submit("fam", "Our cat is Miso.", chat="c", sender="alice", channel="cli")
+        assert (done := daemon.wait(said.id, 60)) is not None and done.state == DONE
+        backend = runtime.backend
+        assert isinstance(backend, FakeBackend)
+        group = runtime.store.load("fam")
+        runtime.ensure_running(group)  # the runner here is the test's: a container to stop
+        name = runtime.container_name(group)
+        long_ago = 1_000_000.0
+        os.utime(runtime.activity.root / "fam", (long_ago, long_ago))
+        backend.containers[name] = replace(backend.containers[name], started_at=long_ago)
+        fake.script.extend([ToolUse("append_daily", {"content": "- Our cat is Miso."}), Text("")])
+        daemon._reconcile()
+        assert backend.containers[name].state == "exited"
+    assert [r.body["model"] for r in fake.seen] == ["m-1", "m-2", "m-2"]
+    daily = money["home"].groups_dir / "fam" / "memory" / "daily"
+    assert "Our cat is Miso." in next(daily.glob("*.md")).read_text()
+
+
+def test_an_idle_flushs_answer_is_read_as_untrusted_and_its_trust_is_the_lowest() -> None:
+    from orchestrator.daemon.core import flushed_sessions, lowest_trust
+
+    answer = {
+        "ok": True,
+        "flushed": [
+            {"session": "cli.chat-c", "appended_chars": 40},
+            {"session": "../escape", "appended_chars": 1},
+            {"session": "cli.chat-d", "appended_chars": True},
+            "junk",
+            {"session": 7},
+        ],
+    }
+    assert flushed_sessions(answer) == {"cli.chat-c": 40, "cli.chat-d": 0}
+    assert flushed_sessions({"ok": False, "flushed": answer["flushed"]}) == {}
+    assert flushed_sessions({"ok": True, "flushed": "cli.chat-c"}) == {}
+    assert lowest_trust({"creator"}) == "creator"
+    assert lowest_trust({"creator", "member"}) == "member"
+    assert lowest_trust({"creator", "guest"}) == "guest"
+    assert lowest_trust({"member", "someone"}) == "guest"

@@ -17,7 +17,7 @@ import stat
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -109,6 +109,14 @@ class LoopResult:
     shown: int = 0  # the first ``shown`` replies reached the chat during the turn
     cut: bool = False
     compacted: bool = False
+
+
+@dataclass(frozen=True)
+class FlushDone:
+    """One session flushed outside a turn, and the characters its flush appended."""
+
+    session: str
+    appended_chars: int
 
 
 class ContextTooSmall(Exception):
@@ -220,6 +228,9 @@ class Runner:
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._sessions: dict[str, Session] = {}
+        # the last turn of each session served since the runner started: its chat and
+        # time zone, for a flush the host asks for outside any turn (``flush_idle``)
+        self._last_turns: dict[str, TurnRequest] = {}
         self.file_locks = FileLocks()  # shared by every turn: shared files stay whole
 
     def lock_for(self, key: str) -> threading.Lock:
@@ -248,6 +259,7 @@ class Runner:
                 session.append({"t": "supersede", "turn_id": turn.turn_id})
                 context = session.current_context()
             clock = TurnClock.of(turn.deadline_seconds)
+            self._last_turns[key] = turn
             try:
                 result = self._handle(session, context, turn, host, clock)
             except BudgetExhausted as exc:
@@ -291,6 +303,29 @@ class Runner:
             return self._turn(session, context, turn, host, clock, toolbox, result)
         finally:
             self._each_source("end_turn", toolbox)  # what a turn started ends with it
+
+    def flush_idle(self, request: TurnRequest, host: HostLink | None = None) -> list[FlushDone]:
+        """A flush the host asks for outside any turn (before an idle container stops):
+        each session served since the runner started, whose conversation has messages no
+        flush has seen, is flushed under its session's lock, with its last turn's chat
+        and the time zone ``request`` names. Sessions with nothing new are left alone
+        (at most one flush per compaction cycle holds: the session records how far)."""
+        done = []
+        for key, last in sorted(self._last_turns.items()):
+            with self.lock_for(key):
+                session = self._sessions.get(key)
+                context = session.current_context() if session is not None else None
+                if session is None or context is None:
+                    continue
+                turn = replace(last, turn_id=request.turn_id, timezone=request.timezone)
+                try:
+                    appended = self.flush(session, context, host, turn, idle=True)
+                except BudgetExhausted as exc:
+                    log.warning("idle flush of %s not made: %s", key, exc)
+                    continue
+                if appended is not None:
+                    done.append(FlushDone(key, appended))
+        return done
 
     def _each_source(self, hook: str, argument: object) -> None:
         """Call the optional ``hook`` (``reset`` with a session key at /clear,
@@ -567,16 +602,20 @@ class Runner:
         turn: TurnRequest | None,
         *,
         soft: bool = False,
-    ) -> int:
+        idle: bool = False,
+    ) -> int | None:
         """A memory flush of the conversation since the last one (never the summary),
-        recorded in the session; the characters appended."""
+        recorded in the session; the characters appended, None when there was nothing
+        new to flush."""
         upto = len(context.messages)
         if context.flushed >= upto:
-            return 0
+            return None
         appended = self._flush(context, host, turn)
         event: dict[str, Any] = {"t": "flush", "appended_chars": appended, "upto": upto}
         if soft:
             event["soft"] = True
+        if idle:
+            event["idle"] = True
         session.append(event)
         return appended
 

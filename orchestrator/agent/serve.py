@@ -2,7 +2,9 @@
 
 Each connection carries frames (see ``orchestrator.wire``): ``{"op": "ping"}`` answers
 ``{"ok": true, ...}``; ``{"op": "turn", "turn": {...}}`` runs one turn and answers with
-its replies. A bad frame closes that connection only; the server goes on.
+its replies; ``{"op": "flush", "turn": {...}}`` flushes the sessions served since the
+runner started (before an idle container stops). A bad frame closes that connection
+only; the server goes on.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from orchestrator.agent.providers.base import TurnWaits
 from orchestrator.agent.runner import Runner
 from orchestrator.agent.settings import AgentSettings
 from orchestrator.limits import OFFLINE_CONTEXT_TOKENS, model_request_cap
-from orchestrator.protocol import BadFrame, TurnRequest
+from orchestrator.protocol import FLUSH_OP, BadFrame, TurnRequest
 from orchestrator.wire import ProtocolError, recv_frame, send_frame
 
 log = logging.getLogger(__name__)
@@ -103,7 +105,19 @@ class RunnerServer:
                 log.exception("turn %s failed", turn.turn_id)
                 return {"ok": False, "error": f"turn failed: {type(exc).__name__}: {exc}"}
             return result.to_wire(turn.turn_id)
-        return {"ok": False, "error": f"unknown op {op!r}; expected ping or turn"}
+        if op == FLUSH_OP:  # outside any turn: the host is about to stop the container
+            try:
+                turn = TurnRequest.from_wire(request.get("turn"))
+            except BadFrame as exc:
+                return {"ok": False, "error": str(exc)}
+            try:
+                done = self.runner.flush_idle(turn, host)
+            except Exception as exc:
+                log.exception("idle flush %s failed", turn.turn_id)
+                return {"ok": False, "error": f"flush failed: {type(exc).__name__}: {exc}"}
+            flushed = [{"session": d.session, "appended_chars": d.appended_chars} for d in done]
+            return {"ok": True, "flushed": flushed}
+        return {"ok": False, "error": f"unknown op {op!r}; expected ping, turn or {FLUSH_OP}"}
 
     def stop(self, *_: object) -> None:
         self.stopping.set()

@@ -18,6 +18,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -55,15 +56,25 @@ from orchestrator.limits import (
     SENDER_ID_MAX_CHARS,
 )
 from orchestrator.mcp.tools import source_name
-from orchestrator.memory.history import TURN, History, Provenance
+from orchestrator.memory.history import FLUSH, TURN, History, Provenance
 from orchestrator.metrics import Metrics
-from orchestrator.protocol import BadFrame, TurnRequest, TurnResult, session_key
+from orchestrator.protocol import (
+    CREATOR,
+    FLUSH_OP,
+    GUEST,
+    MEMBER,
+    SESSION_KEY_PATTERN,
+    BadFrame,
+    TurnRequest,
+    TurnResult,
+    session_key,
+)
 from orchestrator.relay.approvals import chat_reply
 from orchestrator.relay.grants import granted_tools
 from orchestrator.relay.turn import RelayContext, TurnRelay
 from orchestrator.runtime.channel import Cancel, RunnerClient, RunnerUnavailable
 from orchestrator.runtime.lifecycle import GroupRuntime
-from orchestrator.runtime.reconcile import RECREATE, apply_plan
+from orchestrator.runtime.reconcile import RECREATE, STOP_IDLE, apply_plan
 from orchestrator.store.chats import ChatStore
 from orchestrator.store.held import HeldRequests
 from orchestrator.store.messages import (
@@ -182,7 +193,8 @@ class Daemon:
         self.per_group = group_share(self.concurrency, config.per_group_concurrency)
         self.cond = threading.Condition()
         self.busy: set[tuple[str, str]] = set()
-        self.recreating: set[str] = set()  # groups whose container reconcile makes again
+        # groups whose container reconcile makes again or stops (their turns wait)
+        self.reconciling: set[str] = set()
         self.gate: Gate | None = None  # the shells' egress gate, once a group has the web
         self.gate_lock = threading.Lock()
         self.active: dict[str, Delivery] = {}
@@ -472,7 +484,7 @@ class Daemon:
                 [
                     m
                     for m in self.queue.runnable()
-                    if (m.group, m.session) not in self.busy and m.group not in self.recreating
+                    if (m.group, m.session) not in self.busy and m.group not in self.reconciling
                 ]
                 if free > 0
                 else []
@@ -784,24 +796,103 @@ class Daemon:
             log.warning("the egress gate could not be brought in line: %s", exc)
         planned = self.runtime.plan()
         actions = []
-        with self.cond:  # a group made again takes no turn meanwhile
+        with self.cond:  # a group made again or stopped takes no turn meanwhile
             busy = {group for group, _ in self.busy}
             for action in planned:
-                if action.kind == RECREATE and action.folder in busy:
+                if action.kind in (RECREATE, STOP_IDLE) and action.folder in busy:
                     log.info("reconcile: %s waits for its turns to end", action.container)
                     continue
-                if action.kind == RECREATE and action.folder is not None:
-                    self.recreating.add(action.folder)
+                if action.kind in (RECREATE, STOP_IDLE) and action.folder is not None:
+                    self.reconciling.add(action.folder)
                 actions.append(action)
         try:
+            for action in actions:
+                if action.kind == STOP_IDLE and action.folder is not None:
+                    self.flush_idle(action.folder)  # what its sessions hold is saved first
             apply_plan(actions, self.runtime)
         finally:
             with self.cond:
-                self.recreating.clear()
+                self.reconciling.clear()
                 self.cond.notify_all()
         for action in actions:
             if action.kind != "adopt":
                 log.info("reconcile: %s %s (%s)", action.kind, action.container, action.reason)
+
+    def flush_idle(self, folder: str) -> list[str]:
+        """Before ``folder``'s idle container stops: a memory flush of the sessions its
+        runner served, as a housekeeping turn the host opens (model calls for a flush
+        only, on the group's flush model, its usage recorded under a record of its own),
+        recorded in the memory history as a ``flush`` change with the sessions it came
+        from and the lowest trust of their senders. The sessions flushed; never raises
+        (the container stops whether or not the flush could run)."""
+        try:
+            group = self.runtime.store.load(folder)
+            self._record_outside(folder, self.runtime.container_name(group))
+            timeout = float(group.config.turn_timeout_seconds)
+            window, answer_tokens = self._window(group)
+            record = new_message(
+                group=folder,
+                session="",
+                chat="-",
+                thread=None,
+                sender="host",
+                trust=CREATOR,
+                text=FLUSH_TEXT,
+                channel="host",
+            )
+            payload = TurnRequest(
+                turn_id=f"flush-{record.id}",
+                chat="-",
+                text=FLUSH_TEXT,
+                sender="host",
+                trust=CREATOR,
+                channel="host",
+                tools=(),
+                window_tokens=window,
+                answer_tokens=answer_tokens,
+                deadline_seconds=timeout,
+                timezone=group.config.timezone,
+            ).to_wire()
+            deadline = time.monotonic() + timeout
+            relay = TurnRelay(self.relay, record, group, deadline, window, housekeeping=True)
+            answer = self.runtime.runner(group).turn(
+                payload,
+                timeout=timeout,
+                handle=relay.handle,
+                request_limit=relay.frame_limit,
+                op=FLUSH_OP,
+            )
+        except RunnerUnavailable:
+            return []  # no runner: nothing it holds is unsaved
+        except Exception as exc:
+            log.warning("memory flush of %s before its idle stop failed: %s", folder, exc)
+            return []
+        flushed = flushed_sessions(answer)
+        if not flushed:
+            return []
+        sessions = sorted(flushed)
+        trust = lowest_trust(self.queue.trusts_in_sessions(folder, sessions))
+        chars = sum(flushed.values())
+        choice = group.config.model_for("flush")
+        try:
+            self.history(folder).record(
+                Provenance(
+                    FLUSH,
+                    sender="host",
+                    trust=trust,
+                    message_id=record.id,
+                    channel="host",
+                    session=",".join(sessions)[:HISTORY_SESSIONS_MAX_CHARS],
+                    provider=choice.provider,
+                    model=choice.model,
+                    note=f"{len(sessions)} sessions before the idle container stopped, "
+                    f"{chars} characters appended",
+                )
+            )
+        except Exception as exc:
+            log.warning("memory history of %s not recorded after an idle flush: %s", folder, exc)
+        log.info("memory flush of %s before its idle stop: %s", folder, ", ".join(sessions))
+        return sessions
 
     def _reconcile_loop(self) -> None:
         while not self.stopping.wait(RECONCILE_INTERVAL_SECONDS):
@@ -999,6 +1090,38 @@ def check_inbound(*, text: Any, chat: Any, sender: Any, thread: Any) -> None:
             raise BadInput(f"{what} must be 1..{SENDER_ID_MAX_CHARS} characters (got {shown})")
         if problem := text_problem(value):
             raise BadInput(f"{what} {problem}")
+
+
+FLUSH_TEXT = "[memory flush before the idle container stops]"
+FLUSHED_SESSIONS_MAX = 256  # sessions one idle flush's answer may name
+HISTORY_SESSIONS_MAX_CHARS = 2_000
+
+
+def flushed_sessions(answer: dict[str, Any]) -> dict[str, int]:
+    """The sessions an idle flush's answer says it flushed, with the characters each
+    appended: what is not a session key or a count is left out (the runner is not
+    trusted; this names its change in the history, nothing more)."""
+    found: dict[str, int] = {}
+    items = answer.get("flushed") if answer.get("ok") else None
+    if not isinstance(items, list):
+        return found
+    for item in items[:FLUSHED_SESSIONS_MAX]:
+        if not isinstance(item, dict):
+            continue
+        key, chars = item.get("session"), item.get("appended_chars")
+        if not isinstance(key, str) or not re.fullmatch(SESSION_KEY_PATTERN, key):
+            continue
+        if isinstance(chars, bool) or not isinstance(chars, int) or chars < 0:
+            chars = 0
+        found[key] = chars
+    return found
+
+
+def lowest_trust(trusts: set[str]) -> str:
+    """The least trusted of ``trusts`` (anything but creator and member is guest)."""
+    if trusts - {CREATOR, MEMBER}:
+        return GUEST
+    return MEMBER if MEMBER in trusts else CREATOR
 
 
 def _resume_hint(folder: str, pause: Pause) -> str:

@@ -65,6 +65,7 @@ from orchestrator.limits import (
 from orchestrator.memory.history import (
     BASELINE,
     CONSOLIDATION,
+    FLUSH,
     HOST,
     MIGRATION,
     OPERATOR,
@@ -488,7 +489,7 @@ def _writer_problem(change: Change) -> str | None:
     made = change.provenance
     if made.kind in _WRITERS_TRUSTED:
         return None
-    if made.kind == TURN:
+    if made.kind in (TURN, FLUSH):  # a flush's trust: the lowest of its sessions' senders
         if made.trust not in TRUSTED:
             return (
                 f"the history shows a turn of {_shown(made.sender)} ({made.trust or 'no trust'}) "

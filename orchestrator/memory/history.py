@@ -49,6 +49,7 @@ TURN, LEARNED_WRITE, MIGRATION, REVERT, HOST, UNATTRIBUTED, OPERATOR, BASELINE =
     "turn", "learned", "migration", "revert", "host", "unattributed", "operator", "baseline",
 )  # fmt: skip
 CONSOLIDATION = "consolidation"  # daily notes promoted by orchestrator.memory.consolidate
+FLUSH = "flush"  # a memory flush the host opened outside any turn (an idle container's)
 
 
 class HistoryError(BadInput):
@@ -93,6 +94,8 @@ class Provenance:
         if self.kind == TURN:
             who = f"{self.sender} ({self.trust})" if self.trust else self.sender
             return f"turn {self.message_id} by {who} via {self.channel}:{self.chat}"
+        if self.kind == FLUSH:
+            return f"flush of session {self.session} ({self.trust or 'no trust'}): {self.note}"
         if self.note:
             return f"{self.kind}: {self.note}"
         return f"{self.kind} change" + (f" by {self.sender}" if self.sender else "")

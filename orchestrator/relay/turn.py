@@ -185,6 +185,7 @@ class TurnRelay:
         window_tokens: int | None = None,
         *,
         task_run: bool = False,
+        housekeeping: bool = False,
     ) -> None:
         self.context = context
         self.message = message
@@ -201,6 +202,9 @@ class TurnRelay:
         self.final_error: str | None = None
         self.server_ms = 0.0  # the model server's own time in this turn, when it says
         self.task_run = task_run  # the message is a scheduled task's run (its purpose: tasks)
+        # a flush the host opened outside any turn (``message`` is its own record, not a
+        # queued message): model calls for a flush or summary are all it may ask for
+        self.housekeeping = housekeeping
         # why the message waits instead (a money cap was reached: the group is paused):
         # the daemon queues it again, its attempt not counted
         self.wait_reason: str | None = None
@@ -227,6 +231,8 @@ class TurnRelay:
             raise RelayViolation("a request needs a whole-number req")
         if not isinstance(name, str) or name not in OPS:
             raise RelayViolation(f"unknown request op {name!r}; known: {', '.join(sorted(OPS))}")
+        if self.housekeeping and name != protocol.MODEL_COMPLETE:
+            raise RelayViolation(f"{name} is not asked for in a memory flush outside a turn")
         op = load_op(name)
         cap = op.cap(self)
         if size > cap:

@@ -156,8 +156,10 @@ class RunnerClient:
         cancel: Cancel | None = None,
         handle: RequestHandler | None = None,
         request_limit: Callable[[], int] = lambda: wire.MAX_FRAME_BYTES,
+        op: str = "turn",
     ) -> dict[str, Any]:
-        """Deliver ``turn`` and return its result frame, within ``timeout`` seconds.
+        """Deliver ``turn`` and return its result frame, within ``timeout`` seconds
+        (``op`` "flush": the runner flushes its sessions instead, protocol.FLUSH_OP).
 
         Frames carrying ``req`` before the result are requests: ``handle(frame, size)``
         answers each (without a handler, each is refused with an error answer, up to
@@ -173,7 +175,7 @@ class RunnerClient:
         try:
             cancel.attach(sock)
             try:
-                wire.send_frame(sock, {"op": "turn", "turn": turn}, deadline)
+                wire.send_frame(sock, {"op": op, "turn": turn}, deadline)
                 while True:
                     received = wire.recv_sized(sock, deadline, request_limit())
                     if received is None:

@@ -13,7 +13,7 @@ import os
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -495,6 +495,27 @@ class MessageQueue(StateDB):
                     (group, session, clear, seq, trusted, seq),
                 ).fetchone()[0]
             )
+
+    def trusts_in_sessions(self, group: str, sessions: Sequence[str]) -> set[str]:
+        """The trust of every sender who spoke in ``group``'s ``sessions`` since each
+        one's last completed ``/clear``: whom a session's context may still hold."""
+        found: set[str] = set()
+        with self._lock:
+            for session in sessions:
+                clear = self._db.execute(
+                    "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE group_folder=? AND "
+                    "session=? AND state=? AND trim(text)=?",
+                    (group, session, DONE, CLEAR_COMMAND),
+                ).fetchone()[0]
+                found.update(
+                    row[0]
+                    for row in self._db.execute(
+                        "SELECT DISTINCT trust FROM messages WHERE group_folder=? AND "
+                        "session=? AND seq>?",
+                        (group, session, clear),
+                    )
+                )
+        return found
 
     def add_host_notices(self, message_id: str, texts: list[str]) -> list[int]:
         """Store replies the host itself adds to ``message_id`` (after any reply a turn

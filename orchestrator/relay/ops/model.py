@@ -104,6 +104,8 @@ class ModelComplete:
 
     def handle(self, turn: TurnRelay, frame: dict[str, Any]) -> dict[str, Any]:
         call = parse_call(frame)
+        if turn.housekeeping and call.purpose == "turn":
+            raise RelayViolation("model.complete: a flush outside a turn asks for flush calls")
         group, message, context = turn.group, turn.message, turn.context
         config = group.config
         if config.provider == OFFLINE:
