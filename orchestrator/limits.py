@@ -96,6 +96,10 @@ COMPACTION_MIN_NEW_SHARE = 0.25
 # and this much room to work in (one exchange); a smaller one is refused with what it
 # would need.
 CONTEXT_WORKING_MARGIN_CHARS = 1_000
+# The least a fresh context holds: the runner's own instructions with an empty memory
+# (about 1,800 characters), before any tool; a model window known when group.yaml loads
+# that cannot hold this and the working margin is refused there.
+FRESH_CONTEXT_FLOOR_CHARS = 2_000
 # A fresh context is given today's and yesterday's daily-note lines, at most this much.
 RECENT_NOTES_MAX_CHARS = 4_000
 # A group with memory.consolidate: daily is consolidated once a local day, from this hour

@@ -527,3 +527,30 @@ def test_an_idle_flushs_answer_is_read_as_untrusted_and_its_trust_is_the_lowest(
     assert lowest_trust({"creator", "member"}) == "member"
     assert lowest_trust({"creator", "guest"}) == "guest"
     assert lowest_trust({"member", "someone"}) == "guest"
+
+
+def test_a_known_window_too_small_for_a_fresh_context_is_refused_when_group_yaml_loads(
+    home: Path,
+) -> None:
+    (home / "orchestrator.yaml").write_text(
+        "providers:\n  local:\n    kind: openai\n    base_url: http://127.0.0.1:9/v1\n"
+        "    models: [tiny, small]\n    model_info:\n      tiny: {context_tokens: 2048}\n"
+        "      small: {context_tokens: 8192}\n"
+    )
+    providers = load_config(Home(home)).providers
+
+    def parse(text: str) -> Any:
+        return parse_group_config("name: x\nprovider: local\n" + text, Path("g.yaml"), providers)
+
+    # 80% of 2,048 tokens less a 1,024-token answer: 614 tokens, about 1,842 characters
+    with pytest.raises(InvalidConfig) as refused:
+        parse("model: tiny\n")
+    assert "context_budget: 80% of local/tiny's 2,048-token window" in str(refused.value)
+    assert "leaves about 1,842 characters: a fresh context needs at least 3,000" in str(
+        refused.value
+    )
+    assert parse("model: tiny\nlimits: {max_tokens: 256}\n").model == "tiny"  # room now
+    assert parse("model: small\n").model == "small"
+    # a flush model counts too
+    with pytest.raises(InvalidConfig, match=r"local/tiny's 2,048-token window"):
+        parse("model: small\nmodels: {flush: {provider: local, model: tiny}}\n")

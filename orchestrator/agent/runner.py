@@ -262,7 +262,7 @@ class Runner:
             self._last_turns[key] = turn
             try:
                 result = self._handle(session, context, turn, host, clock)
-            except BudgetExhausted as exc:
+            except (BudgetExhausted, ContextTooSmall) as exc:
                 # One plain sentence, and the turn is done: retrying cannot help.
                 log.warning("turn %s: %s", turn.turn_id, exc)
                 result = TurnResult(key, [str(exc)])

@@ -15,6 +15,8 @@ from typing import Any
 
 from orchestrator.config.providers import ProviderDef, model_problem
 from orchestrator.limits import (
+    CHARS_PER_TOKEN_ESTIMATE,
+    CONTEXT_WORKING_MARGIN_CHARS,
     DEFAULT_CONTAINER_CPUS,
     DEFAULT_CONTAINER_MEMORY_BYTES,
     DEFAULT_CONTAINER_PIDS,
@@ -31,6 +33,7 @@ from orchestrator.limits import (
     DEFAULT_TOKENS_PER_DAY,
     DEFAULT_TOKENS_PER_TURN,
     DEFAULT_TURN_TIMEOUT_SECONDS,
+    FRESH_CONTEXT_FLOOR_CHARS,
     GROUP_NAME_MAX_CHARS,
     MAX_CONTAINER_CPUS,
     MAX_CONTAINER_PIDS,
@@ -598,6 +601,10 @@ def group_config_from_doc(
                 "bypass the web policy; set container.network: none to use web",
             )
         )
+    if providers is not None:
+        problem = _window_problem(config, providers)
+        if problem is not None:
+            problems.add(reader.fail("context_budget", problem))
     if providers is not None and config.limits.capped:
         problem = _unpriced(config, providers)
         if problem is not None:
@@ -605,6 +612,29 @@ def group_config_from_doc(
             problems.add(reader.child("limits").fail(key, problem))
     problems.raise_if_any()
     return config
+
+
+def _window_problem(config: GroupConfig, providers: Mapping[str, ProviderDef]) -> str | None:
+    """Why a model window orchestrator.yaml names cannot hold the group's fresh context
+    and room to work below its compaction point, or None (an unknown window is checked
+    by the runner at the first turn, with the context's real size)."""
+    for pair in config.model_pairs():
+        definition = providers.get(pair.provider)
+        window = definition.info(pair.model).context_tokens if definition else None
+        if definition is None or window is None:
+            continue
+        answer = min(config.limits.max_tokens, definition.max_tokens)
+        room = (int(window * config.context_budget.share) - answer) * CHARS_PER_TOKEN_ESTIMATE
+        needed = FRESH_CONTEXT_FLOOR_CHARS + CONTEXT_WORKING_MARGIN_CHARS
+        if room < needed:
+            return (
+                f"{config.context_budget} of {pair.provider}/{pair.model}'s {window:,}-token "
+                f"window, less {answer:,} tokens for the answer, leaves about {max(room, 0):,} "
+                f"characters: a fresh context needs at least {needed:,} (instructions and "
+                "room for one exchange) and every turn would compact; raise context_budget, "
+                "lower limits.max_tokens, or use a model with a larger window"
+            )
+    return None
 
 
 def _unpriced(config: GroupConfig, providers: Mapping[str, ProviderDef]) -> str | None:
