@@ -21,9 +21,13 @@ import contextlib
 import errno
 import os
 import stat
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
+
+# typing, dataclasses and pathlib are not imported: the memory hook imports this module
+# at every fresh context, and they would double its start-up time
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -73,11 +77,27 @@ def split(relative: str) -> list[str]:
     return parts
 
 
-@dataclass(frozen=True)
 class Usage:
-    files: int
-    bytes: int  # apparent sizes of regular files
-    disk_bytes: int  # blocks allocated, for every entry (what fills a disk)
+    """What a folder holds: ``files``, their apparent ``bytes`` (regular files) and the
+    ``disk_bytes`` allocated for every entry (what fills a disk)."""
+
+    __slots__ = ("bytes", "disk_bytes", "files")
+
+    def __init__(self, files: int, bytes: int, disk_bytes: int) -> None:
+        self.files, self.bytes, self.disk_bytes = files, bytes, disk_bytes
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Usage) and (self.files, self.bytes, self.disk_bytes) == (
+            other.files,
+            other.bytes,
+            other.disk_bytes,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.files, self.bytes, self.disk_bytes))
+
+    def __repr__(self) -> str:
+        return f"Usage(files={self.files}, bytes={self.bytes}, disk_bytes={self.disk_bytes})"
 
 
 class ConfinedDir:

@@ -262,3 +262,46 @@ def test_bytes_that_are_not_utf8_are_replaced_not_fatal(agent_dir: Path) -> None
     (agent_dir / "memory/index.md").write_bytes(b"caf\xe9 \xff ok")
     text = render_memory(str(agent_dir))
     assert "caf\ufffd \ufffd ok" in text
+
+
+def test_the_event_in_the_environment_prints_the_same_and_imports_no_parser(
+    agent_dir: Path,
+) -> None:
+    """The runner sets the event's fields in the hook's environment: the hook then reads
+    no JSON, and imports nothing heavy (json and re, dataclasses, pathlib, typing would
+    be most of its start at every fresh context)."""
+    import os
+
+    by_stdin = hook(agent_dir, json.dumps({"source": "startup"})).stdout
+    env = {**os.environ, "ORCHESTRATOR_HOOK_SOURCE": "startup"}
+    env["ORCHESTRATOR_AGENT_DIR"] = str(agent_dir)
+    probe = (
+        "import sys\nfrom orchestrator.agent.memory_hook import main\nmain([])\n"
+        "heavy = ('json', 're', 'dataclasses', 'pathlib', 'typing', 'inspect')\n"
+        "print('IMPORTED', sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", probe], input="", env=env, capture_output=True, text=True
+    )
+    printed, _, imported = out.stdout.rpartition("IMPORTED ")
+    assert printed == by_stdin and "## Core Memory" in printed
+    assert imported.strip() == "[]"
+    # a source that is not fresh prints nothing, whatever stdin says
+    env["ORCHESTRATOR_HOOK_SOURCE"] = "resume"
+    quiet = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "hook", "session-start"],
+        input=json.dumps({"source": "startup"}),
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert (quiet.returncode, quiet.stdout) == (0, "")
+
+
+def test_the_runner_gives_hooks_the_event_in_their_environment(tmp_path: Path) -> None:
+    from orchestrator.agent.hooks import CommandHook, run_session_start
+
+    script = "import os; print(os.environ['ORCHESTRATOR_HOOK_SOURCE'], os.environ['ORCHESTRATOR_AGENT_DIR'], os.environ['ORCHESTRATOR_SESSION_ID'])"  # noqa: E501
+    hooks = [CommandHook("startup|clear", (sys.executable, "-c", script))]
+    [said] = run_session_start(hooks, source="clear", session_id="s1", agent_dir=tmp_path)
+    assert said == f"clear {tmp_path} s1"

@@ -7,8 +7,11 @@ read-only root filesystem)::
                        "command": ["orchestrator", "hook", "session-start"],
                        "timeout": 10}]}
 
-Each hook gets the event as JSON on stdin; its stdout joins the fresh context. A hook
-that fails, times out or cannot start is logged and skipped: the turn goes on.
+Each hook gets the event as JSON on stdin, and its fields in the environment as well
+(``ORCHESTRATOR_HOOK_SOURCE``, ``ORCHESTRATOR_SESSION_ID``, ``ORCHESTRATOR_AGENT_DIR``:
+a hook that reads those needs no JSON parser, whose import is most of a short hook's
+start); its stdout joins the fresh context. A hook that fails, times out or cannot start
+is logged and skipped: the turn goes on.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from orchestrator.limits import DEFAULT_HOOK_TIMEOUT_SECONDS, HOOK_OUTPUT_MAX_CH
 
 log = logging.getLogger(__name__)
 SHIPPED_HOOKS = Path(__file__).with_name("hooks.json")
+# the event's fields a hook also finds in its environment
+SOURCE_VARIABLE, AGENT_DIR_VARIABLE = "ORCHESTRATOR_HOOK_SOURCE", "ORCHESTRATOR_AGENT_DIR"
 
 
 class HookConfigError(Exception):
@@ -84,9 +89,16 @@ def run_session_start(
     hooks: list[CommandHook], *, source: str, session_id: str, agent_dir: Path
 ) -> list[str]:
     """Run the hooks matching ``source``; return the stdout of each that succeeded."""
+    import os
     import subprocess  # only fresh contexts need it; keeps the runner's start light
 
     event = json.dumps({"source": source, "session_id": session_id, "agent_dir": str(agent_dir)})
+    env = {
+        **os.environ,
+        SOURCE_VARIABLE: source,
+        "ORCHESTRATOR_SESSION_ID": session_id,
+        AGENT_DIR_VARIABLE: str(agent_dir),
+    }
     outputs: list[str] = []
     for hook in hooks:
         if not hook.matches(source):
@@ -95,6 +107,7 @@ def run_session_start(
             result = subprocess.run(
                 _resolve_command(hook.command),
                 input=event,
+                env=env,
                 capture_output=True,
                 text=True,
                 timeout=hook.timeout,

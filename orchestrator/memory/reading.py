@@ -9,7 +9,6 @@ every fresh context and must be fast.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from orchestrator.confined import ConfinedDir, UnsafePath
 from orchestrator.limits import (
@@ -18,6 +17,10 @@ from orchestrator.limits import (
     MEMORY_GET_MAX_LINES,
     TOOL_READ_MAX_CHARS,
 )
+
+TYPE_CHECKING = False  # typing is not imported: the memory hook runs at every fresh context
+if TYPE_CHECKING:
+    from pathlib import Path
 
 INJECT_SOURCES = frozenset({"startup", "clear", "compact"})
 INJECTED_FILES = ("index.md", "system/definition.md")
