@@ -94,6 +94,12 @@ def _refuse_duplicate_keys(node: yaml.Node | None, path: Path) -> None:
 
 def load_yaml_file(path: Path) -> YamlDocument:
     """Read and parse a YAML config file, refusing huge, binary or non-UTF-8 files."""
+    return parse_yaml_bytes(read_config_bytes(path), path)
+
+
+def read_config_bytes(path: Path) -> bytes:
+    """The bytes of a config file; InvalidConfig naming it when it is too large, missing,
+    a folder or unreadable."""
     try:
         size = os.stat(path).st_size
         if size > CONFIG_FILE_MAX_BYTES:
@@ -108,6 +114,11 @@ def load_yaml_file(path: Path) -> YamlDocument:
         raise InvalidConfig(f"{path}: is a directory, expected a YAML file") from None
     except PermissionError:
         raise InvalidConfig(f"{path}: permission denied while reading") from None
+    return raw
+
+
+def parse_yaml_bytes(raw: bytes, path: Path) -> YamlDocument:
+    """Parse a config file's bytes (``path`` names it in errors); not UTF-8 is refused."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -193,3 +193,30 @@ def test_pause_and_resume_from_the_cli(run, home: Path) -> None:  # type: ignore
     assert bad.exit_code == 2 and "not a duration" in bad.stderr
     assert run("group", "resume", "fam").stdout.strip() == "resumed fam"
     assert "was not paused" in run("group", "resume", "fam").stdout
+
+
+def test_a_group_is_parsed_again_only_when_its_yaml_or_the_providers_change(
+    home: Path,
+) -> None:
+    from orchestrator.errors import InvalidConfig
+    from orchestrator.groups import GroupStore
+    from orchestrator.groups.config import GroupConfig
+    from orchestrator.home import Home
+
+    store = GroupStore(Home(home))
+    store.add(GroupConfig(name="fam", creators=("alice",)))
+    first = store.load("fam")
+    assert store.load("fam") is first  # unchanged: not parsed again
+    text = first.config_file.read_text()
+    # an edit of the same size within the same clock tick is still seen
+    first.config_file.write_text(text.replace("alice", "bobby"))
+    again = store.load("fam")
+    assert again is not first and again.config.creators == ("bobby",)
+    (home / "orchestrator.yaml").write_text("currency: EUR\n")  # the providers may differ
+    assert store.load("fam") is not again
+    first.config_file.write_text("name: [\n")
+    with pytest.raises(InvalidConfig):
+        store.load("fam")
+    first.config_file.unlink()
+    with pytest.raises(InvalidConfig, match=r"has no group\.yaml"):
+        store.load("fam")

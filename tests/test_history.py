@@ -401,3 +401,55 @@ def test_a_revert_waits_for_the_groups_turns_in_flight(run, home: Path) -> None:
         assert not after.pauses("fam")  # the lease ended with the revert
     finally:
         after.close()
+
+
+def test_the_reply_goes_out_before_the_record_and_nothing_overtakes_the_record(
+    served, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """A turn's memory change is recorded off the reply path, yet before any history
+    command answers and before the group's next turn (in any session) starts."""
+    import threading
+    import time
+
+    daemon: Daemon = served["daemon"]
+    say(served, "hello", "bob", chat="k")  # the baseline
+    history = daemon.history("fam")
+    events: list[str] = []
+    real_record = history.record
+    release = threading.Event()
+
+    def slow_record(provenance, **kwargs):  # type: ignore[no-untyped-def]
+        events.append("record begins")
+        release.wait(30)  # held until the test has seen the reply
+        change = real_record(provenance, **kwargs)
+        events.append("record ends")
+        return change
+
+    monkeypatch.setattr(history, "record", slow_record)
+    real_turn = daemon._turn
+
+    def turn(message, cancel):  # type: ignore[no-untyped-def]
+        events.append(f"turn of {message.chat} starts")
+        return real_turn(message, cancel)
+
+    monkeypatch.setattr(daemon, "_turn", turn)
+    first = daemon.submit("fam", "remember that Ada studies in Lisbon", chat="k", sender="bob",
+                          channel="cli")  # fmt: skip
+    done = daemon.wait(first.id, 60)
+    assert done is not None and done.state == "done" and done.replies  # the reply is out
+    second = daemon.submit("fam", "hello again", chat="j", sender="bob", channel="cli")
+    deadline = time.monotonic() + 10
+    while "record begins" not in events and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert events == ["turn of k starts", "record begins"]  # the second turn waits
+    logged: list[Any] = []
+    reader = threading.Thread(target=lambda: logged.extend(history.log()))
+    reader.start()
+    time.sleep(0.2)
+    assert reader.is_alive() and logged == []  # it waits for the record in progress
+    release.set()
+    reader.join(30)
+    assert [c.provenance.kind for c in logged] == [TURN, BASELINE]
+    assert logged[0].provenance.message_id == first.id and logged[0].provenance.also == ()
+    assert (again := daemon.wait(second.id, 60)) is not None and again.state == "done"
+    assert events[:4] == ["turn of k starts", "record begins", "record ends", "turn of j starts"]

@@ -500,6 +500,9 @@ def test_reconcile_flushes_an_idle_groups_sessions_before_it_stops_the_container
         os.utime(runtime.activity.root / "fam", (long_ago, long_ago))
         backend.containers[name] = replace(backend.containers[name], started_at=long_ago)
         fake.script.extend([ToolUse("append_daily", {"content": "- Our cat is Miso."}), Text("")])
+        deadline = time.monotonic() + 30
+        while daemon.active and time.monotonic() < deadline:  # its record ends the delivery
+            time.sleep(0.01)
         daemon._reconcile()
         assert backend.containers[name].state == "exited"
     assert [r.body["model"] for r in fake.seen] == ["m-1", "m-2", "m-2"]

@@ -195,6 +195,9 @@ class Daemon:
         self.busy: set[tuple[str, str]] = set()
         # groups whose container reconcile makes again or stops (their turns wait)
         self.reconciling: set[str] = set()
+        # groups with a finished turn whose memory change is being recorded (by count):
+        # no later turn of the group starts before it is in the history
+        self.recording: dict[str, int] = {}
         self.gate: Gate | None = None  # the shells' egress gate, once a group has the web
         self.gate_lock = threading.Lock()
         self.active: dict[str, Delivery] = {}
@@ -484,7 +487,9 @@ class Daemon:
                 [
                     m
                     for m in self.queue.runnable()
-                    if (m.group, m.session) not in self.busy and m.group not in self.reconciling
+                    if (m.group, m.session) not in self.busy
+                    and m.group not in self.reconciling
+                    and m.group not in self.recording
                 ]
                 if free > 0
                 else []
@@ -516,6 +521,7 @@ class Daemon:
         started = time.monotonic()
         delivery = self.active[message.id]
         outcome = "failed"
+        recorded = marked = False
         try:
             answer = self._turn(message, delivery.cancel)
             if not answer.get("ok"):
@@ -524,8 +530,19 @@ class Daemon:
                 result = TurnResult.from_wire(answer)
             except BadFrame as exc:
                 raise DeliveryFailed(str(exc)) from None
-            self._complete(message, result, delivery.relay)
-            outcome = "delivered"
+            # The replies go out before the turn's memory change is recorded (off the
+            # reply path), with the history held from here to the record: no history
+            # command and no other record sees the change first, and the group's next
+            # turn records what is outside only after it (it waits for the hold).
+            with self.cond:  # the group's next turn waits for this record
+                self.recording[message.group] = self.recording.get(message.group, 0) + 1
+                marked = True
+            with self._holding_history(message.group):
+                self._complete(message, result, delivery.relay)
+                outcome = "delivered"
+                self._changed(message.id)
+                self._record_turn(message)
+                recorded = True
         except Exception as exc:
             if delivery.cancel.cancelled and self.stopping.is_set():
                 outcome = "cancelled"  # left in flight: queued again at the next start
@@ -540,8 +557,11 @@ class Daemon:
                 self._record_failure(message, exc, final=final)
         finally:
             self.metrics.turn_done(message.group, outcome, time.monotonic() - started)
-            self._record_turn(message)
+            if not recorded:
+                self._record_turn(message)
             with self.cond:
+                if marked:
+                    self._recorded(message.group)
                 self.busy.discard((message.group, message.session))
                 self.active.pop(message.id, None)
                 self.running[message.group] -= 1
@@ -561,6 +581,27 @@ class Daemon:
                     self.runtime.store.root, folder, self.config.history_max_file_bytes
                 )
             return found
+
+    def _recorded(self, folder: str) -> None:
+        """A turn of ``folder`` recorded its change: its next turn may start (called
+        with the condition held)."""
+        left = self.recording.get(folder, 0) - 1
+        if left > 0:
+            self.recording[folder] = left
+        else:
+            self.recording.pop(folder, None)
+
+    @contextlib.contextmanager
+    def _holding_history(self, folder: str) -> Iterator[None]:
+        """Hold ``folder``'s history for what runs inside (History.hold); when it cannot
+        be held (its folder unusable), what runs inside runs anyway and the record notes
+        the gap."""
+        with contextlib.ExitStack() as stack:
+            try:
+                stack.enter_context(self.history(folder).hold())
+            except Exception as exc:
+                log.warning("memory history of %s not held after a turn: %s", folder, exc)
+            yield
 
     def _record_turn(self, message: Message) -> None:
         """Record what the turn changed in memory, attributed to its message (and to the
@@ -595,7 +636,13 @@ class Daemon:
         return gap.describe() if gap is not None else "not recording"
 
     def _record_outside(self, group_folder: str, container_name: str) -> None:
-        """Before a turn: record a change made since the last one (outside any turn)."""
+        """Before a turn: record a change made since the last one (outside any turn).
+        Not while another turn of the group is in flight: what changed may be its doing,
+        and its own record names this turn among those that overlapped it."""
+        with self.cond:
+            others = sum(1 for d in self.active.values() if d.message.group == group_folder)
+        if others > 1:  # this turn's own delivery is one of them
+            return
         try:
             history = self.history(group_folder)
             if history.changed():

@@ -29,10 +29,11 @@ from orchestrator.errors import (
     OrchestratorError,
 )
 from orchestrator.fsatomic import fsync_dir
-from orchestrator.groups.config import GROUP_FILE, GroupConfig, load_group_config
+from orchestrator.groups.config import GROUP_FILE, GroupConfig, group_config_from_doc
 from orchestrator.home import Home
 from orchestrator.limits import FOLDER_NAME_MAX, FOLDER_NAME_PATTERN, RESERVED_FOLDER_NAMES
 from orchestrator.protocol import INSTRUCTIONS_FILE, LEARNED_FILE
+from orchestrator.yamldoc import parse_yaml_bytes, read_config_bytes
 
 REMOVED_DIR = ".removed"
 _FOLDER_RE = re.compile(FOLDER_NAME_PATTERN)
@@ -139,6 +140,11 @@ class GroupStore:
         self.home = home
         self.root = home.groups_dir
         self._providers: tuple[object, Mapping[str, ProviderDef] | None] = (None, None)
+        # folder -> (group.yaml's bytes and the providers' stamp, the group loaded): a
+        # group.yaml is parsed again only when it or orchestrator.yaml changed (every
+        # message and every turn loads its group; reading a small file costs far less
+        # than parsing it, and file times are too coarse to tell two quick edits apart)
+        self._loaded: dict[str, tuple[object, Group]] = {}
 
     def providers(self) -> Mapping[str, ProviderDef] | None:
         """The providers of orchestrator.yaml that groups may use, read again when the
@@ -167,7 +173,12 @@ class GroupStore:
                 f"{path} is a symlink; group folders must be real folders under {self.root}"
             )
         config_file = path / GROUP_FILE
-        if not config_file.is_file():
+        try:
+            st = os.stat(config_file)
+        except OSError:
+            st = None
+        if st is None or not stat.S_ISREG(st.st_mode):
+            self._loaded.pop(folder, None)
             if path.is_dir():
                 raise InvalidConfig(
                     f"{path} has no {GROUP_FILE}",
@@ -177,7 +188,16 @@ class GroupStore:
                 f"no group with folder {folder!r} in {self.root}",
                 hint="list groups with: orchestrator group list",
             )
-        return Group(folder, path, load_group_config(config_file, self.providers()))
+        providers = self.providers()
+        raw = read_config_bytes(config_file)
+        stamp = (raw, self._providers[0])
+        known = self._loaded.get(folder)
+        if known is not None and known[0] == stamp:
+            return known[1]
+        config = group_config_from_doc(parse_yaml_bytes(raw, config_file), providers)
+        group = Group(folder, path, config)
+        self._loaded[folder] = (stamp, group)
+        return group
 
     def listing(self) -> list[GroupListing]:
         """Every folder under groups/, valid or not, sorted; hidden folders are skipped."""

@@ -152,6 +152,22 @@ def _closing(method: Any) -> Any:
     return wrapper
 
 
+def _reading(method: Any) -> Any:
+    """A read of the history waits for a record in progress (``History.hold``): a turn's
+    change is in the history before any history command answers."""
+    import functools
+
+    @functools.wraps(method)
+    def wrapper(self: History, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            if not self.path.is_dir():  # nothing recorded, nothing being recorded
+                return method(self, *args, **kwargs)
+            with self._flock():
+                return method(self, *args, **kwargs)
+
+    return _closing(wrapper)
+
+
 # A file's status as the check compares it.
 Stat = tuple[int, int, int]
 
@@ -170,7 +186,8 @@ class History:
         self.folder = folder
         self.path = groups_dir / folder / HISTORY_DIR
         self.max_file_bytes = max_file_bytes
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # held with the flock (see ``hold``)
+        self._flock_depth = 0  # the flock is taken once however deeply ``hold`` nests
         self._snapshot: dict[str, Any] | None = None
         self._snapshot_stamp: tuple[int, int] | None = None
         self._running = True  # the container's state noted with the next snapshot
@@ -370,7 +387,7 @@ class History:
 
     # reading
 
-    @_closing
+    @_reading
     def log(
         self, path: str | None = None, sender: str | None = None, since: float | None = None
     ) -> list[Change]:
@@ -402,7 +419,7 @@ class History:
             rev = parent
         return out
 
-    @_closing
+    @_reading
     def resolve(self, rev: str) -> bytes:
         """A full commit id from a prefix (at least 4 hex digits) or HEAD."""
         repo = self._repo_if_any()
@@ -421,7 +438,7 @@ class History:
             raise HistoryError(f"{rev!r} names {len(matches)} changes; give more of it")
         return matches[0]
 
-    @_closing
+    @_reading
     def show(self, rev: str, path: str | None = None) -> bytes | list[str]:
         """A file's bytes at ``rev``, or (without ``path``) the files of its tree."""
         repo = self._repo()
@@ -432,7 +449,7 @@ class History:
             raise HistoryError(f"{path} is not in change {rev}")
         return bytes(repo[tree[path]].data)
 
-    @_closing
+    @_reading
     def diff(self, old: str | None = None, new: str | None = None) -> str:
         """A unified diff between two changes (default: the last one and its parent), or
         between a change and memory now when ``new`` is "now"."""
@@ -460,7 +477,7 @@ class History:
             )  # fmt: skip
         return "\n".join(out) + ("\n" if out else "")
 
-    @_closing
+    @_reading
     def blame(self, path: str) -> list[tuple[str, Change]]:
         """Each line of ``path`` now (as last recorded), with the change that wrote it."""
         repo = self._repo()
@@ -664,12 +681,33 @@ class History:
         self._snapshot = None
 
     @contextmanager
+    def hold(self) -> Iterator[None]:
+        """Hold the history (this process's threads and, by its flock, other processes)
+        across several steps: the daemon holds it from a turn's end, while its replies go
+        out, until the turn's change is recorded, so no history command or other record
+        sees that change first. Records made inside take it again without waiting."""
+        with self._lock, self._flock():
+            yield
+
+    @contextmanager
     def _flock(self) -> Iterator[None]:
+        # called with self._lock held: the depth is this thread's own
+        if self._flock_depth:
+            self._flock_depth += 1
+            try:
+                yield
+            finally:
+                self._flock_depth -= 1
+            return
         self.path.mkdir(mode=0o700, exist_ok=True)
         fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
+            self._flock_depth = 1
+            try:
+                yield
+            finally:
+                self._flock_depth = 0
         finally:
             os.close(fd)
 
