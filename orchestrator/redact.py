@@ -22,7 +22,7 @@ CLIENT_LOGGERS = ("httpx", "httpcore", "hpack", "urllib3", "aiohttp.client")
 
 def register_secret(value: str | None) -> None:
     global _secrets
-    if value and len(value) >= _MIN_SECRET_CHARS:
+    if value and len(value) >= _MIN_SECRET_CHARS and value not in _secrets:
         with _lock:
             _secrets = _secrets | {value}
 

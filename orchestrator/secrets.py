@@ -99,6 +99,11 @@ def parse_secret_ref(
     return SecretRef(env, secret, env_key, secret_key)
 
 
+# path -> (the file's bytes, what they parse to): a model call resolves its key each time
+# (a changed file must take effect), but parses the file only when its bytes changed
+_parsed: dict[str, tuple[bytes, dict[str, str]]] = {}
+
+
 def read_secrets(path: Path) -> dict[str, str]:
     """The secrets file: a YAML mapping of names to values, readable by its owner only."""
     import yaml
@@ -114,9 +119,14 @@ def read_secrets(path: Path) -> dict[str, str]:
             f"secrets file {path} has mode {stat.S_IMODE(st.st_mode):04o}; others may read it",
             hint=f"chmod 600 {path}",
         )
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    raw = path.read_bytes()
+    known = _parsed.get(str(path))
+    if known is not None and known[0] == raw:
+        return dict(known[1])
+    data = yaml.safe_load(raw.decode("utf-8")) or {}
     if not isinstance(data, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in data.items()
     ):
         raise BadInput(f"secrets file {path} must be a mapping of names to text keys")
+    _parsed[str(path)] = (raw, dict(data))
     return data
