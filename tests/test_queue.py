@@ -834,3 +834,29 @@ def test_a_pause_that_waits_gives_up_at_its_deadline_and_lets_go(queue: MessageQ
     with queue.paused("g", "x", "y", wait=0.3):
         assert [p.holder for p in queue.pauses("g")] == ["x"]
     assert queue.pauses("g") == []
+
+
+def test_a_claim_is_committed_without_its_own_sync_and_durable_commits_stay_synced(
+    tmp_path: Path,
+) -> None:
+    from orchestrator.store.messages import INFLIGHT, MessageQueue
+
+    queue = MessageQueue(tmp_path / "queue.db")
+    try:
+        stored = queue.enqueue(
+            group="g", session="s", chat="c", thread=None, sender="a", trust="member",
+            text="hi", channel="cli",
+        )  # fmt: skip
+        seen: list[int] = []
+        queue._db.set_trace_callback(
+            lambda sql: seen.append(2 if sql == "PRAGMA synchronous=FULL" else 1)
+            if sql.startswith("PRAGMA synchronous") else None
+        )  # fmt: skip
+        assert queue.claim(stored.id)
+        queue._db.set_trace_callback(None)
+        assert seen == [1, 2]  # NORMAL for the claim, FULL again after it
+        assert queue._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+        found = queue.get(stored.id)
+        assert found is not None and found.state == INFLIGHT
+    finally:
+        queue.close()

@@ -76,6 +76,7 @@ class StateDB:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.reserve = reserve
+        self.synchronous = synchronous
         self._lock = threading.RLock()
         try:
             self._db = connect(path, synchronous)
@@ -100,25 +101,34 @@ class StateDB:
             self._db.close()
 
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
+    def _tx(self, durable: bool = True) -> Iterator[sqlite3.Connection]:
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+            lighter = not durable and self.synchronous == "FULL"
+            if lighter:
+                self._db.execute("PRAGMA synchronous=NORMAL")
             try:
-                yield self._db
-                self._db.execute("COMMIT")
-            except BaseException:
-                # SQLite may have rolled back already (a full disk does that).
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._db
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    # SQLite may have rolled back already (a full disk does that).
+                    if self._db.in_transaction:
+                        self._db.execute("ROLLBACK")
+                    raise
+            finally:
+                if lighter:
+                    self._db.execute(f"PRAGMA synchronous={self.synchronous}")
 
-    def transaction(self, work: Callable[[sqlite3.Connection], T]) -> T:
+    def transaction(self, work: Callable[[sqlite3.Connection], T], *, durable: bool = True) -> T:
         """Run ``work(db)`` in one write transaction. When the disk is full, the reserve
         file is released once and the transaction tried again: the state must still
-        commit."""
+        commit. ``durable=False``: the commit is not synced to the disk by itself (in
+        WAL mode it survives a crash of the process, and the next durable commit syncs
+        it too): for a change whose loss at a power cut is harmless."""
         for attempt in range(2):
             try:
-                with self._tx() as db:
+                with self._tx(durable) as db:
                     return work(db)
             except sqlite3.OperationalError as exc:
                 if not _is_full(exc):

@@ -295,7 +295,9 @@ class MessageQueue(StateDB):
     def claim(self, message_id: str) -> bool:
         """Mark a queued message in flight; False when it is not queued any more, or its
         group is paused now (checked in the same transaction: once a pause is committed,
-        no turn of the group starts)."""
+        no turn of the group starts). Not synced by itself: a claim lost at a power cut
+        leaves the message queued, and it is delivered again (at least once, as ever);
+        the turn's completion, which is synced, syncs it too."""
         now = time.time()
         return self.transaction(
             lambda db: (
@@ -306,7 +308,8 @@ class MessageQueue(StateDB):
                     (INFLIGHT, now, message_id, QUEUED, now),
                 ).rowcount
                 == 1
-            )
+            ),
+            durable=False,
         )
 
     @contextmanager
