@@ -43,6 +43,7 @@ BENCHMARKS: dict[str, Callable[[bool], Result]] = {
     messages.WARM: messages.warm_turn,
     messages.THROUGHPUT: messages.throughput,
     messages.METRICS: messages.warm_turn_metrics,
+    messages.DURABLE: messages.warm_turn_durable,
     hostile.NAME: hostile.run,
     relay.NAME: relay.run,
     model_server.NAME: model_server.run,

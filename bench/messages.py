@@ -10,6 +10,9 @@ throughput: N messages spread over 10 groups at once, until all replies are stor
 against the same number of echo round trips on as many parallel connections as the
 daemon runs turns.
 
+warm-turn-durable: the same warm turn against the least its durability needs: one synced
+commit to the state database and one synced transcript append, in the same run.
+
 warm-turn-metrics: the warm turn with the daemon's metrics on (the default: a counter
 and a histogram observation at the turn's end) against the same turn with them off
 (``metrics.enabled: false``), on one daemon and group, interleaved. Scrapes are not
@@ -32,6 +35,7 @@ from bench.harness import Result, Series, interleaved
 WARM = "warm-turn"
 THROUGHPUT = "throughput"
 METRICS = "warm-turn-metrics"
+DURABLE = "warm-turn-durable"
 ECHO = r"""
 import os, socket, struct, threading
 path = '/peer/echo.sock'
@@ -151,6 +155,54 @@ def warm_turn(quick: bool) -> Result:
             floor_label="echo round trip, same transport",
         )
     return Result(WARM, t, f, note="goal: p50 <= 20 ms and ratio <= 3")
+
+
+def warm_turn_durable(quick: bool) -> Result:
+    """The warm turn against what its durability needs at the least, in the same run: one
+    synced commit of a message row to the state database (WAL, synchronous FULL, as the
+    queue commits it) and one synced append of a line to a transcript in the group's
+    sessions folder (what the runner writes for the turn). Goal: ratio <= 2."""
+    import json
+    import os
+    import sqlite3
+
+    from orchestrator.daemon.core import Daemon
+
+    with _setup(1) as (daemon, folders, _echo):
+        assert isinstance(daemon, Daemon)
+        folder = folders[0]
+        db = sqlite3.connect(daemon.home.state_dir / "floor.db", isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        db.execute("CREATE TABLE IF NOT EXISTS m (id TEXT, body TEXT)")
+        transcript = daemon.runtime.store.load(folder).sessions_dir / "floor.jsonl"
+        line = json.dumps({"t": "msg", "role": "user", "content": "hello"}).encode() + b"\n"
+
+        def target() -> None:
+            message = daemon.submit(folder, "hello", chat="bench", sender="b", channel="bench")
+            done = daemon.wait(message.id, 60)
+            assert done is not None and done.state == "done", done
+
+        def floor() -> None:
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("INSERT INTO m VALUES (?, ?)", ("id", "hello"))
+            db.execute("COMMIT")
+            fd = os.open(transcript, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, line)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+        t, f = interleaved(
+            target,
+            floor,
+            100 if quick else 500,
+            target_label="message -> reply stored (offline provider)",
+            floor_label="a synced queue commit + a synced transcript append",
+        )
+        db.close()
+    return Result(DURABLE, t, f, note="goal: ratio <= 2 (the turn against its durability)")
 
 
 def warm_turn_metrics(quick: bool) -> Result:

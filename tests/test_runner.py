@@ -1177,3 +1177,21 @@ def test_a_turns_tools_and_said_are_checked_on_the_wire() -> None:
             TurnRequest.from_wire({**turn, "tools": bad})
     said = TurnRequest.from_wire({**turn, "said": "@bot hi"})
     assert (said.text, said.said) == ("hi", "@bot hi")
+
+
+def test_a_turns_transcript_events_are_synced_once(settings: AgentSettings, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Each event of a turn is written as it happens, and the file is synced once, at the
+    turn's end, before the runner answers (one fsync a turn, not one an event)."""
+    import os
+
+    r = Runner(settings)
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    r.handle(TurnRequest("t1", "c", "hello"))  # a fresh context, the message, the answer
+    events = r._sessions["cli.chat-c"].events()
+    assert [e["t"] for e in events][-1] == "done" and len(events) >= 3
+    assert len(synced) == 1
+    synced.clear()
+    r.handle(TurnRequest("t2", "c", "again"))
+    assert len(synced) == 1

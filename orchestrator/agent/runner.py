@@ -250,24 +250,31 @@ class Runner:
             session = self._sessions.get(key)
             if session is None:
                 session = self._sessions[key] = Session(self.settings.sessions_dir, key)
+            with session.batch():  # the turn's events are synced once, before the answer
+                return self._handle_in(session, key, turn, host)
+
+    def _handle_in(
+        self, session: Session, key: str, turn: TurnRequest, host: HostLink | None
+    ) -> TurnResult:
+        """One turn of ``session``, with its lock held and its events batched."""
+        context = session.current_context()
+        if turn.turn_id in session.completed:
+            return TurnResult(key, session.completed[turn.turn_id], duplicate=True)
+        if context is not None and context.has_turn(turn.turn_id):
+            # An earlier attempt of this turn did not finish: its messages leave the
+            # live context (the transcript keeps them), so the next holds them once.
+            session.append({"t": "supersede", "turn_id": turn.turn_id})
             context = session.current_context()
-            if turn.turn_id in session.completed:
-                return TurnResult(key, session.completed[turn.turn_id], duplicate=True)
-            if context is not None and context.has_turn(turn.turn_id):
-                # An earlier attempt of this turn did not finish: its messages leave the
-                # live context (the transcript keeps them), so the next holds them once.
-                session.append({"t": "supersede", "turn_id": turn.turn_id})
-                context = session.current_context()
-            clock = TurnClock.of(turn.deadline_seconds)
-            self._last_turns[key] = turn
-            try:
-                result = self._handle(session, context, turn, host, clock)
-            except (BudgetExhausted, ContextTooSmall) as exc:
-                # One plain sentence, and the turn is done: retrying cannot help.
-                log.warning("turn %s: %s", turn.turn_id, exc)
-                result = TurnResult(key, [str(exc)])
-            session.append({"t": "done", "turn_id": turn.turn_id, "replies": result.replies})
-            return result
+        clock = TurnClock.of(turn.deadline_seconds)
+        self._last_turns[key] = turn
+        try:
+            result = self._handle(session, context, turn, host, clock)
+        except (BudgetExhausted, ContextTooSmall) as exc:
+            # One plain sentence, and the turn is done: retrying cannot help.
+            log.warning("turn %s: %s", turn.turn_id, exc)
+            result = TurnResult(key, [str(exc)])
+        session.append({"t": "done", "turn_id": turn.turn_id, "replies": result.replies})
+        return result
 
     def _handle(
         self,

@@ -16,6 +16,8 @@ import json
 import logging
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,6 +107,8 @@ class Session:
         self._size = -1  # bytes of transcript reflected in the state above
         self._torn = False  # the file ends without a newline (a crash mid-append)
         self._rotated_size = 0  # bytes right after the last rotation
+        self._batch = 0  # depth of batch(): appends inside are synced when it ends
+        self._unsynced = False
 
     def events(self) -> list[dict[str, Any]]:
         try:
@@ -186,8 +190,27 @@ class Session:
         self.load()
         return self.context
 
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Events appended inside are synced to disk once, when it ends (a turn's
+        messages, its context and its ``done``: one fsync a turn, not one an event; the
+        runner answers the host only after it)."""
+        self._batch += 1
+        try:
+            yield
+        finally:
+            self._batch -= 1
+            if not self._batch and self._unsynced:
+                self._unsynced = False
+                fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+
     def append(self, *events: dict[str, Any]) -> None:
-        """Append events durably (fsync) and apply them to the state."""
+        """Append events durably (fsync, or at the end of a ``batch``) and apply them to
+        the state."""
         self.load()
         self.dir.mkdir(parents=True, exist_ok=True)
         stamped = [{"ts": round(time.time(), 3), **e} for e in events]
@@ -197,7 +220,10 @@ class Session:
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
         try:
             os.write(fd, data)
-            os.fsync(fd)
+            if self._batch:
+                self._unsynced = True
+            else:
+                os.fsync(fd)
             size = os.fstat(fd).st_size
         finally:
             os.close(fd)
