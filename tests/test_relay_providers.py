@@ -210,3 +210,56 @@ def test_a_server_without_a_key_and_without_usage(kind: str) -> None:
         assert answer.text == "ok"
     finally:
         fake.close()
+
+
+class _QuietStream:
+    """A stream that sends its first chunks, then goes quiet until it is closed (as an
+    SDK stream's read ends when its response is closed)."""
+
+    def __init__(self, chunks: list[dict[str, object]]) -> None:
+        import threading
+
+        self.chunks = chunks
+        self.closed = threading.Event()
+
+    def __iter__(self) -> Iterator[dict[str, object]]:
+        yield from self.chunks
+        if not self.closed.wait(30):
+            raise AssertionError("never closed")
+        raise OSError("the response was closed")
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+def test_a_stream_that_goes_quiet_is_cut_at_the_deadline_with_its_text_so_far() -> None:
+    import time
+
+    from orchestrator.relay.providers import anthropic, openai
+    from orchestrator.relay.providers.base import STOP_CUT, Deadline
+
+    openai_chunks = [{"choices": [{"delta": {"content": "The capital "}}]}]
+    anthropic_events = [
+        {"type": "message_start", "message": {"usage": {"input_tokens": 5}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}},
+        {"type": "content_block_delta", "index": 0,
+         "delta": {"type": "text_delta", "text": "The capital "}},
+    ]  # fmt: skip
+    for read, chunks in (
+        (openai.read_stream, openai_chunks),
+        (anthropic.read_stream, anthropic_events),
+    ):
+        stream = _QuietStream(chunks)
+        shown: list[str] = []
+        answer = read(stream, deadline=Deadline(time.monotonic() + 0.3), on_text=shown.append)
+        assert stream.closed.is_set()  # closed at the deadline, not waited out
+        assert (answer.text, answer.stop_reason, shown) == (
+            "The capital ",
+            STOP_CUT,
+            ["The capital "],
+        )
+    # before its deadline a failing stream fails as it did
+    stream = _QuietStream(openai_chunks)
+    stream.close()
+    with pytest.raises(OSError):
+        openai.read_stream(stream, deadline=Deadline(time.monotonic() + 60))

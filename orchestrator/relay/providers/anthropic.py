@@ -19,6 +19,7 @@ from orchestrator.relay.providers.base import (
     ModelCall,
     ProviderFailure,
     TextSink,
+    UntilDeadline,
     sdk_failure,
     stop_reason,
 )
@@ -103,7 +104,23 @@ def read_stream(
     raw_stop = None
     finished = False
     seen = 0
-    for event in events:
+    reading = UntilDeadline(events, deadline, getattr(events, "close", None))
+
+    def cut() -> ModelAnswer:
+        text = "".join(
+            str(b.get("text", "")) for _, b in sorted(blocks.items()) if b.get("type") == "text"
+        )
+        return ModelAnswer(
+            text or None,
+            [],
+            input_tokens,
+            output_tokens,
+            STOP_CUT,
+            cache_read_tokens=cache_read,
+            cache_write_tokens=cache_write,
+        )
+
+    for event in reading:
         seen += 1
         kind = event.get("type")
         if kind == "message_start":
@@ -141,18 +158,9 @@ def read_stream(
                 f"the stream reported an error: {error.get('message', error)}", retryable=True
             )
         if deadline is not None and not finished and deadline.passed():
-            text = "".join(
-                str(b.get("text", "")) for _, b in sorted(blocks.items()) if b.get("type") == "text"
-            )
-            return ModelAnswer(
-                text or None,
-                [],
-                input_tokens,
-                output_tokens,
-                STOP_CUT,
-                cache_read_tokens=cache_read,
-                cache_write_tokens=cache_write,
-            )
+            return cut()
+    if reading.timed_out and not finished:
+        return cut()
     if not seen:
         raise ProviderFailure("the answer was malformed: no events in the stream", retryable=True)
     if not finished:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import email.utils
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,6 +148,55 @@ class Deadline:
 
     def left(self) -> float:
         return self.at - self.clock()
+
+
+# a stream whose read fails this close to its deadline (or after it) was cut by it: the
+# SDK's read timeout is the time left, so a gap between two chunks ends there
+DEADLINE_SLACK_SECONDS = 0.25
+
+
+class UntilDeadline:
+    """The chunks of a stream until its deadline, wherever reading is then: ``close``
+    (the stream's own) is called at the deadline from a timer, so a read waiting for the
+    next chunk ends there too, and the iteration ends with ``timed_out`` instead of the
+    read's error. A slow stream is cut at the deadline like a fast one, not failed, and
+    its text so far reaches the chat before the turn's end."""
+
+    def __init__(
+        self,
+        chunks: Iterable[dict[str, Any]],
+        deadline: Deadline | None,
+        close: Callable[[], object] | None = None,
+    ) -> None:
+        self.chunks = chunks
+        self.deadline = deadline
+        self.close = close
+        self.timed_out = False
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        import threading
+
+        timer = None
+        if self.deadline is not None and self.close is not None:
+            timer = threading.Timer(max(self.deadline.left(), 0.0), self.close)
+            timer.daemon = True
+            timer.start()
+        try:
+            iterator = iter(self.chunks)
+            while True:
+                try:
+                    chunk = next(iterator)
+                except StopIteration:
+                    return
+                except Exception:
+                    if self.deadline is None or self.deadline.left() > DEADLINE_SLACK_SECONDS:
+                        raise
+                    self.timed_out = True
+                    return
+                yield chunk
+        finally:
+            if timer is not None:
+                timer.cancel()
 
 
 class HostProvider(abc.ABC):

@@ -25,6 +25,7 @@ from orchestrator.relay.providers.base import (
     ModelCall,
     ProviderFailure,
     TextSink,
+    UntilDeadline,
     sdk_failure,
     stop_reason,
 )
@@ -119,7 +120,15 @@ def read_stream(
     timings: dict[str, Any] | None = None
     finish = None
     seen = 0
-    for chunk in chunks:
+    reading = UntilDeadline(chunks, deadline, getattr(chunks, "close", None))
+
+    def cut() -> ModelAnswer:
+        text = "".join(texts)
+        return ModelAnswer(
+            text or None, [], _estimate(call), -(-len(text) // 4), STOP_CUT, _server_ms(timings)
+        )
+
+    for chunk in reading:
         seen += 1
         if chunk.get("usage"):
             usage = chunk["usage"]
@@ -144,10 +153,9 @@ def read_stream(
                     slot["args"] += str(function["arguments"])
             finish = choice.get("finish_reason") or finish
         if deadline is not None and finish is None and deadline.passed():
-            text = "".join(texts)
-            return ModelAnswer(
-                text or None, [], _estimate(call), -(-len(text) // 4), STOP_CUT, _server_ms(timings)
-            )
+            return cut()
+    if reading.timed_out and finish is None:
+        return cut()
     if not seen:
         raise ProviderFailure("the answer was malformed: no chunks in the stream", retryable=True)
     if finish is None:
