@@ -376,3 +376,16 @@ def test_a_server_without_idle_is_polled(home: Path, monkeypatch: pytest.MonkeyP
             rig.daemon.drain(1)
             rig.runner.close()
             rig.daemon.queue.close()
+
+
+def test_an_address_is_mailed_a_code_at_most_once_a_day(rig: Rig) -> None:
+    # a code mailed two hours ago, expired since: not mailed again
+    rig.daemon.chats.request_pairing(
+        "mail", rig.alice, title=None, requested_by=None, now=time.time() - 7200
+    )
+    stranger = rig.servers.add_user(f"stranger{next(NAMES)}")
+    rig.mail("Hello", "anyone?")
+    rig.servers.send(message(stranger, rig.bot, "Hello", "anyone?"))
+    wait_for(lambda: rig.replies(stranger))
+    time.sleep(2)
+    assert rig.replies() == [] and len(rig.replies(stranger)) == 1

@@ -132,14 +132,14 @@ def _credential_options(command: Any) -> Any:
         words.setdefault(kind.credential, []).append(kind.title)
     words.setdefault("token", [])
     for word in sorted(words, key=lambda w: (w != "token", w), reverse=True):
-        whose = "" if word == "token" else f"{' and '.join(words[word])}: "
+        whose = "Read" if word == "token" else f"{' and '.join(words[word])}: read"
         shown = "bot token" if word == "token" else word
         command = click.option(
             f"--{word}-secret",
             f"{word}_secret",
             default=None,
             metavar="NAME",
-            help=f"{whose}Read the {shown} from entry NAME of the secrets file (secrets_file "
+            help=f"{whose} the {shown} from entry NAME of the secrets file (secrets_file "
             "in orchestrator.yaml; mode 0600).",
         )(command)
         command = click.option(
@@ -147,7 +147,7 @@ def _credential_options(command: Any) -> Any:
             f"{word}_env",
             default=None,
             metavar="VAR",
-            help=f"{whose}Read the {shown} from $VAR.",
+            help=f"{whose} the {shown} from $VAR.",
         )(command)
     return command
 
