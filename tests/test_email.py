@@ -271,7 +271,8 @@ def test_pairing_mails_of_an_account_are_capped_per_hour(
         rig.servers.send(message(stranger, rig.bot, "hi", "let me in"))
     wait_for(lambda: sum(len(rig.replies(s)) for s in strangers) >= 2)
     time.sleep(2)
-    assert [len(rig.replies(s)) for s in strangers] == [1, 1, 0]
+    # (Postfix may deliver the three in any order: whichever came third gets none)
+    assert sorted(len(rig.replies(s)) for s in strangers) == [0, 1, 1]
     assert len(rig.daemon.chats.pairings()) == 2
 
 
