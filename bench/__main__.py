@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from bench import (
     consolidate,
+    email,
     flush,
     group_image,
     history,
@@ -59,6 +60,9 @@ BENCHMARKS: dict[str, Callable[[bool], Result]] = {
     telegram.INBOUND: telegram.inbound,
     telegram.OUTBOUND: telegram.outbound,
     matrix.NAME: matrix.run,
+    email.INBOUND: email.inbound,
+    email.OUTBOUND: email.outbound,
+    email.ROUND_TRIP: email.round_trip,
     history.NAMES[100]: history.check_100,
     history.NAMES[1000]: history.check_1k,
     history.NAMES[10_000]: history.check_10k,

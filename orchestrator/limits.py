@@ -284,6 +284,17 @@ TELEGRAM_TEXT_MAX = 4096  # Telegram's limit on one message's text (UTF-16 code 
 # sent in pieces of at most this many UTF-16 code units.
 MATRIX_TEXT_MAX = 6000
 
+# Email accounts (kind: email): IMAP in, SMTP out.
+EMAIL_IDLE_SECONDS = 300  # an IMAP IDLE is ended and begun again this often (RFC 2177: < 29 min)
+EMAIL_POLL_SECONDS = 60  # default of poll_interval: a server without IDLE is asked this often
+EMAIL_TIMEOUT_SECONDS = 30  # one IMAP or SMTP exchange
+EMAIL_FETCH_MAX_BYTES = 32 * 1024 * 1024  # a larger mail is not downloaded (its sender is told)
+EMAIL_ATTACHMENTS_MAX = 10  # files stored from one mail (each up to attachments_max_bytes)
+EMAIL_TEXT_MAX = 50_000  # characters of one reply mail; a longer reply is sent in pieces
+EMAIL_REFERENCES_MAX = 20  # ids a reply's References holds (the root and the newest)
+EMAIL_PAIRING_PER_HOUR = 10  # pairing-code mails one account sends in an hour ...
+EMAIL_PAIRING_ADDRESS_SECONDS = 86_400  # ... and to one address in this many seconds
+
 # The operators' dashboard (http.dashboard).
 DASHBOARD_SESSION_SECONDS = 12 * 3600  # a login lasts this long (sessions live in memory)
 

@@ -122,3 +122,18 @@ def homeserver():  # type: ignore[no-untyped-def]
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def mail_servers():  # type: ignore[no-untyped-def]
+    """Real Dovecot and Postfix on loopback ports (tests/mailserver.py). Skipped with the
+    reason when they cannot run here; under CI=true that is a failure."""
+    from tests import mailserver
+
+    reason = mailserver.unavailable()
+    if reason is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason + "; under CI=true the email tests must run")
+        pytest.skip(reason)
+    with mailserver.running() as servers:
+        yield servers

@@ -122,7 +122,8 @@ HOST_ONLY = [
     "orchestrator.memory.search", "orchestrator.memory.history", "orchestrator.memory.learned",
     "orchestrator.memory.migrate", "orchestrator.memory.lint", "orchestrator.home",
     "orchestrator.secrets", "prometheus_client", "orchestrator.metrics",
-    "orchestrator.memory.consolidate", "orchestrator.money",
+    "orchestrator.memory.consolidate", "orchestrator.money", "imapclient", "aiosmtplib",
+    "dkim", "inscriptis",
 ]  # fmt: skip
 
 

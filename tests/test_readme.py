@@ -218,6 +218,18 @@ EXPECTED: dict[str, Callable[[], str]] = {
         L.TELEGRAM_TEXT_MAX
     ),
     "a Matrix reply piece (UTF-16 code units)": lambda: str(L.MATRIX_TEXT_MAX),
+    "email: an IMAP IDLE renewed every; a server without IDLE asked every (default of "
+    "`poll_interval`); one IMAP or SMTP exchange": lambda: (
+        f"{_s(L.EMAIL_IDLE_SECONDS)}; {_s(L.EMAIL_POLL_SECONDS)}; {_s(L.EMAIL_TIMEOUT_SECONDS)}"
+    ),
+    "email: a mail downloaded (larger: its sender is told); files stored from one mail; a "
+    "reply mail (longer: in pieces); ids in a reply's References": lambda: (
+        f"{_size(L.EMAIL_FETCH_MAX_BYTES)}; {L.EMAIL_ATTACHMENTS_MAX}; "
+        f"{L.EMAIL_TEXT_MAX:,} characters; {L.EMAIL_REFERENCES_MAX}"
+    ),
+    "email: pairing-code mails an account sends in an hour; to one address, at most one per": (
+        lambda: f"{L.EMAIL_PAIRING_PER_HOUR}; {_s(L.EMAIL_PAIRING_ADDRESS_SECONDS)}"
+    ),
     "a dashboard login": lambda: _s(L.DASHBOARD_SESSION_SECONDS),
 }
 

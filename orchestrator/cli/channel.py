@@ -4,7 +4,7 @@ group each of their chats talks to."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -13,6 +13,9 @@ from orchestrator.cli.output import print_json, print_table, safe_line
 from orchestrator.config import load_config
 from orchestrator.units import human_seconds
 
+if TYPE_CHECKING:
+    from orchestrator.config.accounts import ChannelAccount
+
 pass_cli = click.make_pass_decorator(CliContext)
 ACTIVATION_HELP = (
     "In group chats: mention (only messages that mention the bot or reply to it start a "
@@ -20,7 +23,8 @@ ACTIVATION_HELP = (
 )
 TRUST_HELP = (
     "What the chat's people are in the group: member or guest (creators are named one by "
-    "one in group.yaml)."
+    "one in group.yaml). Default: member; guest for an account that cannot prove who "
+    "wrote (an email account without DKIM verification)."
 )
 
 
@@ -29,8 +33,7 @@ def binding_options(command: Any) -> Any:
     command = click.option(
         "--trust",
         type=click.Choice(["member", "guest"]),
-        default="member",
-        show_default=True,
+        default=None,
         help=TRUST_HELP,
     )(command)
     return click.option(
@@ -121,17 +124,38 @@ def _add_help() -> str:
     )
 
 
+def _credential_options(command: Any) -> Any:
+    """``--WORD-env`` and ``--WORD-secret`` for what each kind's secret is called
+    (``--token-env`` for a bot's token, ``--password-env`` for a mailbox's password)."""
+    words: dict[str, list[str]] = {}
+    for kind in _kinds().values():
+        words.setdefault(kind.credential, []).append(kind.title)
+    words.setdefault("token", [])
+    for word in sorted(words, key=lambda w: (w != "token", w), reverse=True):
+        whose = "Read" if word == "token" else f"{' and '.join(words[word])}: read"
+        shown = "bot token" if word == "token" else word
+        command = click.option(
+            f"--{word}-secret",
+            f"{word}_secret",
+            default=None,
+            metavar="NAME",
+            help=f"{whose} the {shown} from entry NAME of the secrets file (secrets_file "
+            "in orchestrator.yaml; mode 0600).",
+        )(command)
+        command = click.option(
+            f"--{word}-env",
+            f"{word}_env",
+            default=None,
+            metavar="VAR",
+            help=f"{whose} the {shown} from $VAR.",
+        )(command)
+    return command
+
+
 @channel.command("add", help=_add_help())
 @click.argument("kind", type=click.Choice(sorted(_kinds())))
 @click.argument("name")
-@click.option("--token-env", default=None, metavar="VAR", help="Read the bot token from $VAR.")
-@click.option(
-    "--token-secret",
-    default=None,
-    metavar="NAME",
-    help="Read the token from entry NAME of the secrets file (secrets_file in "
-    "orchestrator.yaml; mode 0600).",
-)
+@_credential_options
 @_kind_options
 @click.option("--replace", is_flag=True, help="Replace an account of that name.")
 @pass_cli
@@ -140,8 +164,6 @@ def add(
     /,
     kind: str,
     name: str,
-    token_env: str | None,
-    token_secret: str | None,
     replace: bool,
     **settings: Any,
 ) -> None:
@@ -149,6 +171,20 @@ def add(
     from orchestrator.errors import BadInput
 
     account_kind = _kinds()[kind]
+    word = account_kind.credential
+    env_key, secret_key = account_kind.credential_keys
+    credentials = {k2.credential for k2 in _kinds().values()} | {"token"}
+    secret_keys = {f"{w}_{end}" for w in credentials for end in ("env", "secret")}
+    named = {k: v for k, v in settings.items() if k in secret_keys and v}
+    settings = {k: v for k, v in settings.items() if k not in secret_keys}
+    stray = [k for k in named if k not in (env_key, secret_key)]
+    if stray:
+        raise BadInput(
+            f"{', '.join('--' + k.replace('_', '-') for k in stray)}: a {kind} account's "
+            f"secret is its {word}",
+            hint=f"give --{word}-env VAR or --{word}-secret NAME",
+        )
+    token_env, token_secret = named.get(env_key), named.get(secret_key)
     given = {k: v for k, v in settings.items() if v not in (None, ())}
     own = {o.key: o for o in account_kind.options}
     foreign = [k for k in given if k not in own]
@@ -170,14 +206,14 @@ def add(
         )
     if bool(token_env) == bool(token_secret):
         raise BadInput(
-            "give --token-env VAR or --token-secret NAME (one of them)",
-            hint="keep the token in the daemon's environment or the secrets file",
+            f"give --{word}-env VAR or --{word}-secret NAME (one of them)",
+            hint=f"keep the {word} in the daemon's environment or the secrets file",
         )
     entry: dict[str, object] = {"kind": kind}
     if token_env:
-        entry["token_env"] = token_env
+        entry[env_key] = token_env
     if token_secret:
-        entry["token_secret"] = token_secret
+        entry[secret_key] = token_secret
     for key, value in given.items():
         entry[key] = list(value) if own[key].multiple else value
 
@@ -194,7 +230,7 @@ def add(
     config = edit_config(obj.home, change)
     account = config.channel_accounts[name]
     click.echo(
-        f"channel account {name} ({kind}, token: {account.token_reference()}); "
+        f"channel account {name} ({kind}, {word}: {account.token_reference()}); "
         f"{_reload_if_running(obj)}"
     )
 
@@ -237,8 +273,8 @@ def remove(obj: CliContext, name: str, unbind: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_cli
 def list_(obj: CliContext, as_json: bool) -> None:
-    """Channel accounts: kind, where the token comes from (never the token), health as
-    the daemon last recorded it, and the chats bound to groups."""
+    """Channel accounts: kind, where its token or password comes from (never the secret),
+    health as the daemon last recorded it, and the chats bound to groups."""
     config = load_config(obj.home)
     chats = _chats(obj)
     try:
@@ -261,12 +297,12 @@ def list_(obj: CliContext, as_json: bool) -> None:
         )
         return
     print_table(
-        ("ACCOUNT", "KIND", "TOKEN", "STATE", "IN", "OUT", "LAST ERROR"),
+        ("ACCOUNT", "KIND", "SECRET", "STATE", "IN", "OUT", "LAST ERROR"),
         [
             (
                 r["name"],
                 r["kind"],
-                r["token"],
+                f"{r['credential']}: {r['token']}",
                 describe_health(r["health"]),
                 str((r["health"] or {}).get("messages_in", "-")),
                 str((r["health"] or {}).get("messages_out", "-")),
@@ -299,7 +335,7 @@ def describe_health(health: dict[str, Any] | None) -> str:
         return "never started"
     state = str(health.get("state", "?"))
     bot = str(health.get("bot") or "")
-    parts = [state + (f" as {bot if bot.startswith('@') else '@' + bot}" if bot else "")]
+    parts = [state + (f" as {bot if '@' in bot else '@' + bot}" if bot else "")]
     if health.get("last_poll"):
         parts.append(f"polled {human_seconds(time.time() - float(health['last_poll']))} ago")
     return ", ".join(parts)
@@ -310,7 +346,7 @@ def describe_health(health: dict[str, Any] | None) -> str:
 @click.argument("chat_ref", metavar="ACCOUNT:CHAT_ID")
 @binding_options
 @pass_cli
-def bind(obj: CliContext, group: str, chat_ref: str, activation: str, trust: str) -> None:
+def bind(obj: CliContext, group: str, chat_ref: str, activation: str, trust: str | None) -> None:
     """Bind chat CHAT_ID of channel account ACCOUNT to GROUP (a running daemon routes its
     next message there). A chat is bound to one group; binding it again changes the
     activation and trust."""
@@ -318,7 +354,7 @@ def bind(obj: CliContext, group: str, chat_ref: str, activation: str, trust: str
     from orchestrator.store.chats import parse_chat_ref
 
     account, chat = parse_chat_ref(chat_ref)
-    _check_account(obj, account)
+    trust = trust or _check_account(obj, account).options.default_trust
     found = GroupStore(obj.home).find(group)
     chats = _chats(obj)
     try:
@@ -331,7 +367,7 @@ def bind(obj: CliContext, group: str, chat_ref: str, activation: str, trust: str
     )
 
 
-def _check_account(obj: CliContext, account: str) -> None:
+def _check_account(obj: CliContext, account: str) -> ChannelAccount:
     from orchestrator.errors import BadInput
 
     accounts = load_config(obj.home).channel_accounts
@@ -341,6 +377,13 @@ def _check_account(obj: CliContext, account: str) -> None:
             f"no channel account {account!r} (defined: {known})",
             hint="orchestrator channel add KIND NAME --token-env VAR (see --help for the kinds)",
         )
+    return accounts[account]
+
+
+def _default_trust(obj: CliContext, account: str) -> str:
+    """The trust a binding of ``account``'s chats gets unless told otherwise."""
+    found = load_config(obj.home).channel_accounts.get(account)
+    return found.options.default_trust if found is not None else "member"
 
 
 @click.command()
@@ -379,7 +422,7 @@ def pair(
     everything: bool,
     reject_code: str | None,
     activation: str,
-    trust: str,
+    trust: str | None,
     as_json: bool,
 ) -> None:
     """Approve pairing CODE: bind the chat that was given it to GROUP.
@@ -390,6 +433,7 @@ def pair(
     """
     from orchestrator.errors import BadInput
     from orchestrator.groups import GroupStore
+    from orchestrator.store.chats import normalize_code
 
     chats = _chats(obj)
     try:
@@ -426,6 +470,10 @@ def pair(
                 hint="such as: orchestrator pair K7QM-2XPR family",
             )
         found = GroupStore(obj.home).find(group)
+        if trust is None:
+            wanted = normalize_code(code)
+            waiting = [p for p in chats.pairings() if p.code == wanted]
+            trust = _default_trust(obj, waiting[0].account) if waiting else "member"
         binding = chats.approve(code, found.folder, activation=activation, trust=trust)
     finally:
         chats.queue.close()

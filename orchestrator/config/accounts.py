@@ -13,7 +13,8 @@
           senders: "slack:"               # the only sender ids this token may name
 
 A token is read on the host when the channel starts; it never enters a container, a
-log line or a stored error (the log handlers redact every token they know of).
+log line or a stored error (the log handlers redact every token they know of). A kind
+may call its secret otherwise (an email account's ``password_env`` / ``password_secret``).
 
 Sender ids are namespaced by the channel's kind: ``telegram:123456`` is that Telegram
 user whichever bot sees them, and it is what a group's ``creators`` and ``members`` hold.
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
 
 ACCOUNT_NAME_PATTERN = r"[a-z0-9][a-z0-9_-]{0,39}"
 SENDER_PREFIX_PATTERN = r"[a-z][a-z0-9_-]{0,30}:"
-COMMON_KEYS = ("kind", "token_env", "token_secret", "sender_rate")
+COMMON_KEYS = ("kind", "sender_rate")  # and the kind's credential keys (token_env, ...)
 
 
 def account_of_channel(channel: str) -> str | None:
@@ -61,6 +62,8 @@ def account_of_channel(channel: str) -> str | None:
 class ChannelAccount:
     name: str
     kind: str
+    # where the account's secret comes from (a token; for some kinds a password, under
+    # the kind's own keys in orchestrator.yaml: AccountKind.credential)
     token_env: str | None = None
     token_secret: str | None = None
     options: KindOptions = NO_OPTIONS  # the settings only its kind has
@@ -78,8 +81,15 @@ class ChannelAccount:
         return f"{self.kind}:{self.name}"
 
     @property
+    def credential(self) -> str:
+        """What its secret is called ("token", "password")."""
+        kind = account_kinds().get(self.kind)
+        return kind.credential if kind is not None else "token"
+
+    @property
     def token(self) -> SecretRef:
-        return SecretRef(self.token_env, self.token_secret, "token_env", "token_secret")
+        env_key, secret_key = f"{self.credential}_env", f"{self.credential}_secret"
+        return SecretRef(self.token_env, self.token_secret, env_key, secret_key)
 
     def token_reference(self) -> str:
         return self.token.describe()
@@ -89,6 +99,7 @@ class ChannelAccount:
         return {
             "name": self.name,
             "kind": self.kind,
+            "credential": self.credential,
             "token": self.token_reference(),
             "sender_rate": {"messages": self.rate_messages, "per_seconds": self.rate_seconds},
             **self.options.to_dict(),
@@ -112,8 +123,10 @@ class HttpToken:
         return self.token.describe()
 
 
-def _token_source(item: MappingReader) -> tuple[str | None, str | None]:
-    ref = parse_secret_ref(item, "token_env", "token_secret", required=True)
+def _token_source(
+    item: MappingReader, keys: tuple[str, str] = ("token_env", "token_secret")
+) -> tuple[str | None, str | None]:
+    ref = parse_secret_ref(item, *keys, required=True)
     return ref.env, ref.secret
 
 
@@ -133,9 +146,9 @@ def parse_channel_accounts(reader: MappingReader) -> dict[str, ChannelAccount]:
             )
         item = reader.child(name)
         kind = kinds[item.choice("kind", tuple(kinds), item.raw("kind"))]
-        item.reject_unknown([*COMMON_KEYS, *kind.keys])
+        item.reject_unknown([*COMMON_KEYS, *kind.credential_keys, *kind.keys])
         options = kind.parse(item)
-        token_env, token_secret = _token_source(item)
+        token_env, token_secret = _token_source(item, kind.credential_keys)
         messages, seconds = DEFAULT_SENDER_RATE_MESSAGES, DEFAULT_SENDER_RATE_SECONDS
         if "sender_rate" in item.data:
             rate = item.child("sender_rate")

@@ -1,9 +1,11 @@
 """Kinds of chat-app accounts, each described by its own module.
 
 A chat app registers one ``AccountKind``: the settings of its accounts in
-orchestrator.yaml (their keys, their parser and their ``channel add`` options), the
-sender-id prefix it owns (which no HTTP token may name), the client loggers to keep
-quiet (their URLs may hold a token), advice for doctor, and the module of its adapter.
+orchestrator.yaml (their keys, their parser and their ``channel add`` options), what
+its one secret is called (a bot's token, a mailbox's password), the sender-id prefix it
+owns (which no HTTP token may name) and whether the app proves who sent a message, the
+client loggers to keep quiet (their URLs may hold a token), advice for doctor, and the
+module of its adapter.
 The configuration, the command line and the log setup read kinds from here; none of
 them names a kind.
 
@@ -45,6 +47,12 @@ class KindOptions:
 
     def to_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    @property
+    def default_trust(self) -> str:
+        """The trust ``bind`` and ``pair`` give a chat of the account unless told
+        otherwise (a kind whose senders are not proven says guest)."""
+        return "member"
 
 
 @dataclass(frozen=True)
@@ -92,6 +100,12 @@ class AccountKind:
     # doctor's advice from the health the account last recorded and its bound chats
     advice: Callable[[Mapping[str, Any], Sequence[str]], Advice | None] | None = None
     example: str = ""  # a ``channel add`` line for help texts
+    # what the account's one secret is: its keys in orchestrator.yaml are ``<word>_env``
+    # and ``<word>_secret``, its ``channel add`` flags ``--<word>-env``/``--<word>-secret``
+    credential: str = "token"
+    # whether the app proves who sent a message (an email's From: line can be forged):
+    # the senders of a kind that does not are never creators
+    proves_senders: bool = True
 
     @property
     def prefix(self) -> str:
@@ -101,6 +115,11 @@ class AccountKind:
     @property
     def keys(self) -> tuple[str, ...]:
         return tuple(o.key for o in self.options)
+
+    @property
+    def credential_keys(self) -> tuple[str, str]:
+        """The orchestrator.yaml keys naming where the secret comes from."""
+        return f"{self.credential}_env", f"{self.credential}_secret"
 
 
 _lock = threading.Lock()
@@ -171,6 +190,15 @@ def account_kind(name: str) -> AccountKind:
 def reserved_prefixes() -> tuple[str, ...]:
     """Sender prefixes no HTTP token but the operator's may name."""
     return (*(k.prefix for k in account_kinds().values()), *HOST_PREFIXES)
+
+
+def unproven_sender(sender: str) -> AccountKind | None:
+    """The kind of ``sender`` when that kind cannot prove who sent a message (such a
+    sender is never a creator), else None."""
+    for kind in account_kinds().values():
+        if not kind.proves_senders and sender.startswith(kind.prefix):
+            return kind
+    return None
 
 
 def kind_loggers() -> tuple[str, ...]:

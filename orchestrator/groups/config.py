@@ -406,11 +406,32 @@ def _limits(reader: MappingReader) -> ModelLimits:
     )
 
 
+def _creators(reader: MappingReader) -> tuple[str, ...]:
+    """``creators``: sender ids, none of a kind that cannot prove who sent a message."""
+    from orchestrator.config.kinds import unproven_sender
+
+    creators = reader.id_list("creators", max_chars=SENDER_ID_MAX_CHARS)
+    for index, sender in enumerate(creators):
+        kind = unproven_sender(sender)
+        if kind is not None:
+            raise reader.child_fail(
+                "creators",
+                index,
+                f"{sender!r}: {kind.title} senders cannot be creators ({kind.title} does not "
+                "prove who sent a message, and a creator may run the shell and approve "
+                "requests); name them under members, or be a creator through another channel",
+            )
+    return creators
+
+
 def classify_sender(config: GroupConfig, sender: str, bound: str | None = None) -> str | None:
     """The trust level of ``sender`` in a group, or None when the sender is refused.
     ``bound``: the trust a chat binding gives everyone in the chat the message came from
-    (creators are still named one by one)."""
-    if sender in config.creators:
+    (creators are still named one by one; never a sender of a kind that cannot prove
+    who sent a message)."""
+    from orchestrator.config.kinds import unproven_sender
+
+    if sender in config.creators and unproven_sender(sender) is None:
         return CREATOR
     if sender in config.members:
         return MEMBER
@@ -559,9 +580,7 @@ def group_config_from_doc(
         provider=provider,
         model=model,
         limits=limits,
-        creators=problems.check(
-            lambda: reader.id_list("creators", max_chars=SENDER_ID_MAX_CHARS), ()
-        ),
+        creators=problems.check(lambda: _creators(reader), ()),
         members=problems.check(
             lambda: reader.id_list("members", max_chars=SENDER_ID_MAX_CHARS), ()
         ),

@@ -328,9 +328,10 @@ def check_providers(home: Home) -> list[Check]:
 
 
 def _handle(bot: object) -> str:
-    """A bot as people write it: @name on Telegram; a Matrix user id has its @ already."""
+    """A bot as people write it: @name on Telegram; a Matrix user id and an email
+    address have their @ already."""
     text = str(bot or "?")
-    return text if text.startswith("@") else f"@{text}"
+    return text if "@" in text else f"@{text}"
 
 
 def check_channels(home: Home) -> list[Check]:
@@ -362,7 +363,8 @@ def check_channels(home: Home) -> list[Check]:
                     Check(
                         name,
                         OK,
-                        f"{account.kind}; token: {account.token_reference()}; not started yet",
+                        f"{account.kind}; {account.credential}: {account.token_reference()}; "
+                        "not started yet",
                     )
                 )
                 continue
@@ -372,7 +374,8 @@ def check_channels(home: Home) -> list[Check]:
                         name,
                         FAIL,
                         f"cannot reach {account.kind}: {health.get('last_error')}",
-                        "check the token and the network (the daemon keeps retrying)",
+                        f"check the {account.credential} and the network (the daemon keeps "
+                        "retrying)",
                     )
                 )
                 continue
