@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from pathlib import Path
+
+# an exclusive temporary name beside the target (tempfile is not imported: the runner
+# imports this module at its start, and tempfile brings shutil and the archive modules)
+_TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def fsync_dir(path: Path) -> None:
@@ -24,7 +27,13 @@ def write_atomic(path: Path, data: bytes | str, mode: int = 0o644) -> None:
     if isinstance(data, str):
         data = data.encode("utf-8")
     directory = path.parent
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    while True:
+        tmp = str(directory / f".{path.name}.{os.urandom(6).hex()}.tmp")
+        try:
+            fd = os.open(tmp, _TMP_FLAGS, 0o600)
+            break
+        except FileExistsError:
+            continue
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)

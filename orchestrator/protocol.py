@@ -6,7 +6,6 @@ installs the same package, so each of these exists once).
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,6 +77,8 @@ def session_key(mode: str, channel: str, chat: str, thread: str | None) -> str:
     raw = f"chat-{chat}" if mode == "per-chat" or not thread else f"chat-{chat}-thread-{thread}"
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", raw)[:72].strip("._") or "chat"
     if safe != raw or where != channel.replace(":", "."):  # keep distinct ids distinct
+        import hashlib  # rarely needed; the runner does not load OpenSSL at its start for it
+
         safe += "-" + hashlib.sha256(f"{channel}\n{raw}".encode()).hexdigest()[:10]
     return f"{where}.{safe}"
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from orchestrator.errors import InvalidConfig
-from orchestrator.yamldoc import YamlDocument
+
+if TYPE_CHECKING:  # yaml is not imported by what only validates text (the runner's tools)
+    from orchestrator.yamldoc import YamlDocument
 
 _MISSING = object()
 T = TypeVar("T")

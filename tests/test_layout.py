@@ -164,3 +164,21 @@ def test_the_containers_code_runs_a_turn_with_every_host_only_module_blocked(
     assert result.stdout.startswith("Noted: the cat is called Tom."), result.stdout
     assert "- The cat is called Tom. (memory/facts/the-cat.md)" in result.stdout
     assert result.stdout.splitlines()[-1] == "loaded: []"
+
+
+def test_the_runner_starts_without_what_only_some_groups_use() -> None:
+    """A container's cold start imports the runner: MCP's asyncio and SDK, YAML, OpenSSL's
+    hashes, tempfile and the search terms load only when a group uses them."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\nimport orchestrator.agent.serve\n"
+        "lazy = ('asyncio', 'yaml', 'ssl', 'hashlib', 'tempfile', 'mcp',"
+        " 'orchestrator.mcp.link', 'orchestrator.memory.terms', 'orchestrator.yamldoc')\n"
+        "print(sorted(m for m in lazy if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"

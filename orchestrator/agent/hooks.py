@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +77,8 @@ def load_hooks(path: Path | None = None) -> list[CommandHook]:
 
 def _resolve_command(command: tuple[str, ...]) -> list[str]:
     """Our own console script is found beside this Python when it is not on PATH."""
+    import shutil
+
     if command[0] == "orchestrator" and shutil.which("orchestrator") is None:
         beside = Path(sys.executable).with_name("orchestrator")
         if beside.exists():

@@ -9,7 +9,6 @@ other content is described, never passed on.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -66,6 +65,8 @@ class ListedTool:
             ensure_ascii=False,
             separators=(",", ":"),
         )
+        import hashlib  # only where pins are made: a runner without MCP never needs it
+
         return hashlib.sha256(shown.encode()).hexdigest()[:HASH_CHARS]
 
     def problem(self, server: str) -> str | None:

@@ -19,13 +19,12 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.agent.hostlink import HostRequestFailed
 from orchestrator.agent.tools.base import TURN, ToolError, ToolSpec
 from orchestrator.agent.tools.box import FunctionTool, StaticSource, Toolbox
 from orchestrator.limits import MCP_CALL_TIMEOUT_SECONDS, MCP_LIST_TIMEOUT_SECONDS
-from orchestrator.mcp.link import Link, LinkFailed, Stdio
 from orchestrator.mcp.tools import (
     ListedTool,
     model_name,
@@ -35,6 +34,9 @@ from orchestrator.mcp.tools import (
     source_name,
 )
 from orchestrator.protocol import MCP_CALL, MCP_LIST, MCP_REQUEST, OTHERS_WORDS
+
+if TYPE_CHECKING:  # the link (asyncio and the SDK) is imported when a server first starts
+    from orchestrator.mcp.link import Link
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +108,8 @@ class McpSource:
         return source_name(self.server)
 
     def _link(self) -> Link:
+        from orchestrator.mcp.link import Link, Stdio
+
         with self._guard:
             if self.link is None:
                 env = {"PATH": self.path, "LANG": "C.UTF-8", **self.env}
@@ -119,6 +123,8 @@ class McpSource:
     def tools(self, box: Toolbox) -> Iterable[McpTool]:
         if not _granted(box, self.name):
             return ()  # not started for a turn that may not use it
+        from orchestrator.mcp.link import LinkFailed
+
         try:
             listed = self._link().tools(MCP_LIST_TIMEOUT_SECONDS)
         except LinkFailed as exc:
@@ -128,6 +134,8 @@ class McpSource:
         return tuple(McpTool(_spec(self.server, t), self, t.name) for t in offered)
 
     def call(self, box: Toolbox, tool: str, args: dict[str, Any]) -> str:
+        from orchestrator.mcp.link import LinkFailed
+
         try:
             result = self._link().call(tool, args, _timeout(box))
         except LinkFailed as exc:

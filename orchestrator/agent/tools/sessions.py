@@ -24,7 +24,6 @@ from pathlib import Path
 from orchestrator.agent.hostlink import HostRequestFailed
 from orchestrator.agent.tools.base import TURN, ToolError, ToolSpec, schema
 from orchestrator.agent.tools.box import FunctionTool, StaticSource, Toolbox
-from orchestrator.memory import terms
 from orchestrator.protocol import OTHERS_WORDS, SESSIONS_SOURCE
 
 SESSIONS_SEARCH_READ_BYTES = 2 * 1024 * 1024  # of each transcript, from its end
@@ -47,6 +46,8 @@ def sessions_search(box: Toolbox, query: str, max_results: int = 5) -> str:
         raise ToolError(f"give a query of 1 to {QUERY_MAX_CHARS} characters")
     if isinstance(max_results, bool) or not isinstance(max_results, int) or max_results < 1:
         raise ToolError("max_results must be a whole number from 1")
+    from orchestrator.memory import terms  # its patterns are compiled at the first search
+
     found = terms.expression(terms.query_terms(query))
     if found is None:
         return "(no results: the query holds no words)"

@@ -19,11 +19,9 @@ a size-limited ``/tmp``).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import resource
-import secrets
 import select
 import signal
 import stat
@@ -280,7 +278,7 @@ class Shell:
             process = self.process if self.process is not None and self.alive else self._start()
             assert process.stdin is not None and self.status_read is not None
             self.calls += 1
-            token = secrets.token_hex(8)
+            token = os.urandom(8).hex()
             script = self.state_dir / f"cmd-{self.calls}"
             output = self.state_dir / f"out-{self.calls}"
             script.write_text(command + "\n", encoding="utf-8", errors="surrogateescape")
@@ -442,6 +440,8 @@ class ShellSource:
         with self.guard:
             shell = self.shells.get(key)
             if shell is None:
+                import hashlib  # at a shell's first start, not the runner's
+
                 state = self.state_root / hashlib.sha256(key.encode()).hexdigest()[:16]
                 shell = self.shells[key] = Shell(
                     self.agent_dir / "files",
