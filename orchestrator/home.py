@@ -25,6 +25,8 @@ STATE_DIR_ENV = "ORCHESTRATOR_STATE_DIR"
 HOME_ID_FILE = "home-id"
 PID_FILE = "orchestrator.pid"
 LOCK_FILE = "orchestrator.lock"  # held by the daemon for as long as it runs
+FACTS_FILE = "daemon.json"  # what the running daemon says of itself
+CONTROL_SOCKET = "orchestrator.sock"  # the daemon's command-line channel
 
 
 def _state_dir_setting(config_file: Path, root: Path) -> Path | None:

@@ -16,6 +16,7 @@ from orchestrator import __version__
 from orchestrator.channels.base import Channel
 from orchestrator.daemon.core import Inbound
 from orchestrator.errors import GroupPaused, OrchestratorError, SenderRefused
+from orchestrator.home import CONTROL_SOCKET as SOCKET_NAME
 from orchestrator.limits import (
     CONTROL_IDLE_TIMEOUT_SECONDS,
     CONTROL_MAX_CONNECTIONS,
@@ -24,7 +25,6 @@ from orchestrator.limits import (
 from orchestrator.wire import ProtocolError, recv_frame, send_frame
 
 log = logging.getLogger("orchestrator.channels.cli")
-SOCKET_NAME = "orchestrator.sock"
 
 
 # accept() faults that pass: out of descriptors or memory (back off), or a client gone

@@ -56,7 +56,7 @@ def _chats(obj: CliContext) -> Any:
 def _reload_if_running(obj: CliContext) -> str:
     """Ask a running daemon to read orchestrator.yaml again; a line saying what happened."""
     from orchestrator.errors import OrchestratorError
-    from orchestrator.service import control_request, daemon_running
+    from orchestrator.service.client import control_request, daemon_running
 
     if not daemon_running(obj.home):
         return "it takes effect when the daemon starts (orchestrator up)"

@@ -167,7 +167,7 @@ def _send(
 ) -> dict[str, object]:
     """Send through the daemon and wait; replies are printed as they are stored (unless
     ``show_replies`` is off). Returns the final message."""
-    from orchestrator.service import control_stream
+    from orchestrator.service.client import control_stream
 
     request = {
         "op": "send",
@@ -288,7 +288,7 @@ def chat(obj: CliContext, name: str, chat: str, sender: str) -> None:
     set with "remind me in 10 minutes to ...") show as they arrive, marked [task N].
     """
     from orchestrator.groups import GroupStore
-    from orchestrator.service import control_request
+    from orchestrator.service.client import control_request
 
     folder = GroupStore(obj.home).find(name).folder  # an unknown group: exit 2 before anything
     control_request(obj.home, {"op": "ping"}, timeout=5)
@@ -316,7 +316,7 @@ def _follow(
 ) -> None:
     """Print the replies of scheduled tasks that run in this chat, as they arrive."""
     from orchestrator.errors import OrchestratorError
-    from orchestrator.service import control_request
+    from orchestrator.service.client import control_request
 
     shown: dict[str, int] = {}
     finished: set[str] = set()
@@ -345,7 +345,7 @@ def _follow(
 
 
 def _chat_loop(obj: CliContext, folder: str, chat: str, sender: str, interactive: bool) -> None:
-    from orchestrator.service import control_request
+    from orchestrator.service.client import control_request
 
     while True:
         try:
@@ -402,7 +402,7 @@ def _line_editing(obj: CliContext) -> None:
 @pass_cli
 def retry(obj: CliContext, message_id: str, as_json: bool) -> None:
     """Queue a dead-lettered message again (see `orchestrator status`)."""
-    from orchestrator.service import control_request
+    from orchestrator.service.client import control_request
 
     answer = control_request(obj.home, {"op": "retry", "id": message_id})
     if not answer.get("ok"):
@@ -421,7 +421,7 @@ def reload(obj: CliContext, as_json: bool) -> None:
     """Make the daemon read orchestrator.yaml again (also on SIGHUP): providers, tokens
     and channels take effect without a restart. A file that does not load is refused
     and the daemon keeps running with its configuration."""
-    from orchestrator.service import control_request
+    from orchestrator.service.client import control_request
 
     answer = control_request(obj.home, {"op": "reload"}, timeout=30)
     if as_json:

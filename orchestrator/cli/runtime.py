@@ -262,7 +262,7 @@ def _runner_recreations(obj: CliContext) -> dict[str, int]:
     """Per group, how often the running daemon recreated its container for a dead
     runner socket ({} when it cannot be asked)."""
     from orchestrator.errors import OrchestratorError
-    from orchestrator.service import control_request
+    from orchestrator.service.client import control_request
 
     try:
         answer = control_request(obj.home, {"op": "status"}, timeout=5)
@@ -276,7 +276,7 @@ def _runner_recreations(obj: CliContext) -> dict[str, int]:
 
 def _daemon_summary(obj: CliContext) -> dict[str, Any] | None:
     """What the running daemon says of itself; None when none runs for this home."""
-    from orchestrator.service import daemon_facts
+    from orchestrator.service.client import daemon_facts
 
     return daemon_facts(obj.home)
 

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.mcp.link import Remote
 from orchestrator.mcp.tools import server_problem
 from orchestrator.secrets import SecretRef, parse_secret_ref
 
 if TYPE_CHECKING:
+    from orchestrator.mcp.link import Remote
     from orchestrator.validate import MappingReader
 
 TRANSPORTS = ("http", "sse")
@@ -52,6 +52,8 @@ class RemoteServerDef:
 
     def target(self, secrets_file: Path | None) -> Remote:
         """What a link connects to, its header secrets read (MissingSecret names which)."""
+        from orchestrator.mcp.link import Remote  # asyncio and the SDK, when a link is made
+
         return Remote(self.url, self.resolve_headers(secrets_file), transport=self.transport)
 
     def resolve_headers(self, secrets_file: Path | None) -> dict[str, str]:

@@ -172,7 +172,7 @@ def check_containers(home: Home, client: docker.DockerClient | None) -> list[Che
 
 
 def check_daemon(home: Home) -> Check:
-    from orchestrator.service import control_request
+    from orchestrator.service.client import control_request
 
     try:
         answer = control_request(home, {"op": "status"}, timeout=3)
