@@ -174,6 +174,7 @@ class Delivery:
     message: Message
     cancel: Cancel
     relay: TurnRelay | None = None  # the turn's answers to its requests, once it has one
+    answered: bool = False  # its replies are stored; what is left is the memory record
 
 
 class Daemon:
@@ -243,7 +244,9 @@ class Daemon:
 
     @property
     def inflight(self) -> int:
-        return len(self.active)
+        """Messages whose turn runs (one answered, its memory change being recorded, is
+        not counted: it is done)."""
+        return sum(1 for d in self.active.values() if not d.answered)
 
     # channels call these
 
@@ -540,6 +543,7 @@ class Daemon:
             with self._holding_history(message.group):
                 self._complete(message, result, delivery.relay)
                 outcome = "delivered"
+                delivery.answered = True
                 self._changed(message.id)
                 self._record_turn(message)
                 recorded = True
