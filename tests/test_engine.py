@@ -71,3 +71,54 @@ def test_is_transient() -> None:
     assert is_transient(APIError("x", response=Response(500)))  # type: ignore[arg-type]
     assert not is_transient(APIError("x", response=Response(404)))  # type: ignore[arg-type]
     assert not is_transient(ValueError())
+
+
+def test_the_direct_inspect_reads_the_engines_answer_and_refuses_what_is_not_one(
+    tmp_path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """inspect_image_directly speaks HTTP/1.0 on the engine's Unix socket: a 200 with the
+    image, a 404 as None, anything else unreachable (the caller takes the SDK's path)."""
+    import json
+    import socket
+    import threading
+
+    from orchestrator.errors import EngineUnreachable
+    from orchestrator.runtime.engine import inspect_image_directly
+
+    answers = [
+        b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n"
+        + json.dumps({"Id": "sha256:abc", "RepoTags": ["a:1"]}).encode(),
+        b"HTTP/1.0 404 Not Found\r\n\r\n{}",
+        b"HTTP/1.0 500 Oops\r\n\r\n{}",
+        b"garbage",
+    ]
+    requests: list[bytes] = []
+    path = tmp_path / "engine.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(4)
+
+    def serve() -> None:
+        for answer in answers:
+            conn, _ = server.accept()
+            with conn:
+                requests.append(conn.recv(4096))
+                conn.sendall(answer)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{path}")
+    try:
+        assert inspect_image_directly("my/img:1") == {"Id": "sha256:abc", "RepoTags": ["a:1"]}
+        assert inspect_image_directly("gone:1") is None
+        with pytest.raises(EngineUnreachable, match="HTTP 500"):
+            inspect_image_directly("x:1")
+        with pytest.raises(EngineUnreachable, match="not an HTTP answer"):
+            inspect_image_directly("x:1")
+    finally:
+        thread.join(5)
+        server.close()
+    assert requests[0].startswith(b"GET /images/my%2Fimg%3A1/json HTTP/1.0\r\n")
+    monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:2375")
+    with pytest.raises(EngineUnreachable, match="not a Unix socket"):
+        inspect_image_directly("x:1")

@@ -77,3 +77,32 @@ def test_doctor_passes_with_engine_and_image(docker_client, agent_image, run) ->
     assert status["engine"] == "ok"
     assert status["agent image"] == "ok", data
     assert result.exit_code == 0
+
+
+def test_a_build_with_nothing_to_do_is_known_from_its_record_and_one_inspect(
+    docker_client, agent_image
+) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.config import DEFAULT_IMAGE_REPOSITORY
+    from orchestrator.image.agent import build_agent_image, recorded_noop, source_root
+
+    built = build_agent_image(docker_client, DEFAULT_IMAGE_REPOSITORY, offline=True)
+    asked: list[str] = []
+
+    def inspect(ref: str) -> dict[str, object] | None:
+        asked.append(ref)
+        return dict(docker_client.images.get(ref).attrs)
+
+    known = recorded_noop(DEFAULT_IMAGE_REPOSITORY, inspect)
+    assert known is not None and (known.tag, known.image_id, known.built) == (
+        built.tag,
+        built.image_id,
+        False,
+    )
+    assert asked == [built.tag]  # one inspect, and no build
+    # a file touched but unchanged is hashed again and still matches
+    source = source_root() / "orchestrator" / "__init__.py"
+    source.touch()
+    assert recorded_noop(DEFAULT_IMAGE_REPOSITORY, inspect) is not None
+    # an image that is not the recorded one (gone, or another id) needs the full check
+    assert recorded_noop(DEFAULT_IMAGE_REPOSITORY, lambda ref: None) is None
+    assert recorded_noop(DEFAULT_IMAGE_REPOSITORY, lambda ref: {"Id": "sha256:other"}) is None

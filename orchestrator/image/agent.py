@@ -13,19 +13,17 @@ never reaches the network: wheels are downloaded on the host and installed with
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import shutil
-import subprocess
+import os
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orchestrator
 from orchestrator.errors import ImageBuildFailed, OrchestratorError
 from orchestrator.image.base import INPUTS_LABEL, ROLE_LABEL, ensure_offline_base
+from orchestrator.image.inputs import InputsCache, Recorded
 from orchestrator.limits import BASE_PULL_TIMEOUT_SECONDS
 from orchestrator.runtime.engine import call_engine
 
@@ -74,12 +72,56 @@ def input_files(root: Path) -> list[Path]:
 
 
 def inputs_hash(root: Path, base_identity: str) -> str:
+    """The hash the agent image is tagged by: its base, the Python version, and every
+    input file (each file's digest read again only when its status changed)."""
+    cache = InputsCache(root)
     digest = hashlib.sha256()
     digest.update(f"base={base_identity}\npython={PYTHON_VERSION}\n".encode())
-    for path in input_files(root):
+    files = input_files(root)
+    for path in files:
         digest.update(path.relative_to(root).as_posix().encode() + b"\0")
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
+        digest.update(cache.digest(path))
+    cache.forget_missing(files)
+    cache.save()
     return digest.hexdigest()
+
+
+def _offline_request(repository: str) -> str:
+    """How a build asked for is remembered: its repository, the offline base, the engine."""
+    engine = os.environ.get("DOCKER_HOST") or "default"
+    return f"{repository} offline {engine}"
+
+
+def recorded_noop(
+    repository: str, inspect: Callable[[str], dict[str, Any] | None]
+) -> BuildResult | None:
+    """An offline build with nothing to do, known from the last one recorded and one
+    ``inspect`` of its tag (the inputs hashed from their stats, the base's recipe
+    computed here): its result, or None when a full build check is needed."""
+    from orchestrator.image.base import recipe_hash
+
+    root = source_root()
+    found = InputsCache(root).recorded(_offline_request(repository))
+    if found is None:
+        return None
+    if inputs_hash(root, f"offline:{recipe_hash()}") != found.inputs_hash:
+        return None
+    attrs = inspect(found.tag)
+    if not attrs or attrs.get("Id") != found.image_id:
+        return None
+    if f"{repository}:latest" not in (attrs.get("RepoTags") or []):
+        return None
+    return BuildResult(found.tag, found.image_id, found.inputs_hash, found.base, built=False)
+
+
+def _record(root: Path, repository: str, offline: bool, result: BuildResult) -> None:
+    if offline:
+        cache = InputsCache(root)
+        cache.record(
+            _offline_request(repository),
+            Recorded(result.inputs_hash, result.tag, result.image_id, result.base),
+        )
+        cache.save()
 
 
 def _image_id(client: docker.DockerClient, ref: str) -> str | None:
@@ -141,6 +183,8 @@ def _download_wheels(
 ) -> str:
     """Put this project's wheel, its dependencies (with ``extra``, such as "[host]")
     and pip's wheel into ``wheels``."""
+    import importlib.util
+
     platforms = _PLATFORMS.get(arch)
     if platforms is None:
         raise ImageBuildFailed(
@@ -183,6 +227,8 @@ def _download_wheels(
 
 
 def _run(cmd: list[str], what: str) -> None:
+    import subprocess
+
     result = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if result.returncode != 0:
         tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
@@ -265,6 +311,19 @@ def build_agent_image(
 ) -> BuildResult:
     """Build (or find current) the agent image; see the module docstring."""
     root = source_root()
+    if offline and base is None and not force:
+        from docker.errors import ImageNotFound
+
+        def inspect(ref: str) -> dict[str, Any] | None:
+            try:
+                image = call_engine(f"inspect {ref}", lambda: client.images.get(ref))
+            except ImageNotFound:
+                return None
+            return dict(image.attrs)
+
+        known = recorded_noop(repository, inspect)
+        if known is not None:
+            return known
     base_ref = resolve_base(client, base=base, offline=offline, progress=progress, mirror=mirror)
     if _image_id(client, base_ref) is None:
         raise ImageBuildFailed(f"base image {base_ref} vanished during the build")
@@ -273,12 +332,14 @@ def build_agent_image(
     existing = _image_id(client, tag)
     if existing and not force:
         call_engine("tag image", lambda: client.api.tag(existing, repository, "latest"))
-        return BuildResult(tag, existing, digest, base_ref, built=False)
-
-    image_id = _build_from(client, root, "agent", tag, base_ref, digest, progress)
-    call_engine("tag image", lambda: client.api.tag(image_id, repository, "latest"))
-    _prune_old(client, repository, keep=tag, progress=progress)
-    return BuildResult(tag, image_id, digest, base_ref, built=True)
+        result = BuildResult(tag, existing, digest, base_ref, built=False)
+    else:
+        image_id = _build_from(client, root, "agent", tag, base_ref, digest, progress)
+        call_engine("tag image", lambda: client.api.tag(image_id, repository, "latest"))
+        _prune_old(client, repository, keep=tag, progress=progress)
+        result = BuildResult(tag, image_id, digest, base_ref, built=True)
+    _record(root, repository, offline and base is None, result)
+    return result
 
 
 def _build_from(
@@ -293,6 +354,9 @@ def _build_from(
 ) -> str:
     """Build images/<role>/ as ``tag`` on ``base_ref``: wheels (with ``extra``)
     downloaded here, the build itself without network. The new image's id."""
+    import shutil
+    import tempfile
+
     progress(f"building {tag} on {base_ref}")
     with tempfile.TemporaryDirectory(prefix="orchestrator-image-") as tmp:
         context = Path(tmp)

@@ -11,9 +11,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -121,6 +118,8 @@ def find_mirror(configured: str | None = None) -> str:
 
 
 def _run_streaming(cmd: list[str], progress: Progress, what: str) -> None:
+    import subprocess
+
     progress(f"$ {' '.join(cmd)}")
     tail: list[str] = []
     with subprocess.Popen(
@@ -149,6 +148,8 @@ def build_rootfs_tar(
     workdir: Path, mirror: str, progress: Progress, extra: tuple[str, ...] = ()
 ) -> Path:
     """Make a root filesystem tarball with mmdebstrap or debootstrap."""
+    import shutil
+
     tarball = workdir / "rootfs.tar"
     packages = ",".join(sorted({*PACKAGES, *extra}))
     if shutil.which("mmdebstrap"):
@@ -203,6 +204,8 @@ def ensure_offline_base(
 ) -> str:
     """Return the tag of the offline base image (with ``extra`` packages: a base of its
     own, cached by the list), building and importing it when missing."""
+    import tempfile
+
     from docker.errors import ImageNotFound
 
     tag = base_tag(extra)
