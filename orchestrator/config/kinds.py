@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import InvalidConfig
+from orchestrator.limits import FILE_SEND_MAX_BYTES
 
 if TYPE_CHECKING:
     from orchestrator.validate import MappingReader
@@ -92,6 +93,9 @@ class AccountKind:
     # doctor's advice from the health the account last recorded and its bound chats
     advice: Callable[[Mapping[str, Any], Sequence[str]], Advice | None] | None = None
     example: str = ""  # a ``channel add`` line for help texts
+    # the largest file the agent may send to a chat of this app (send_file); what the
+    # host copies into its outbox is capped by it (the adapter may refuse less at send)
+    files_out_max_bytes: int = FILE_SEND_MAX_BYTES
 
     @property
     def prefix(self) -> str:
