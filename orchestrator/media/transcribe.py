@@ -202,7 +202,7 @@ class LocalTranscriber:
             if self.model is None:
                 self.model = self._load()
             segments, _info = self.model.transcribe(
-                samples, language=definition.language, beam_size=1, vad_filter=False
+                samples, language=definition.language, beam_size=5, vad_filter=False
             )
             parts = []
             for segment in segments:  # decoded lazily, one window at a time
