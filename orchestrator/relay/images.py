@@ -44,54 +44,55 @@ def with_images(
         return call
     from orchestrator.confined import open_group_dir
 
-    # the newest ``limit`` images are shown; counted from the end
-    order = [(i, p) for i, m in enumerate(call.messages) for p in m.get("images") or []]
-    shown = {id_ for id_ in order[-limit:]} if vision else set()
-    messages: list[dict[str, Any]] = []
+    # the newest ``limit`` images that can be shown are: decided from the last one back
+    outcome: dict[tuple[int, int], dict[str, str] | str] = {}
+    count = 0
     with open_group_dir(groups_root, group) as folder:
-        for index, message in enumerate(call.messages):
-            paths = message.get("images") or []
-            if not paths:
-                messages.append(message)
-                continue
-            data: list[dict[str, str]] = []
-            lines: list[str] = []
-            for path in paths:
+        for index in range(len(call.messages) - 1, -1, -1):
+            paths = call.messages[index].get("images") or []
+            for number in range(len(paths) - 1, -1, -1):
+                path = paths[number]
                 size, found, problem = _read(folder, path)
                 label = f"[image {path}{f', {human_bytes(size)}' if size is not None else ''}"
                 if problem is not None:
-                    lines.append(f"{label}: not shown: {problem}]")
-                    continue
-                if not vision:
-                    lines.append(f"{label}: not shown: {model} does not take images]")
-                    continue
-                if (index, path) not in shown:
-                    lines.append(
+                    outcome[index, number] = f"{label}: not shown: {problem}]"
+                elif not vision:
+                    outcome[index, number] = f"{label}: not shown: {model} does not take images]"
+                elif count >= limit:
+                    outcome[index, number] = (
                         f"{label}: not shown again (at most {limit} images go with one "
                         "request: the newest)]"
                     )
-                    continue
-                assert found is not None
-                try:
-                    encoded = cache.encoded(found)
-                except ImageRefused as exc:
-                    log.info("group %s: image %s not shown: %s", group, path, exc)
-                    lines.append(f"{label}: not shown: {exc}]")
-                    continue
-                data.append(
-                    {
+                else:
+                    assert found is not None
+                    try:
+                        encoded = cache.encoded(found)
+                    except ImageRefused as exc:
+                        log.info("group %s: image %s not shown: %s", group, path, exc)
+                        outcome[index, number] = f"{label}: not shown: {exc}]"
+                        continue
+                    count += 1
+                    outcome[index, number] = {
                         "media_type": encoded.media_type,
                         "base64": base64.b64encode(encoded.data).decode("ascii"),
                     }
-                )
-            out = {k: v for k, v in message.items() if k != "images"}
-            if lines:
-                content = out.get("content")
-                text = content if isinstance(content, str) else ""
-                out["content"] = (text + "\n" if text else "") + "\n".join(lines)
-            if data:
-                out["image_data"] = data
-            messages.append(out)
+    messages: list[dict[str, Any]] = []
+    for index, message in enumerate(call.messages):
+        paths = message.get("images") or []
+        if not paths:
+            messages.append(message)
+            continue
+        results = [outcome[index, number] for number in range(len(paths))]
+        lines = [r for r in results if isinstance(r, str)]
+        data = [r for r in results if isinstance(r, dict)]
+        out = {k: v for k, v in message.items() if k != "images"}
+        if lines:
+            content = out.get("content")
+            text = content if isinstance(content, str) else ""
+            out["content"] = (text + "\n" if text else "") + "\n".join(lines)
+        if data:
+            out["image_data"] = data
+        messages.append(out)
     return replace(call, messages=messages)
 
 
