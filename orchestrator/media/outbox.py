@@ -40,10 +40,11 @@ class ReplyFile:
     size: int
     kind: str
     path: str
+    reply: int = -1  # its reply's place among the message's replies (when read with them)
 
     def to_dict(self) -> dict[str, object]:
-        return {"seq": self.seq, "name": self.name, "mime": self.mime, "size": self.size,
-                "kind": self.kind}  # fmt: skip
+        return {"reply": self.reply, "seq": self.seq, "name": self.name, "mime": self.mime,
+                "size": self.size, "kind": self.kind}  # fmt: skip
 
 
 class NotSendable(Exception):

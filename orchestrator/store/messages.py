@@ -460,13 +460,14 @@ class MessageQueue(StateDB):
             ).fetchone()
             if row is None:
                 return None
-            replies = tuple(
-                r[0]
-                for r in self._db.execute(
-                    "SELECT text FROM replies WHERE message_id=? ORDER BY seq", (message_id,)
-                )
+            rows = self._db.execute(
+                "SELECT seq, text FROM replies WHERE message_id=? ORDER BY seq", (message_id,)
+            ).fetchall()
+            replies = tuple(text(r[1]) for r in rows)
+            places = {whole(r[0]): n for n, r in enumerate(rows)}
+            files = tuple(
+                replace(f, reply=places.get(f.seq, -1)) for f in self._files(message_id).values()
             )
-            files = tuple(self._files(message_id).values())
         return _row(row, replies, files)
 
     def _files(self, message_id: str) -> dict[int, ReplyFile]:
