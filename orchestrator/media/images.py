@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import math
 import threading
 import warnings
 from collections import OrderedDict
@@ -65,9 +66,11 @@ def reencode(
                     f"{max_pixels:,} an image may have (a decompression bomb is refused too)"
                 )
             source.seek(0)  # the first frame of an animation
-            source.draft("RGB", (max_side, max_side))  # a JPEG decodes at a smaller scale
+            scale = max_side / max(width, height)
+            if scale < 1:  # a JPEG decodes at a smaller scale, at least the size shown
+                source.draft("RGB", (math.ceil(width * scale), math.ceil(height * scale)))
             image = ImageOps.exif_transpose(source)  # upright as shown, then EXIF dropped
-            image.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
+            image.thumbnail((max_side, max_side), Image.Resampling.LANCZOS, reducing_gap=3.0)
             if image.mode != "RGB":
                 if image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info:
                     rgba = image.convert("RGBA")
