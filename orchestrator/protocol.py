@@ -159,7 +159,7 @@ class TurnRequest:
 
     def to_wire(self) -> dict[str, Any]:
         return {
-            "images": list(self.images),
+            **({"images": list(self.images)} if self.images else {}),
             "timezone": self.timezone,
             "window_tokens": self.window_tokens,
             "answer_tokens": self.answer_tokens,
