@@ -147,7 +147,9 @@ def test_hostile_media_cost_another_group_nothing_and_lose_nothing(  # type: ign
     (long_note,) = [t for t in texts if "10:00:00" in t]
     assert "not transcribed (it is 10:00:00 long; at most 30:00 is transcribed)" in long_note
     notes = [t for t in texts if "transcribed]" in t]
-    assert len(notes) == 3 and all("plumber" in t.lower() for t in notes), notes
+    assert len(notes) == 3 and all("milk" in t and "coffee" in t for t in notes), notes
+    # the length shown is the one measured, not the one the app claimed (1 s)
+    assert not [t for t in notes if t.startswith("[voice note, 0:01,")], notes
     assert len([t for t in texts if t.startswith("look ")]) == photos
     inbox = daemon.home.groups_dir / "evil" / "files" / "inbox"
     assert not list(inbox.glob("*.txt"))  # no text was made of the bomb

@@ -154,7 +154,7 @@ class Preparer:
         text = found.text.strip()
         if len(text) > TRANSCRIPT_MAX_CHARS:
             text = text[:TRANSCRIPT_MAX_CHARS] + " [cut: the transcript goes on]"
-        if stored.duration is None and found.seconds is not None:
+        if found.seconds is not None:  # measured: truer than what the app said
             stored = replace(stored, duration=found.seconds)
         return voice_line(stored, text)
 
