@@ -275,3 +275,30 @@ def test_local_decoding_stops_at_the_cap_whatever_the_file_claims(
     missing = LocalTranscriber(TranscriberDef("x", "local", model_dir=tmp_path))
     with pytest.raises(TranscriptionFailed, match="not a CTranslate2 Whisper model folder"):
         missing.transcribe(voice, name="v.ogg", mime=None, seconds=None)
+
+
+def test_doctor_checks_the_transcribers_and_what_groups_name(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.groups import GroupStore
+    from orchestrator.groups.config import GroupConfig
+    from orchestrator.home import Home
+    from orchestrator.service.doctor import FAIL, OK, check_transcription
+
+    monkeypatch.delenv("MISSING_KEY", raising=False)
+    (home / "orchestrator.yaml").write_text(
+        "transcription:\n  cloud:\n    kind: openai\n    key_env: MISSING_KEY\n"
+        f"  here:\n    kind: local\n    model_dir: {tmp_path}\n"
+    )
+    store = GroupStore(Home(home))
+    store.add(GroupConfig(name="fam"))
+    with open(store.root / "fam" / "group.yaml", "a") as yaml:
+        yaml.write("media:\n  transcribe: elsewhere\n")
+    found = {c.name: c for c in check_transcription(Home(home))}
+    assert found["transcription cloud"].status == FAIL
+    assert "MISSING_KEY" in found["transcription cloud"].detail
+    assert found["transcription here"].status == FAIL
+    assert "lacks model.bin, config.json, tokenizer.json" in found["transcription here"].detail
+    assert found["group fam"].status == FAIL and "'elsewhere'" in found["group fam"].detail
+    monkeypatch.setenv("MISSING_KEY", "k" * 20)
+    assert {c.name: c for c in check_transcription(Home(home))}["transcription cloud"].status == OK
