@@ -28,6 +28,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
+    from typing import BinaryIO
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -295,6 +296,26 @@ class ConfinedDir:
             if left == 0 and not truncate and os.read(fd, 1):
                 raise UnsafePath(shown, f"grew past the {limit:,}-byte read limit")
             return b"".join(chunks)
+        finally:
+            os.close(fd)
+
+    def copy_to(self, relative: str, out: BinaryIO, limit: int) -> int:
+        """Copy a regular file into ``out`` (a file of the host's own), in pieces, and
+        return how many bytes: at most ``limit`` (UnsafePath when the file is larger, or
+        grows past it while it is read). Refuses what read_bytes refuses."""
+        fd, st, shown = self._open_regular(relative)
+        try:
+            if st.st_size > limit:
+                raise UnsafePath(
+                    shown, f"is {st.st_size:,} bytes, over the {limit:,}-byte limit", errno.EFBIG
+                )
+            copied = 0
+            while chunk := os.read(fd, 1 << 20):
+                copied += len(chunk)
+                if copied > limit:
+                    raise UnsafePath(shown, f"grew past the {limit:,}-byte limit", errno.EFBIG)
+                out.write(chunk)
+            return copied
         finally:
             os.close(fd)
 

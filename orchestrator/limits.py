@@ -328,3 +328,28 @@ DEFAULT_WEB_FETCHES_PER_HOUR = 60  # fetches and searches of one group (web.max_
 EGRESS_CONNECTIONS_MAX = 16  # the shell's gate: connections one group may hold open at once
 EGRESS_HEAD_MAX_BYTES = 16 * 1024  # a proxy request's head
 EGRESS_PORT = 3128  # the forwarder in the container, on 127.0.0.1
+
+# Media: voice notes, images and documents in; files out (orchestrator.media)
+MEDIA_WORKERS = 1  # files prepared at once (transcribed, PDF text), beside the turn workers
+MEDIA_ATTEMPTS = 3  # tries of one message's preparation before its lines say it failed
+# audio transcribed per file (transcription.NAME.max_seconds), and its ceiling
+DEFAULT_TRANSCRIBE_MAX_SECONDS = 30 * 60
+MAX_TRANSCRIBE_SECONDS = 6 * 3600
+TRANSCRIBE_TIMEOUT_SECONDS = 600  # one transcription (an endpoint's answer, a local model's run)
+TRANSCRIPT_MAX_CHARS = 20_000  # of one transcript the turn's text carries
+PDF_MAX_PAGES = 200  # pages whose text is extracted; the rest are named, not read
+PDF_TEXT_MAX_CHARS = 400_000  # of a PDF's text saved beside it
+PDF_PARSE_SECONDS = 30  # CPU seconds of one PDF's parse (a child process; killed past it)
+PARSER_MEMORY_BYTES = 1024**3  # address space of a child process that parses a file
+IMAGE_SOURCE_MAX_BYTES = 20 * 1024 * 1024  # an image file the host reads for a model
+IMAGE_SOURCE_MAX_PIXELS = 50_000_000  # larger images (and decompression bombs) are refused
+IMAGE_MAX_SIDE = 1568  # the longest side of an image a model is shown, in pixels
+IMAGE_JPEG_QUALITY = 85  # images are shown to models as JPEG, metadata stripped
+IMAGES_PER_REQUEST_MAX = 8  # images attached to one model request (the newest)
+IMAGE_CACHE_ITEMS = 64  # re-encoded images kept by the host (by content hash)
+FILE_SEND_MAX_BYTES = 50 * 1024 * 1024  # a file sent by send_file (less where an app says)
+FILES_SENT_PER_TURN_MAX = 10  # send_file calls stored in one turn
+FILE_CAPTION_MAX_CHARS = 1_000  # of a sent file's caption
+TELEGRAM_PHOTO_MAX_BYTES = 10 * 1024 * 1024  # larger images are sent as documents
+TELEGRAM_CAPTION_MAX = 1024  # Telegram's caption limit; a longer caption follows as text
+OUTBOX_KEEP_SECONDS = CHANNEL_KEEP_SECONDS  # files sent are kept in the outbox this long

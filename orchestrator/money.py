@@ -64,6 +64,14 @@ def cost_of(prices: Prices | None, tokens: Tokens) -> float | None:
     ) / PER
 
 
+def cost_per_minute(price: float | None, seconds: float | None) -> float | None:
+    """What ``seconds`` of audio cost at ``price`` a minute (None without a price or a
+    length: a transcription not priced)."""
+    if price is None or seconds is None:
+        return None
+    return price * seconds / 60
+
+
 def estimate_input_tokens(chars: int) -> int:
     """A prompt of ``chars`` characters, in tokens, estimated from above (rounded up)."""
     return -(-chars // CHARS_PER_TOKEN)

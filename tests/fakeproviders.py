@@ -11,6 +11,7 @@ error shows what was wrong.
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import json
 import re
@@ -20,7 +21,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiohttp import web
+from aiohttp import BodyPartReader, web
 
 
 @dataclass
@@ -124,7 +125,53 @@ class FakeProvider:
         app = web.Application(client_max_size=64 * 1024**2)  # real APIs take large contexts
         app.router.add_post("/v1/messages", self.anthropic)
         app.router.add_post("/v1/chat/completions", self.openai)
+        app.router.add_post("/v1/audio/transcriptions", self.transcriptions)
         return app
+
+    async def transcriptions(self, request: web.Request) -> web.Response:
+        """OpenAI's ``POST /v1/audio/transcriptions``: multipart/form-data with ``file``
+        (a file part: name and type) and ``model`` required; ``language``, ``prompt``,
+        ``response_format`` (json, text, srt, verbose_json, vtt) and ``temperature``
+        optional; the answer ``{"text": ...}`` (json). Anything else is a 400 in the
+        API's error shape."""
+        expected = f"Bearer {self.key}" if self.key else None
+        if expected and request.headers.get("Authorization") != expected:
+            return web.json_response(
+                {"error": {"message": "Incorrect API key provided", "type":
+                           "invalid_request_error", "param": None, "code": "invalid_api_key"}},
+                status=401,
+            )  # fmt: skip
+        if not request.content_type.startswith("multipart/form-data"):
+            return _problem(f"expected multipart/form-data, got {request.content_type}")
+        fields: dict[str, Any] = {}
+        reader = await request.multipart()
+        while (part := await reader.next()) is not None:
+            assert isinstance(part, BodyPartReader)
+            if part.name == "file":
+                if not part.filename:
+                    return _problem("the file part has no filename")
+                fields["file"] = (
+                    part.filename,
+                    part.headers.get("Content-Type"),
+                    await part.read(),
+                )
+            elif part.name in ("model", "language", "prompt", "response_format", "temperature"):
+                fields[str(part.name)] = await part.text()
+            else:
+                return _problem(f"unknown field {part.name!r}")
+        self.seen.append(Seen(request.path, dict(request.headers), {
+            k: v if k != "file" else {"filename": v[0], "type": v[1], "size": len(v[2])}
+            for k, v in fields.items()
+        }))  # fmt: skip
+        if "file" not in fields or "model" not in fields:
+            return _problem("file and model are required")
+        if fields.get("response_format", "json") != "json":
+            return _problem("this fake answers response_format json only")
+        step = self.script.popleft() if self.script else self.default
+        if isinstance(step, Error):
+            return _error(step, {})
+        text = step.text if isinstance(step, Text) else ""
+        return web.json_response({"text": text, "usage": {"type": "duration", "seconds": 1}})
 
     # checking requests
 
@@ -155,6 +202,8 @@ class FakeProvider:
             for message in body.get("messages", []):
                 if message.get("role") not in ("user", "assistant"):
                     return f"bad role {message.get('role')}"
+                if (problem := _anthropic_blocks(message.get("content"))) is not None:
+                    return problem
             roles = [m["role"] for m in body.get("messages", [])]
             if any(a == b for a, b in itertools.pairwise(roles)):
                 return "roles must alternate"
@@ -169,6 +218,9 @@ class FakeProvider:
                 return "missing or wrong bearer token"
             if body.get("messages", [{}])[0].get("role") != "system":
                 return "the first message must be the system prompt"
+            for message in body.get("messages", []):
+                if (problem := _openai_content(message)) is not None:
+                    return problem
             for tool in body.get("tools", []):
                 if tool.get("type") != "function" or set(tool["function"]) != {
                     "name",
@@ -362,6 +414,51 @@ class FakeProvider:
         lines.append(_chunk(body["model"], None, usage))
         lines.append("data: [DONE]\n\n")
         return await _sse(request, lines)
+
+
+IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+
+
+def _anthropic_blocks(content: Any) -> str | None:
+    """What is wrong with a Messages API message's content blocks, or None."""
+    if isinstance(content, str):
+        return None
+    if not isinstance(content, list):
+        return "content must be text or a list of blocks"
+    for block in content:
+        kind = block.get("type")
+        if kind == "image":
+            source = block.get("source") or {}
+            if source.get("type") != "base64" or source.get("media_type") not in IMAGE_TYPES:
+                return f"bad image source {source.get('type')}/{source.get('media_type')}"
+            try:
+                base64.b64decode(source.get("data", ""), validate=True)
+            except ValueError:
+                return "an image's data is not base64"
+        elif kind == "tool_result" and isinstance(block.get("content"), list):
+            if (problem := _anthropic_blocks(block["content"])) is not None:
+                return problem
+        elif kind not in ("text", "tool_use", "tool_result"):
+            return f"unknown block type {kind}"
+    return None
+
+
+def _openai_content(message: dict[str, Any]) -> str | None:
+    """What is wrong with a Chat Completions message's content, or None."""
+    content = message.get("content")
+    if isinstance(content, str) or content is None:
+        return None
+    if message.get("role") != "user" or not isinstance(content, list):
+        return f"a {message.get('role')} message's content must be text"
+    for part in content:
+        if part.get("type") == "image_url":
+            url = (part.get("image_url") or {}).get("url", "")
+            match = re.fullmatch(r"data:(image/[a-z]+);base64,([A-Za-z0-9+/=]+)", url)
+            if match is None or match[1] not in IMAGE_TYPES:
+                return "an image_url must be a data URL of an image, base64"
+        elif part.get("type") != "text":
+            return f"unknown content part {part.get('type')}"
+    return None
 
 
 def _problem(text: str) -> web.Response:

@@ -39,6 +39,18 @@ METHODS: dict[str, tuple[set[str], set[str]]] = {
     ),
     "sendChatAction": ({"chat_id", "action"}, {"message_thread_id"}),
     "getFile": ({"file_id"}, set()),
+    "sendPhoto": (
+        {"chat_id", "photo"},
+        {"caption", "parse_mode", "message_thread_id", "reply_parameters"},
+    ),
+    "sendDocument": (
+        {"chat_id", "document"},
+        {"caption", "parse_mode", "message_thread_id", "reply_parameters"},
+    ),
+    "sendVoice": (
+        {"chat_id", "voice"},
+        {"caption", "parse_mode", "message_thread_id", "reply_parameters", "duration"},
+    ),
     "close": (set(), set()),
     "logOut": (set(), set()),
 }
@@ -221,7 +233,11 @@ class FakeTelegram:
             else:
                 form = await request.post()
                 for key, value in form.items():
-                    params[key] = value if isinstance(value, str) else value.file.read()
+                    params[key] = (
+                        value
+                        if isinstance(value, str)
+                        else Upload(value.filename, value.content_type, value.file.read())
+                    )
         for key in ("reply_parameters", "allowed_updates", "entities", "link_preview_options"):
             if isinstance(params.get(key), str):
                 params[key] = json.loads(params[key])
@@ -344,6 +360,47 @@ class FakeTelegram:
         self.send_event.set()
         return message
 
+    async def _send_file(self, params: dict[str, Any], field: str, cap: int) -> Any:
+        """sendPhoto, sendDocument, sendVoice: the file is a multipart upload (a new
+        file, not an id), within the Bot API's size limit; the caption within 1024."""
+        upload = params[field]
+        if not isinstance(upload, Upload):
+            return self._error(400, f"Bad Request: {field} must be a file upload here")
+        if len(upload.data) > cap:
+            return self._error(413, "Request Entity Too Large")
+        caption = params.get("caption")
+        if caption is not None and utf16_len(str(caption)) > 1024:
+            return self._error(400, "Bad Request: message caption is too long")
+        chat_id = int(params["chat_id"])
+        described = {"file_id": f"f{len(self.calls)}", "file_unique_id": f"u{len(self.calls)}",
+                     "file_size": len(upload.data)}  # fmt: skip
+        message: dict[str, Any] = {
+            "message_id": next(self.message_ids),
+            "date": int(time.time()),
+            "chat": {"id": chat_id, "type": "private" if chat_id > 0 else "supergroup"},
+            "from": {"id": BOT_ID, "is_bot": True, "first_name": "Helper"},
+        }
+        if field == "photo":
+            message["photo"] = [{**described, "width": 100, "height": 100}]
+        elif field == "voice":
+            message["voice"] = {**described, "duration": 1, "mime_type": upload.content_type}
+        else:
+            message["document"] = {**described, "file_name": upload.filename,
+                                   "mime_type": upload.content_type}  # fmt: skip
+        if caption:
+            message["caption"] = caption
+        self.send_event.set()
+        return message
+
+    async def _m_sendPhoto(self, params: dict[str, Any]) -> Any:
+        return await self._send_file(params, "photo", 10 * 1024**2)
+
+    async def _m_sendDocument(self, params: dict[str, Any]) -> Any:
+        return await self._send_file(params, "document", 50 * 1024**2)
+
+    async def _m_sendVoice(self, params: dict[str, Any]) -> Any:
+        return await self._send_file(params, "voice", 50 * 1024**2)
+
     async def _m_sendChatAction(self, params: dict[str, Any]) -> Any:
         if params["action"] not in ("typing", "upload_photo", "upload_document"):
             return self._error(400, "Bad Request: wrong parameter action in request")
@@ -370,6 +427,15 @@ class FakeTelegram:
         if file_id not in self.files:
             return self._error(404, "Not Found")
         return web.Response(body=self.files[file_id])
+
+
+@dataclass(frozen=True)
+class Upload:
+    """A file sent as a multipart part."""
+
+    filename: str
+    content_type: str
+    data: bytes
 
 
 class _Visible(html.parser.HTMLParser):

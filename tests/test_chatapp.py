@@ -53,11 +53,13 @@ class LoopApp:
     lock: threading.Lock = field(default_factory=threading.Lock)
     said_count: int = 0
 
-    def say(self, chat: str, user: str, text: str, *, group: bool = False) -> str:
+    def say(self, chat: str, user: str, text: str, *, group: bool = False, **extra: Any) -> str:
         with self.lock:
             self.said_count += 1
             number = str(self.said_count)
-        self.inbox.put({"chat": chat, "user": user, "text": text, "id": number, "group": group})
+        self.inbox.put(
+            {"chat": chat, "user": user, "text": text, "id": number, "group": group, **extra}
+        )
         return number
 
     def texts(self, chat: str) -> list[str]:
@@ -124,6 +126,20 @@ class LoopAdapter(AdapterBase):
 
     def mention_forms(self, received: Received) -> tuple[str, ...]:
         return ("@loopbot",)
+
+    async def attachment(self, received: Received, group: str) -> Any:
+        """The older form: a line the adapter wrote itself (an app not yet moved over);
+        or a file stored and described, for the core to name."""
+        if received.raw.get("line"):
+            return received.raw["line"]
+        if received.raw.get("file") is not None:
+            from orchestrator.channels.chatapp.files import store_received
+
+            root = self.core.daemon.runtime.store.root
+            return store_received(
+                root, group, received.raw["file"], original="notes.bin", mime=None
+            )
+        return None
 
 
 def parse(item: MappingReader) -> LoopOptions:
@@ -285,3 +301,38 @@ def test_a_send_that_surely_failed_is_sent_later_and_one_that_may_have_arrived_n
     assert rig.app.texts("dm-ann") == ["echo: one"]
     health = rig.daemon.chats.health("lb") or {}
     assert "no answer from Loop" in str(health.get("last_error"))
+
+
+def test_an_adapter_may_still_answer_a_line_or_describe_a_file(rig: Rig) -> None:
+    rig.daemon.chats.bind("lb", "dm-ann", "fam")
+    rig.app.say("dm-ann", "ann", "see this", line="[attachment: written by the app]")
+    wait_for(lambda: rig.runner.turns)
+    assert rig.runner.turns[0]["text"] == "see this\n\n[attachment: written by the app]"
+    rig.app.say("dm-ann", "ann", "", file=b"\x00\x01")
+    wait_for(lambda: len(rig.runner.turns) == 2)
+    text = rig.runner.turns[1]["text"]
+    assert text.startswith("[attachment: files/inbox/") and '(other "notes.bin", unknown' in text
+
+
+def test_an_app_that_cannot_send_files_says_so_in_the_chat(rig: Rig, home: Path) -> None:
+    from orchestrator.media.outbox import ReplyFile
+    from orchestrator.store.messages import new_message
+
+    rig.daemon.chats.bind("lb", "dm-ann", "fam")
+    queue = rig.daemon.queue
+    message = queue.put(new_message(group="fam", session="s", chat="dm-ann", thread=None,
+                                    sender="loopchat:ann", trust="creator", text="x",
+                                    channel="loopchat:lb"))  # fmt: skip
+    copy = home / "state" / "outbox" / "fam" / f"{message.id}.0.pdf"
+    copy.parent.mkdir(parents=True)
+    copy.write_bytes(b"%PDF")
+    file = ReplyFile(0, "report.pdf", "application/pdf", 4, "document", str(copy))
+    queue.add_file_reply(message.id, "the report", file)
+    queue.complete(message.id, [], first_seq=1)
+    rig.daemon._changed(message.id)
+    [line] = wait_for(lambda: rig.app.texts("dm-ann"))
+    assert line == (
+        "the report\n\n[a file was meant for you here, report.pdf (4 B), but I cannot send "
+        "files in Loop]"
+    )
+    assert rig.daemon.chats.sent(message.id)[0][0] == "sent"

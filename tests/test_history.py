@@ -413,6 +413,9 @@ def test_the_reply_goes_out_before_the_record_and_nothing_overtakes_the_record(
 
     daemon: Daemon = served["daemon"]
     say(served, "hello", "bob", chat="k")  # the baseline
+    deadline = time.monotonic() + 30
+    while daemon.active and time.monotonic() < deadline:  # its record is made after the reply
+        time.sleep(0.01)
     history = daemon.history("fam")
     events: list[str] = []
     real_record = history.record

@@ -840,3 +840,52 @@ def test_a_bridges_chats_are_its_own_and_only_the_operator_names_a_channel(
     # the dashboard's chat box shows its own channel's messages only
     shown = daemon.queue.chat_messages("shop", "dashboard", channel="dashboard")
     assert [m.id for m in shown] == [dashboard.id, operator.id]
+
+
+def test_a_file_a_reply_carries_is_fetched_from_the_outbox(daemon: Daemon) -> None:
+    from orchestrator.channels.control import local
+    from orchestrator.media.outbox import ReplyFile
+    from orchestrator.store.messages import new_message
+
+    message = daemon.queue.put(
+        new_message(
+            group="fam",
+            session="s",
+            chat="c",
+            thread=None,
+            sender="alice",
+            trust="creator",
+            text="send it",
+            channel="http",
+        )
+    )
+    outbox = daemon.home.state_dir / "outbox" / "fam"
+    outbox.mkdir(parents=True)
+    copy = outbox / f"{message.id}.0.pdf"
+    copy.write_bytes(b"%PDF-1.4 the report")
+    daemon.queue.add_file_reply(message.id, "here it is", ReplyFile(
+        0, "report (1).pdf", "application/pdf", 19, "document", str(copy)))  # fmt: skip
+    daemon.queue.complete(message.id, ["done"], first_seq=1)
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    status, body = call(daemon, "GET", f"/v1/messages/{message.id}", headers=headers)
+    assert status == 200 and body["replies"] == ["here it is", "done"]
+    (file,) = body["files"]
+    assert file == {"reply": 0, "seq": 0, "name": "report (1).pdf", "mime": "application/pdf",
+                    "size": 19, "kind": "document",
+                    "path": f"/v1/messages/{message.id}/files/0"}  # fmt: skip
+
+    async def fetch(path: str, auth: dict[str, str]) -> tuple[int, bytes, Any]:
+        async with TestClient(TestServer(HttpChannel(daemon).app())) as client:
+            response = await client.get(path, headers=auth)
+            return response.status, await response.read(), response.headers
+
+    status, data, answer_headers = asyncio.run(fetch(file["path"], headers))
+    assert status == 200 and data == b"%PDF-1.4 the report"
+    assert answer_headers["Content-Type"] == "application/pdf"
+    assert "filename*=UTF-8''report%20%281%29.pdf" in answer_headers["Content-Disposition"]
+    assert asyncio.run(fetch(file["path"], {}))[0] == 401
+    assert asyncio.run(fetch(f"/v1/messages/{message.id}/files/7", headers))[0] == 404
+    # the command line is the host's own: it is shown the outbox path
+    assert local(daemon.queue.get(message.id) or message)["files"][0]["path"] == str(copy)
+    copy.unlink()
+    assert asyncio.run(fetch(file["path"], headers))[0] == 410

@@ -231,6 +231,32 @@ EXPECTED: dict[str, Callable[[], str]] = {
         lambda: f"{L.EMAIL_PAIRING_PER_HOUR}; {_s(L.EMAIL_PAIRING_ADDRESS_SECONDS)}"
     ),
     "a dashboard login": lambda: _s(L.DASHBOARD_SESSION_SECONDS),
+    "media: messages prepared at once (beside the turn workers); tries of one message's "
+    "preparation": lambda: f"{L.MEDIA_WORKERS}; {L.MEDIA_ATTEMPTS}",
+    "transcription: audio per file (default of `transcription.NAME.max_seconds`; its "
+    "ceiling); one transcription; a transcript in the turn's text": lambda: (
+        f"{_s(L.DEFAULT_TRANSCRIBE_MAX_SECONDS)}; {_s(L.MAX_TRANSCRIBE_SECONDS)}; "
+        f"{_s(L.TRANSCRIBE_TIMEOUT_SECONDS)}; {L.TRANSCRIPT_MAX_CHARS:,} characters"
+    ),
+    "a PDF: pages read; text kept; CPU of its parse; memory of its parse (a child "
+    "process)": lambda: (
+        f"{L.PDF_MAX_PAGES}; {L.PDF_TEXT_MAX_CHARS:,} characters; {_s(L.PDF_PARSE_SECONDS)}; "
+        f"{_size(L.PARSER_MEMORY_BYTES)}"
+    ),
+    "an image for a model: the file read; its pixels; the longest side shown; JPEG quality; "
+    "images in one request (the newest); re-encoded images kept": lambda: (
+        f"{_size(L.IMAGE_SOURCE_MAX_BYTES)}; {L.IMAGE_SOURCE_MAX_PIXELS:,}; "
+        f"{L.IMAGE_MAX_SIDE} pixels; {L.IMAGE_JPEG_QUALITY}; {L.IMAGES_PER_REQUEST_MAX}; "
+        f"{L.IMAGE_CACHE_ITEMS}"
+    ),
+    "send_file: a file (less where an app says); files in one turn; a caption; kept in the "
+    "outbox": lambda: (
+        f"{_size(L.FILE_SEND_MAX_BYTES)}; {L.FILES_SENT_PER_TURN_MAX}; "
+        f"{L.FILE_CAPTION_MAX_CHARS:,} characters; {_s(L.OUTBOX_KEEP_SECONDS)}"
+    ),
+    "Telegram: an image sent as a photo (larger: as a document); a caption": lambda: (
+        f"{_size(L.TELEGRAM_PHOTO_MAX_BYTES)}; {L.TELEGRAM_CAPTION_MAX}"
+    ),
 }
 
 

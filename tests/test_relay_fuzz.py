@@ -76,6 +76,7 @@ VALID: dict[str, dict[str, Any]] = {
     "mcp.request": {"server": "time", "command": "mcp-server-time", "reason": "clocks"},
     "web.fetch": {"url": "http://127.0.0.1:9/"},
     "web.search": {"query": "cats"},
+    "file.send": {"seq": 0, "path": "files/report.txt", "caption": "here"},
 }
 requests = st.one_of(st.integers(min_value=0, max_value=2**40), values)
 random_frames = st.fixed_dictionaries(

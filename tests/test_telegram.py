@@ -352,7 +352,8 @@ def test_an_attachment_is_stored_safely_and_an_oversized_one_refused(
         assert len(stored) == 1 and stored[0].read_bytes() == b"%PDF-1.4 tiny"
         assert stored[0].suffix == ".pdf" and ".." not in stored[0].name
         text = rig.runner.turns[0]["text"]
-        assert text.startswith("again\n\n[attachment: files/inbox/" + stored[0].name)
+        assert text.startswith("again\n\n[document: files/inbox/" + stored[0].name)
+        assert "it could not be read as a PDF" in text  # its bytes are not a PDF
         assert '"../../etc/passwd.pdf"' in text  # the sender's name as quoted text only
         # Oversized: refused politely, never downloaded, never a turn.
         big = {**document, "file_id": "big", "file_size": 5000}

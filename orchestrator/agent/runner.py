@@ -388,6 +388,8 @@ class Runner:
                 "sender": turn.sender,
                 "trust": turn.trust,
                 **({"said": turn.said} if turn.said is not None else {}),
+                # by reference: the host shows them to a model that takes images
+                **({"images": list(turn.images)} if turn.images else {}),
             },
         )
         loop = self._agent_loop(session, context, turn, host, toolbox, budget, clock)
@@ -543,7 +545,11 @@ class Runner:
             start = max(
                 (i for i, m in enumerate(messages) if m.get("role") == "user"), default=start
             )
-        older, kept = messages[:start], [_cut(m, room) for m in messages[start:]]
+        # an image becomes a line at compaction: the fresh context names it, the agent
+        # may look again (the file stays in files/inbox)
+        agent_dir = self.settings.agent_dir
+        older = [image_lines(m, agent_dir) for m in messages[:start]]
+        kept = [_cut(image_lines(m, agent_dir), room) for m in messages[start:]]
         summary = self._summary(session, context, older, host) if older else context.summary
         summary = summary[: int(budget.chars() * FRESH_EXTRA_SHARE)]
         fresh = self.new_context(
@@ -632,7 +638,10 @@ class Runner:
         the chat and the group's local time."""
         from orchestrator.agent.notes import describe_source
 
-        recent = context.messages[context.flushed :]
+        # a flush keeps facts in words: images are named, not shown again
+        recent = [
+            image_lines(m, self.settings.agent_dir) for m in context.messages[context.flushed :]
+        ]
         while recent and recent[0].get("role") == "tool":
             recent = recent[1:]  # a tool result without its call is refused by providers
         senders = [
@@ -808,6 +817,32 @@ def _cut(message: dict[str, Any], room: int) -> dict[str, Any]:
         return message
     keep = max(room, 200)
     return {**message, "content": f"{content[:keep]}\n[cut: {len(content) - keep} more characters]"}
+
+
+def image_lines(message: dict[str, Any], agent_dir: Path) -> dict[str, Any]:
+    """``message`` with its images (references the host shows to a model) replaced by a
+    line naming each and its size: what an image becomes at compaction."""
+    images = message.get("images")
+    if not images:
+        return message
+    lines = []
+    for path in images:
+        try:
+            size = f", {_human_size((agent_dir / str(path)).lstat().st_size)}"
+        except OSError:
+            size = ", no longer there"
+        lines.append(f"[image {path}{size}: shown earlier, not kept in this context]")
+    content = message.get("content")
+    text = content if isinstance(content, str) else ""
+    out = {k: v for k, v in message.items() if k != "images"}
+    out["content"] = (text + "\n" if text else "") + "\n".join(lines)
+    return out
+
+
+def _human_size(size: int) -> str:
+    from orchestrator.units import human_bytes
+
+    return human_bytes(size)
 
 
 def _plain(messages: list[dict[str, Any]]) -> str:

@@ -22,6 +22,7 @@ from orchestrator.limits import (
     CONTROL_MAX_CONNECTIONS,
     TURN_TIMEOUT_SECONDS,
 )
+from orchestrator.store.messages import Message
 from orchestrator.wire import ProtocolError, recv_frame, send_frame
 
 log = logging.getLogger("orchestrator.channels.cli")
@@ -30,6 +31,15 @@ log = logging.getLogger("orchestrator.channels.cli")
 # accept() faults that pass: out of descriptors or memory (back off), or a client gone
 _ACCEPT_TRANSIENT = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 _ACCEPT_RETRY = (errno.EINTR, errno.ECONNABORTED, errno.EAGAIN, errno.EPROTO)
+
+
+def local(message: Message) -> dict[str, Any]:
+    """A message for the operator's command line: each file its replies carry with the
+    path of the host's copy in its outbox (this socket is the host's own)."""
+    data = message.to_dict()
+    if message.files:
+        data["files"] = [{**f.to_dict(), "path": f.path} for f in message.files]
+    return data
 
 
 class ControlChannel(Channel):
@@ -123,14 +133,18 @@ class ControlChannel(Channel):
         shown = 0
         last = None
         for last in self.daemon.watch(message_id, timeout):
+            files = {f.reply: f for f in last.files}
             for seq in range(shown, len(last.replies)):
-                send_frame(conn, {"reply": {"seq": seq, "text": last.replies[seq]}})
+                reply: dict[str, Any] = {"seq": seq, "text": last.replies[seq]}
+                if seq in files:  # the host's copy, in its outbox: the operator's to open
+                    reply["file"] = {**files[seq].to_dict(), "path": files[seq].path}
+                send_frame(conn, {"reply": reply})
             shown = len(last.replies)
         final = last or self.daemon.queue.get(message_id)
         if final is None:
             send_frame(conn, {"ok": False, "error": f"message {message_id} vanished"})
             return
-        send_frame(conn, {"ok": True, "message": final.to_dict()})
+        send_frame(conn, {"ok": True, "message": local(final)})
 
     def answer(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request.get("op")
@@ -152,12 +166,12 @@ class ControlChannel(Channel):
                 if request.get("wait", True):
                     timeout = float(request.get("timeout") or TURN_TIMEOUT_SECONDS)
                     message = daemon.wait(message.id, timeout) or message
-                return {"ok": True, "message": message.to_dict()}
+                return {"ok": True, "message": local(message)}
             if op == "get":
                 found = daemon.queue.get(str(request.get("id", "")))
                 if found is None:
                     return {"ok": False, "error": f"no message {request.get('id')!r}"}
-                return {"ok": True, "message": found.to_dict()}
+                return {"ok": True, "message": local(found)}
             if op == "reload":
                 if daemon.on_reload is None:
                     return {"ok": False, "error": "this daemon cannot reload"}

@@ -4,6 +4,8 @@
                                        -> 202 {"id", ...}
     GET  /v1/messages/{id}[?wait=S&after=N]  state and replies; with wait, a long poll until
                                        done (or, with after, until it has more than N replies)
+    GET  /v1/messages/{id}/files/{seq} a file a reply carries (sent by the agent), from the
+                                       host's outbox
     GET  /v1/groups                    the groups
     GET  /metrics                      Prometheus metrics (the operator's token only)
     GET  /healthz                      liveness, no token needed
@@ -33,6 +35,8 @@ import hmac
 import json
 import logging
 import math
+import urllib.parse
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -59,6 +63,18 @@ if TYPE_CHECKING:
     from orchestrator.daemon.core import Daemon
 
 log = logging.getLogger("orchestrator.channels.http")
+
+
+def shown(message: Message) -> dict[str, object]:
+    """A message as the API shows it: each file its replies carry with the path it is
+    fetched from."""
+    data = message.to_dict()
+    if message.files:
+        data["files"] = [
+            {**f.to_dict(), "path": f"/v1/messages/{message.id}/files/{f.seq}"}
+            for f in message.files
+        ]
+    return data
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -117,6 +133,7 @@ class HttpApi:
         app.router.add_get("/v1/groups", self.groups)
         app.router.add_post("/v1/groups/{name}/messages", self.post_message)
         app.router.add_get("/v1/messages/{id}", self.get_message)
+        app.router.add_get("/v1/messages/{id}/files/{seq}", self.get_file)
         app.router.add_get("/v1/groups/{name}/chats/{chat}/messages", self.chat_messages)
         app.router.add_get("/metrics", self.metrics)
 
@@ -351,7 +368,7 @@ class HttpApi:
         return web.json_response(
             {
                 "messages": [
-                    {**m.to_dict(), "task": tasks.get(m.id)}
+                    {**shown(m), "task": tasks.get(m.id)}
                     for m in messages
                     if self.may_read(request, m)
                 ]
@@ -370,7 +387,32 @@ class HttpApi:
         message = await self._wait(message_id, wait, after)
         if message is None or not self.may_read(request, message):
             return _error(404, f"no message {message_id!r}")
-        return web.json_response(message.to_dict())
+        return web.json_response(shown(message))
+
+    async def get_file(self, request: web.Request) -> web.StreamResponse:
+        """A file one of the message's replies carries, as the agent sent it (the host's
+        copy in its outbox), for a token that may read the message."""
+        message_id = request.match_info["id"]
+        message = await asyncio.to_thread(self.daemon.queue.get, message_id)
+        if message is None or not self.may_read(request, message):
+            return _error(404, f"no message {message_id!r}")
+        found = [f for f in message.files if str(f.seq) == request.match_info["seq"]]
+        if not found:
+            return _error(404, f"message {message_id!r} has no file {request.match_info['seq']!r}")
+        file = found[0]
+        outbox = self.daemon.home.state_dir / "outbox"
+        path = Path(file.path)
+        if outbox not in path.parents or not path.is_file():
+            return _error(410, f"{file.name} is no longer kept (files are kept a week)")
+        quoted = urllib.parse.quote(file.name)
+        return web.FileResponse(
+            path,
+            headers={
+                "Content-Type": file.mime,
+                "Content-Disposition": f"attachment; filename*=UTF-8''{quoted}",
+                "X-Content-Type-Options": "nosniff",
+            },
+        )
 
     async def _wait(self, message_id: str, wait: float, after: int | None = None) -> Message | None:
         """The message once done or dead (or once it has more than ``after`` replies),

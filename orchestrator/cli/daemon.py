@@ -184,6 +184,9 @@ def _send(
         if "reply" in frame:
             if show_replies:
                 click.echo(safe_text(str(frame["reply"].get("text", ""))))
+                file = frame["reply"].get("file")
+                if isinstance(file, dict):
+                    click.echo(f"file: {safe_text(str(file.get('path')))}")
             shown += 1
             continue
         if not frame.get("ok"):
@@ -201,8 +204,13 @@ def _print_outcome(message: dict[str, object]) -> int:
     found = message.get("replies")
     replies = list(found) if isinstance(found, list) else []
     shown = message.pop("shown", 0)
-    for reply in replies[shown if isinstance(shown, int) else 0 :]:
+    found_files = message.get("files")
+    files = {f.get("reply"): f for f in (found_files if isinstance(found_files, list) else [])}
+    first = shown if isinstance(shown, int) else 0
+    for place, reply in enumerate(replies[first:], first):
         click.echo(safe_text(str(reply)))
+        if place in files:
+            click.echo(f"file: {safe_text(str(files[place].get('path')))}")
     if message.get("state") == "dead":
         print_error(
             f"message {message['id']} could not be delivered: {message.get('error')}",

@@ -18,6 +18,7 @@ from orchestrator.config.accounts import (
 from orchestrator.config.mcp import RemoteServerDef, parse_mcp_servers
 from orchestrator.config.metrics import MetricsConfig, parse_metrics
 from orchestrator.config.providers import ProviderDef, parse_providers
+from orchestrator.config.transcription import TranscriberDef, parse_transcription
 from orchestrator.config.websearch import SearchBackendDef, parse_web_search
 from orchestrator.errors import InvalidConfig
 from orchestrator.home import Home
@@ -74,6 +75,8 @@ class OrchestratorConfig:
     web_search: Mapping[str, SearchBackendDef] = field(default_factory=dict)  # web_search
     currency: str = DEFAULT_CURRENCY  # the currency of every price and money cap
     metrics: MetricsConfig = field(default_factory=MetricsConfig)  # metrics
+    # transcription: the transcribers of voice notes (group.yaml media.transcribe)
+    transcription: Mapping[str, TranscriberDef] = field(default_factory=dict)
 
     def prices_of(self, provider: str, model: str) -> Prices | None:
         """The prices of ``model`` at ``provider`` (None: not priced, or not defined)."""
@@ -226,6 +229,12 @@ def _web_search(
     return replace(config, web_search=parse_web_search(reader.child("web_search")))
 
 
+def _transcription(
+    reader: MappingReader, config: OrchestratorConfig, home: Home
+) -> OrchestratorConfig:
+    return replace(config, transcription=parse_transcription(reader.child("transcription")))
+
+
 def _channels(reader: MappingReader, config: OrchestratorConfig, home: Home) -> OrchestratorConfig:
     return replace(config, channel_accounts=parse_channel_accounts(reader.child("channels")))
 
@@ -277,6 +286,7 @@ SECTIONS: dict[str, Section] = {
     "web_search": _web_search,
     "currency": _currency,
     "metrics": _metrics,
+    "transcription": _transcription,
 }
 
 

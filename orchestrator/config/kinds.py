@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import InvalidConfig
+from orchestrator.limits import FILE_SEND_MAX_BYTES
 
 if TYPE_CHECKING:
     from orchestrator.validate import MappingReader
@@ -106,6 +107,9 @@ class AccountKind:
     # whether the app proves who sent a message (an email's From: line can be forged):
     # the senders of a kind that does not are never creators
     proves_senders: bool = True
+    # the largest file the agent may send to a chat of this app (send_file); what the
+    # host copies into its outbox is capped by it (the adapter may refuse less at send)
+    files_out_max_bytes: int = FILE_SEND_MAX_BYTES
 
     @property
     def prefix(self) -> str:

@@ -15,6 +15,7 @@ where their keys come from (``orchestrator.secrets``).
           llama3.1:
             context_tokens: 8192        # its context window (else asked of the server)
             prices: {input: 0, output: 0}   # per million tokens; a local model costs 0
+            vision: false               # true: it takes images (shown those of a turn)
     currency: USD                       # the currency of every price (top level)
 
 Prices (``input``, ``output``, and optionally ``cache_read``, ``cache_write``, which are
@@ -54,6 +55,7 @@ class ModelInfo:
 
     context_tokens: int | None = None  # its context window; None: asked of the server
     prices: Prices | None = None  # per million tokens; None: its calls have no known cost
+    vision: bool = False  # it takes images (the host shows it the images of a turn)
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,7 @@ class ProviderDef:
                 m: {
                     "context_tokens": i.context_tokens,
                     "prices": i.prices.to_dict() if i.prices is not None else None,
+                    "vision": i.vision,
                 }
                 for m, i in self.model_info
             },
@@ -167,7 +170,7 @@ def _model_info(reader: MappingReader) -> tuple[tuple[str, ModelInfo], ...]:
         if not isinstance(model, str) or not model.strip() or len(model) > 200:
             raise reader.fail(str(model), "a model's name must be 1-200 characters")
         item = reader.child(model)
-        item.reject_unknown(["context_tokens", "prices"])
+        item.reject_unknown(["context_tokens", "prices", "vision"])
         tokens = (
             item.whole_number(
                 "context_tokens", None, 256, 100_000_000, "a number of tokens from 256"
@@ -176,7 +179,7 @@ def _model_info(reader: MappingReader) -> tuple[tuple[str, ModelInfo], ...]:
             else None
         )
         prices = _prices(item.child("prices")) if "prices" in item.data else None
-        out.append((model, ModelInfo(tokens, prices)))
+        out.append((model, ModelInfo(tokens, prices, item.boolean("vision", False))))
     return tuple(out)
 
 

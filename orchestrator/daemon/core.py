@@ -51,11 +51,14 @@ from orchestrator.limits import (
     ENGINE_AWAY_RETRY_SECONDS,
     HOUSEKEEPING_INTERVAL_SECONDS,
     INBOUND_TEXT_MAX_CHARS,
+    OUTBOX_KEEP_SECONDS,
     RECONCILE_INTERVAL_SECONDS,
     SCHEDULER_TICK_SECONDS,
     SENDER_ID_MAX_CHARS,
 )
 from orchestrator.mcp.tools import source_name
+from orchestrator.media.inbox import StoredFile
+from orchestrator.media.prepare import compose, needs_work, quick_lines
 from orchestrator.memory.history import FLUSH, TURN, History, Provenance
 from orchestrator.metrics import Metrics
 from orchestrator.protocol import (
@@ -155,6 +158,9 @@ class Inbound:
     # what the person said, when ``text`` is not all of it (a chat app took the bot's
     # mention off the front): kept with the message and in the transcript
     said: str | None = None
+    # the files it came with, stored in the group's files/inbox by the channel: their
+    # lines are added to the text (after work, such as a transcription, when they need it)
+    media: tuple[StoredFile, ...] = ()
 
 
 class DeliveryFailed(OrchestratorError):
@@ -241,6 +247,9 @@ class Daemon:
         self.metrics = Metrics(self, self.relay.usage)
         # set by the service that runs the daemon: reloads orchestrator.yaml
         self.on_reload: Callable[[], dict[str, Any]] | None = None
+        from orchestrator.daemon.media import MediaQueue
+
+        self.media = MediaQueue(self)  # files prepared before their turns
 
     @property
     def inflight(self) -> int:
@@ -276,7 +285,11 @@ class Daemon:
                 hint="send again once it is back",
             )
         check_inbound(
-            text=inbound.text, chat=inbound.chat, sender=inbound.sender, thread=inbound.thread
+            text=inbound.text,
+            chat=inbound.chat,
+            sender=inbound.sender,
+            thread=inbound.thread,
+            files=bool(inbound.media),
         )
         group = self.runtime.store.find(inbound.group)
         trust = classify_sender(group.config, inbound.sender, inbound.bound)
@@ -294,6 +307,10 @@ class Daemon:
         pause = self.pause_of(group.folder)
         if pause is not None and pause.refuse_new:
             raise GroupPaused(pause.reason, hint=_resume_hint(group.folder, pause))
+        text, said = inbound.text, inbound.said
+        preparing = bool(inbound.media) and needs_work(inbound.media, group.config.media.transcribe)
+        if inbound.media and not preparing:
+            text, said = compose(text, said, quick_lines(inbound.media))
         message = new_message(
             group=group.folder,
             session=session_key(
@@ -303,11 +320,13 @@ class Daemon:
             thread=inbound.thread,
             sender=inbound.sender,
             trust=trust,
-            text=inbound.text,
+            text=text,
             channel=inbound.channel,
-            said=inbound.said,
+            said=said,
+            media=inbound.media,
+            preparing=preparing,
         )
-        command = parse_command(inbound.text)
+        command = None if inbound.media else parse_command(inbound.text)
         if command is not None and command.name in (CONFIRM, APPROVE):
             # Answered by the host, never by the model: a creator's own word, about a
             # request made in this very chat (the host's record of it, not the frame's).
@@ -325,9 +344,15 @@ class Daemon:
             log.info("group %s: /%s from %r: %s", group.folder, command.name, inbound.sender, reply)
             return self.queue.put_answered(message, reply)
         stored = self.queue.put(message, claim)
+        if preparing:
+            self.media.wake()
+        self.wake()
+        return stored
+
+    def wake(self) -> None:
+        """Look for runnable messages now (one was queued or became runnable)."""
         with self.cond:
             self.cond.notify_all()
-        return stored
 
     def pause_of(self, folder: str) -> Pause | None:
         """The pause in force for a group, refusing ones first."""
@@ -406,6 +431,7 @@ class Daemon:
         except OrchestratorError as exc:
             log.warning("reconcile at start failed: %s", exc.message)
         self.metrics.start()  # the listener of metrics.listen, when it is set
+        self.media.start()
         for target, name in (
             (self._dispatch_loop, "dispatch"),
             (self._reconcile_loop, "reconcile"),
@@ -423,6 +449,7 @@ class Daemon:
         self.relay.config = config
         self.relay.forget_indexes()  # opened again with the new search settings
         self.runtime.config = config
+        self.media.apply_config()
         self.per_group = group_share(self.concurrency, config.per_group_concurrency)
         self.check_credentials()
         with self.cond:
@@ -461,6 +488,7 @@ class Daemon:
             left = list(self.active.values())
         for delivery in left:
             delivery.cancel.cancel()
+        self.media.stop()  # a preparation cut short is made again at the next start
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.metrics.stop()
         with self.gate_lock:
@@ -736,6 +764,7 @@ class Daemon:
             answer_tokens=answer_tokens,
             deadline_seconds=timeout,
             timezone=group.config.timezone,
+            images=message.images,
         ).to_wire()
         self.runtime.activity.touch(group.folder)
         self._record_outside(group.folder, self.runtime.container_name(group))
@@ -1012,6 +1041,12 @@ class Daemon:
                 log.debug(
                     "forgot %d old chat-app records (update ids, sent replies, codes)", pruned
                 )
+            from orchestrator.media.outbox import prune_outbox
+
+            old = self.queue.outbox_files_before(time.time() - OUTBOX_KEEP_SECONDS)
+            removed = prune_outbox(self.home.state_dir, old)
+            if removed:
+                log.info("removed %d files sent more than a week ago from the outbox", removed)
 
     def consolidate_due(self, now: float | None = None) -> list[str]:
         """Start the nightly consolidation of each group with ``memory.consolidate:
@@ -1119,9 +1154,10 @@ class Daemon:
         return used > limit
 
 
-def check_inbound(*, text: Any, chat: Any, sender: Any, thread: Any) -> None:
-    """BadInput naming the field when an inbound message is not acceptable."""
-    if not isinstance(text, str) or not text.strip():
+def check_inbound(*, text: Any, chat: Any, sender: Any, thread: Any, files: bool = False) -> None:
+    """BadInput naming the field when an inbound message is not acceptable (its text may
+    be empty when it came with ``files``)."""
+    if not isinstance(text, str) or (not text.strip() and not files):
         raise BadInput("the message text is empty")
     if len(text) > INBOUND_TEXT_MAX_CHARS:
         raise BadInput(

@@ -89,6 +89,7 @@ GROUP_KEYS = (
     "timezone",
     "models",
     "memory",
+    "media",
 )
 CREATOR, MEMBER, GUEST = "creator", "member", "guest"  # trust levels, most trusted first
 TASK_SCHEDULERS = (CREATOR, MEMBER)  # guests never schedule
@@ -186,6 +187,15 @@ class MemorySettings:
 
 
 @dataclass(frozen=True)
+class MediaSettings:
+    """What the host does with files people send (group.yaml ``media``)."""
+
+    # the transcriber (orchestrator.yaml transcription.NAME) voice notes and audio files
+    # go through before the turn; "off": they are stored and named, not transcribed
+    transcribe: str = "off"
+
+
+@dataclass(frozen=True)
 class ToolSettings:
     """Who may use the tools that act (group.yaml ``tools``)."""
 
@@ -216,6 +226,7 @@ class GroupConfig:
     timezone: str = "UTC"  # IANA: the group's days and months (costs, tasks by default)
     models: PurposeModels = field(default_factory=PurposeModels)
     memory: MemorySettings = field(default_factory=MemorySettings)
+    media: MediaSettings = field(default_factory=MediaSettings)
 
     def model_for(self, purpose: str) -> ModelChoice:
         """The (provider, model) of a purpose (``turn``, ``tasks``, ``flush``,
@@ -484,6 +495,12 @@ def _memory(reader: MappingReader) -> MemorySettings:
     )
 
 
+def _media(reader: MappingReader) -> MediaSettings:
+    reader.reject_unknown(["transcribe"])
+    transcribe = reader.text("transcribe", "off", pattern=r"[a-z0-9][a-z0-9_-]{0,39}")
+    return MediaSettings(transcribe=transcribe)
+
+
 def _zone(reader: MappingReader, default: str) -> str:
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -611,6 +628,7 @@ def group_config_from_doc(
         mcp=problems.check(lambda: parse_mcp(reader.child("mcp")), defaults.mcp),
         web=problems.check(lambda: parse_web(reader.child("web")), defaults.web),
         memory=problems.check(lambda: _memory(reader.child("memory")), defaults.memory),
+        media=problems.check(lambda: _media(reader.child("media")), defaults.media),
     )
     if config.web.enabled and config.container.network == "bridge":
         problems.add(

@@ -25,6 +25,7 @@ from orchestrator.config import OrchestratorConfig
 from orchestrator.config.providers import resolve_key
 from orchestrator.groups import Group
 from orchestrator.limits import RELAY_OPS_PER_TURN, WEB_FETCH_TIMEOUT_SECONDS
+from orchestrator.media.images import ImageCache
 from orchestrator.memory.embeddings import EmbedderUnavailable
 from orchestrator.memory.search import Hit, MemoryIndex, index_for
 from orchestrator.relay.errors import RelayViolation
@@ -69,6 +70,7 @@ OPS: dict[str, str] = {
     protocol.MCP_REQUEST: "orchestrator.relay.ops.mcp:McpRequest",
     protocol.WEB_FETCH: "orchestrator.relay.ops.web:WebFetch",
     protocol.WEB_SEARCH: "orchestrator.relay.ops.web:WebSearch",
+    protocol.FILE_SEND: "orchestrator.relay.ops.send_file:SendFile",
 }
 
 
@@ -103,6 +105,7 @@ class RelayContext:
     windows: Windows = field(default_factory=Windows)  # the models' context windows
     mcp: RemoteLinks = field(default_factory=RemoteLinks)  # sessions with remote MCP servers
     web: WebAccess = field(default_factory=WebAccess)  # how pages are reached
+    images: ImageCache = field(default_factory=ImageCache)  # re-encoded images, by content
     _adapters: dict[str, tuple[str, HostProvider]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _indexes: dict[str, tuple[threading.Lock, MemoryIndex]] = field(default_factory=dict)
@@ -196,6 +199,7 @@ class TurnRelay:
         self.searched = False  # the memory index was brought up to date in this turn
         self.next_seq = context.queue.next_reply_seq(message.id)
         self.replied: set[int] = set()  # the runner's reply numbers seen in this turn
+        self.files_sent = 0  # send_file calls stored in this turn
         self.overflows = 0  # model answers that the request is over the window
         # why this message cannot be answered by trying again (set when a provider's
         # answer says so): the daemon dead-letters it at once with this reason

@@ -327,6 +327,54 @@ def check_providers(home: Home) -> list[Check]:
     return checks
 
 
+def check_transcription(home: Home) -> list[Check]:
+    """Each transcriber can run (an endpoint's key can be found; a local model's folder
+    holds its files and faster-whisper is installed), and each group's
+    ``media.transcribe`` names one that is defined."""
+    import importlib.util
+
+    from orchestrator.config.transcription import OFF
+    from orchestrator.groups import GroupStore
+    from orchestrator.media.transcribe import LOCAL_MODEL_FILES
+
+    config = load_config(home)
+    checks = []
+    for definition in sorted(config.transcription.values(), key=lambda d: d.name):
+        name = f"transcription {definition.name}"
+        if definition.kind == "openai":
+            try:
+                key = definition.resolve_key(config.secrets_file)
+            except OrchestratorError as exc:
+                checks.append(Check(name, FAIL, exc.message, exc.hint or ""))
+                continue
+            where = definition.key.describe() if key else "no key needed"
+            checks.append(Check(name, OK, f"{definition.base_url}; key: {where}"))
+            continue
+        folder = definition.model_dir
+        assert folder is not None
+        missing = [f for f in LOCAL_MODEL_FILES if not (folder / f).is_file()]
+        if missing:
+            hint = "model_dir must be a CTranslate2 Whisper model folder"
+            checks.append(Check(name, FAIL, f"{folder} lacks {', '.join(missing)}", hint))
+        elif importlib.util.find_spec("faster_whisper") is None:
+            checks.append(Check(name, FAIL, "faster-whisper is not installed",
+                                "pip install 'orchestrator[transcribe-local]'"))  # fmt: skip
+        else:
+            checks.append(Check(name, OK, f"a local model in {folder}"))
+    for item in GroupStore(home).listing():
+        chosen = item.group.config.media.transcribe if item.group else OFF
+        if chosen != OFF and chosen not in config.transcription:
+            checks.append(
+                Check(
+                    f"group {item.folder}",
+                    FAIL,
+                    f"media.transcribe names {chosen!r}, which orchestrator.yaml does not define",
+                    "define it under transcription, or set media.transcribe: off",
+                )
+            )
+    return checks
+
+
 def _handle(bot: object) -> str:
     """A bot as people write it: @name on Telegram; a Matrix user id and an email
     address have their @ already."""
@@ -528,6 +576,7 @@ def run_checks(home: Home) -> list[Check]:
     checks.extend(check_disk(home))
     checks.extend(check_providers(home))
     checks.extend(check_channels(home))
+    checks.extend(check_transcription(home))
     checks.extend(check_groups(home))
     checks.extend(check_web(home))
     checks.extend(check_budgets(home))

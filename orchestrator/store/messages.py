@@ -8,6 +8,7 @@ retried with backoff, then dead-lettered with its reason. Replies are keyed by
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sqlite3
@@ -26,6 +27,8 @@ from orchestrator.limits import (
     HOST_NOTICE_SEQ,
     MAX_DELIVERY_ATTEMPTS,
 )
+from orchestrator.media.inbox import StoredFile
+from orchestrator.media.outbox import ReplyFile
 from orchestrator.protocol import CLEAR_COMMAND
 from orchestrator.store.db import QueueCorrupt, QueueFull, Reserve, Row, StateDB
 from orchestrator.store.rows import flag, opt_real, opt_text, real, text, whole
@@ -45,7 +48,10 @@ class GroupBusy(BadInput):
 __all__ = ["QueueCorrupt", "QueueFull", "Reserve"]  # raised by the queue, kept with it
 
 QUEUED, INFLIGHT, DONE, DEAD = "queued", "inflight", "done", "dead"
-PENDING = (QUEUED, INFLIGHT)
+# waiting for its files to be prepared (transcribed, a PDF's text) before its turn: it
+# holds its session's place, as a queued message does
+PREPARING = "preparing"
+PENDING = (QUEUED, INFLIGHT, PREPARING)
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,13 @@ class Message:
     # what the person said, when the turn's text differs (a chat app took the bot's
     # mention off the front); None when they are the same
     said: str | None = None
+    media: tuple[StoredFile, ...] = ()  # the files it came with, in files/inbox
+    files: tuple[ReplyFile, ...] = ()  # the files its replies carry (by reply seq)
+
+    @property
+    def images(self) -> tuple[str, ...]:
+        """The paths (under the agent folder) of the images it came with."""
+        return tuple(m.path for m in self.media if m.kind == "image")
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -107,13 +120,29 @@ class Message:
             "created": self.created,
             "replies": list(self.replies),
             **({"said": self.said} if self.said is not None else {}),
+            **({"media": [m.to_dict() for m in self.media]} if self.media else {}),
+            **({"files": [f.to_dict() for f in self.files]} if self.files else {}),
         }
 
 
 _COLUMNS = (
     "id, group_folder, session, chat, thread, sender, trust, text, channel, state, "
-    "attempts, last_error, created, said"
+    "attempts, last_error, created, said, media"
 )
+
+
+def _media(raw: object) -> tuple[StoredFile, ...]:
+    if not isinstance(raw, str) or not raw:
+        return ()
+    try:
+        return tuple(StoredFile.from_dict(item) for item in json.loads(raw))
+    except (ValueError, KeyError, TypeError) as exc:
+        log.warning("a message's files could not be read (%s); taken as none", exc)
+        return ()
+
+
+def _media_json(media: tuple[StoredFile, ...]) -> str | None:
+    return json.dumps([m.to_dict() for m in media], ensure_ascii=False) if media else None
 
 
 def _row_values(m: Message) -> tuple[object, ...]:
@@ -133,7 +162,7 @@ def _row_values(m: Message) -> tuple[object, ...]:
     )
 
 
-def _row(row: Row, replies: tuple[str, ...] = ()) -> Message:
+def _row(row: Row, replies: tuple[str, ...] = (), files: tuple[ReplyFile, ...] = ()) -> Message:
     return Message(
         text(row[0]),
         text(row[1]),
@@ -150,6 +179,8 @@ def _row(row: Row, replies: tuple[str, ...] = ()) -> Message:
         real(row[12]),
         replies,
         opt_text(row[13]),
+        _media(row[14]),
+        files,
     )
 
 
@@ -271,7 +302,8 @@ class MessageQueue(StateDB):
         paused = set(self.paused_groups(now))
         with self._lock:
             rows = self._db.execute(
-                f"SELECT {_COLUMNS}, not_before FROM messages WHERE state IN (?, ?) ORDER BY seq",
+                f"SELECT {_COLUMNS}, not_before FROM messages WHERE state IN (?, ?, ?)"
+                " ORDER BY seq",
                 PENDING,
             ).fetchall()
         heads: dict[tuple[str, str], tuple[object, ...]] = {}
@@ -431,13 +463,85 @@ class MessageQueue(StateDB):
             ).fetchone()
             if row is None:
                 return None
-            replies = tuple(
-                r[0]
-                for r in self._db.execute(
-                    "SELECT text FROM replies WHERE message_id=? ORDER BY seq", (message_id,)
-                )
+            rows = self._db.execute(
+                "SELECT seq, text FROM replies WHERE message_id=? ORDER BY seq", (message_id,)
+            ).fetchall()
+            replies = tuple(text(r[1]) for r in rows)
+            places = {whole(r[0]): n for n, r in enumerate(rows)}
+            files = tuple(
+                replace(f, reply=places.get(f.seq, -1)) for f in self._files(message_id).values()
             )
-        return _row(row, replies)
+        return _row(row, replies, files)
+
+    def _files(self, message_id: str) -> dict[int, ReplyFile]:
+        return {
+            int(r[0]): ReplyFile(whole(r[0]), text(r[1]), text(r[2]), whole(r[3]), text(r[4]),
+                                 text(r[5]))
+            for r in self._db.execute(
+                "SELECT seq, name, mime, size, kind, path FROM reply_files WHERE message_id=?"
+                " ORDER BY seq",
+                (message_id,),
+            )
+        }  # fmt: skip
+
+    def files_of(self, message_id: str) -> dict[int, ReplyFile]:
+        """The files of a message's replies, by reply seq."""
+        with self._lock:
+            return self._files(message_id)
+
+    def add_file_reply(self, message_id: str, text_: str, file: ReplyFile) -> bool:
+        """Store a reply that carries a file (its text: the caption, or a line naming the
+        file) with the file's record, in one transaction; False when that (message,
+        seq) was stored already."""
+        now = time.time()
+
+        def work(db: sqlite3.Connection) -> bool:
+            added = db.execute(
+                "INSERT OR IGNORE INTO replies (message_id, seq, text, created) VALUES (?,?,?,?)",
+                (message_id, file.seq, text_, now),
+            ).rowcount
+            if added != 1:
+                return False
+            db.execute(
+                "INSERT INTO reply_files (message_id, seq, name, mime, size, kind, path,"
+                " created) VALUES (?,?,?,?,?,?,?,?)",
+                (message_id, file.seq, file.name, file.mime, file.size, file.kind, file.path,
+                 now),
+            )  # fmt: skip
+            return True
+
+        return self.transaction(work)
+
+    def outbox_files_before(self, cutoff: float) -> list[str]:
+        """The outbox paths of files sent before ``cutoff`` (housekeeping removes them)."""
+        with self._lock:
+            return [
+                str(r[0])
+                for r in self._db.execute("SELECT path FROM reply_files WHERE created<?", (cutoff,))
+            ]
+
+    def preparing(self) -> list[Message]:
+        """Messages whose files wait to be prepared, oldest first."""
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {_COLUMNS} FROM messages WHERE state=? ORDER BY seq", (PREPARING,)
+            ).fetchall()
+        return [_row(r) for r in rows]
+
+    def prepared(self, message_id: str, text_: str, said: str | None) -> bool:
+        """A message's files are prepared: its text (and what was said) become these, and
+        it is queued for its turn; False when it was not waiting."""
+        return self.transaction(
+            lambda db: (
+                db.execute(
+                    "UPDATE messages SET text=?, said=?, state=?, updated=? WHERE id=? AND"
+                    " state=?",
+                    (text_, said if said != text_ else None, QUEUED, time.time(), message_id,
+                     PREPARING),
+                ).rowcount
+                == 1
+            )
+        )  # fmt: skip
 
     def chat_messages(
         self,
@@ -749,7 +853,10 @@ def new_message(
     text: str,
     channel: str,
     said: str | None = None,
+    media: tuple[StoredFile, ...] = (),
+    preparing: bool = False,
 ) -> Message:
+    """A new message; ``preparing``: its files are prepared before it is queued."""
     return Message(
         uuid.uuid4().hex,
         group,
@@ -760,9 +867,10 @@ def new_message(
         trust,
         text,
         channel,
-        QUEUED,
+        PREPARING if preparing else QUEUED,
         created=time.time(),
         said=said if said != text else None,
+        media=media,
     )
 
 
@@ -770,8 +878,9 @@ def insert_message(db: sqlite3.Connection, message: Message) -> None:
     """Insert ``message`` inside a transaction the caller holds."""
     db.execute(
         "INSERT INTO messages (id, group_folder, session, chat, thread, sender, trust,"
-        " text, channel, state, created, updated, said) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-        (*_row_values(message), message.created, message.said),
+        " text, channel, state, created, updated, said, media)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (*_row_values(message), message.created, message.said, _media_json(message.media)),
     )
 
 
@@ -822,22 +931,26 @@ def set_aside(home: Home) -> tuple[Path, int, str | None]:
         old = sqlite3.connect(f"file:{aside}?mode=ro", uri=True)
         try:
             rows = old.execute(
-                f"SELECT {_COLUMNS} FROM messages WHERE state IN (?, ?) ORDER BY seq", PENDING
+                f"SELECT {_COLUMNS} FROM messages WHERE state IN (?, ?, ?) ORDER BY seq",
+                PENDING,
             ).fetchall()
         finally:
             old.close()
     except sqlite3.DatabaseError as exc:
         problem = str(exc)
     queue = open_queue(home)
-    copies = [replace(_row(row), state=QUEUED) for row in rows]
+    copies = [
+        replace(m, state=PREPARING if m.state == PREPARING else QUEUED)
+        for m in (_row(row) for row in rows)
+    ]
 
     def work(db: sqlite3.Connection) -> None:
         for message in copies:
             db.execute(
                 "INSERT OR IGNORE INTO messages (id, group_folder, session, chat, thread,"
-                " sender, trust, text, channel, state, created, updated)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                (*_row_values(message), time.time()),
+                " sender, trust, text, channel, state, created, updated, media)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (*_row_values(message), time.time(), _media_json(message.media)),
             )
 
     try:

@@ -239,6 +239,18 @@ def _v5(db: sqlite3.Connection) -> None:
     )
 
 
+def _v6(db: sqlite3.Connection) -> None:
+    """Media: the files a message came with (JSON; a message whose files are being
+    prepared waits in state ``preparing``), and the files a reply carries (copied into
+    the host's outbox)."""
+    db.execute("ALTER TABLE messages ADD COLUMN media TEXT")
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS reply_files (message_id TEXT NOT NULL, seq INTEGER NOT"
+        " NULL, name TEXT NOT NULL, mime TEXT NOT NULL, size INTEGER NOT NULL, kind TEXT"
+        " NOT NULL, path TEXT NOT NULL, created REAL NOT NULL, PRIMARY KEY (message_id, seq))"
+    )
+
+
 class SchemaTooNew(OrchestratorError):
     """The file was written by a newer release than this code."""
 
@@ -261,6 +273,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(3, "what a person said beside the turn's text; task runs by message", _v3),
     Migration(4, "turns that received others' words from a tool", _v4),
     Migration(5, "the cost and cache tokens of model calls; lifted budget pauses", _v5),
+    Migration(6, "the files of messages and of replies", _v6),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -1,4 +1,5 @@
-"""send_message: a reply to the chat now, handed to the host as it is made."""
+"""send_message: a reply to the chat now, handed to the host as it is made; send_file: a
+file of files/ sent to the chat (the host copies it at once and sends the copy)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from orchestrator.agent.hostlink import HostRequestFailed
 from orchestrator.agent.tools.base import ToolError, ToolSpec, schema
 from orchestrator.agent.tools.box import FunctionTool, StaticSource, Toolbox
 from orchestrator.limits import MESSAGE_MAX_CHARS
-from orchestrator.protocol import REPLY
+from orchestrator.protocol import FILE_SEND, REPLY
 
 SEND = ToolSpec(
     "send_message",
@@ -28,7 +29,33 @@ def send_message(box: Toolbox, text: str) -> str:
     return "SENT"
 
 
-# stores kept by the host
+SEND_FILE = ToolSpec(
+    "send_file",
+    "Send a file from files/ (such as files/report.pdf) to the chat, with an optional "
+    "caption. The file is copied when sent: later changes to it are not sent.",
+    schema(["path"], path="string", caption="string"),
+)
 
 
-MESSAGES = StaticSource("messages", (FunctionTool(SEND, send_message),))
+def send_file(box: Toolbox, path: str, caption: str = "") -> str:
+    if not isinstance(caption, str):
+        raise ToolError("caption must be a string")
+    target = box.resolve(path)  # inside the agent folder, no link leaving it
+    shown = box.shown(target)
+    if not shown.startswith("files/"):
+        raise ToolError(f"{path}: only files under files/ can be sent")
+    if not target.is_file():
+        raise ToolError(f"{path}: not a file")
+    if box.host is None:
+        raise ToolError("files are sent through the host; this turn runs without one")
+    try:
+        answer = box.host.request(FILE_SEND, seq=len(box.outbox), path=shown, caption=caption)
+    except HostRequestFailed as exc:
+        raise ToolError(f"the file was not sent: {exc}") from None
+    box.outbox.append(str(answer.get("text") or caption or shown))
+    return f"SENT: {shown} ({answer.get('size')} bytes)"
+
+
+MESSAGES = StaticSource(
+    "messages", (FunctionTool(SEND, send_message), FunctionTool(SEND_FILE, send_file))
+)

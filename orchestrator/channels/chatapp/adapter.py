@@ -8,14 +8,27 @@ speaks its app's protocol: it logs in, receives (handing each message to
 ``core.route`` as a ``Received``), sends, shows typing, says whether a message
 addresses the bot and how the bot is mentioned, and classifies a send failure by the
 exception's type.
+
+Files in: ``attachment`` stores the message's file (``chatapp.files.store_received``)
+and describes it as a ``StoredFile``; the core transcribes voice and audio, extracts a
+PDF's text, shows images to a model that takes them and writes the lines the turn
+carries. (A plain line, the older form, is still taken as it is.) Files out:
+``send_file`` sends a file the agent sent (``send_file``), copied by the host into its
+outbox, with the same key on every try; the default says in the chat that the app
+cannot take files.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
+from orchestrator.media.inbox import StoredFile
 from orchestrator.store.chats import FAILED, UNKNOWN
+
+__all__ = ["OUTCOMES", "RETRY", "ChatAdapter", "OutgoingFile", "Received", "Refusal", "StoredFile"]
 
 # how a send that raised ended (``ChatAdapter.classify``)
 RETRY = "retry"  # it surely did not arrive (the connection was refused): send it later
@@ -42,6 +55,26 @@ class Refusal:
     """A message the adapter will not pass on, and what the chat is told."""
 
     text: str
+
+
+# What ``attachment`` answers: the file(s) stored, the line of the older form, a
+# refusal, or None when the message has no file.
+Attachment = StoredFile | Sequence[StoredFile] | str | Refusal | None
+
+
+@dataclass(frozen=True)
+class OutgoingFile:
+    """A file the agent sent, as the host copied it into its outbox: ``path`` is the
+    host's copy (the container cannot change it), ``name`` the file's name for people,
+    ``kind`` one of ``orchestrator.media.inbox.KINDS``; ``caption`` the words that go
+    with it (may be empty)."""
+
+    path: Path
+    name: str
+    mime: str
+    size: int
+    kind: str
+    caption: str = ""
 
 
 class ChatAdapter(Protocol):
@@ -85,8 +118,17 @@ class ChatAdapter(Protocol):
         """Whether replies may be sent into ``chat`` (never in clear into a room the
         app encrypts)."""
 
-    async def attachment(self, received: Received, group: str) -> str | Refusal | None:
-        """Store the message's file for ``group``; the line telling the turn about it,
-        a Refusal, or None when it has none."""
+    async def attachment(self, received: Received, group: str) -> Attachment:
+        """Store the message's file(s) for ``group`` and describe each as a StoredFile
+        (the core writes the turn's lines); a Refusal (told in the chat, no turn), or
+        None when it has none. A line (str) is taken as it is."""
+
+    async def send_file(
+        self, chat: str, thread: str | None, reply_to: str | None, file: OutgoingFile, key: str
+    ) -> list[str]:
+        """Send ``file`` (with its caption), threaded to ``reply_to``; ``key`` is the
+        same on every try. The app's ids of what was sent; raise when it was not
+        (``classify`` says how it ended). The default (``AdapterBase``) sends a line
+        saying the app cannot take files."""
 
     async def close(self) -> None: ...

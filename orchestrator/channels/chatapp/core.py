@@ -27,9 +27,18 @@ import logging
 import time
 from collections import deque
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.channels.chatapp.adapter import RETRY, ChatAdapter, Received, Refusal
+from orchestrator.channels.chatapp.adapter import (
+    RETRY,
+    Attachment,
+    ChatAdapter,
+    OutgoingFile,
+    Received,
+    Refusal,
+    StoredFile,
+)
 from orchestrator.channels.chatapp.mention import strip_mention
 from orchestrator.daemon.core import Inbound
 from orchestrator.errors import (
@@ -46,9 +55,11 @@ from orchestrator.limits import (
     CHANNEL_SWEEP_SECONDS,
     INBOUND_TEXT_MAX_CHARS,
 )
+from orchestrator.media.outbox import ReplyFile, file_line
 from orchestrator.redact import redact
 from orchestrator.store.chats import DEAD_NOTICE_SEQ, SENT, UNKNOWN
 from orchestrator.store.messages import DEAD, INFLIGHT, Message
+from orchestrator.units import human_bytes
 
 if TYPE_CHECKING:
     from orchestrator.config.accounts import ChannelAccount
@@ -131,8 +142,27 @@ def describe(error: BaseException | str) -> str:
     return redact(text)[:500]
 
 
+def files_of(stored: Attachment) -> tuple[StoredFile, ...]:
+    """The StoredFiles of what ``attachment`` answered (none for a line or None)."""
+    if isinstance(stored, StoredFile):
+        return (stored,)
+    if isinstance(stored, str | Refusal) or stored is None:
+        return ()
+    return tuple(stored)
+
+
+def cannot_send_file(app: str, file: OutgoingFile) -> str:
+    """What a chat is told in place of a file its app cannot take from the bot."""
+    said = f"{file.caption}\n\n" if file.caption else ""
+    return (
+        f"{said}[a file was meant for you here, {file.name} ({human_bytes(file.size)}), "
+        f"but I cannot send files in {app}]"
+    )
+
+
 class AdapterBase:
-    """Defaults an adapter may keep: no files, every chat may be sent to, no typing."""
+    """Defaults an adapter may keep: no files in, a line instead of a file out, every
+    chat may be sent to, no typing."""
 
     chat_word = "chat"
     resends_safely = False
@@ -147,8 +177,15 @@ class AdapterBase:
     def may_send(self, chat: str) -> bool:
         return True
 
-    async def attachment(self, received: Received, group: str) -> str | Refusal | None:
+    async def attachment(self, received: Received, group: str) -> Attachment:
         return None
+
+    async def send_file(
+        self, chat: str, thread: str | None, reply_to: str | None, file: OutgoingFile, key: str
+    ) -> list[str]:
+        """This app takes no files from the bot: the chat gets a line saying so."""
+        text = cannot_send_file(self.core.kind.title, file)
+        return await self.core.adapter.send(chat, thread, reply_to, text, key)
 
     async def close(self) -> None:
         return None
@@ -343,9 +380,10 @@ class ChatAccount:
         if isinstance(stored, Refusal):
             await self.notice(received.chat, received.thread, reply_to, stored.text)
             return
-        if stored:
+        media = files_of(stored)
+        if isinstance(stored, str) and stored:
             text, said = f"{text}\n\n{stored}".strip(), f"{said}\n\n{stored}".strip()
-        if not text.strip():
+        if not text.strip() and not media:
             log.debug(
                 self.line("message %s in %s has no text or file it takes"),
                 received.message_id,
@@ -372,6 +410,7 @@ class ChatAccount:
             received.thread,
             binding.trust,
             said=said if said != text else None,
+            media=media,
         )
         try:
             await asyncio.to_thread(self.daemon.accept, inbound, claim)
@@ -506,6 +545,7 @@ class ChatAccount:
         origin = await asyncio.to_thread(self.chats.inbound_of, message_id)
         reply_to = origin[1] if origin and origin[1] else None
         replies = await asyncio.to_thread(self.daemon.queue.replies_of, message_id)
+        files = await asyncio.to_thread(self.daemon.queue.files_of, message_id) if replies else {}
         if message.state == DEAD and not replies:
             replies = [(DEAD_NOTICE_SEQ, DEAD_NOTICE)]
         sent = (
@@ -520,15 +560,30 @@ class ChatAccount:
                     continue
             elif state != "sending":
                 continue
-            await self._send_one(message, reply_to, seq, text)
+            await self._send_one(message, reply_to, seq, text, files.get(seq))
         if message.state != INFLIGHT:
             await self._stop_typing(message)
 
-    async def _send_one(self, message: Message, reply_to: str | None, seq: int, text: str) -> None:
+    async def _send_one(
+        self,
+        message: Message,
+        reply_to: str | None,
+        seq: int,
+        text: str,
+        file: ReplyFile | None = None,
+    ) -> None:
+        key = send_key(message.id, seq)
         try:
-            ids = await self.adapter.send(
-                message.chat, message.thread, reply_to, text, send_key(message.id, seq)
-            )
+            if file is None:
+                ids = await self.adapter.send(message.chat, message.thread, reply_to, text, key)
+            else:
+                caption = "" if text == file_line(file) else text
+                outgoing = OutgoingFile(
+                    Path(file.path), file.name, file.mime, file.size, file.kind, caption
+                )
+                ids = await self.adapter.send_file(
+                    message.chat, message.thread, reply_to, outgoing, key
+                )
         except asyncio.CancelledError:
             raise
         except Exception as exc:

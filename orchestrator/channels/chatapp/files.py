@@ -1,16 +1,19 @@
 """Files people send a bot: stored under ``groups/<folder>/files/inbox/`` through the
 confined file layer, with names made here (nothing of the sender's name reaches a path
-but a clean extension)."""
+but a clean extension), and described to the core as a ``StoredFile``
+(``orchestrator.media.inbox``), which does the rest."""
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 import time
 from pathlib import Path
 
 from orchestrator.errors import OrchestratorError
+from orchestrator.media.inbox import StoredFile, kind_of, shown_name
+
+__all__ = ["inbox_name", "shown_name", "store_inbox_file", "store_received"]
 
 _EXTENSION = re.compile(r"\.([A-Za-z0-9]{1,8})$")
 _MIME_EXTENSIONS = {
@@ -20,6 +23,15 @@ _MIME_EXTENSIONS = {
     "image/webp": "webp",
     "application/pdf": "pdf",
     "text/plain": "txt",
+    "audio/ogg": "ogg",
+    "audio/opus": "opus",
+    "audio/mpeg": "mp3",
+    "audio/mp4": "m4a",
+    "audio/x-m4a": "m4a",
+    "audio/wav": "wav",
+    "audio/x-wav": "wav",
+    "audio/webm": "webm",
+    "audio/flac": "flac",
 }
 
 
@@ -28,15 +40,10 @@ def inbox_name(now: float, original: str | None, mime: str | None, default: str)
     the sender's file name only when it is 1-8 letters and digits. Nothing else of the
     sender's name reaches a path."""
     match = _EXTENSION.search(original or "")
-    extension = match[1].lower() if match else _MIME_EXTENSIONS.get((mime or "").lower(), default)
+    mime_key = (mime or "").lower().split(";")[0].strip()
+    extension = match[1].lower() if match else _MIME_EXTENSIONS.get(mime_key, default)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))
     return f"{stamp}-{secrets.token_hex(4)}.{extension}"
-
-
-def shown_name(name: str | None) -> str:
-    """A sender's file name as text for the model: quoted, control characters dropped."""
-    clean = "".join(c for c in (name or "") if c.isprintable())[:200]
-    return json.dumps(clean, ensure_ascii=False)
 
 
 def store_inbox_file(groups_root: Path, group: str, name: str, data: bytes) -> None:
@@ -50,3 +57,31 @@ def store_inbox_file(groups_root: Path, group: str, name: str, data: bytes) -> N
     ):
         if not inbox.create_exclusive(name, data):
             raise OrchestratorError(f"files/inbox/{name} exists already")
+
+
+def store_received(
+    groups_root: Path,
+    group: str,
+    data: bytes,
+    *,
+    original: str | None,
+    mime: str | None,
+    kind: str | None = None,
+    duration: float | None = None,
+    label: str | None = None,
+    default_extension: str = "bin",
+) -> StoredFile:
+    """Store a received file in ``group``'s inbox (``store_inbox_file``) and describe it:
+    its kind from the app (``voice``) or from its type and name. OSError when the inbox
+    is not a real folder (nothing is written through a link)."""
+    name = inbox_name(time.time(), original, mime, default_extension)
+    store_inbox_file(groups_root, group, name, data)
+    return StoredFile(
+        name=name,
+        mime=mime,
+        size=len(data),
+        kind=kind or kind_of(mime, original or name),
+        duration=duration,
+        original=original,
+        label=label,
+    )

@@ -9,7 +9,11 @@ drops what it has. The first sync of an account (no token yet) only learns the r
 history is not answered. Rooms are chats and ``m.thread`` threads are threads; a room of
 more than two members is a group chat, where a message addresses the bot when it
 mentions it (its user id or name, or ``m.mentions``) or replies to it. Edits start
-nothing.
+nothing. Images, files, audio and video (``m.image``, ``m.file``, ``m.audio``,
+``m.video``) up to ``attachments_max_bytes`` are downloaded from the homeserver's
+authenticated media API (``/_matrix/client/v1/media/download``, with the bot's token; the
+size the event claims is checked first and the download is cut at the cap whatever it
+claimed), stored under ``files/inbox/`` and described to the core.
 
 Invites: the bot joins a room when the inviter is one of the account's
 ``allow_inviters``, or the room is bound already. Any other invite is refused, with the
@@ -22,7 +26,10 @@ plain ``body`` and the Markdown rendered as ``formatted_body``, rich replies to 
 message they answer (in its thread when it has one), split into pieces. The transaction
 id of each piece is derived from the reply's key, so a resend after a crash is
 idempotent on the server: the core sends a reply claimed but not confirmed again, and
-nobody sees it twice. A typing notification is held while the turn runs.
+nobody sees it twice. A typing notification is held while the turn runs. A file the
+agent sends is uploaded (its ``mxc://`` URI kept in the account's state, so a resend
+after a crash does not upload it again) and sent as ``m.image``, ``m.audio`` or
+``m.file`` with the reply's transaction id: it arrives once.
 
 End-to-end encrypted rooms are not supported: the bot says so once in such a room and
 never acts there (nothing from it is routed, no reply is sent into it).
@@ -39,8 +46,9 @@ import urllib.parse
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, cast
 
-from orchestrator.channels.chatapp.adapter import RETRY, Received
+from orchestrator.channels.chatapp.adapter import RETRY, Attachment, OutgoingFile, Received, Refusal
 from orchestrator.channels.chatapp.core import AdapterBase, Backoff, describe
+from orchestrator.channels.chatapp.files import store_received
 from orchestrator.channels.matrix.kind import MatrixOptions
 from orchestrator.channels.textfmt import markdown_to_html, split_message
 from orchestrator.config.accounts import account_token
@@ -49,7 +57,9 @@ from orchestrator.limits import (
     CHANNEL_POLL_TIMEOUT_SECONDS,
     MATRIX_TEXT_MAX,
 )
+from orchestrator.media.inbox import AUDIO, IMAGE, VOICE
 from orchestrator.store.chats import FAILED
+from orchestrator.units import human_bytes
 
 if TYPE_CHECKING:
     import nio
@@ -63,6 +73,13 @@ SENT_REMEMBERED = 2_000  # event ids of our own messages kept to recognize repli
 
 class SendRefused(OrchestratorError):
     """The homeserver answered a send with an error."""
+
+
+def _caption(content: dict[str, Any]) -> str:
+    """A file event's words: its body when a ``filename`` beside it says the body is a
+    caption (the newer form), else none (the body is the file's name)."""
+    body, name = content.get("body"), content.get("filename")
+    return body if isinstance(body, str) and isinstance(name, str) and body != name else ""
 
 
 def relation(thread: str | None, reply_to: str | None) -> dict[str, Any] | None:
@@ -326,7 +343,12 @@ class MatrixAdapter(AdapterBase):
         if isinstance(event, nio.MegolmEvent):
             await self._refuse_encrypted(room_id)
             return
-        if not isinstance(event, nio.RoomMessageText):
+        if isinstance(event, nio.RoomEncryptedMedia):
+            log.debug(
+                "Matrix account %s: an encrypted file in %s starts no turn", self.name, room_id
+            )
+            return
+        if not isinstance(event, nio.RoomMessageText | nio.RoomMessageMedia):
             log.debug(
                 "Matrix account %s: %s in %s starts no turn",
                 self.name,
@@ -341,11 +363,13 @@ class MatrixAdapter(AdapterBase):
             return
         thread = relates.get("event_id") if relates.get("rel_type") == "m.thread" else None
         members = room.member_count if room is not None else 3
+        media = isinstance(event, nio.RoomMessageMedia)
         await self.core.route(
             Received(
                 chat=room_id,
                 sender=event.sender,
-                text=event.body or "",
+                # a file's body is its name (or a caption, with ``filename`` beside it)
+                text=_caption(content) if media else event.body or "",
                 message_id=event.event_id,
                 event_id=event.event_id,
                 thread=thread,
@@ -353,6 +377,86 @@ class MatrixAdapter(AdapterBase):
                 title=room.display_name if room is not None else None,
                 raw=content,
             )
+        )
+
+    async def attachment(self, received: Received, group: str) -> Attachment:
+        """Download the event's file (m.image, m.file, m.audio, m.video) from the
+        authenticated media API into the group's files/inbox and describe it; a Refusal
+        for one over the limit, or None for a text message."""
+        content: dict[str, Any] = received.raw
+        msgtype = content.get("msgtype")
+        if msgtype not in ("m.image", "m.file", "m.audio", "m.video"):
+            return None
+        url = content.get("url")
+        found = content.get("info")
+        info: dict[str, Any] = found if isinstance(found, dict) else {}
+        limit = self.options.attachments_max_bytes
+        claimed = info.get("size")
+        if isinstance(claimed, int) and claimed > limit:
+            return self._too_large(claimed)
+        if not isinstance(url, str) or not url.startswith("mxc://"):
+            return Refusal("Sorry, I could not read that file (it has no mxc:// address).")
+        try:
+            data = await self._download(url, limit)
+        except (OrchestratorError, OSError) as exc:
+            log.warning("Matrix account %s: %s not downloaded: %s", self.name, url, exc)
+            return Refusal("Sorry, I could not download that file.")
+        if data is None:
+            return self._too_large(limit + 1)
+        mime = info.get("mimetype") if isinstance(info.get("mimetype"), str) else None
+        original = content.get("filename") or content.get("body")
+        duration = info.get("duration")
+        voice = "org.matrix.msc3245.voice" in content or "m.voice" in content
+        kind = {"m.image": IMAGE, "m.audio": VOICE if voice else AUDIO}.get(msgtype)
+        return await asyncio.to_thread(
+            store_received,
+            self.core.daemon.runtime.store.root,
+            group,
+            data,
+            original=original if isinstance(original, str) else None,
+            mime=mime,
+            kind=kind,
+            duration=duration / 1000 if isinstance(duration, int | float) else None,
+            label="voice note" if voice else msgtype[2:],
+        )
+
+    async def _download(self, url: str, limit: int) -> bytes | None:
+        """The media at ``url`` from the authenticated media API, or None when it is
+        over ``limit`` bytes (the download is stopped there). OrchestratorError when the
+        server refuses it."""
+        assert self.client is not None
+        server, _, media_id = url[len("mxc://") :].partition("/")
+        path = (
+            "/_matrix/client/v1/media/download/"
+            f"{urllib.parse.quote(server, safe='')}/{urllib.parse.quote(media_id, safe='')}"
+        )
+        response = await self.client.send(
+            "GET", path, headers={"Authorization": f"Bearer {self.client.access_token}"}
+        )
+        try:
+            if response.status != 200:
+                raise OrchestratorError(
+                    f"the homeserver refused the download: HTTP {response.status}"
+                )
+            declared = response.content_length
+            if declared is not None and declared > limit:
+                return None
+            chunks, size = [], 0
+            async for chunk in response.content.iter_chunked(1 << 16):
+                size += len(chunk)
+                if size > limit:
+                    return None
+                chunks.append(chunk)
+            return b"".join(chunks)
+        finally:
+            response.release()
+
+    def _too_large(self, size: int) -> Refusal:
+        limit = self.options.attachments_max_bytes
+        return Refusal(
+            f"Sorry, that file is {human_bytes(size)}; I take files up to {human_bytes(limit)}."
+            if limit
+            else "Sorry, I do not take files here."
         )
 
     # outbound
@@ -383,6 +487,50 @@ class MatrixAdapter(AdapterBase):
             self.own_events[response.event_id] = None
             while len(self.own_events) > SENT_REMEMBERED:
                 self.own_events.popitem(last=False)
+        return ids
+
+    async def send_file(
+        self, chat: str, thread: str | None, reply_to: str | None, file: OutgoingFile, key: str
+    ) -> list[str]:
+        """Upload the file (once: its mxc:// URI is kept in the account's state under the
+        reply's key) and send it as m.image, m.audio or m.file, with the key as the
+        transaction id; a caption follows as a notice. SendRefused when the server
+        refuses (an upload over its size limit among them)."""
+        import nio
+
+        assert self.client is not None
+        state_key = f"upload:{key}"
+        chats = self.core.chats
+        uri = await asyncio.to_thread(chats.get_state, self.name, state_key)
+        if uri is None:
+            data = await asyncio.to_thread(file.path.read_bytes)
+            answer, _ = await self.client.upload(
+                lambda *_: data, content_type=file.mime, filename=file.name, filesize=len(data)
+            )
+            if not isinstance(answer, nio.UploadResponse):
+                raise SendRefused(
+                    f"uploading {file.name} failed: {getattr(answer, 'message', answer)}"
+                )
+            uri = answer.content_uri
+            await asyncio.to_thread(chats.set_state, self.name, state_key, uri)
+        msgtype = {IMAGE: "m.image", AUDIO: "m.audio", VOICE: "m.audio"}.get(file.kind, "m.file")
+        content: dict[str, Any] = {
+            "msgtype": msgtype,
+            "body": file.name,
+            "filename": file.name,
+            "url": uri,
+            "info": {"mimetype": file.mime, "size": file.size},
+        }
+        relates = relation(thread, reply_to)
+        if relates:
+            content["m.relates_to"] = relates
+        response = await self.client.room_send(chat, "m.room.message", content, tx_id=key)
+        if not isinstance(response, nio.RoomSendResponse):
+            raise SendRefused(f"sending to {chat} failed: {getattr(response, 'message', response)}")
+        ids = [response.event_id]
+        self.own_events[response.event_id] = None
+        if file.caption:
+            ids += await self.send(chat, thread, None, file.caption, f"{key}.caption")
         return ids
 
     def classify(self, exc: BaseException) -> str:

@@ -7,6 +7,7 @@ channels:
     homeserver: https://matrix.example.org
     user_id: "@helper:example.org"
     allow_inviters: ["@me:example.org"]  # whose invites it accepts
+    attachments_max_bytes: 10m           # images, files and audio stored per message
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 from orchestrator.config.kinds import AccountKind, KindOption, KindOptions
+from orchestrator.limits import DEFAULT_ATTACHMENT_MAX_BYTES
 from orchestrator.validate import MappingReader
 
 MATRIX_USER_PATTERN = r"@[a-z0-9._=/+-]+:[A-Za-z0-9.:\[\]-]+"
@@ -26,6 +28,7 @@ class MatrixOptions(KindOptions):
     homeserver: str = ""  # the homeserver's base URL
     user_id: str = ""  # the bot's user id (@bot:example.org)
     allow_inviters: tuple[str, ...] = ()  # whose invites the bot accepts
+    attachments_max_bytes: int = DEFAULT_ATTACHMENT_MAX_BYTES  # a file stored per message
 
 
 def parse(item: MappingReader) -> MatrixOptions:
@@ -35,7 +38,16 @@ def parse(item: MappingReader) -> MatrixOptions:
     for inviter in inviters:
         if not re.fullmatch(MATRIX_USER_PATTERN, inviter):
             raise item.fail("allow_inviters", f"{inviter!r} is not a Matrix user id (@name:server)")
-    return MatrixOptions(homeserver, user_id, inviters)
+    from orchestrator.units import parse_size
+
+    size = parse_size(item.raw("attachments_max_bytes", DEFAULT_ATTACHMENT_MAX_BYTES))
+    if size is None or not 0 <= size <= 2 * 1024**3:
+        raise item.fail(
+            "attachments_max_bytes",
+            f"got {item.data.get('attachments_max_bytes')!r}; expected a size up to 2g "
+            "(such as 10m; 0 refuses every file)",
+        )
+    return MatrixOptions(homeserver, user_id, inviters, size)
 
 
 KIND = AccountKind(
@@ -53,6 +65,13 @@ KIND = AccountKind(
             "other invites get a pairing code.",
             multiple=True,
             cli_flag="--allow-inviter",
+        ),
+        KindOption(
+            "attachments_max_bytes",
+            "SIZE",
+            "Matrix: the largest image, file or audio stored per message (default 10m; 0 "
+            "refuses files).",
+            cli_flag="--attachments-max",
         ),
     ),
     parse=parse,

@@ -7,8 +7,10 @@ is committed (in the queue's database) only after that: a message is queued with
 update id in the same transaction, so a crash re-reads the update and the queue drops it
 as a duplicate. Private chats, group chats and forum topics (a topic is a thread) are
 chats; in group chats a message addresses the bot when it mentions it (``@username``, a
-command ``/cmd@username``, a text mention) or replies to it. Photos and documents up to
-``attachments_max_bytes`` are stored under ``groups/<folder>/files/inbox/``. Edited
+command ``/cmd@username``, a text mention) or replies to it. Photos, documents, voice
+notes and audio files up to ``attachments_max_bytes`` are stored under
+``groups/<folder>/files/inbox/`` and described to the core (which transcribes, extracts
+and names them); files the agent sends go out as photos, voice notes or documents. Edited
 messages start nothing (the turn has seen the first text). A bot added to a group chat
 that is not bound asks for pairing there.
 
@@ -26,14 +28,19 @@ import datetime as dt
 import logging
 import os
 import re
-import time
 import warnings
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from orchestrator.channels.chatapp.adapter import RETRY, Received, Refusal
+from orchestrator.channels.chatapp.adapter import (
+    RETRY,
+    Attachment,
+    OutgoingFile,
+    Received,
+    Refusal,
+)
 from orchestrator.channels.chatapp.core import AdapterBase, Backoff, describe
-from orchestrator.channels.chatapp.files import inbox_name, shown_name, store_inbox_file
+from orchestrator.channels.chatapp.files import store_received
 from orchestrator.channels.telegram.kind import TelegramOptions
 from orchestrator.channels.textfmt import markdown_to_html, split_message
 from orchestrator.config.accounts import account_token
@@ -42,8 +49,11 @@ from orchestrator.limits import (
     CHANNEL_POLL_TIMEOUT_SECONDS,
     CHANNEL_RETRY_AFTER_MAX_SECONDS,
     CHANNEL_TYPING_SECONDS,
+    TELEGRAM_CAPTION_MAX,
+    TELEGRAM_PHOTO_MAX_BYTES,
     TELEGRAM_TEXT_MAX,
 )
+from orchestrator.media.inbox import IMAGE, VOICE
 from orchestrator.store.chats import FAILED, UNKNOWN
 from orchestrator.units import human_bytes
 
@@ -58,6 +68,7 @@ log = logging.getLogger("orchestrator.channels.telegram")
 os.environ.setdefault("PTB_TIMEDELTA", "1")
 T = TypeVar("T")
 ALLOWED_UPDATES = ("message", "edited_message", "my_chat_member")
+_PHOTO_TYPES = ("image/jpeg", "image/png", "image/webp")  # what sendPhoto takes
 GROUP_CHATS = ("group", "supergroup")
 
 
@@ -69,6 +80,13 @@ def retry_seconds(exc: Any) -> float:
     if isinstance(value, dt.timedelta):
         return value.total_seconds()
     return float(value)
+
+
+def _seconds(value: Any) -> float | None:
+    """A duration as python-telegram-bot gives it (int seconds or timedelta)."""
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    return float(value) if isinstance(value, int | float) else None
 
 
 def _topic(thread: str | None) -> int | None:
@@ -259,24 +277,36 @@ class TelegramAdapter(AdapterBase):
     def mention_forms(self, received: Received) -> tuple[str, ...]:
         return (f"@{self.me.username}",) if self.me is not None and self.me.username else ()
 
-    async def attachment(self, received: Received, group: str) -> str | Refusal | None:
-        """Store a message's photo or document in the group's files/inbox; the line
-        that tells the turn about it, a Refusal for one over the limit, or None."""
+    async def attachment(self, received: Received, group: str) -> Attachment:
+        """Store a message's photo, document, voice note or audio file in the group's
+        files/inbox and describe it; a Refusal for one over the limit (never
+        downloaded), or None."""
         message: telegram.Message = received.raw
         limit = self.options.attachments_max_bytes
+        duration: float | None = None
+        original: str | None = None
+        kind: str | None = None
         if message.photo:
             fitting = [p for p in message.photo if (p.file_size or 0) <= limit]
             if not fitting:
                 return self._too_large(message.photo[-1].file_size or 0)
             item: Any = fitting[-1]
-            original, mime, kind, default = None, "image/jpeg", "photo", "jpg"
+            mime, label, default = "image/jpeg", "photo", "jpg"
+        elif message.voice is not None:
+            item = message.voice
+            mime, label, default, kind = item.mime_type or "audio/ogg", "voice note", "ogg", VOICE
+            duration = _seconds(item.duration)
+        elif message.audio is not None:
+            item = message.audio
+            original, mime, label, default = item.file_name, item.mime_type, "audio", "mp3"
+            duration = _seconds(item.duration)
         elif message.document is not None:
             item = message.document
-            original, mime, kind, default = item.file_name, item.mime_type, "document", "bin"
-            if (item.file_size or 0) > limit:
-                return self._too_large(item.file_size or 0)
+            original, mime, label, default = item.file_name, item.mime_type, "document", "bin"
         else:
             return None
+        if (item.file_size or 0) > limit:
+            return self._too_large(item.file_size or 0)
         bot = self.bot
         assert bot is not None
         file = await self.call(lambda: bot.get_file(item.file_id))
@@ -285,16 +315,17 @@ class TelegramAdapter(AdapterBase):
         data = bytes(await file.download_as_bytearray())
         if len(data) > limit:
             return self._too_large(len(data))
-        name = inbox_name(time.time(), original, mime, default)
-        await asyncio.to_thread(
-            store_inbox_file, self.core.daemon.runtime.store.root, group, name, data
-        )
-        described = f"{kind}"
-        if original:
-            described += f" {shown_name(original)}"
-        return (
-            f"[attachment: files/inbox/{name} ({described}, {mime or 'unknown type'}, "
-            f"{human_bytes(len(data))})]"
+        return await asyncio.to_thread(
+            store_received,
+            self.core.daemon.runtime.store.root,
+            group,
+            data,
+            original=original,
+            mime=mime,
+            kind=kind,
+            duration=duration,
+            label=label,
+            default_extension=default,
         )
 
     def _too_large(self, size: int) -> Refusal:
@@ -401,6 +432,47 @@ class TelegramAdapter(AdapterBase):
             )
             sent = await self.call(lambda: send(False))
         return str(sent.message_id)
+
+    async def send_file(
+        self, chat: str, thread: str | None, reply_to: str | None, file: OutgoingFile, key: str
+    ) -> list[str]:
+        """The file as a photo (an image Telegram takes as one), a voice note (Ogg Opus)
+        or a document, with its caption (a caption over Telegram's limit follows as a
+        message of its own). Sent once: a claim is never sent again (the Bot API has no
+        idempotency key), as for text."""
+        from telegram import InputFile, ReplyParameters
+
+        assert self.bot is not None
+        bot = self.bot
+        target = int(reply_to) if reply_to and reply_to.isdigit() else None
+        reply = (
+            ReplyParameters(message_id=target, allow_sending_without_reply=True)
+            if target is not None
+            else None
+        )
+        caption = file.caption if len(file.caption) <= TELEGRAM_CAPTION_MAX else ""
+        data = await asyncio.to_thread(file.path.read_bytes)
+        upload = InputFile(data, filename=file.name)
+        common: dict[str, Any] = {
+            "chat_id": chat,
+            "caption": caption or None,
+            "message_thread_id": _topic(thread),
+            "reply_parameters": reply,
+        }
+        if (
+            file.kind == IMAGE
+            and file.mime in _PHOTO_TYPES
+            and file.size <= TELEGRAM_PHOTO_MAX_BYTES
+        ):
+            sent = await self.call(lambda: bot.send_photo(photo=upload, **common))
+        elif file.mime in ("audio/ogg", "audio/opus") or file.name.endswith((".ogg", ".opus")):
+            sent = await self.call(lambda: bot.send_voice(voice=upload, **common))
+        else:
+            sent = await self.call(lambda: bot.send_document(document=upload, **common))
+        ids = [str(sent.message_id)]
+        if file.caption and not caption:
+            ids += await self.send(chat, thread, None, file.caption, key)
+        return ids
 
     def classify(self, exc: BaseException) -> str:
         """By the exception's type: a request never sent (the connection refused, not

@@ -76,7 +76,7 @@ KIND = AccountKind(
         KindOption(
             "attachments_max_bytes",
             "SIZE",
-            "Telegram: the largest photo or document stored "
+            "Telegram and Matrix: the largest file stored "
             "per message (default 10m; 0 refuses files).",
             cli_flag="--attachments-max",
         ),

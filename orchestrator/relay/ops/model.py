@@ -49,7 +49,7 @@ from orchestrator.money import (
     next_month,
     worst_cost,
 )
-from orchestrator.protocol import OFFLINE
+from orchestrator.protocol import IMAGES_PER_MESSAGE_MAX, OFFLINE, image_refs
 from orchestrator.relay.budget import DAY, budget_refusal, cost_refusal
 from orchestrator.relay.errors import RelayViolation
 from orchestrator.relay.providers.base import Deadline, ModelCall, ProviderFailure
@@ -83,6 +83,15 @@ def parse_call(frame: dict[str, Any]) -> ModelCall:
     for message in messages:
         if message.get("role") not in ("user", "assistant", "tool"):
             raise RelayViolation("model.complete: a message's role must be user, assistant or tool")
+        if "images" in message and (
+            message.get("role") == "assistant" or image_refs(message["images"]) is None
+        ):
+            raise RelayViolation(
+                "model.complete: a user or tool message's images must be a list of at most "
+                f"{IMAGES_PER_MESSAGE_MAX} paths under files/"
+            )
+        if "image_data" in message:
+            raise RelayViolation("model.complete: images go by reference (images), never as data")
     if not isinstance(tools, list) or not all(
         isinstance(t, dict)
         and isinstance(t.get("name"), str)
@@ -124,6 +133,17 @@ class ModelComplete:
             }
         cap = min(config.limits.max_tokens, call.max_tokens or config.limits.max_tokens)
         call = replace(call, max_tokens=cap)
+        if any(m.get("images") for m in call.messages):
+            from orchestrator.relay.images import with_images
+
+            call = with_images(
+                call,
+                group.path.parent,
+                group.folder,
+                context.images,
+                vision=context.config.providers[choice.provider].info(choice.model).vision,
+                model=choice.model,
+            )
         now = context.clock()
         currency = context.config.currency
         prices = context.config.prices_of(choice.provider, choice.model)

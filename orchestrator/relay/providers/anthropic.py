@@ -2,7 +2,8 @@
 
 Tool calls map both ways: the runner's assistant tool calls become ``tool_use`` blocks,
 its tool results ``tool_result`` blocks in a user message; streamed ``input_json_delta``
-fragments are joined into each call's arguments.
+fragments are joined into each call's arguments. Images the host attached
+(``relay.images``) become ``image`` blocks with a base64 source, after the text.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ def to_anthropic(call: ModelCall) -> dict[str, Any]:
     for message in call.messages:
         role = message.get("role")
         content = message.get("content")
+        images = [_image_block(i) for i in message.get("image_data") or []]
         if role == "user":
-            add("user", [{"type": "text", "text": str(content or "")}])
+            add("user", [{"type": "text", "text": str(content or "")}, *images])
         elif role == "assistant":
             blocks: list[dict[str, Any]] = []
             if content:
@@ -55,13 +57,16 @@ def to_anthropic(call: ModelCall) -> dict[str, Any]:
                 )
             add("assistant", blocks or [{"type": "text", "text": "(no reply)"}])
         elif role == "tool":
+            result: str | list[dict[str, Any]] = str(content or "")
+            if images:  # a tool result may carry images beside its text
+                result = [{"type": "text", "text": result or "(image)"}, *images]
             add(
                 "user",
                 [
                     {
                         "type": "tool_result",
                         "tool_use_id": message.get("tool_call_id"),
-                        "content": str(content or ""),
+                        "content": result,
                     }
                 ],
             )
@@ -74,6 +79,14 @@ def to_anthropic(call: ModelCall) -> dict[str, Any]:
             for t in call.tools
         ]
     return body
+
+
+def _image_block(image: dict[str, str]) -> dict[str, Any]:
+    """An image the host re-encoded, as a Messages API image block."""
+    return {
+        "type": "image",
+        "source": {"type": "base64", "media_type": image["media_type"], "data": image["base64"]},
+    }
 
 
 def read_message(message: dict[str, Any]) -> ModelAnswer:

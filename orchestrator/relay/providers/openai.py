@@ -7,6 +7,9 @@ null), its tool results ``tool`` messages. Streamed tool-call deltas are merged 
 index: the name is taken from the first delta that has one (servers such as
 llama-cpp-python repeat it in every delta), the argument fragments are joined. Servers
 that report no usage get an estimate of four characters a token, so budgets still hold.
+Images the host attached (``relay.images``) make a user message's content a list of a
+``text`` part and ``image_url`` parts (data URLs); a tool result's images follow it in a
+user message (a tool message takes text only).
 """
 
 from __future__ import annotations
@@ -37,8 +40,17 @@ def to_openai(call: ModelCall) -> dict[str, Any]:
     for message in call.messages:
         role = message.get("role")
         content = message.get("content")
+        images = [_image_part(i) for i in message.get("image_data") or []]
         if role == "user":
-            messages.append({"role": "user", "content": str(content or "")})
+            if images:
+                messages.append(
+                    {
+                        "role": "user",
+                        "content": [{"type": "text", "text": str(content or "")}, *images],
+                    }
+                )
+            else:
+                messages.append({"role": "user", "content": str(content or "")})
         elif role == "assistant":
             out: dict[str, Any] = {"role": "assistant", "content": str(content or "")}
             calls = message.get("tool_calls") or []
@@ -63,6 +75,16 @@ def to_openai(call: ModelCall) -> dict[str, Any]:
                     "content": str(content or ""),
                 }
             )
+            if images:  # a tool message takes text only: its images follow as the user's
+                messages.append(
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "text", "text": "(the images of the tool result above)"},
+                            *images,
+                        ],
+                    }
+                )
     body: dict[str, Any] = {"messages": messages}
     if call.tools:
         body["tools"] = [
@@ -77,6 +99,15 @@ def to_openai(call: ModelCall) -> dict[str, Any]:
             for t in call.tools
         ]
     return body
+
+
+def _image_part(image: dict[str, str]) -> dict[str, Any]:
+    """An image the host re-encoded, as a Chat Completions ``image_url`` part (a data
+    URL: the only form every OpenAI-compatible server takes)."""
+    return {
+        "type": "image_url",
+        "image_url": {"url": f"data:{image['media_type']};base64,{image['base64']}"},
+    }
 
 
 def read_completion(completion: dict[str, Any], call: ModelCall | None = None) -> ModelAnswer:
