@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from bench import (
     consolidate,
+    discord,
     email,
     flush,
     group_image,
@@ -25,6 +26,7 @@ from bench import (
     runtime,
     search,
     shell,
+    slack,
     tasks,
     telegram,
     web,
@@ -63,6 +65,10 @@ BENCHMARKS: dict[str, Callable[[bool], Result]] = {
     email.INBOUND: email.inbound,
     email.OUTBOUND: email.outbound,
     email.ROUND_TRIP: email.round_trip,
+    slack.INBOUND: slack.run_inbound,
+    slack.OUTBOUND: slack.run_outbound,
+    discord.INBOUND: discord.run_inbound,
+    discord.OUTBOUND: discord.run_outbound,
     history.NAMES[100]: history.check_100,
     history.NAMES[1000]: history.check_1k,
     history.NAMES[10_000]: history.check_10k,
