@@ -218,6 +218,9 @@ class DiscordAdapter(AdapterBase):
                 "Discord account %s: a %s message starts no turn", self.name, message.type.name
             )
             return
+        if await asyncio.to_thread(self.core.chats.was_queued, self.name, str(message.id)):
+            log.debug("Discord account %s: message %s came again; dropped", self.name, message.id)
+            return  # (before its files are fetched again)
         channel = message.channel
         chat, thread = str(channel.id), None
         if isinstance(channel, discord.Thread):
