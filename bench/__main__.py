@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from bench import (
     consolidate,
+    discord,
     email,
     flush,
     group_image,
@@ -26,6 +27,7 @@ from bench import (
     runtime,
     search,
     shell,
+    slack,
     tasks,
     telegram,
     web,
@@ -66,6 +68,10 @@ BENCHMARKS: dict[str, Callable[[bool], Result]] = {
     email.ROUND_TRIP: email.round_trip,
     media.TRANSCRIBE: media.transcribe,
     media.IMAGE: media.image,
+    slack.INBOUND: slack.run_inbound,
+    slack.OUTBOUND: slack.run_outbound,
+    discord.INBOUND: discord.run_inbound,
+    discord.OUTBOUND: discord.run_outbound,
     history.NAMES[100]: history.check_100,
     history.NAMES[1000]: history.check_1k,
     history.NAMES[10_000]: history.check_10k,

@@ -283,6 +283,13 @@ TELEGRAM_TEXT_MAX = 4096  # Telegram's limit on one message's text (UTF-16 code 
 # A Matrix event is at most 64 KiB with its HTML rendering beside the text: a reply is
 # sent in pieces of at most this many UTF-16 code units.
 MATRIX_TEXT_MAX = 6000
+# Slack cuts a message's text past 40,000 characters and asks for at most 4,000: a reply
+# is sent in pieces of at most this many characters of mrkdwn.
+SLACK_TEXT_MAX = 4000
+DISCORD_TEXT_MAX = 2000  # Discord's limit on one message's content (longer replies are split)
+# Discord drops a message whose nonce it saw "in the past few minutes" (enforce_nonce);
+# a reply claimed at a crash is sent again with its nonce only within this much of its claim.
+DISCORD_NONCE_WINDOW_SECONDS = 60.0
 
 # Email accounts (kind: email): IMAP in, SMTP out.
 EMAIL_IDLE_SECONDS = 300  # an IMAP IDLE is ended and begun again this often (RFC 2177: < 29 min)

@@ -400,3 +400,18 @@ def test_a_token_comes_from_the_environment_or_the_secrets_file_and_is_redacted(
         resolve_token(owner, None, "x", secrets)
     with pytest.raises(MissingToken, match="names neither token_env nor token_secret"):
         resolve_token(owner, None, None, secrets)
+
+
+def test_no_bridge_token_may_name_the_prefix_of_any_kind(home: Path) -> None:
+    """Each kind registers its prefix; a bridge token naming one is refused with the
+    prefix to rename it to."""
+    from orchestrator.config.kinds import account_kinds
+
+    kinds = account_kinds()
+    assert {"telegram", "matrix", "slack", "discord"} <= set(kinds)
+    for kind in kinds.values():
+        (home / "orchestrator.yaml").write_text(
+            f"http:\n  tokens:\n    b:\n      token_env: X\n      senders: '{kind.prefix}'\n"
+        )
+        with pytest.raises(InvalidConfig, match=f"such as '{kind.name}-bridge:'"):
+            load_config(Home(home))

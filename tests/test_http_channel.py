@@ -413,7 +413,9 @@ def test_named_token_prefixes_of_the_daemons_own_channels_are_refused(home: Path
 
     for prefix, message in (
         ("telegram:", "belongs to a channel of the daemon's own"),
-        ("Slack", "expected a prefix such as 'slack:'"),
+        ("telegram:", "rename the bridge's prefix, such as 'telegram-bridge:'"),
+        ("operator:", "belongs to the daemon itself .* such as 'bridge-operator:'"),
+        ("Slack", "expected a prefix such as 'rocketchat:'"),
     ):
         (home / "orchestrator.yaml").write_text(
             f"http:\n  tokens:\n    b:\n      token_env: X\n      senders: '{prefix}'\n"

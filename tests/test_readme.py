@@ -230,6 +230,10 @@ EXPECTED: dict[str, Callable[[], str]] = {
     "email: pairing-code mails an account sends in an hour; to one address, at most one per": (
         lambda: f"{L.EMAIL_PAIRING_PER_HOUR}; {_s(L.EMAIL_PAIRING_ADDRESS_SECONDS)}"
     ),
+    "a Slack reply piece (characters of mrkdwn)": lambda: str(L.SLACK_TEXT_MAX),
+    "a Discord reply piece (characters)": lambda: str(L.DISCORD_TEXT_MAX),
+    "a Discord reply claimed when the daemon stopped is sent again (with its nonce) if claimed "
+    "less than this before the next start": lambda: _s(L.DISCORD_NONCE_WINDOW_SECONDS),
     "a dashboard login": lambda: _s(L.DASHBOARD_SESSION_SECONDS),
     "media: messages prepared at once (beside the turn workers); tries of one message's "
     "preparation": lambda: f"{L.MEDIA_WORKERS}; {L.MEDIA_ATTEMPTS}",

@@ -5,9 +5,7 @@ under the home after a run at DEBUG."""
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -19,74 +17,15 @@ import pytest
 from orchestrator.groups import GroupStore
 from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
-from orchestrator.service import control_request
 from orchestrator.store.messages import MessageQueue
 from tests.faketelegram import FakeTelegram
+from tests.serveproc import Serve, wait_for
 
 pytestmark = pytest.mark.docker
 TOKEN = "5550001:AAE-docker-test-token_0123456789xyz"
 ALICE, STRANGER = 4242, 9999
 PRIVATE = {"id": ALICE, "type": "private", "first_name": "Alice"}
 STRANGER_CHAT = {"id": STRANGER, "type": "private", "first_name": "Mallory"}
-
-
-class Serve:
-    def __init__(self, home: Path, project: str) -> None:
-        self.home = home
-        self.project = project
-        self.log = home / "daemon.log"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        env = {**os.environ, "ORCHESTRATOR_PROJECT": self.project, "TG_TOKEN": TOKEN}
-        with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "orchestrator",
-                    "--home",
-                    str(self.home),
-                    "--debug",
-                    "serve",
-                ],
-                stdout=log,
-                stderr=log,
-                env=env,
-            )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert self.process.poll() is None, self.log.read_text()
-            try:
-                if control_request(Home(self.home), {"op": "ping"}, timeout=2).get("ok"):
-                    return
-            except Exception:
-                pass
-            time.sleep(0.1)
-        raise AssertionError("daemon did not start: " + self.log.read_text())
-
-    def kill(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            self.process.wait(timeout=60)
-
-
-def wait_for(predicate: Any, timeout: float = 120, log: Path | None = None) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                "condition not reached" + ("; log:\n" + log.read_text()[-4000:] if log else "")
-            )
-        time.sleep(0.05)
 
 
 def test_telegram_through_the_real_daemon_and_engine(
@@ -100,7 +39,7 @@ def test_telegram_through_the_real_daemon_and_engine(
         f"    api_url: {server.url}\n"
     )
     GroupStore(Home(home)).add(GroupConfig(name="fam", creators=(f"telegram:{ALICE}",)))
-    daemon = Serve(home, test_project)
+    daemon = Serve(home, test_project, {"TG_TOKEN": TOKEN})
     cli = [sys.executable, "-m", "orchestrator", "--home", str(home)]
     try:
         daemon.start()

@@ -11,6 +11,9 @@ import html
 import re
 
 FENCE = "```"
+FENCE_OPEN = re.compile(r"^\s*```([\w+-]*)\s*$")
+FENCE_CLOSE = re.compile(r"^\s*```\s*$")
+HEADING = re.compile(r"^#{1,6}\s+(.*)$")
 
 
 def utf16_len(text: str) -> int:
@@ -68,7 +71,8 @@ def split_message(text: str, limit: int) -> list[str]:
     return [p.rstrip() for p in pieces if p.strip()]
 
 
-_INLINE = re.compile(
+# Markdown's inline spans a reply may use (each app renders them in its own markup)
+INLINE = re.compile(
     r"(?P<code>`[^`\n]+`)"
     r"|\[(?P<label>[^\]\n]+)\]\((?P<url>https?://[^\s)]+)\)"
     r"|\*\*(?P<bold>[^*\n]+?)\*\*"
@@ -82,7 +86,7 @@ _INLINE = re.compile(
 def _inline(text: str) -> str:
     out: list[str] = []
     last = 0
-    for match in _INLINE.finditer(text):
+    for match in INLINE.finditer(text):
         out.append(html.escape(text[last : match.start()], quote=False))
         last = match.end()
         if match["code"]:
@@ -108,11 +112,11 @@ def markdown_to_html(text: str) -> str:
     index = 0
     while index < len(lines):
         line = lines[index]
-        fence = re.match(r"^\s*```([\w+-]*)\s*$", line)
+        fence = FENCE_OPEN.match(line)
         if fence:
             body: list[str] = []
             index += 1
-            while index < len(lines) and not re.match(r"^\s*```\s*$", lines[index]):
+            while index < len(lines) and not FENCE_CLOSE.match(lines[index]):
                 body.append(lines[index])
                 index += 1
             index += 1  # the closing fence
@@ -123,7 +127,7 @@ def markdown_to_html(text: str) -> str:
             else:
                 out.append(f"<pre>{code}</pre>")
             continue
-        heading = re.match(r"^#{1,6}\s+(.*)$", line)
+        heading = HEADING.match(line)
         if heading:
             out.append(f"<b>{_inline(heading[1])}</b>")
         else:

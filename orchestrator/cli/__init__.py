@@ -100,7 +100,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "channel": (
         "orchestrator.cli.channel",
         "channel",
-        "Chat-app accounts (Telegram, Matrix): add, list, remove.",
+        "Chat-app accounts (bots of chat apps): add, list, remove.",
     ),
     "bind": ("orchestrator.cli.channel", "bind", "Bind a chat of a channel account to a group."),
     "unbind": ("orchestrator.cli.channel", "unbind", "Unbind a chat from its group."),

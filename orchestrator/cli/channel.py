@@ -133,9 +133,9 @@ def _credential_options(command: Any) -> Any:
     words.setdefault("token", [])
     for word in sorted(words, key=lambda w: (w != "token", w), reverse=True):
         whose = "Read" if word == "token" else f"{' and '.join(words[word])}: read"
-        shown = "bot token" if word == "token" else word
+        shown = "bot token" if word == "token" else word.replace("_", " ")
         command = click.option(
-            f"--{word}-secret",
+            f"--{word.replace('_', '-')}-secret",
             f"{word}_secret",
             default=None,
             metavar="NAME",
@@ -143,7 +143,7 @@ def _credential_options(command: Any) -> Any:
             "in orchestrator.yaml; mode 0600).",
         )(command)
         command = click.option(
-            f"--{word}-env",
+            f"--{word.replace('_', '-')}-env",
             f"{word}_env",
             default=None,
             metavar="VAR",
@@ -182,7 +182,8 @@ def add(
         raise BadInput(
             f"{', '.join('--' + k.replace('_', '-') for k in stray)}: a {kind} account's "
             f"secret is its {word}",
-            hint=f"give --{word}-env VAR or --{word}-secret NAME",
+            hint=f"give --{word.replace('_', '-')}-env VAR or "
+            f"--{word.replace('_', '-')}-secret NAME",
         )
     token_env, token_secret = named.get(env_key), named.get(secret_key)
     given = {k: v for k, v in settings.items() if v not in (None, ())}
@@ -205,9 +206,11 @@ def add(
             hint=account_kind.example and f"such as: {account_kind.example}",
         )
     if bool(token_env) == bool(token_secret):
+        flag = word.replace("_", "-")
         raise BadInput(
-            f"give --{word}-env VAR or --{word}-secret NAME (one of them)",
-            hint=f"keep the {word} in the daemon's environment or the secrets file",
+            f"give --{flag}-env VAR or --{flag}-secret NAME (one of them)",
+            hint=f"keep the {word.replace('_', ' ')} in the daemon's environment or the "
+            "secrets file",
         )
     entry: dict[str, object] = {"kind": kind}
     if token_env:

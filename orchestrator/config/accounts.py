@@ -8,9 +8,9 @@
         api_url: http://127.0.0.1:8081     # the kind's own settings (here Telegram's)
     http:
       tokens:
-        slack-bridge:
-          token_env: SLACK_BRIDGE_TOKEN
-          senders: "slack:"               # the only sender ids this token may name
+        rocketchat:
+          token_env: ROCKETCHAT_BRIDGE_TOKEN
+          senders: "rocketchat:"          # the only sender ids this token may name
 
 A token is read on the host when the channel starts; it never enters a container, a
 log line or a stored error (the log handlers redact every token they know of). A kind
@@ -34,7 +34,7 @@ from orchestrator.config.kinds import (
     NO_OPTIONS,
     KindOptions,
     account_kinds,
-    reserved_prefixes,
+    prefix_owner,
 )
 from orchestrator.errors import OrchestratorError
 from orchestrator.limits import (
@@ -183,16 +183,30 @@ def parse_http_tokens(reader: MappingReader) -> dict[str, HttpToken]:
         if not re.fullmatch(SENDER_PREFIX_PATTERN, senders):
             raise item.fail(
                 "senders",
-                f"got {senders!r}; expected a prefix such as 'slack:' (lowercase, ending in ':')",
+                f"got {senders!r}; expected a prefix such as 'rocketchat:' (lowercase, "
+                "ending in ':')",
             )
-        if any(senders.startswith(p) or p.startswith(senders) for p in reserved_prefixes()):
+        owner = prefix_owner(senders)
+        if owner is not None:
             raise item.fail(
                 "senders",
-                f"{senders!r} belongs to a channel of the daemon's own or to the operator; "
-                "a bridge names its own app's senders (such as 'slack:')",
+                f"{senders!r} belongs to {owner}, and a bridge's token may not name those "
+                f"senders; rename the bridge's prefix, such as {bridge_prefix(senders)!r} "
+                "(the bridge then sends ids under it, and group.yaml's creators and members "
+                "name them so)",
             )
         out[name] = HttpToken(name, senders, token_env, token_secret)
     return out
+
+
+def bridge_prefix(taken: str) -> str:
+    """A prefix for a bridge in place of ``taken``, which a channel of the daemon owns:
+    'slack:' -> 'slack-bridge:'."""
+    base = taken.removesuffix(":")
+    for candidate in (f"{base}-bridge:", f"bridge-{base}:"):
+        if prefix_owner(candidate) is None and len(candidate) <= 31:
+            return candidate
+    return "bridge:"
 
 
 def account_token(account: ChannelAccount, secrets_file: Path | None) -> str:

@@ -30,6 +30,7 @@ from orchestrator.errors import InvalidConfig
 from orchestrator.limits import FILE_SEND_MAX_BYTES
 
 if TYPE_CHECKING:
+    from orchestrator.secrets import SecretRef
     from orchestrator.validate import MappingReader
 
 log = logging.getLogger("orchestrator.config")
@@ -48,6 +49,11 @@ class KindOptions:
 
     def to_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    def secrets(self) -> tuple[SecretRef, ...]:
+        """Secrets its settings name beside the account's own credential (Slack's
+        app-level token): doctor checks each can be found."""
+        return ()
 
     @property
     def default_trust(self) -> str:
@@ -194,6 +200,18 @@ def account_kind(name: str) -> AccountKind:
 def reserved_prefixes() -> tuple[str, ...]:
     """Sender prefixes no HTTP token but the operator's may name."""
     return (*(k.prefix for k in account_kinds().values()), *HOST_PREFIXES)
+
+
+def prefix_owner(prefix: str) -> str | None:
+    """Who owns a sender prefix that collides with ``prefix`` (one starts with the
+    other), for people: "a channel of the daemon's own (its Slack accounts)", "the
+    daemon itself"; None when nothing does."""
+    for kind in account_kinds().values():
+        if prefix.startswith(kind.prefix) or kind.prefix.startswith(prefix):
+            return f"a channel of the daemon's own (its {kind.title} accounts, kind {kind.name})"
+    if any(prefix.startswith(p) or p.startswith(prefix) for p in HOST_PREFIXES):
+        return "the daemon itself (the operator, scheduled tasks, the command line)"
+    return None
 
 
 def unproven_sender(sender: str) -> AccountKind | None:

@@ -383,8 +383,9 @@ def _handle(bot: object) -> str:
 
 
 def check_channels(home: Home) -> list[Check]:
-    """Each channel account: its token can be found (never shown), the daemon's last word
-    on its connection, and Telegram's privacy mode where it hides group messages."""
+    """Each channel account: its secrets can be found (never shown), the daemon's last
+    word on its connection, and its kind's advice (Telegram's privacy mode where it hides
+    group messages, Discord's Message Content intent)."""
     from orchestrator.config.accounts import account_token
     from orchestrator.config.kinds import account_kinds
     from orchestrator.store.chats import ChatStore
@@ -401,6 +402,8 @@ def check_channels(home: Home) -> list[Check]:
             name = f"channel {account.name}"
             try:
                 account_token(account, config.secrets_file)
+                for ref in account.options.secrets():  # the kind's other secrets
+                    ref.require(f"channel account {account.name!r}", config.secrets_file)
             except OrchestratorError as exc:
                 checks.append(Check(name, FAIL, exc.message, exc.hint or ""))
                 continue

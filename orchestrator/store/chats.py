@@ -476,18 +476,20 @@ class ChatStore:
             )
         ]
 
-    def unconfirmed(self, account: str) -> list[tuple[str, int]]:
-        """Replies claimed but not confirmed sent: a crash came between the claim and the
-        platform's answer. They are marked unknown and never sent again."""
+    def unconfirmed(self, account: str, before: float | None = None) -> list[tuple[str, int]]:
+        """Replies claimed but not confirmed sent (claimed before ``before``, when given):
+        a crash came between the claim and the platform's answer. They are marked unknown
+        and never sent again."""
+        cutoff = float("inf") if before is None else before
 
         def work(db: sqlite3.Connection) -> list[tuple[str, int]]:
             rows = db.execute(
-                "SELECT message_id, seq FROM channel_outbound WHERE account=? AND state=?",
-                (account, SENDING),
+                "SELECT message_id, seq FROM channel_outbound WHERE account=? AND state=? AND at<?",
+                (account, SENDING, cutoff),
             ).fetchall()
             db.execute(
-                "UPDATE channel_outbound SET state=?, error=? WHERE account=? AND state=?",
-                (UNKNOWN, "the daemon stopped while it was being sent", account, SENDING),
+                "UPDATE channel_outbound SET state=?, error=? WHERE account=? AND state=? AND at<?",
+                (UNKNOWN, "the daemon stopped while it was being sent", account, SENDING, cutoff),
             )
             return [(str(r[0]), int(r[1])) for r in rows]
 

@@ -85,6 +85,9 @@ class ChatAdapter(Protocol):
     # whether a send repeated with the same key posts once (Matrix's transaction ids):
     # then a reply claimed but not confirmed at a crash is sent again, else never
     resends_safely: bool
+    # how long after the first try the app still drops a repeat (Discord remembers a
+    # nonce for minutes); None: for ever. A claim older than this is not sent again.
+    resend_window: float | None
     typing_every: float  # seconds between typing refreshes
 
     async def connect(self) -> str:

@@ -11,10 +11,12 @@ loop; a sweep every few seconds catches anything missed). Each reply is claimed 
 database before it is sent. When the app drops a repeated send (``resends_safely``), a
 claim not confirmed at a crash is sent again at the next start; otherwise it is never
 sent again (it stays readable with ``orchestrator chat`` and the HTTP API) rather than
-posted twice. A send that raised is classified by the adapter: refused (failed), maybe
-arrived (unknown, never sent again), or surely not arrived (released and sent later). A
-message that could not be answered gets one apology. A typing indicator is kept up while
-the turn runs; health is recorded for ``channel list`` and doctor.
+posted twice; an app that drops a repeat only for a while (``resend_window``: Discord's
+nonces) gets again only the claims younger than that. A send that raised is classified
+by the adapter: refused (failed), maybe arrived (unknown, never sent again), or surely
+not arrived (released and sent later). A message that could not be answered gets one
+apology. A typing indicator is kept up while the turn runs; health is recorded for
+``channel list`` and doctor.
 """
 
 from __future__ import annotations
@@ -166,6 +168,7 @@ class AdapterBase:
 
     chat_word = "chat"
     resends_safely = False
+    resend_window: float | None = None
     typing_every = 5.0
 
     def __init__(self, core: ChatAccount) -> None:
@@ -260,13 +263,13 @@ class ChatAccount:
         self.health.state, self.health.since = "connected", time.time()
         await asyncio.to_thread(self.save_health)
         log.info(self.line("connected as %s"), who)
-        if self.adapter.resends_safely:
-            # Claims not confirmed at the last stop are sent again with the same keys:
-            # the app drops a piece it has already.
-            for message_id, _seq in await asyncio.to_thread(self.chats.in_flight_sends, self.name):
-                self.wake.put_nowait(message_id)
-        else:
-            for message_id, seq in await asyncio.to_thread(self.chats.unconfirmed, self.name):
+        # Claims not confirmed at the last stop: sent again with the same keys when the
+        # app drops a piece it has already (and still remembers the key); else marked
+        # unknown and never sent again, rather than posted twice.
+        window = self.adapter.resend_window if self.adapter.resends_safely else 0.0
+        if window is not None:
+            stale = await asyncio.to_thread(self.chats.unconfirmed, self.name, time.time() - window)
+            for message_id, seq in stale:
                 log.warning(
                     self.line(
                         "reply %d of message %s may not have been sent (the daemon stopped "
@@ -275,6 +278,9 @@ class ChatAccount:
                     seq,
                     message_id,
                 )
+        if self.adapter.resends_safely:
+            for message_id, _seq in await asyncio.to_thread(self.chats.in_flight_sends, self.name):
+                self.wake.put_nowait(message_id)
         self.tasks += [
             asyncio.create_task(self._outbound(), name=f"{self.account.channel}-out"),
             asyncio.create_task(self._sweep(), name=f"{self.account.channel}-sweep"),

@@ -71,13 +71,13 @@ KIND = AccountKind(
         KindOption(
             "api_url",
             "URL",
-            "Telegram: a self-hosted Bot API server (default: https://api.telegram.org).",
+            "The app's API base URL, for a self-hosted Telegram Bot API server or a test "
+            "server (default: the app's own).",
         ),
         KindOption(
             "attachments_max_bytes",
             "SIZE",
-            "Telegram and Matrix: the largest file stored "
-            "per message (default 10m; 0 refuses files).",
+            "The largest file stored per message (default 10m; 0 refuses files).",
             cli_flag="--attachments-max",
         ),
     ),

@@ -1,0 +1,1 @@
+"""Discord: a bot on the gateway (``kind.py`` its accounts, ``adapter.py`` the link)."""
