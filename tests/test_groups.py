@@ -220,3 +220,55 @@ def test_a_group_is_parsed_again_only_when_its_yaml_or_the_providers_change(
     first.config_file.unlink()
     with pytest.raises(InvalidConfig, match=r"has no group\.yaml"):
         store.load("fam")
+
+
+def test_another_process_reads_group_yaml_data_from_the_cache_by_its_bytes(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.errors import InvalidConfig
+    from orchestrator.groups import GroupStore
+    from orchestrator.groups import store as store_module
+    from orchestrator.groups.config import GroupConfig
+    from orchestrator.home import Home
+
+    GroupStore(Home(home)).add(GroupConfig(name="fam", creators=("alice",)))
+    first = GroupStore(Home(home)).listing()  # parses, and keeps the data
+    assert (home / "state/cache/group-yaml.json").exists()
+    parsed: list[Path] = []
+    real = store_module.parse_yaml_bytes
+
+    def counting(raw: bytes, path: Path):  # type: ignore[no-untyped-def]
+        parsed.append(path)
+        return real(raw, path)
+
+    monkeypatch.setattr(store_module, "parse_yaml_bytes", counting)
+    again = GroupStore(Home(home)).listing()  # a new process, so to speak
+    assert parsed == [] and again[0].group is not None and first[0].group is not None
+    assert again[0].group.config == first[0].group.config
+    # a changed file is parsed, never served from the cache
+    config_file = again[0].path / "group.yaml"
+    config_file.write_text(config_file.read_text().replace("alice", "bobby"))
+    assert GroupStore(Home(home)).load("fam").config.creators == ("bobby",)
+    assert len(parsed) == 1
+    # an invalid file is parsed in full: its error names the line
+    config_file.write_text(config_file.read_text() + "unknown_key: 1\n")
+    with pytest.raises(InvalidConfig, match=r"group\.yaml:\d+"):
+        GroupStore(Home(home)).load("fam")
+
+
+def test_the_yaml_cache_keeps_only_what_json_gives_back_unchanged(tmp_path: Path) -> None:
+    from orchestrator.groups.parsed import MISSING, ParsedYaml
+
+    cache = ParsedYaml(tmp_path)
+    cache.put("a", b"x", {"name": "a", "n": 1, "f": 1.0, "on": True, "l": [1, "2"]})
+    cache.put("b", b"y", {1: "an integer key"})  # JSON would make the key text
+    import datetime
+
+    cache.put("c", b"z", {"when": datetime.date(2026, 1, 1)})  # not JSON at all
+    cache.save()
+    again = ParsedYaml(tmp_path)
+    assert again.get("a", b"x") == {"name": "a", "n": 1, "f": 1.0, "on": True, "l": [1, "2"]}
+    assert again.get("a", b"changed") is MISSING
+    assert again.get("b", b"y") is MISSING and again.get("c", b"z") is MISSING
+    (tmp_path / "cache/group-yaml.json").write_text("{not json")
+    assert ParsedYaml(tmp_path).get("a", b"x") is MISSING  # a broken cache is not used

@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import os
 import pkgutil
 import re
 import threading
@@ -135,19 +136,24 @@ class AccountKind:
 _lock = threading.Lock()
 _found: dict[str, AccountKind] | None = None
 _registered: dict[str, AccountKind] = {}
+_merged: dict[str, AccountKind] | None = None  # found and registered, sorted
 
 
 def register_kind(kind: AccountKind) -> None:
     """Add ``kind`` (replacing one of that name that was registered)."""
     if not re.fullmatch(KIND_NAME_PATTERN, kind.name):
         raise ValueError(f"kind name {kind.name!r} must match {KIND_NAME_PATTERN}")
+    global _merged
     with _lock:
         _registered[kind.name] = kind
+        _merged = None
 
 
 def unregister_kind(name: str) -> None:
+    global _merged
     with _lock:
         _registered.pop(name, None)
+        _merged = None
 
 
 def _discover() -> dict[str, AccountKind]:
@@ -156,12 +162,14 @@ def _discover() -> dict[str, AccountKind]:
     places = list(spec.submodule_search_locations or []) if spec else []
     found: dict[str, AccountKind] = {}
     for module in sorted(pkgutil.iter_modules(places), key=lambda m: m.name):
-        if not module.ispkg:
+        # a kind module is looked for as a file: asking importlib would import each
+        # subpackage first (the chat-app core's brings the daemon with it)
+        folder = getattr(module.module_finder, "path", None)
+        if not module.ispkg or folder is None:
             continue
-        name = f"{BUILT_IN_PACKAGE}.{module.name}.kind"
-        if importlib.util.find_spec(name) is None:
+        if not os.path.isfile(os.path.join(folder, module.name, "kind.py")):
             continue
-        kind = importlib.import_module(name).KIND
+        kind = importlib.import_module(f"{BUILT_IN_PACKAGE}.{module.name}.kind").KIND
         found[kind.name] = kind
     from importlib.metadata import entry_points
 
@@ -179,13 +187,14 @@ def _discover() -> dict[str, AccountKind]:
 
 
 def account_kinds() -> dict[str, AccountKind]:
-    """Every kind, by name, in name order."""
-    global _found
+    """Every kind, by name, in name order (a copy: the caller may change it)."""
+    global _found, _merged
     with _lock:
         if _found is None:
             _found = _discover()
-        kinds = {**_found, **_registered}
-    return dict(sorted(kinds.items()))
+        if _merged is None:
+            _merged = dict(sorted({**_found, **_registered}.items()))
+        return dict(_merged)
 
 
 def account_kind(name: str) -> AccountKind:

@@ -30,10 +30,11 @@ from orchestrator.errors import (
 )
 from orchestrator.fsatomic import fsync_dir
 from orchestrator.groups.config import GROUP_FILE, GroupConfig, group_config_from_doc
+from orchestrator.groups.parsed import MISSING, ParsedYaml
 from orchestrator.home import Home
 from orchestrator.limits import FOLDER_NAME_MAX, FOLDER_NAME_PATTERN, RESERVED_FOLDER_NAMES
 from orchestrator.protocol import INSTRUCTIONS_FILE, LEARNED_FILE
-from orchestrator.yamldoc import parse_yaml_bytes, read_config_bytes
+from orchestrator.yamldoc import YamlDocument, parse_yaml_bytes, read_config_bytes
 
 REMOVED_DIR = ".removed"
 _FOLDER_RE = re.compile(FOLDER_NAME_PATTERN)
@@ -145,6 +146,8 @@ class GroupStore:
         # message and every turn loads its group; reading a small file costs far less
         # than parsing it, and file times are too coarse to tell two quick edits apart)
         self._loaded: dict[str, tuple[object, Group]] = {}
+        self._parsed = ParsedYaml(home.state_dir)  # the files' data between processes
+        self._listing = False  # saved once at the end of a listing, not at each group
 
     def providers(self) -> Mapping[str, ProviderDef] | None:
         """The providers of orchestrator.yaml that groups may use, read again when the
@@ -194,10 +197,32 @@ class GroupStore:
         known = self._loaded.get(folder)
         if known is not None and known[0] == stamp:
             return known[1]
-        config = group_config_from_doc(parse_yaml_bytes(raw, config_file), providers)
-        group = Group(folder, path, config)
+        group = Group(folder, path, self._config(folder, config_file, raw, providers))
         self._loaded[folder] = (stamp, group)
         return group
+
+    def _config(
+        self,
+        folder: str,
+        config_file: Path,
+        raw: bytes,
+        providers: Mapping[str, ProviderDef] | None,
+    ) -> GroupConfig:
+        """The configuration in ``raw``: its data from the parsed cache when it holds
+        these bytes (validated all the same), else parsed; an invalid file is always
+        parsed in full, so its error names the line."""
+        data = self._parsed.get(folder, raw)
+        if data is not MISSING:
+            try:
+                return group_config_from_doc(YamlDocument(config_file, data, None), providers)
+            except InvalidConfig:
+                pass  # parsed again below, for the error's line
+        doc = parse_yaml_bytes(raw, config_file)
+        config = group_config_from_doc(doc, providers)
+        self._parsed.put(folder, raw, doc.data)
+        if not self._listing:
+            self._parsed.save()
+        return config
 
     def listing(self) -> list[GroupListing]:
         """Every folder under groups/, valid or not, sorted; hidden folders are skipped."""
@@ -206,16 +231,22 @@ class GroupStore:
             entries = sorted(os.scandir(self.root), key=lambda e: e.name)
         except FileNotFoundError:
             return out
-        for entry in entries:
-            if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
-                continue
-            path = Path(entry.path)
-            try:
-                group = self.load(entry.name)
-            except (InvalidConfig, InvalidFolderName, GroupNotFound) as exc:
-                out.append(GroupListing(entry.name, path, None, exc.message))
-            else:
-                out.append(GroupListing(entry.name, path, group, None))
+        self._listing = True
+        try:
+            for entry in entries:
+                if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
+                    continue
+                path = Path(entry.path)
+                try:
+                    group = self.load(entry.name)
+                except (InvalidConfig, InvalidFolderName, GroupNotFound) as exc:
+                    out.append(GroupListing(entry.name, path, None, exc.message))
+                else:
+                    out.append(GroupListing(entry.name, path, group, None))
+        finally:
+            self._listing = False
+        self._parsed.forget({item.folder for item in out})
+        self._parsed.save()
         return out
 
     def groups(self) -> list[Group]:

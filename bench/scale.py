@@ -1,0 +1,201 @@
+"""scale: many registered groups, some of them active, through the HTTP API.
+
+A home with N registered groups (1,000; --quick 100), registered by the CLI 4 at a time;
+the daemon as its own process (``orchestrator serve``) with the HTTP API; the first
+message of each of M active groups (50; --quick 10) sent 4 at a time (each a cold
+start: no container yet), then W messages (400; --quick 80) over those groups with 8 in
+flight, each timed from its POST to its reply (a long poll). The floor: the same
+message path, one message at a time to a warm group, in the same run; the ratio is what
+load adds to a message's median. Also printed: the registration time, the cold first
+replies (p50, p99), the warm p99 and rate, the daemon's memory, and how long ``status``
+and ``group list --json`` take with N groups.
+
+Goals: cold first reply p99 <= 1 s, warm p99 <= 50 ms, daemon RSS <= 100 MiB, status
+<= 0.5 s, group list --json <= 0.3 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from bench.harness import Result, Series
+
+NAME = "scale"
+
+
+def _p(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class _Api:
+    def __init__(self, port: int, token: str) -> None:
+        self.base = f"http://127.0.0.1:{port}"
+        self.token = token
+
+    def call(self, method: str, path: str, body: dict[str, object] | None = None) -> dict:  # type: ignore[type-arg]
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(
+            self.base + path,
+            data=data,
+            method=method,
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=120) as answer:
+            return json.loads(answer.read())  # type: ignore[no-any-return]
+
+    def say(self, group: str, chat: str) -> float:
+        """Seconds from the POST to the reply stored (the long poll answered done)."""
+        started = time.perf_counter()
+        posted = self.call(
+            "POST", f"/v1/groups/{group}/messages", {"text": "hello", "sender": "b", "chat": chat}
+        )
+        while True:
+            found = self.call("GET", f"/v1/messages/{posted['id']}?wait=60")
+            if found["state"] in ("done", "dead"):
+                break
+        assert found["state"] == "done", found
+        return time.perf_counter() - started
+
+
+def _cli(home: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", "--home", str(home), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+
+
+def _timed(run: object) -> float:
+    started = time.perf_counter()
+    run()  # type: ignore[operator]
+    return time.perf_counter() - started
+
+
+def run(quick: bool) -> Result:
+    from orchestrator.config import DEFAULT_IMAGE_REPOSITORY
+    from orchestrator.image.agent import build_agent_image
+    from orchestrator.runtime.engine import connect
+
+    registered, active, warm = (100, 10, 80) if quick else (1000, 50, 400)
+    client = connect()
+    build_agent_image(client, DEFAULT_IMAGE_REPOSITORY, offline=True)
+    project = f"bench-{uuid.uuid4().hex[:6]}"
+    token = secrets.token_hex(16)
+    port = _free_port()
+    env = {**os.environ, "ORCHESTRATOR_PROJECT": project, "ORCHESTRATOR_HTTP_TOKEN": token}
+    extra: dict[str, object] = {}
+    daemon = None
+    with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
+        home = Path(tmp) / "home"
+        home.mkdir()
+        (home / "orchestrator.yaml").write_text(
+            f"mount_allowlist: {tmp}/none.yaml\nhttp:\n  listen: 127.0.0.1:{port}\n"
+        )
+        names = [f"g{i:04d}" for i in range(registered)]
+        try:
+            with ThreadPoolExecutor(4) as pool:
+                extra["register_seconds"] = round(
+                    _timed(
+                        lambda: list(
+                            pool.map(
+                                lambda n: _cli(home, env, "group", "add", n, "--creator", "b"),
+                                names,
+                            )
+                        )
+                    ),
+                    1,
+                )
+            daemon = subprocess.Popen(
+                [sys.executable, "-m", "orchestrator", "--home", str(home), "serve"],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=open(home / "daemon.log", "ab"),  # noqa: SIM115 (the daemon's)
+            )
+            api = _Api(port, token)
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if api.call("GET", "/healthz").get("ok"):
+                        break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError((home / "daemon.log").read_text()[-3000:])
+                time.sleep(0.1)
+            chosen = names[:active]
+            with ThreadPoolExecutor(4) as pool:
+                cold = list(pool.map(lambda g: api.say(g, "c0"), chosen))
+            floor = Series("one message at a time to a warm group (HTTP, long poll)")
+            for n in range(20 if quick else 50):
+                floor.samples.append(api.say(chosen[n % len(chosen)], "c0"))
+            target = Series(f"a message among {warm}, 8 in flight over {active} groups")
+            started = time.perf_counter()
+            with ThreadPoolExecutor(8) as pool:
+                target.samples.extend(
+                    pool.map(lambda n: api.say(chosen[n % active], f"c{n % 3}"), range(warm))
+                )
+            rate = warm / (time.perf_counter() - started)
+            status = statistics.median(_timed(lambda: _cli(home, env, "status")) for _ in range(3))
+            listing = statistics.median(
+                _timed(lambda: _cli(home, env, "group", "list", "--json")) for _ in range(3)
+            )
+            rss_kib = 0
+            for line in Path(f"/proc/{daemon.pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    rss_kib = int(line.split()[1])
+            extra |= {
+                "groups": registered,
+                "active": active,
+                "cold_p50_ms": round(_p(cold, 0.5) * 1000, 1),
+                "cold_p99_ms": round(_p(cold, 0.99) * 1000, 1),
+                "warm_p99_ms": round(target.p99 * 1000, 1),
+                "messages_per_second": round(rate, 1),
+                "daemon_rss_mib": round(rss_kib / 1024, 1),
+                "status_seconds": round(status, 3),
+                "group_list_json_seconds": round(listing, 3),
+            }
+        finally:
+            if daemon is not None and daemon.poll() is None:
+                daemon.send_signal(signal.SIGTERM)
+                try:
+                    daemon.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    daemon.kill()
+            for container in client.containers.list(
+                all=True, filters={"label": f"org.orchestrator.project={project}"}
+            ):
+                container.remove(force=True)
+            client.close()
+    return Result(
+        NAME,
+        target,
+        floor,
+        note=(
+            "goals: cold p99 <= 1 s, warm p99 <= 50 ms, RSS <= 100 MiB, status <= 0.5 s, "
+            "group list --json <= 0.3 s"
+        ),
+        extra=extra,
+    )
