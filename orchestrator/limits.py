@@ -360,3 +360,8 @@ FILE_CAPTION_MAX_CHARS = 1_000  # of a sent file's caption
 TELEGRAM_PHOTO_MAX_BYTES = 10 * 1024 * 1024  # larger images are sent as documents
 TELEGRAM_CAPTION_MAX = 1024  # Telegram's caption limit; a longer caption follows as text
 OUTBOX_KEEP_SECONDS = CHANNEL_KEEP_SECONDS  # files sent are kept in the outbox this long
+
+# Memory consolidation: the daily notes it reads by default (today's and the six before
+# it), and at most.
+CONSOLIDATE_DEFAULT_DAYS = 7
+CONSOLIDATE_MAX_DAYS = 31

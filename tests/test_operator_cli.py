@@ -160,3 +160,35 @@ def test_offline_recall_answers_from_what_the_file_says_now(tmp_path: Path) -> N
     assert "Asia/Tokyo" in answer and "Europe/Berlin" not in answer
     intro = runner.handle(TurnRequest("t3", "c", "hello there")).replies[0]
     assert "orchestrator provider add" in intro
+
+
+def test_memory_search_is_answered_by_the_running_daemon(
+    run, daemon, home: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """With a daemon running, the command asks it (its index open, its embedder loaded)
+    instead of opening the index itself; without one it searches by itself."""
+    import orchestrator.cli.memory as cli_memory
+
+    (home / "groups/fam/memory/lessons.md").write_text(
+        "---\ntype: note\n---\n# Lessons\n\nThe piano lesson is on Friday at four.\n"
+    )
+
+    def no_local_index(*args: object) -> None:
+        raise AssertionError("the command opened an index of its own")
+
+    monkeypatch.setattr(cli_memory, "_index", no_local_index)
+    found = json.loads(run("memory", "search", "fam", "piano lesson", "--json").stdout)
+    assert found["group"] == "fam" and found["results"][0]["path"] == "memory/lessons.md"
+    shown = run("memory", "search", "fam", "piano").stdout
+    assert "memory/lessons.md:" in shown and "**piano** lesson is on Friday" in shown
+    refused = run("memory", "search", "nope", "piano")
+    assert refused.exit_code == 2 and "no group named 'nope'" in refused.stderr
+
+
+def test_memory_search_without_a_daemon_searches_by_itself(run, home: Path) -> None:  # type: ignore[no-untyped-def]
+    run("group", "add", "Fam")
+    (home / "groups/fam/memory/lessons.md").write_text(
+        "---\ntype: note\n---\n# Lessons\n\nThe piano lesson is on Friday at four.\n"
+    )
+    found = json.loads(run("memory", "search", "fam", "piano", "--json").stdout)
+    assert found["results"][0]["path"] == "memory/lessons.md"

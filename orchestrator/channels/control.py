@@ -200,6 +200,17 @@ class ControlChannel(Channel):
                     if run is not None:
                         shown.append({"task": task_id, **run.to_dict()})
                 return {"ok": True, "runs": shown}
+            if op == "search":
+                # memory search for the command line: the daemon's index is open and its
+                # embedder loaded, where a command would load both each time
+                group = daemon.runtime.store.find(str(request.get("group", "")))
+                query, limit = request.get("query"), request.get("max_results", 6)
+                if not isinstance(query, str) or not query.strip():
+                    return {"ok": False, "error": "search needs a query", "exit": 2}
+                if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 50:
+                    return {"ok": False, "error": "max_results must be 1 to 50", "exit": 2}
+                hits = daemon.relay.search(group, query, limit, fresh=True)
+                return {"ok": True, "group": group.folder, "results": [h.to_dict() for h in hits]}
             if op == "status":
                 return {
                     "ok": True,

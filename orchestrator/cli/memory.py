@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -11,7 +11,8 @@ from orchestrator.cli.output import plural, print_json, print_table
 from orchestrator.config import load_config
 from orchestrator.errors import EXIT_FAILED
 from orchestrator.groups import GroupStore
-from orchestrator.memory.consolidate import DEFAULT_DAYS, MAX_DAYS, MODEL
+from orchestrator.limits import CONSOLIDATE_DEFAULT_DAYS as DEFAULT_DAYS
+from orchestrator.limits import CONSOLIDATE_MAX_DAYS as MAX_DAYS
 
 if TYPE_CHECKING:
     from orchestrator.groups import Group
@@ -150,23 +151,54 @@ def search(obj: CliContext, name: str, query: str, max_results: int, as_json: bo
     """
     from orchestrator.cli.output import safe_text
 
-    found, index = _index(obj, name)
-    with index:
-        index.update()
-        hits = index.search(query, max_results)
+    served = _search_by_daemon(obj, name, query, max_results)
+    if served is not None:
+        folder, results = served
+    else:
+        found, index = _index(obj, name)
+        with index:
+            index.update()
+            hits = index.search(query, max_results)
+        folder, results = found.folder, [h.to_dict() for h in hits]
     if as_json:
-        print_json({"group": found.folder, "query": query, "results": [h.to_dict() for h in hits]})
+        print_json({"group": folder, "query": query, "results": results})
         return
-    if not hits:
-        click.echo(f"no results for {query!r} in {found.folder}'s memory")
+    if not results:
+        click.echo(f"no results for {query!r} in {folder}'s memory")
         return
-    for hit in hits:
+    for hit in results:
         click.echo(
-            click.style(f"{hit.path}:{hit.start_line}-{hit.end_line}", bold=True)
-            + f"  score {hit.score:g}"
+            click.style(f"{hit['path']}:{hit['start_line']}-{hit['end_line']}", bold=True)
+            + f"  score {hit['score']:g}"
         )
-        for line in safe_text(hit.snippet).splitlines():
+        for line in safe_text(str(hit["snippet"])).splitlines():
             click.echo(f"    {line}")
+
+
+def _search_by_daemon(
+    obj: CliContext, name: str, query: str, max_results: int
+) -> tuple[str, list[dict[str, Any]]] | None:
+    """The daemon's answer when one runs for this home (its index is open and its
+    embedder loaded); None when none does, and the command searches by itself."""
+    from orchestrator.errors import EXIT_BAD_INPUT, BadInput, DaemonNotRunning, OrchestratorError
+    from orchestrator.service.client import control_request
+
+    try:
+        answer = control_request(
+            obj.home,
+            {"op": "search", "group": name, "query": query, "max_results": max_results},
+            timeout=60,
+        )
+    except DaemonNotRunning:
+        return None
+    if not answer.get("ok"):
+        # the daemon says which kind of failure, as the exit code it would have locally
+        refused = BadInput if answer.get("exit") == EXIT_BAD_INPUT else OrchestratorError
+        raise refused(str(answer.get("error")), hint=answer.get("hint"))
+    results = answer.get("results")
+    if not isinstance(results, list):
+        raise OrchestratorError("the daemon answered a search without results")
+    return str(answer.get("group", name)), results
 
 
 @memory.command("index")
@@ -321,7 +353,7 @@ def _show_consolidation(report: Report) -> None:
     before = sum(1 for n in eligible if n.cited)
     how = (
         f"proposals by {report.model}"
-        if report.mode == MODEL
+        if report.mode == "model"  # consolidate.MODEL: proposed by the model
         else "no model (offline): facts said on two days or more"
     )
     if report.usage:

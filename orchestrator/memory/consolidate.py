@@ -57,6 +57,8 @@ from zoneinfo import ZoneInfo
 
 from orchestrator.confined import ConfinedDir, UnsafePath, kind_of, open_group_dir
 from orchestrator.errors import OrchestratorError
+from orchestrator.limits import CONSOLIDATE_DEFAULT_DAYS as DEFAULT_DAYS
+from orchestrator.limits import CONSOLIDATE_MAX_DAYS as MAX_DAYS
 from orchestrator.limits import (
     DEFAULT_GROUP_MAX_TOKENS,
     MEMORY_FILE_BUDGET_CHARS,
@@ -82,8 +84,6 @@ from orchestrator.memory.okf import DAILY_DIR, RESERVED_NAMES, split_frontmatter
 from orchestrator.protocol import CREATOR, GUEST, MEMBER
 from orchestrator.validate import hiding_problem, shown_name, text_problem
 
-DEFAULT_DAYS = 7  # today's note and the six before it
-MAX_DAYS = 31
 INDEX, LOG = "index.md", "log.md"  # paths under memory/
 RECURRING = "notes/recurring.md"  # where the fallback puts facts said on two days or more
 SECTION = "## Consolidated"

@@ -25,7 +25,11 @@ from orchestrator.config import OrchestratorConfig, load_config
 from orchestrator.config.providers import resolve_key
 from orchestrator.groups import Group
 from orchestrator.home import Home
-from orchestrator.limits import PAUSE_SLACK_SECONDS, RELAY_PROVIDER_ATTEMPTS
+from orchestrator.limits import (
+    CONSOLIDATE_DEFAULT_DAYS,
+    PAUSE_SLACK_SECONDS,
+    RELAY_PROVIDER_ATTEMPTS,
+)
 from orchestrator.memory import consolidate
 from orchestrator.memory.history import History
 from orchestrator.money import Tokens, cost_of, day_start, month_start, worst_cost
@@ -224,7 +228,7 @@ def run_consolidation(
     group: Group,
     *,
     dry_run: bool = False,
-    days: int = consolidate.DEFAULT_DAYS,
+    days: int = CONSOLIDATE_DEFAULT_DAYS,
     complete: consolidate.Complete | None = None,
     usage: UsageStore | None = None,
     queue: MessageQueue | None = None,
