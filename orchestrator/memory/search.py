@@ -74,6 +74,22 @@ _LINK = re.compile(r"\]\([^)\s]+")
 _HEADING = re.compile(r"^#{1,6}\s")
 _LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 
+# the full-text tables: dropped and made again when the index is rebuilt (emptying an
+# FTS5 table deletes row by row; dropping it frees its pages at once)
+_WORD_ADDED = (
+    "CREATE TRIGGER IF NOT EXISTS word_added AFTER INSERT ON words BEGIN "
+    "INSERT INTO word_grams (rowid, word) VALUES (new.id, new.word); END"
+)
+_FTS_DDL = (
+    "CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5("
+    "path, text, tokenize = 'porter unicode61 remove_diacritics 2')",
+    "CREATE TABLE IF NOT EXISTS words ("
+    "id INTEGER PRIMARY KEY, word TEXT NOT NULL UNIQUE, chunks INTEGER NOT NULL)",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS word_grams USING fts5(word, tokenize = 'trigram')",
+    _WORD_ADDED,
+    "CREATE TRIGGER IF NOT EXISTS word_gone AFTER DELETE ON words BEGIN "
+    "DELETE FROM word_grams WHERE rowid = old.id; END",
+)
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS files (
@@ -95,22 +111,7 @@ CREATE TABLE IF NOT EXISTS chunks (
 );
 CREATE INDEX IF NOT EXISTS chunks_by_path ON chunks (path);
 CREATE TABLE IF NOT EXISTS vectors (id INTEGER PRIMARY KEY, v BLOB NOT NULL);
-CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
-    path, text, tokenize = 'porter unicode61 remove_diacritics 2'
-);
-CREATE TABLE IF NOT EXISTS words (
-    id INTEGER PRIMARY KEY,
-    word TEXT NOT NULL UNIQUE,
-    chunks INTEGER NOT NULL
-);
-CREATE VIRTUAL TABLE IF NOT EXISTS word_grams USING fts5(word, tokenize = 'trigram');
-CREATE TRIGGER IF NOT EXISTS word_added AFTER INSERT ON words BEGIN
-    INSERT INTO word_grams (rowid, word) VALUES (new.id, new.word);
-END;
-CREATE TRIGGER IF NOT EXISTS word_gone AFTER DELETE ON words BEGIN
-    DELETE FROM word_grams WHERE rowid = old.id;
-END;
-"""
+""" + "".join(f"{statement};\n" for statement in _FTS_DDL)
 # fts holds each chunk's path and text as terms.indexed() makes them; chunks.weight is
 # map_weight() of its file; words is the vocabulary of compound parts (terms.vocabulary()
 # of every chunk, with the number of chunks that hold each word), and word_grams the
@@ -121,6 +122,7 @@ _COUNT_WORD = (
 )
 _DROP_UNUSED_WORD = "DELETE FROM words WHERE word = ? AND chunks <= 0"
 _ANY_MATCH = "SELECT 1 FROM fts WHERE fts MATCH ? LIMIT 1"
+_INSERT_BATCH = 500  # chunks inserted together
 
 
 class _Outdated(sqlite3.DatabaseError):
@@ -285,6 +287,10 @@ class MemoryIndex:
         self.path = self.dir / f"{folder}.sqlite"
         self._db: sqlite3.Connection | None = None
         self._word_counts: Counter[str] = Counter()  # an update's changes to words.chunks
+        # chunks made and not yet inserted (in batches), and the next chunk's id
+        self._pending_chunks: list[tuple[object, ...]] = []
+        self._pending_fts: list[tuple[object, ...]] = []
+        self._next_chunk: int | None = None
         self._checked = False  # quick_check ran on this file
         self.rebuilt = False  # an unusable file was set aside
 
@@ -458,19 +464,29 @@ class MemoryIndex:
         with self._memory() as memory:
             _retry_busy(lambda: db.execute("BEGIN IMMEDIATE"))
             self._word_counts.clear()
+            self._pending_chunks, self._pending_fts, self._next_chunk = [], [], None
             try:
                 if force:
-                    for table in ("files", "chunks", "fts", "vectors", "word_grams", "words"):
+                    for table in ("files", "chunks", "vectors"):
                         db.execute(f"DELETE FROM {table}")
+                    for table in ("fts", "word_grams", "words"):
+                        db.execute(f"DROP TABLE IF EXISTS {table}")
+                    for statement in _FTS_DDL:
+                        db.execute(statement)
                 for path in sorted(set(known) - set(current)):
                     self._drop(path)
                     report.removed += 1
-                for path, st in sorted(current.items()):
-                    before = known.get(path)
-                    if before == st:
-                        report.unchanged += 1
-                        continue
-                    self._index(memory, path, st, before is not None, report)
+                folders = _FolderReader(memory)  # each folder opened once, not per file
+                try:
+                    for path, st in sorted(current.items()):
+                        before = known.get(path)
+                        if before == st:
+                            report.unchanged += 1
+                            continue
+                        self._index(folders, path, st, before is not None, report)
+                    self._insert_pending()
+                finally:
+                    folders.close()
                 self._count_words()
                 if self.embedder is not None:
                     self._embed_missing()
@@ -497,11 +513,16 @@ class MemoryIndex:
         db.execute("DELETE FROM files WHERE path=?", (path,))
 
     def _index(
-        self, memory: ConfinedDir, path: str, st: FileStat, known: bool, report: UpdateReport
+        self,
+        folders: _FolderReader,
+        path: str,
+        st: FileStat,
+        known: bool,
+        report: UpdateReport,
     ) -> None:
         db = self.db
         try:
-            data = memory.read_bytes(path, MEMORY_FILE_READ_MAX_BYTES)
+            data = folders.read_bytes(path, MEMORY_FILE_READ_MAX_BYTES)
         except (UnsafePath, OSError) as exc:
             # swapped, grown past the limit or gone since the scan: left out for now
             reason = exc.reason if isinstance(exc, UnsafePath) else (exc.strerror or str(exc))
@@ -525,17 +546,20 @@ class MemoryIndex:
         chunks = chunk_lines(text)
         weight = map_weight(path, text)
         indexed_path = terms.indexed(f"memory/{path}")
+        if self._next_chunk is None:
+            row = db.execute("SELECT COALESCE(MAX(id), 0) FROM chunks").fetchone()
+            self._next_chunk = int(row[0]) + 1
         for first, last, body in chunks:
-            cursor = db.execute(
-                "INSERT INTO chunks (path, start_line, end_line, hash, weight) VALUES (?,?,?,?,?)",
-                (path, first, last, hashlib.sha256(body.encode()).hexdigest(), weight),
+            chunk = self._next_chunk
+            self._next_chunk += 1
+            self._pending_chunks.append(
+                (chunk, path, first, last, hashlib.sha256(body.encode()).hexdigest(), weight)
             )
             body = terms.indexed(body)
-            db.execute(
-                "INSERT INTO fts (rowid, path, text) VALUES (?,?,?)",
-                (cursor.lastrowid, indexed_path, body),
-            )
+            self._pending_fts.append((chunk, indexed_path, body))
             self._word_counts.update(terms.vocabulary(f"{indexed_path}\n{body}"))
+        if len(self._pending_chunks) >= _INSERT_BATCH:
+            self._insert_pending()
         db.execute(
             "INSERT OR REPLACE INTO files (path, size, mtime_ns, ctime_ns, ino, hash, chunks)"
             " VALUES (?,?,?,?,?,?,?)",
@@ -546,12 +570,34 @@ class MemoryIndex:
         else:
             report.added += 1
 
+    def _insert_pending(self) -> None:
+        """Insert the chunks made since the last call, in one statement per table."""
+        if self._pending_chunks:
+            self.db.executemany(
+                "INSERT INTO chunks (id, path, start_line, end_line, hash, weight)"
+                " VALUES (?,?,?,?,?,?)",
+                self._pending_chunks,
+            )
+            self.db.executemany(
+                "INSERT INTO fts (rowid, path, text) VALUES (?,?,?)", self._pending_fts
+            )
+        self._pending_chunks, self._pending_fts = [], []
+
     def _count_words(self) -> None:
         """Apply the update's changes to the vocabulary: words counted in the chunks
-        added and not in those dropped; a word no chunk holds any more is removed."""
+        added and not in those dropped; a word no chunk holds any more is removed. Into
+        an empty vocabulary (a first build, a rebuild) the words' trigrams are made in
+        one statement after the words, not one at a time by the trigger: half the time."""
+        db = self.db
         changed = [(w, n) for w, n in self._word_counts.items() if n]
-        self.db.executemany(_COUNT_WORD, changed)
-        self.db.executemany(_DROP_UNUSED_WORD, [(w,) for w, n in changed if n < 0])
+        if changed and db.execute("SELECT 1 FROM words LIMIT 1").fetchone() is None:
+            db.execute("DROP TRIGGER IF EXISTS word_added")
+            db.executemany(_COUNT_WORD, changed)
+            db.execute("INSERT INTO word_grams (rowid, word) SELECT id, word FROM words")
+            db.execute(_WORD_ADDED)  # the trigger, for the updates that follow
+        else:
+            db.executemany(_COUNT_WORD, changed)
+        db.executemany(_DROP_UNUSED_WORD, [(w,) for w, n in changed if n < 0])
         self._word_counts.clear()
 
     def _embed_missing(self) -> None:
@@ -876,3 +922,26 @@ def _raw(base: Path, folder: str, rel: str, limit: int) -> tuple[str, str | None
     except OSError as exc:
         return "", f"unreadable: {exc.strerror or exc}"
     return data.decode("utf-8", errors="replace"), None
+
+
+class _FolderReader:
+    """Reads files of a memory tree in path order, keeping the last folder open: a tree
+    of many files in few folders is walked once per folder, not once per file."""
+
+    def __init__(self, memory: ConfinedDir) -> None:
+        self.memory = memory
+        self.folder: tuple[str, ConfinedDir] | None = None
+
+    def read_bytes(self, path: str, limit: int) -> bytes:
+        where, _, name = path.rpartition("/")
+        if not where:
+            return self.memory.read_bytes(name, limit)
+        if self.folder is None or self.folder[0] != where:
+            self.close()
+            self.folder = (where, self.memory.open_dir(where))
+        return self.folder[1].read_bytes(name, limit)
+
+    def close(self) -> None:
+        if self.folder is not None:
+            self.folder[1].close()
+            self.folder = None
