@@ -371,11 +371,13 @@ class ConfinedDir:
         *,
         mode: int = 0o644,
         owner: Owner | str | None = INHERIT,
+        sync_folder: bool = True,
     ) -> bool:
         """Create the file with ``data`` unless the name exists (of any kind); False then.
 
         Written to a temporary name and hard-linked into place, so creation is exclusive
-        and nobody ever sees a partial file.
+        and nobody ever sees a partial file. ``sync_folder=False``: the caller syncs the
+        folder itself, once for several files (``sync``).
         """
         if isinstance(data, str):
             data = data.encode("utf-8")
@@ -388,8 +390,13 @@ class ConfinedDir:
             finally:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp, dir_fd=dir_fd)
-            os.fsync(dir_fd)
+            if sync_folder:
+                os.fsync(dir_fd)
             return True
+
+    def sync(self) -> None:
+        """Sync this folder (its entries: files linked or folders made in it)."""
+        os.fsync(self.fd)
 
     def _write_temp(
         self, dir_fd: int, name: str, data: bytes, mode: int, owner: Owner | str | None

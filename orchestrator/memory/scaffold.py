@@ -11,6 +11,7 @@ owner of the folder they are made in (the group's container user), given once.
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 from dataclasses import dataclass, field
@@ -97,17 +98,27 @@ def scaffold_memory(group_dir: Path, *, owner: Owner | str | None = INHERIT) -> 
             folders = {"": memory, SYSTEM_DIR: system}
             try:
                 _create_files(folders, report, owner)
+                if report.created:  # each folder synced once, for all it gained
+                    for folder in (system, memory, group):
+                        if folder is not None:
+                            folder.sync()
             finally:
                 if system is not None:
                     system.close()
     return report
 
 
+@functools.cache
+def _text(template: str) -> bytes:
+    """A scaffold file's text (the templates take no variables: rendered once)."""
+    from orchestrator.templates import render
+
+    return render(template).encode("utf-8")
+
+
 def _create_files(
     folders: dict[str, ConfinedDir | None], report: ScaffoldReport, owner: Owner | str | None
 ) -> None:
-    from orchestrator.templates import render
-
     for sub, name, template in SCAFFOLD_FILES:
         folder = folders[sub]
         if folder is None:
@@ -120,7 +131,7 @@ def _create_files(
                     f"{shown} is {kind_of(st.st_mode)}, not a regular file; left untouched"
                 )
             continue
-        if folder.create_exclusive(name, render(template), owner=owner):
+        if folder.create_exclusive(name, _text(template), owner=owner, sync_folder=False):
             report.created.append(shown)
             continue
         st = folder.lstat(name)
