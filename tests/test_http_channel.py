@@ -188,6 +188,21 @@ def test_message_lookups_and_unknown_routes(daemon) -> None:  # type: ignore[no-
     assert call(daemon, "GET", "/v1/groups")[0] == 401  # only /healthz is open
 
 
+def test_a_method_a_path_does_not_take_is_a_405_naming_the_ones_it_does(daemon) -> None:  # type: ignore[no-untyped-def]
+    async def go() -> list[tuple[int, Any, str | None]]:
+        async with TestClient(TestServer(HttpChannel(daemon).app())) as client:
+            out = []
+            for method, path in (("TRACE", "/healthz"), ("DELETE", "/v1/groups/fam/messages")):
+                response = await client.request(method, path, headers=AUTH)
+                out.append((response.status, await response.json(), response.headers.get("Allow")))
+            return out
+
+    assert asyncio.run(go()) == [
+        (405, {"error": "Method Not Allowed"}, "GET,HEAD"),
+        (405, {"error": "Method Not Allowed"}, "POST"),
+    ]
+
+
 def test_unknown_group_paused_group_and_message_lookups(daemon) -> None:  # type: ignore[no-untyped-def]
     body = {"text": "hi", "sender": "alice"}
     code, answer = call(daemon, "POST", "/v1/groups/nope/messages", json=body, headers=AUTH)

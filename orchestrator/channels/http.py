@@ -169,7 +169,10 @@ class HttpApi:
             return _error(413, f"request body over {HTTP_BODY_MAX_BYTES} bytes")
         except web.HTTPException as exc:
             if exc.status >= 400:
-                return _error(exc.status, exc.reason)
+                response = _error(exc.status, exc.reason)
+                if "Allow" in exc.headers:  # a 405 names the methods the path takes
+                    response.headers["Allow"] = exc.headers["Allow"]
+                return response
             raise
 
     @web.middleware
