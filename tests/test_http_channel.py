@@ -203,6 +203,20 @@ def test_a_method_a_path_does_not_take_is_a_405_naming_the_ones_it_does(daemon) 
     ]
 
 
+def test_a_401_names_the_bearer_scheme(daemon) -> None:  # type: ignore[no-untyped-def]
+    async def go() -> list[tuple[int, str | None]]:
+        async with TestClient(TestServer(HttpChannel(daemon).app())) as client:
+            out = []
+            for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
+                response = await client.get("/v1/groups", headers=headers)
+                out.append((response.status, response.headers.get("WWW-Authenticate")))
+            response = await client.get("/v1/groups", headers=AUTH)
+            out.append((response.status, response.headers.get("WWW-Authenticate")))
+            return out
+
+    assert asyncio.run(go()) == [(401, "Bearer")] * 3 + [(200, None)]
+
+
 def test_unknown_group_paused_group_and_message_lookups(daemon) -> None:  # type: ignore[no-untyped-def]
     body = {"text": "hi", "sender": "alice"}
     code, answer = call(daemon, "POST", "/v1/groups/nope/messages", json=body, headers=AUTH)

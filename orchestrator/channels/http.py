@@ -183,7 +183,9 @@ class HttpApi:
         ):
             return await handler(request)  # the dashboard checks its own sessions
         if self.principal(request) is False:
-            return _error(401, "missing or wrong bearer token")
+            response = _error(401, "missing or wrong bearer token")
+            response.headers["WWW-Authenticate"] = "Bearer"  # the scheme to answer with
+            return response
         return await handler(request)
 
     def principal(self, request: web.Request) -> HttpToken | bool | None:
