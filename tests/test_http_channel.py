@@ -168,10 +168,11 @@ def test_message_lookups_and_unknown_routes(daemon) -> None:  # type: ignore[no-
     code, found = call(daemon, "GET", f"/v1/messages/{posted['id']}", headers=AUTH)
     assert code == 200 and found == daemon.queue.get(posted["id"]).to_dict()
     assert call(daemon, "GET", f"/v1/messages/{posted['id']}?after=1", headers=AUTH)[0] == 200
-    assert call(daemon, "GET", "/v1/messages/x?after=one", headers=AUTH) == (
-        400,
-        {"error": "after must be a whole number of replies"},
-    )
+    for after in ("one", "-1", "1.5"):
+        assert call(daemon, "GET", f"/v1/messages/{posted['id']}?after={after}", headers=AUTH) == (
+            400,
+            {"error": "after must be a whole number of replies"},
+        )
     assert call(daemon, "GET", "/v1/messages/x?wait=abc", headers=AUTH) == (
         400,
         {"error": "wait must be a number of seconds from 0"},

@@ -403,6 +403,8 @@ class HttpApi:
         try:
             after = int(request.query["after"]) if "after" in request.query else None
         except ValueError:
+            after = -1
+        if after is not None and after < 0:
             return _error(400, "after must be a whole number of replies")
         message = await self._wait(message_id, wait, after)
         if message is None or not self.may_read(request, message):
