@@ -168,10 +168,11 @@ def test_message_lookups_and_unknown_routes(daemon) -> None:  # type: ignore[no-
     code, found = call(daemon, "GET", f"/v1/messages/{posted['id']}", headers=AUTH)
     assert code == 200 and found == daemon.queue.get(posted["id"]).to_dict()
     assert call(daemon, "GET", f"/v1/messages/{posted['id']}?after=1", headers=AUTH)[0] == 200
-    assert call(daemon, "GET", "/v1/messages/x?after=one", headers=AUTH) == (
-        400,
-        {"error": "after must be a whole number of replies"},
-    )
+    for after in ("one", "-1", "1.5"):
+        assert call(daemon, "GET", f"/v1/messages/{posted['id']}?after={after}", headers=AUTH) == (
+            400,
+            {"error": "after must be a whole number of replies"},
+        )
     assert call(daemon, "GET", "/v1/messages/x?wait=abc", headers=AUTH) == (
         400,
         {"error": "wait must be a number of seconds from 0"},
@@ -186,6 +187,35 @@ def test_message_lookups_and_unknown_routes(daemon) -> None:  # type: ignore[no-
         {"error": "Method Not Allowed"},
     )
     assert call(daemon, "GET", "/v1/groups")[0] == 401  # only /healthz is open
+
+
+def test_a_method_a_path_does_not_take_is_a_405_naming_the_ones_it_does(daemon) -> None:  # type: ignore[no-untyped-def]
+    async def go() -> list[tuple[int, Any, str | None]]:
+        async with TestClient(TestServer(HttpChannel(daemon).app())) as client:
+            out = []
+            for method, path in (("TRACE", "/healthz"), ("DELETE", "/v1/groups/fam/messages")):
+                response = await client.request(method, path, headers=AUTH)
+                out.append((response.status, await response.json(), response.headers.get("Allow")))
+            return out
+
+    assert asyncio.run(go()) == [
+        (405, {"error": "Method Not Allowed"}, "GET,HEAD"),
+        (405, {"error": "Method Not Allowed"}, "POST"),
+    ]
+
+
+def test_a_401_names_the_bearer_scheme(daemon) -> None:  # type: ignore[no-untyped-def]
+    async def go() -> list[tuple[int, str | None]]:
+        async with TestClient(TestServer(HttpChannel(daemon).app())) as client:
+            out = []
+            for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
+                response = await client.get("/v1/groups", headers=headers)
+                out.append((response.status, response.headers.get("WWW-Authenticate")))
+            response = await client.get("/v1/groups", headers=AUTH)
+            out.append((response.status, response.headers.get("WWW-Authenticate")))
+            return out
+
+    assert asyncio.run(go()) == [(401, "Bearer")] * 3 + [(200, None)]
 
 
 def test_unknown_group_paused_group_and_message_lookups(daemon) -> None:  # type: ignore[no-untyped-def]

@@ -7,6 +7,10 @@
     GET  /v1/messages/{id}/files/{seq} a file a reply carries (sent by the agent), from the
                                        host's outbox
     GET  /v1/groups                    the groups
+    GET  /v1/groups/{name}/chats/{chat}/messages[?since=T&channel=C]
+                                       a chat's messages (what a bridge polls)
+    GET  /v1/openapi.yaml              this API's OpenAPI description (openapi.yaml
+                                       beside this module), to any valid token
     GET  /metrics                      Prometheus metrics (the operator's token only)
     GET  /healthz                      liveness, no token needed
 
@@ -63,6 +67,9 @@ if TYPE_CHECKING:
     from orchestrator.daemon.core import Daemon
 
 log = logging.getLogger("orchestrator.channels.http")
+# The API's OpenAPI description, shipped in the package beside this module and served
+# as it is; tests hold it and the routes below to each other.
+OPENAPI_DESCRIPTION = Path(__file__).with_name("openapi.yaml")
 
 
 def shown(message: Message) -> dict[str, object]:
@@ -111,6 +118,7 @@ class HttpApi:
         self.waiters: dict[str, set[asyncio.Event]] = {}
         self.named: dict[str, HttpToken] = {}  # token value -> its definition
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.description: bytes | None = None  # openapi.yaml, read at its first request
 
     @classmethod
     def enabled(cls, config: Any) -> bool:
@@ -135,6 +143,7 @@ class HttpApi:
         app.router.add_get("/v1/messages/{id}", self.get_message)
         app.router.add_get("/v1/messages/{id}/files/{seq}", self.get_file)
         app.router.add_get("/v1/groups/{name}/chats/{chat}/messages", self.chat_messages)
+        app.router.add_get("/v1/openapi.yaml", self.openapi)
         app.router.add_get("/metrics", self.metrics)
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -160,7 +169,10 @@ class HttpApi:
             return _error(413, f"request body over {HTTP_BODY_MAX_BYTES} bytes")
         except web.HTTPException as exc:
             if exc.status >= 400:
-                return _error(exc.status, exc.reason)
+                response = _error(exc.status, exc.reason)
+                if "Allow" in exc.headers:  # a 405 names the methods the path takes
+                    response.headers["Allow"] = exc.headers["Allow"]
+                return response
             raise
 
     @web.middleware
@@ -171,7 +183,9 @@ class HttpApi:
         ):
             return await handler(request)  # the dashboard checks its own sessions
         if self.principal(request) is False:
-            return _error(401, "missing or wrong bearer token")
+            response = _error(401, "missing or wrong bearer token")
+            response.headers["WWW-Authenticate"] = "Bearer"  # the scheme to answer with
+            return response
         return await handler(request)
 
     def principal(self, request: web.Request) -> HttpToken | bool | None:
@@ -230,6 +244,12 @@ class HttpApi:
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"ok": True, "accepting": self.daemon.accepting})
+
+    async def openapi(self, request: web.Request) -> web.Response:
+        """The API's OpenAPI description, for any valid token."""
+        if self.description is None:
+            self.description = await asyncio.to_thread(OPENAPI_DESCRIPTION.read_bytes)
+        return web.Response(body=self.description, content_type="application/yaml")
 
     async def metrics(self, request: web.Request) -> web.Response:
         """The daemon's metrics, in the format the Accept header asks for (Prometheus's
@@ -383,6 +403,8 @@ class HttpApi:
         try:
             after = int(request.query["after"]) if "after" in request.query else None
         except ValueError:
+            after = -1
+        if after is not None and after < 0:
             return _error(400, "after must be a whole number of replies")
         message = await self._wait(message_id, wait, after)
         if message is None or not self.may_read(request, message):
