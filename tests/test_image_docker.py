@@ -106,3 +106,34 @@ def test_a_build_with_nothing_to_do_is_known_from_its_record_and_one_inspect(
     # an image that is not the recorded one (gone, or another id) needs the full check
     assert recorded_noop(DEFAULT_IMAGE_REPOSITORY, lambda ref: None) is None
     assert recorded_noop(DEFAULT_IMAGE_REPOSITORY, lambda ref: {"Id": "sha256:other"}) is None
+
+
+def test_a_build_prunes_its_own_checkouts_older_images_only(docker_client, test_project) -> None:  # type: ignore[no-untyped-def]
+    """Another checkout's image (another home or release on the same engine, whose daemon
+    may still start containers from it) is never removed by this checkout's build."""
+    import io
+
+    from orchestrator.image.agent import _prune_old, source_identity, source_root
+    from orchestrator.image.base import ROLE_LABEL, SOURCE_LABEL
+
+    repository = f"orchtest-prune-{test_project}"
+    mine = source_identity(source_root())
+
+    def image(tag: str, source: str) -> None:
+        dockerfile = f'FROM scratch\nLABEL {ROLE_LABEL}="agent" {SOURCE_LABEL}="{source}"\n'
+        docker_client.images.build(
+            fileobj=io.BytesIO(dockerfile.encode()), tag=f"{repository}:{tag}", rm=True
+        )
+
+    try:
+        image("old", mine)
+        image("theirs", "0123456789abcdef")
+        image("new", mine + "-")  # a distinct image (its labels differ) to keep
+        _prune_old(docker_client, repository, keep=f"{repository}:new", progress=print)
+        tags = {t for i in docker_client.images.list(name=repository) for t in i.tags}
+        assert f"{repository}:theirs" in tags and f"{repository}:new" in tags
+        assert f"{repository}:old" not in tags
+    finally:
+        for found in docker_client.images.list(name=repository):
+            for tag in found.tags:
+                docker_client.images.remove(tag, force=True)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import orchestrator
 from orchestrator.errors import ImageBuildFailed, OrchestratorError
-from orchestrator.image.base import INPUTS_LABEL, ROLE_LABEL, ensure_offline_base
+from orchestrator.image.base import INPUTS_LABEL, ROLE_LABEL, SOURCE_LABEL, ensure_offline_base
 from orchestrator.image.inputs import InputsCache, Recorded
 from orchestrator.limits import BASE_PULL_TIMEOUT_SECONDS
 from orchestrator.runtime.engine import call_engine
@@ -391,7 +391,11 @@ def _docker_build(
             decode=True,
             network_mode="none",
             buildargs={"BASE_IMAGE": base_ref, "PIP_WHEEL": pip_wheel},
-            labels={ROLE_LABEL: role, INPUTS_LABEL: digest},
+            labels={
+                ROLE_LABEL: role,
+                INPUTS_LABEL: digest,
+                SOURCE_LABEL: source_identity(source_root()),
+            },
         )
         image_id = None
         for chunk in stream:
@@ -414,11 +418,21 @@ def _docker_build(
     return str(image_id)
 
 
+def source_identity(root: Path) -> str:
+    """The checkout an image is built from, as its images are labelled."""
+    return hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:16]
+
+
 def _prune_old(client: docker.DockerClient, repository: str, keep: str, progress: Progress) -> None:
-    """Drop older agent-image tags of this repository; images in use are left alone."""
+    """Drop older agent-image tags of this repository built from this checkout; images in
+    use, and those of another checkout (which a daemon of its own may still start
+    containers from), are left alone."""
     from docker.errors import APIError
 
-    for image in client.images.list(name=repository, filters={"label": f"{ROLE_LABEL}=agent"}):
+    mine = f"{SOURCE_LABEL}={source_identity(source_root())}"
+    for image in client.images.list(
+        name=repository, filters={"label": [f"{ROLE_LABEL}=agent", mine]}
+    ):
         for old in image.tags:
             if old.startswith(f"{repository}:") and old not in (keep, f"{repository}:latest"):
                 try:

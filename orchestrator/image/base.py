@@ -67,6 +67,9 @@ EXCLUDES = (
 BASE_REPOSITORY = "orchestrator-base"
 ROLE_LABEL = "org.orchestrator.role"
 INPUTS_LABEL = "org.orchestrator.inputs"
+# the checkout an agent image was built from: a build removes its own checkout's older
+# images only, never those another checkout (another home, another release) runs
+SOURCE_LABEL = "org.orchestrator.source"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 MIRROR_ENV = "ORCHESTRATOR_DEBIAN_MIRROR"
 _IMPORT_CHANGES = (
