@@ -102,7 +102,7 @@ def media_rig(
     kind: AccountKind,
     account: str,
     *,
-    creator: str,
+    creator: str | None,
     hostile: Callable[..., None] | None = None,
     prepare: Callable[[Home], None] | None = None,
 ) -> Iterator[MediaRig]:
@@ -126,7 +126,11 @@ def media_rig(
     )
     h = Home(home)
     store = GroupStore(h)
-    store.add(GroupConfig(name="fam", provider="fake", model="m-1", creators=(creator,)))
+    store.add(
+        GroupConfig(
+            name="fam", provider="fake", model="m-1", creators=(creator,) if creator else ()
+        )
+    )
     with open(store.root / "fam" / "group.yaml", "a") as yaml:
         yaml.write("media:\n  transcribe: cloud\n")
     if prepare is not None:
