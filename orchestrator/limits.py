@@ -360,6 +360,19 @@ FILE_CAPTION_MAX_CHARS = 1_000  # of a sent file's caption
 TELEGRAM_PHOTO_MAX_BYTES = 10 * 1024 * 1024  # larger images are sent as documents
 TELEGRAM_CAPTION_MAX = 1024  # Telegram's caption limit; a longer caption follows as text
 OUTBOX_KEEP_SECONDS = CHANNEL_KEEP_SECONDS  # files sent are kept in the outbox this long
+FILE_UPLOAD_TIMEOUT_SECONDS = 300  # one file's upload to an app (Slack's upload URL, a mail's data)
+# The largest file each app takes from a bot (its kind's files_out_max_bytes; the host's
+# outbox copy is capped by the smaller of it and FILE_SEND_MAX_BYTES):
+# Slack: 1 GB a file (files.getUploadURLExternal; slack_sdk's MAX_V2_FILE_SIZE).
+SLACK_FILE_MAX_BYTES = 1024**3
+# Discord: 10 MiB a file for a bot in a server without boosts, the default of Discord's
+# API reference, "Uploading Files" (since 16 January 2025; discord.py's
+# DEFAULT_FILE_SIZE_LIMIT_BYTES); a larger file is refused with 413 (code 40005).
+DISCORD_FILE_MAX_BYTES = 10 * 1024 * 1024
+# Email: a mail grows a file by a third in base64 (RFC 2045), so 10 MiB makes a mail of
+# about 14 MB, under what the large providers take (Gmail 25 MB, Outlook.com 20 MB); a
+# server that announces a smaller SIZE (RFC 1870) refuses it before the data is sent.
+EMAIL_FILE_MAX_BYTES = 10 * 1024 * 1024
 
 # Memory consolidation: the daily notes it reads by default (today's and the six before
 # it), and at most.

@@ -7,7 +7,12 @@ on), ``GET /gateway/bot``, ``POST /channels/{id}/messages`` (content of at most 
 characters, a ``nonce`` of at most 25 characters; with ``enforce_nonce`` a nonce the bot
 used within ``nonce_window`` seconds returns that message and posts nothing),
 ``POST /channels/{id}/typing``; a 429 with ``retry_after`` when a test asks.
-Attachments are served from their ``url`` as a CDN would.
+Attachments are served from their ``url`` as a CDN would. A message with files comes as
+``multipart/form-data``: its JSON in ``payload_json`` and each file a part named
+``files[n]`` with a filename (Discord's "Uploading Files"); a file over ``file_limit``
+(10 MiB, a server without boosts) is refused with 413 and code 40005, and the message
+made lists its ``attachments``. A voice message has flag ``IS_VOICE_MESSAGE`` and its
+attachment ``duration_secs`` and ``waveform``.
 
 Gateway (``?v=10&encoding=json&compress=zlib-stream``): HELLO (op 10); IDENTIFY (op 2)
 checked (a wrong token closes with 4004, a privileged intent the application lacks with
@@ -22,9 +27,11 @@ own client.
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime as dt
 import itertools
 import json
+import re
 import threading
 import time
 import urllib.parse
@@ -45,6 +52,8 @@ MESSAGE_CONTENT = 1 << 15  # the privileged intent
 # intent turned on in the Developer Portal
 APP_FLAG_MESSAGE_CONTENT = 1 << 19
 PRIVILEGED = (1 << 1) | (1 << 8) | MESSAGE_CONTENT
+IS_VOICE_MESSAGE = 1 << 13  # a message flag
+FILE_LIMIT = 10 * 1024 * 1024  # a file a bot uploads to a server without boosts
 
 
 def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -90,6 +99,8 @@ class FakeDiscord:
         self.message_content = message_content
         self.heartbeat_ms = heartbeat_ms
         self.nonce_window = 300.0
+        self.file_limit = FILE_LIMIT
+        self.uploaded: dict[str, bytes] = {}  # an attachment's id -> the bytes the bot sent
         self.calls: list[Call] = []
         self.files: dict[str, bytes] = {}
         self.fail_next: dict[str, list[tuple[int, dict[str, Any], dict[str, str]]]] = {}
@@ -245,6 +256,7 @@ class FakeDiscord:
         mentions: list[dict[str, Any]] | None = None,
         reply_to: dict[str, Any] | None = None,
         attachments: list[dict[str, Any]] | None = None,
+        flags: int = 0,
     ) -> dict[str, Any]:
         """A MESSAGE_CREATE event's data."""
         data: dict[str, Any] = {
@@ -262,6 +274,7 @@ class FakeDiscord:
             "embeds": [],
             "pinned": False,
             "type": 19 if reply_to else 0,
+            "flags": flags,
         }
         if reply_to is not None:
             data["message_reference"] = {
@@ -296,6 +309,18 @@ class FakeDiscord:
         self.threads[thread_id] = parent
         self.dispatch("THREAD_CREATE", {**self.thread_object(thread_id, parent, name)})
         return thread_id
+
+    def voice_message(self, channel: str, author: dict[str, Any], ogg: bytes,
+                      seconds: float) -> dict[str, Any]:  # fmt: skip
+        """A voice message as Discord's clients record it: no content, the message flag,
+        one attachment ``voice-message.ogg`` with ``duration_secs`` and a ``waveform``."""
+        item = self.add_file("voice-message.ogg", "audio/ogg", ogg, channel)
+        item.update(
+            duration_secs=seconds, waveform=base64.b64encode(bytes(range(0, 256, 4))).decode()
+        )
+        return self.message(
+            channel, author, "", guild=False, attachments=[item], flags=IS_VOICE_MESSAGE
+        )
 
     def add_file(self, name: str, content_type: str, data: bytes, channel: str) -> dict[str, Any]:
         """An attachment object, its file served at its url."""
@@ -431,7 +456,7 @@ class FakeDiscord:
     # REST
 
     def _app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(client_max_size=64 * 1024**2)  # files up to the limit and more
         app.router.add_get("/", self._gateway)
         app.router.add_route("*", "/api/v10/{path:.+}", self._rest)
         app.router.add_get("/attachments/{channel}/{file}/{name}", self._file)
@@ -443,14 +468,20 @@ class FakeDiscord:
 
     async def _rest(self, request: web.Request) -> web.StreamResponse:
         body: dict[str, Any] = {}
+        files: list[tuple[str, str | None, bytes]] = []  # (filename, type, bytes)
         if request.content_type == "application/json":
             body = await request.json()
         elif request.content_type.startswith("multipart/"):
             form = await request.post()
             body = json.loads(str(form.get("payload_json") or "{}"))
+            for name, value in form.items():
+                if isinstance(value, web.FileField):
+                    if not re.fullmatch(r"files\[\d+\]", name) or not value.filename:
+                        return self._error(400, f"Invalid Form Body: {name}: not a file part")
+                    files.append((value.filename, value.content_type, value.file.read()))
         path = "/" + request.match_info["path"]
         with self.lock:
-            self.calls.append(Call(request.method, path, body))
+            self.calls.append(Call(request.method, path, {**body, "files": [f[0] for f in files]}))
         if request.headers.get("Authorization") != f"Bot {self.token}":
             return self._error(401, "401: Unauthorized")
         route = f"{request.method} {path.rsplit('/', 1)[-1]}"
@@ -480,7 +511,7 @@ class FakeDiscord:
             if parts[2] == "typing":
                 return web.Response(status=204)
             if parts[2] == "messages":
-                return self._create_message(parts[1], body)
+                return self._create_message(parts[1], body, files)
         return self._error(404, "404: Not Found")
 
     def _application(self) -> dict[str, Any]:
@@ -497,10 +528,14 @@ class FakeDiscord:
             "flags": self._app_flags(),
         }
 
-    def _create_message(self, channel_id: str, body: dict[str, Any]) -> web.Response:
+    def _create_message(
+        self, channel_id: str, body: dict[str, Any], files: list[tuple[str, str | None, bytes]]
+    ) -> web.Response:
         content = body.get("content")
-        if not content and not body.get("embeds"):
+        if not content and not body.get("embeds") and not files:
             return self._error(400, "Cannot send an empty message", 50006)
+        if any(len(data) > self.file_limit for _, _, data in files):
+            return self._error(413, "Request entity too large", 40005)
         if content is not None and len(str(content)) > CONTENT_MAX:
             return self._error(400, "Invalid Form Body: content: Must be 2000 or fewer in length.")
         nonce = body.get("nonce")
@@ -520,6 +555,13 @@ class FakeDiscord:
             data["message_reference"] = reference
             data["type"] = 19
         data["allowed_mentions"] = body.get("allowed_mentions")
+        attachments = []
+        for filename, content_type, blob in files:
+            made = self.add_file(filename, content_type or "application/octet-stream", blob,
+                                 channel_id)  # fmt: skip
+            attachments.append(made)
+            self.uploaded[made["id"]] = blob
+        data["attachments"] = attachments
         with self.lock:
             if nonce is not None:
                 self.nonces[str(nonce)] = (time.time(), data)

@@ -12,6 +12,14 @@ event in an ``events_api`` envelope (``envelope_id``, ``payload``, ``retry_attem
 ``retry_reason``, ``accepts_response_payload``); the client acknowledges with
 ``{"envelope_id": ...}``. ``disconnect`` messages and dropped connections are sent when
 a test asks. ``tests/test_slack.py`` drives this fake with slack_sdk's own clients.
+
+Uploads, as Slack's Web API documents them: ``files.getUploadURLExternal`` (``filename``
+and ``length``, the size in bytes, not 0) answers an ``upload_url`` and a ``file_id``;
+the file's bytes are POSTed to that URL, raw or multipart form encoded, without a token
+(200 when taken); ``files.completeUploadExternal`` (``files``: a JSON array of
+``{"id", "title"}``; ``channel_id``, ``thread_ts``, ``initial_comment``) finishes the
+upload and shares each file into the channel, in the thread, with the comment: what
+``shares`` lists. A file not uploaded (or finished already) is refused there.
 """
 
 from __future__ import annotations
@@ -45,7 +53,25 @@ METHODS: dict[str, tuple[set[str], set[str], str]] = {
         {"text", "blocks", "thread_ts", "mrkdwn", "unfurl_links", "unfurl_media"},
         "bot",
     ),
+    "files.getUploadURLExternal": ({"filename", "length"}, {"alt_txt", "snippet_type"}, "bot"),
+    "files.completeUploadExternal": (
+        {"files"},
+        {"channel_id", "channels", "thread_ts", "initial_comment", "blocks"},
+        "bot",
+    ),
 }
+
+
+@dataclass
+class Upload:
+    """A file whose upload URL was issued: its declared name and length, its bytes once
+    posted, and whether files.completeUploadExternal finished it."""
+
+    file_id: str
+    filename: str
+    length: int
+    data: bytes | None = None
+    completed: bool = False
 
 
 @dataclass
@@ -72,6 +98,9 @@ class FakeSlack:
         self.acks: list[str] = []
         self.unknown_acks: list[str] = []
         self.ts = itertools.count(1)
+        self.uploads: dict[str, Upload] = {}  # by the upload URL's ticket
+        self.shares: list[dict[str, Any]] = []  # files shared into channels
+        self.file_ids = itertools.count(1)
         self.event_ids = itertools.count(1)
         self.send_event = threading.Event()  # set at each chat.postMessage that posts
         self.last_send = 0.0  # time.perf_counter() of the last one
@@ -237,6 +266,12 @@ class FakeSlack:
                 and (channel is None or c.params.get("channel") == channel)
             ]
 
+    def shared(self, channel: str | None = None) -> list[dict[str, Any]]:
+        """Files shared by files.completeUploadExternal: channel, thread_ts,
+        initial_comment, and the file (id, name, data)."""
+        with self.lock:
+            return [s for s in self.shares if channel is None or s["channel"] == channel]
+
     def calls_of(self, method: str) -> list[Call]:
         with self.lock:
             return [c for c in self.calls if c.method == method]
@@ -256,6 +291,7 @@ class FakeSlack:
         app.router.add_post("/api/{method}", self._method)
         app.router.add_get("/link/", self._link)
         app.router.add_get("/files-pri/{file}/download/{name}", self._file)
+        app.router.add_post("/upload/v1/{ticket}", self._upload)
         return app
 
     @staticmethod
@@ -348,6 +384,82 @@ class FakeSlack:
         return web.json_response(
             {"ok": True, "channel": params["channel"], "ts": ts, "message": message}
         )
+
+    async def _m_files_getUploadURLExternal(self, params: dict[str, Any]) -> web.Response:
+        length = str(params["length"])
+        if not length.isdigit() or int(length) == 0:
+            return self._error("missing_argument")  # Slack's answer to a length of 0
+        ticket = uuid.uuid4().hex
+        upload = Upload(f"F0UP{next(self.file_ids):07d}", str(params["filename"]), int(length))
+        with self.lock:
+            self.uploads[ticket] = upload
+        return web.json_response(
+            {"ok": True, "upload_url": f"{self.url}/upload/v1/{ticket}", "file_id": upload.file_id}
+        )
+
+    async def _m_files_completeUploadExternal(self, params: dict[str, Any]) -> web.Response:
+        try:
+            wanted = json.loads(str(params["files"]))
+        except ValueError:
+            return self._error("invalid_arguments")
+        if not isinstance(wanted, list) or not wanted:
+            return self._error("invalid_arguments")
+        thread_ts = params.get("thread_ts")
+        if thread_ts is not None and not _is_ts(str(thread_ts)):
+            return self._error("invalid_thread_ts")
+        with self.lock:
+            by_id = {u.file_id: u for u in self.uploads.values()}
+            found = [by_id.get(str(f.get("id"))) if isinstance(f, dict) else None for f in wanted]
+            if any(u is None or u.data is None or u.completed for u in found):
+                return self._error("file_not_found")
+            files = []
+            for upload, item in zip(found, wanted, strict=True):
+                assert upload is not None and upload.data is not None
+                upload.completed = True
+                title = str(item.get("title") or upload.filename)
+                files.append({"id": upload.file_id, "name": upload.filename, "title": title,
+                              "size": len(upload.data)})  # fmt: skip
+                if params.get("channel_id"):
+                    self.shares.append({
+                        "channel": str(params["channel_id"]),
+                        "thread_ts": thread_ts,
+                        "initial_comment": params.get("initial_comment"),
+                        "file": {"id": upload.file_id, "name": upload.filename,
+                                 "data": upload.data},
+                    })  # fmt: skip
+        self.last_send = time.perf_counter()
+        self.send_event.set()
+        return web.json_response({"ok": True, "files": files})
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        """The upload URL: the file's bytes, raw or as a multipart form's file part."""
+        body = await request.read()
+        with self.lock:
+            self.calls.append(
+                Call("upload", {"path": request.path, "size": len(body)}, self._token(request))
+            )
+            upload = self.uploads.get(request.match_info["ticket"])
+        queued = self.fail_next.get("upload")
+        if queued:
+            status, answer, headers = queued.pop(0)
+            return web.json_response(answer, status=status, headers=headers)
+        if upload is None or upload.completed:
+            return web.Response(status=404, text="no such upload")
+        data = body
+        if request.content_type.startswith("multipart/"):
+            import email.parser
+            import email.policy
+
+            head = f"Content-Type: {request.headers['Content-Type']}\r\n\r\n".encode()
+            parsed = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(head + body)
+            parts = [p for p in parsed.iter_parts() if p.get_filename() or p.get_param("name")]
+            payload = parts[0].get_payload(decode=True) if parts else None
+            data = payload if isinstance(payload, bytes) else b""
+        if len(data) != upload.length:
+            return web.Response(status=400, text="the length differs from the one declared")
+        with self.lock:
+            upload.data = data
+        return web.Response(text=f"OK - {len(data)}")
 
     async def _file(self, request: web.Request) -> web.StreamResponse:
         with self.lock:

@@ -66,46 +66,59 @@ def setup(home: Path, provider: FakeProvider, monkeypatch) -> Iterator[dict[str,
     queue.close()
 
 
+def serve_runner(
+    home: Home, runtime: GroupRuntime, folder: str, **settings: Any
+) -> Callable[[], None]:
+    """A real runner for group ``folder`` on its real socket, its model ``fake``/m-1
+    through the host relay (``settings``: more of its AgentSettings), served on a
+    thread; what stops it (each tool source closed: a shell, an MCP server)."""
+    group = runtime.store.load(folder)
+    runtime.prepare_host(group, runtime.desired_spec(group))
+    server = RunnerServer(
+        AgentSettings(
+            agent_dir=group.path,
+            runtime_dir=home.runtime_dir(folder),
+            provider="fake",
+            model="m-1",
+            hooks_file=None,
+            **settings,
+        )
+    )
+    server.sock = bind_unix(home.runtime_dir(folder) / "runner.sock")
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        server.stop()
+        thread.join(5)
+        for source in server.runner.tool_sources:
+            if (close := getattr(source, "close", None)) is not None:
+                close()
+        assert server.sock is not None
+        server.sock.close()
+
+    return stop
+
+
 @contextmanager
 def runners(
     setup: dict[str, Any], settings: Callable[[Any], dict[str, Any]] = lambda group: {}
 ) -> Iterator[dict[str, Any]]:
     """A real runner on a real socket for each group of ``setup`` (``settings(group)``:
-    more of its AgentSettings), the daemon started; all stopped afterwards, each tool
-    source closed (a shell, an MCP server)."""
-    home: Home = setup["home"]
-    servers = []
-    for folder in ("fam", "work"):
-        group = setup["runtime"].store.load(folder)
-        setup["runtime"].prepare_host(group, setup["runtime"].desired_spec(group))
-        server = RunnerServer(
-            AgentSettings(
-                agent_dir=group.path,
-                runtime_dir=home.runtime_dir(folder),
-                provider="fake",
-                model="m-1",
-                hooks_file=None,
-                **settings(group),
-            )
-        )
-        server.sock = bind_unix(home.runtime_dir(folder) / "runner.sock")
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        servers.append((server, thread))
+    more of its AgentSettings), the daemon started; all stopped afterwards."""
+    runtime: GroupRuntime = setup["runtime"]
+    stops = [
+        serve_runner(setup["home"], runtime, folder, **settings(runtime.store.load(folder)))
+        for folder in ("fam", "work")
+    ]
     daemon: Daemon = setup["daemon"]
     daemon.start()
     try:
         yield setup
     finally:
         daemon.drain(2)
-        for server, thread in servers:
-            server.stop()
-            thread.join(5)
-            for source in server.runner.tool_sources:
-                if (close := getattr(source, "close", None)) is not None:
-                    close()
-            assert server.sock is not None
-            server.sock.close()
+        for stop in stops:
+            stop()
 
 
 @pytest.fixture

@@ -372,7 +372,8 @@ def test_files_are_stored_and_an_oversized_one_refused(
         [stored] = list((home / "groups" / "fam" / "files" / "inbox").iterdir())
         assert stored.read_bytes() == b"%PDF-1.4 tiny" and stored.suffix == ".pdf"
         text = rig.runner.turns[0]["text"]
-        assert text.startswith("read this\n\n[attachment: files/inbox/" + stored.name)
+        assert text.startswith("read this\n\n[document: files/inbox/" + stored.name)
+        assert "it could not be read as a PDF" in text  # the core read it: a PDF in name only
         assert '"../report.pdf"' in text
         big = server.add_file("big.bin", "application/octet-stream", b"x" * 5000, DM)
         server.say(DM, ALICE, "and this", guild=False, attachments=[big])

@@ -35,6 +35,7 @@ from orchestrator.runtime.lifecycle import GroupRuntime
 from orchestrator.store.messages import open_queue
 from tests.fakerunner import FakeRunner
 from tests.mailserver import MailServers, message
+from tests.mediafiles import pdf_with_text
 
 NAMES = itertools.count()
 
@@ -205,17 +206,20 @@ def test_html_mail_is_read_as_text_without_its_quote(rig: Rig) -> None:
 def test_an_attachment_is_stored_in_the_groups_inbox(rig: Rig) -> None:
     rig.daemon.chats.bind("mail", rig.alice, "fam")
     made = message(rig.alice, rig.bot, "Report", "See the report.")
-    pdf = b"%PDF-1.4\n" + bytes(range(256)) * 40
+    pdf = pdf_with_text(["Invoice 2026-117", "Total due: 420 EUR"])
     made.add_attachment(pdf, maintype="application", subtype="pdf", filename="../../report.pdf")
     rig.servers.send(made)
     rig.wait_replies(1)
     text = rig.runner.turns[0]["text"]
-    assert text.startswith("Subject: Report\n\nSee the report.\n\n[attachment: files/inbox/")
-    assert '(file "../../report.pdf", application/pdf, ' in text
     inbox = rig.home / "groups" / "fam" / "files" / "inbox"
-    stored = list(inbox.iterdir())
-    assert len(stored) == 1 and stored[0].suffix == ".pdf" and stored[0].read_bytes() == pdf
-    assert stored[0].name in text
+    stored, extracted = sorted(inbox.iterdir())
+    assert stored.suffix == ".pdf" and stored.read_bytes() == pdf
+    assert extracted.name == stored.name + ".txt" and "420 EUR" in extracted.read_text()
+    assert text.startswith(
+        f"Subject: Report\n\nSee the report.\n\n[document: files/inbox/{stored.name} "
+        '(file "../../report.pdf", application/pdf, '
+    )
+    assert f"its text: files/inbox/{extracted.name} (2 pages, " in text
 
 
 def test_a_restart_in_the_middle_answers_no_mail_twice(rig: Rig) -> None:

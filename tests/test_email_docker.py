@@ -21,26 +21,9 @@ from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
 from orchestrator.store.messages import MessageQueue
 from tests.mailserver import MailServers, message
-from tests.test_telegram_docker import Serve, wait_for
+from tests.serveproc import Serve, wait_for
 
 pytestmark = pytest.mark.docker
-
-
-class MailServe(Serve):
-    """The daemon, with the mailbox's password in its environment."""
-
-    def __init__(self, home: Path, project: str, password: str) -> None:
-        super().__init__(home, project)
-        self.password = password
-
-    def start(self) -> None:
-        import os
-
-        os.environ["ORCH_TEST_MAIL_PASSWORD"] = self.password
-        try:
-            super().start()
-        finally:
-            del os.environ["ORCH_TEST_MAIL_PASSWORD"]
 
 
 def text_of(mail: EmailMessage) -> str:
@@ -73,7 +56,7 @@ def test_email_through_the_real_daemon_and_engine(
     )  # fmt: skip
     assert added.returncode == 0, added.stderr
     GroupStore(Home(home)).add(GroupConfig(name="fam"))
-    daemon = MailServe(home, test_project, password)
+    daemon = Serve(home, test_project, {"ORCH_TEST_MAIL_PASSWORD": password})
 
     def from_bot() -> list[EmailMessage]:
         return [m for m in servers.inbox(alice) if str(m["From"]) == bot]

@@ -261,6 +261,14 @@ EXPECTED: dict[str, Callable[[], str]] = {
     "Telegram: an image sent as a photo (larger: as a document); a caption": lambda: (
         f"{_size(L.TELEGRAM_PHOTO_MAX_BYTES)}; {L.TELEGRAM_CAPTION_MAX}"
     ),
+    "a file sent to an app, at most (the smaller of this and send_file's applies): Slack; "
+    "Discord; email": lambda: (
+        f"{_size(L.SLACK_FILE_MAX_BYTES)}; {_size(L.DISCORD_FILE_MAX_BYTES)}; "
+        f"{_size(L.EMAIL_FILE_MAX_BYTES)}"
+    ),
+    "one file's upload to an app (Slack's upload URL, a mail's data)": lambda: _s(
+        L.FILE_UPLOAD_TIMEOUT_SECONDS
+    ),
 }
 
 

@@ -402,7 +402,8 @@ def test_files_are_stored_safely_and_an_oversized_one_refused(
         [stored] = list(files.iterdir())
         assert stored.read_bytes() == b"%PDF-1.4 tiny" and stored.suffix == ".pdf"
         text = rig.runner.turns[0]["text"]
-        assert text.startswith("read this\n\n[attachment: files/inbox/" + stored.name)
+        assert text.startswith("read this\n\n[document: files/inbox/" + stored.name)
+        assert "it could not be read as a PDF" in text  # the core read it: a PDF in name only
         assert '"../../etc/passwd.pdf"' in text
         [download] = server.calls_of("file")
         assert download.token == BOT_TOKEN

@@ -10,9 +10,10 @@ messages. Without the Message Content intent (a privileged intent turned on in t
 Developer Portal) Discord sends servers' other messages without their text: the daemon
 asks for the intent only when the application has it (else Discord would refuse the
 connection), records which in the health, and doctor explains it. Files up to
-``attachments_max_bytes`` are stored under ``groups/<folder>/files/inbox/``. The
-message id is the key the queue keeps: a message delivered again (a replayed gateway
-event) is queued once.
+``attachments_max_bytes`` are stored under ``groups/<folder>/files/inbox/`` and
+described to the core (a voice message, its ``flags`` and ``duration_secs``, as a voice
+note). The message id is the key the queue keeps: a message delivered again (a
+replayed gateway event) is queued once.
 
 Outbound: replies reference the message they answer (without pinging its author, and
 with every mention disabled: nothing the model writes pings anyone), in pieces of at
@@ -20,25 +21,33 @@ most 2,000 characters. Each piece carries a ``nonce`` derived from the reply's k
 ``enforce_nonce``: Discord returns the message it already made for a nonce it saw in the
 past few minutes instead of posting again. So a reply claimed but not confirmed at a
 crash is sent again at the next start when its claim is younger than
-``DISCORD_NONCE_WINDOW_SECONDS``; an older one is never sent again.
+``DISCORD_NONCE_WINDOW_SECONDS``; an older one is never sent again. A file the agent
+sends is a message with the file attached, sent the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import io
 import logging
-import time
 from typing import TYPE_CHECKING, cast
 
-from orchestrator.channels.chatapp.adapter import RETRY, Received, Refusal
+from orchestrator.channels.chatapp.adapter import (
+    RETRY,
+    Attachment,
+    OutgoingFile,
+    Received,
+    Refusal,
+)
 from orchestrator.channels.chatapp.core import AdapterBase, Backoff, describe
-from orchestrator.channels.chatapp.files import inbox_name, shown_name, store_inbox_file
+from orchestrator.channels.chatapp.files import store_received
 from orchestrator.channels.discord.kind import DiscordOptions
 from orchestrator.channels.textfmt import split_message
 from orchestrator.config.accounts import account_token
 from orchestrator.errors import DaemonStopping, OrchestratorError
 from orchestrator.limits import DISCORD_NONCE_WINDOW_SECONDS, DISCORD_TEXT_MAX
+from orchestrator.media.inbox import VOICE
 from orchestrator.store.chats import FAILED, UNKNOWN
 from orchestrator.units import human_bytes
 
@@ -258,9 +267,10 @@ class DiscordAdapter(AdapterBase):
         me = self.client.user if self.client else None
         return (f"<@{me.id}>", f"<@!{me.id}>") if me is not None else ()
 
-    async def attachment(self, received: Received, group: str) -> str | Refusal | None:
-        """Store a message's files (up to the limit each) in the group's files/inbox; the
-        lines that tell the turn about them, a Refusal for one over the limit, or None."""
+    async def attachment(self, received: Received, group: str) -> Attachment:
+        """Store a message's files (up to the limit each) in the group's files/inbox and
+        describe them (a voice message as a voice note, with its length); a Refusal for
+        one over the limit (nothing downloaded), or None."""
         import discord
 
         message: discord.Message = received.raw
@@ -270,7 +280,8 @@ class DiscordAdapter(AdapterBase):
         for item in message.attachments:
             if item.size > limit:
                 return self._too_large(item.size)
-        lines = []
+        voice_message = message.flags.voice
+        stored = []
         for item in message.attachments:
             try:
                 data = await item.read()
@@ -279,15 +290,22 @@ class DiscordAdapter(AdapterBase):
                 return Refusal("Sorry, I could not fetch that file from Discord.")
             if len(data) > limit:
                 return self._too_large(len(data))
-            name = inbox_name(time.time(), item.filename, item.content_type, "bin")
-            await asyncio.to_thread(
-                store_inbox_file, self.core.daemon.runtime.store.root, group, name, data
+            voice = voice_message or item.is_voice_message()
+            stored.append(
+                await asyncio.to_thread(
+                    store_received,
+                    self.core.daemon.runtime.store.root,
+                    group,
+                    data,
+                    original=item.filename,
+                    mime=item.content_type,
+                    kind=VOICE if voice else None,
+                    duration=item.duration if voice else None,
+                    label="voice message" if voice else "file",
+                    default_extension="ogg" if voice else "bin",
+                )
             )
-            lines.append(
-                f"[attachment: files/inbox/{name} (file {shown_name(item.filename)}, "
-                f"{item.content_type or 'unknown type'}, {human_bytes(len(data))})]"
-            )
-        return "\n".join(lines)
+        return stored
 
     def _too_large(self, size: int) -> Refusal:
         limit = self.options.attachments_max_bytes
@@ -303,6 +321,19 @@ class DiscordAdapter(AdapterBase):
         assert self.client is not None
         return self.client.get_partial_messageable(int(thread or chat))
 
+    @staticmethod
+    def _reference(
+        target: discord.PartialMessageable, reply_to: str | None
+    ) -> discord.MessageReference | None:
+        """A reference to the message answered (a reply still goes when it is gone)."""
+        import discord
+
+        if not reply_to or not reply_to.isdigit():
+            return None
+        return discord.MessageReference(
+            message_id=int(reply_to), channel_id=target.id, fail_if_not_exists=False
+        )
+
     async def send(
         self, chat: str, thread: str | None, reply_to: str | None, text: str, key: str
     ) -> list[str]:
@@ -312,13 +343,7 @@ class DiscordAdapter(AdapterBase):
         import discord
 
         target = self._target(chat, thread)
-        reference = (
-            discord.MessageReference(
-                message_id=int(reply_to), channel_id=target.id, fail_if_not_exists=False
-            )
-            if reply_to and reply_to.isdigit()
-            else None
-        )
+        reference = self._reference(target, reply_to)
         ids: list[str] = []
         for index, piece in enumerate(split_message(text, DISCORD_TEXT_MAX)):
             sent = await target.send(
@@ -329,6 +354,36 @@ class DiscordAdapter(AdapterBase):
                 mention_author=False,
             )
             ids.append(str(sent.id))
+        return ids
+
+    async def send_file(
+        self, chat: str, thread: str | None, reply_to: str | None, file: OutgoingFile, key: str
+    ) -> list[str]:
+        """A message with the file attached and the caption as its content, referencing
+        ``reply_to``, with a nonce from ``key`` enforced, as a text reply's first piece
+        (a caption longer than one message follows in pieces of its own). Within
+        Discord's nonce window a repeat returns the message made already. The ids of the
+        messages."""
+        import discord
+
+        target = self._target(chat, thread)
+        reference = self._reference(target, reply_to)
+        data = await asyncio.to_thread(file.path.read_bytes)
+        pieces = split_message(file.caption, DISCORD_TEXT_MAX) if file.caption.strip() else []
+        sent = await target.send(
+            pieces[0] if pieces else None,
+            file=discord.File(io.BytesIO(data), filename=file.name),
+            nonce=nonce(key, 0),
+            reference=reference,  # type: ignore[arg-type]
+            allowed_mentions=discord.AllowedMentions.none(),
+            mention_author=False,
+        )
+        ids = [str(sent.id)]
+        for index, piece in enumerate(pieces[1:], start=1):
+            more = await target.send(
+                piece, nonce=nonce(key, index), allowed_mentions=discord.AllowedMentions.none()
+            )
+            ids.append(str(more.id))
         return ids
 
     def classify(self, exc: BaseException) -> str:

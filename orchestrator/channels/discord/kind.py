@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.config.kinds import AccountKind, Advice, KindOption, KindOptions
-from orchestrator.limits import DEFAULT_ATTACHMENT_MAX_BYTES
+from orchestrator.limits import DEFAULT_ATTACHMENT_MAX_BYTES, DISCORD_FILE_MAX_BYTES
 from orchestrator.validate import MappingReader
 
 URL_PATTERN = r"https?://[^\s/]+(/\S*)?"
@@ -86,4 +86,5 @@ KIND = AccountKind(
     loggers=("discord",),
     advice=advice,
     example="orchestrator channel add discord server --token-env DISCORD_TOKEN",
+    files_out_max_bytes=DISCORD_FILE_MAX_BYTES,
 )

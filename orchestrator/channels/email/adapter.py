@@ -12,6 +12,11 @@ committed (with the folder's UIDVALIDITY) only after that: a mail is queued with
 drops it, and a restart never answers a mail twice. The first start of an account only
 notes where the folder ends: mail already there is not answered.
 
+Files: a mail's attachments are stored under ``groups/<folder>/files/inbox/`` and
+described to the core (an audio file is transcribed, an image shown to a model that
+takes images, a PDF's text saved beside it); a file the agent sends is attached to a
+reply mail.
+
 Outbound: a reply is a mail threaded to the one it answers (``threads``, ``compose``):
 ``In-Reply-To``, ``References``, ``Re:`` its subject, a Message-ID made from the reply's
 key, ``Auto-Submitted: auto-replied``. SMTP has no idempotency key, so a claimed reply
@@ -35,11 +40,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, TypeVar, cast
 
-from orchestrator.channels.chatapp.adapter import Received, Refusal
+from orchestrator.channels.chatapp.adapter import Attachment, OutgoingFile, Received, Refusal
 from orchestrator.channels.chatapp.core import AdapterBase, Backoff, describe
-from orchestrator.channels.chatapp.files import inbox_name, shown_name, store_inbox_file
+from orchestrator.channels.chatapp.files import store_received
 from orchestrator.channels.email import outbox
-from orchestrator.channels.email.compose import reply_mail
+from orchestrator.channels.email.compose import Attached, reply_mail
 from orchestrator.channels.email.dkimverify import TxtLookup, verify_from
 from orchestrator.channels.email.kind import EmailOptions
 from orchestrator.channels.email.mailbox import Fetched, Mailbox, Opened, tls_context
@@ -56,6 +61,7 @@ from orchestrator.limits import (
     EMAIL_PAIRING_ADDRESS_SECONDS,
     EMAIL_PAIRING_PER_HOUR,
     EMAIL_TEXT_MAX,
+    FILE_UPLOAD_TIMEOUT_SECONDS,
     SENDER_ID_MAX_CHARS,
 )
 from orchestrator.store.chats import PENDING
@@ -311,10 +317,10 @@ class EmailAdapter(AdapterBase):
     def mention_forms(self, received: Received) -> tuple[str, ...]:
         return ()
 
-    async def attachment(self, received: Received, group: str) -> str | Refusal | None:
-        """Store the mail's files in the group's files/inbox; the lines that tell the
-        turn about them, a Refusal (a mail or a file over its limit, too many files),
-        or None when it has none."""
+    async def attachment(self, received: Received, group: str) -> Attachment:
+        """Store the mail's files in the group's files/inbox and describe them (an audio
+        file as audio, which the core transcribes); a Refusal (a mail or a file over its
+        limit, too many files), or None when it has none."""
         incoming = cast(Incoming, received.raw)
         if not incoming.fetched.whole:
             return Refusal(
@@ -338,17 +344,19 @@ class EmailAdapter(AdapterBase):
                 if limit
                 else "Sorry, I do not take files here."
             )
-        lines = []
         root = self.core.daemon.runtime.store.root
-        for item in files:
-            name = inbox_name(time.time(), item.filename, item.mime, "bin")
-            await asyncio.to_thread(store_inbox_file, root, group, name, item.data)
-            described = "file" + (f" {shown_name(item.filename)}" if item.filename else "")
-            lines.append(
-                f"[attachment: files/inbox/{name} ({described}, {item.mime}, "
-                f"{human_bytes(len(item.data))})]"
+        return [
+            await asyncio.to_thread(
+                store_received,
+                root,
+                group,
+                item.data,
+                original=item.filename,
+                mime=item.mime,
+                label="file",
             )
-        return "\n".join(lines)
+            for item in files
+        ]
 
     # outbound
 
@@ -376,6 +384,36 @@ class EmailAdapter(AdapterBase):
         options = self.options
         return await outbox.send_mails(
             options.smtp, options.user, self.password, self.context, mails
+        )
+
+    async def send_file(
+        self, chat: str, thread: str | None, reply_to: str | None, file: OutgoingFile, key: str
+    ) -> list[str]:
+        """A reply mail with the file attached, threaded to the mail ``reply_to`` names
+        and with its Message-ID made from ``key``, as a text reply's; the caption as its
+        text (or a line naming the file). Sent at most once, as text. Its Message-ID."""
+        assert self.context is not None
+        data = await asyncio.to_thread(file.path.read_bytes)
+        text = file.caption.strip() or f"{file.name} ({human_bytes(file.size)}) is attached."
+        mail = reply_mail(
+            sender=self.options.address,
+            to=chat,
+            text=text,
+            target=ReplyTarget.decode(reply_to),
+            thread=thread,
+            key=key,
+            piece=0,
+            pieces=1,
+            files=(Attached(file.name, file.mime, data),),
+        )
+        options = self.options
+        return await outbox.send_mails(
+            options.smtp,
+            options.user,
+            self.password,
+            self.context,
+            [mail],
+            timeout=FILE_UPLOAD_TIMEOUT_SECONDS,
         )
 
     def classify(self, exc: BaseException) -> str:

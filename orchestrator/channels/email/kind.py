@@ -23,7 +23,11 @@ import urllib.parse
 from dataclasses import dataclass
 
 from orchestrator.config.kinds import AccountKind, KindOption, KindOptions
-from orchestrator.limits import DEFAULT_ATTACHMENT_MAX_BYTES, EMAIL_POLL_SECONDS
+from orchestrator.limits import (
+    DEFAULT_ATTACHMENT_MAX_BYTES,
+    EMAIL_FILE_MAX_BYTES,
+    EMAIL_POLL_SECONDS,
+)
 from orchestrator.validate import MappingReader
 
 ADDRESS_PATTERN = r"[^@\s<>\"]{1,64}@[A-Za-z0-9.-]{1,253}"
@@ -194,4 +198,5 @@ KIND = AccountKind(
     "--password-env MAIL_PASSWORD",
     credential="password",
     proves_senders=False,
+    files_out_max_bytes=EMAIL_FILE_MAX_BYTES,
 )

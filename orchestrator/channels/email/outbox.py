@@ -84,15 +84,18 @@ async def send_mails(
     password: str,
     context: ssl.SSLContext,
     messages: list[EmailMessage],
+    *,
+    timeout: float = EMAIL_TIMEOUT_SECONDS,
 ) -> list[str]:
-    """Send ``messages`` in order over one connection; their Message-IDs. NotSent when
-    none was handed over, PartlySent when the server took some."""
+    """Send ``messages`` in order over one connection, each within ``timeout`` (a mail
+    with a file takes longer to hand over); their Message-IDs. NotSent when none was
+    handed over, PartlySent when the server took some."""
     client = await _logged_in(server, user, password, context)
     sent: list[str] = []
     try:
         for message in messages:
             try:
-                await client.send_message(message)
+                await client.send_message(message, timeout=timeout)
             except Exception as exc:
                 if sent:
                     raise PartlySent(

@@ -16,14 +16,17 @@ again is dropped before anything is done with it. An acknowledged event whose me
 was not queued yet when the daemon stopped is not delivered again: at most one message
 can be lost that way. Edits, deletions, joins and other apps' messages start nothing.
 Files up to ``attachments_max_bytes`` are stored under ``groups/<folder>/files/inbox/``
-(the bot token goes only to Slack's file host).
+(the bot token goes only to Slack's file host) and described to the core, which
+transcribes, extracts and shows them; an audio clip recorded in Slack is a voice note.
 
 Outbound: replies go into the thread of the message they answer (a message outside a
 thread is answered outside one), as mrkdwn rendered from the Markdown with everything
 else escaped, in pieces of at most ``SLACK_TEXT_MAX`` characters. ``chat.postMessage``
 has no idempotency key: a repeated send would post twice, so a claimed reply is never
 sent again (as for Telegram), and the Web API client retries nothing on its own. A 429
-is waited out for its ``Retry-After``. Slack shows apps no typing indicator.
+is waited out for its ``Retry-After``. Slack shows apps no typing indicator. A file the
+agent sends is uploaded with Slack's upload flow and shared into the thread answered,
+its caption as the file's comment; it is sent once as text is.
 """
 
 from __future__ import annotations
@@ -31,20 +34,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 import urllib.parse
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from orchestrator.channels.chatapp.adapter import RETRY, Received, Refusal
+from orchestrator.channels.chatapp.adapter import (
+    RETRY,
+    Attachment,
+    OutgoingFile,
+    Received,
+    Refusal,
+    StoredFile,
+)
 from orchestrator.channels.chatapp.core import AdapterBase, Backoff
-from orchestrator.channels.chatapp.files import inbox_name, shown_name, store_inbox_file
+from orchestrator.channels.chatapp.files import store_received
 from orchestrator.channels.slack.kind import DEFAULT_API_URL, SlackOptions
 from orchestrator.channels.slack.mrkdwn import mrkdwn_pieces, slack_to_text
 from orchestrator.config.accounts import account_token
 from orchestrator.errors import DaemonStopping, OrchestratorError
-from orchestrator.limits import CHANNEL_RETRY_AFTER_MAX_SECONDS
+from orchestrator.limits import CHANNEL_RETRY_AFTER_MAX_SECONDS, FILE_UPLOAD_TIMEOUT_SECONDS
+from orchestrator.media.inbox import VOICE
 from orchestrator.store.chats import FAILED, UNKNOWN
 from orchestrator.units import human_bytes
 
@@ -69,6 +79,36 @@ FILES_PER_MESSAGE = 10  # Slack's own limit on files shared in one message
 
 class FileElsewhere(Exception):
     """A file's URL is not on Slack's file host: the bot token is not sent there."""
+
+
+class NotShared(Exception):
+    """A file out did not reach the conversation: its upload failed before the share
+    (``retry``: the connection, not Slack's refusal)."""
+
+    def __init__(self, text: str, *, retry: bool) -> None:
+        super().__init__(text)
+        self.retry = retry
+
+
+def described(item: dict[str, Any]) -> dict[str, Any]:
+    """What ``store_received`` is told of a Slack file object: an audio clip recorded
+    in Slack (``subtype: slack_audio``) is a voice note, its length from
+    ``duration_ms`` and its type audio (Slack may name a clip's container video/mp4 or
+    video/webm); any other file is described by its type and name."""
+    found = item.get("mimetype")
+    mime = found if isinstance(found, str) and found else None
+    if item.get("subtype") != "slack_audio":
+        return {"mime": mime, "label": "file"}
+    if mime is not None and mime.startswith("video/"):
+        mime = "audio/" + mime.removeprefix("video/")
+    ms = item.get("duration_ms")
+    seconds = ms / 1000 if isinstance(ms, int | float) and not isinstance(ms, bool) else None
+    return {
+        "mime": mime or "audio/mp4",
+        "kind": VOICE,
+        "duration": seconds if seconds and seconds > 0 else None,
+        "label": "audio clip",
+    }
 
 
 def retry_after(exc: Any) -> float:
@@ -261,9 +301,10 @@ class SlackAdapter(AdapterBase):
     def mention_forms(self, received: Received) -> tuple[str, ...]:
         return (f"@{self.me}",) if self.me else ()
 
-    async def attachment(self, received: Received, group: str) -> str | Refusal | None:
-        """Store a message's files (up to the limit each) in the group's files/inbox; the
-        lines that tell the turn about them, a Refusal for one over the limit, or None."""
+    async def attachment(self, received: Received, group: str) -> Attachment:
+        """Store a message's files (up to the limit each) in the group's files/inbox and
+        describe them (an audio clip recorded in Slack as a voice note, with its length);
+        a Refusal for one over the limit (nothing downloaded), or None."""
         event: dict[str, Any] = received.raw
         files = [f for f in event.get("files") or [] if isinstance(f, dict)][:FILES_PER_MESSAGE]
         if not files:
@@ -274,7 +315,7 @@ class SlackAdapter(AdapterBase):
         for item in files:
             if int(item.get("size") or 0) > limit:
                 return self._too_large(int(item.get("size") or 0))
-        lines = []
+        stored: list[StoredFile] = []
         for item in files:
             url = str(item.get("url_private_download") or item.get("url_private") or "")
             if not url or item.get("mode") in ("external", "tombstone"):
@@ -286,17 +327,18 @@ class SlackAdapter(AdapterBase):
                 return Refusal("Sorry, I could not fetch that file from Slack.")
             if data is None:
                 return self._too_large(limit + 1)
-            original, mime = item.get("name"), item.get("mimetype")
-            name = inbox_name(time.time(), original, mime, "bin")
-            await asyncio.to_thread(
-                store_inbox_file, self.core.daemon.runtime.store.root, group, name, data
+            original = item.get("name")
+            stored.append(
+                await asyncio.to_thread(
+                    store_received,
+                    self.core.daemon.runtime.store.root,
+                    group,
+                    data,
+                    original=str(original) if original else None,
+                    **described(item),
+                )
             )
-            described = "file" + (f" {shown_name(str(original))}" if original else "")
-            lines.append(
-                f"[attachment: files/inbox/{name} ({described}, {mime or 'unknown type'}, "
-                f"{human_bytes(len(data))})]"
-            )
-        return "\n".join(lines) or None
+        return stored or None
 
     async def _download(self, url: str, limit: int) -> bytes | None:
         """A file from Slack's file host, with the bot token; None when it is larger than
@@ -362,13 +404,76 @@ class SlackAdapter(AdapterBase):
             ids.append(str(posted["ts"]))
         return ids
 
+    async def send_file(
+        self, chat: str, thread: str | None, reply_to: str | None, file: OutgoingFile, key: str
+    ) -> list[str]:
+        """Upload the file as Slack's Web API does (files_upload_v2's three steps, one by
+        one: ``files.getUploadURLExternal``, the bytes to the URL it gives, then
+        ``files.completeUploadExternal``, which shares it into ``chat``, in ``thread``,
+        with the caption as its comment). Only the last step posts, so a failure before
+        it is known to have posted nothing (NotShared). Sent once: a claim is never sent
+        again, as for text. The file ids shared (and the ts of a caption's rest)."""
+        import aiohttp
+
+        web = self.web
+        assert web is not None
+        data = await asyncio.to_thread(file.path.read_bytes)
+        try:
+            issued = await self.call(
+                lambda: web.files_getUploadURLExternal(filename=file.name, length=len(data))
+            )
+            await self._upload(str(issued["upload_url"]), data)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise NotShared(f"uploading {file.name} failed: {exc!r}", retry=True) from exc
+        file_id = str(issued["file_id"])
+        pieces = mrkdwn_pieces(file.caption) if file.caption.strip() else []
+        done = await self.call(
+            lambda: web.files_completeUploadExternal(
+                files=[{"id": file_id, "title": file.name}],
+                channel_id=chat,
+                thread_ts=thread,
+                initial_comment=pieces[0] if pieces else None,
+            )
+        )
+        ids = [str(f.get("id")) for f in done.get("files") or [] if isinstance(f, dict)]
+        for piece in pieces[1:]:  # a caption longer than one message, after it
+            posted = await self.call(
+                lambda piece=piece: web.chat_postMessage(  # type: ignore[misc]
+                    channel=chat, text=piece, thread_ts=thread, mrkdwn=True, unfurl_links=False
+                )
+            )
+            ids.append(str(posted["ts"]))
+        return ids or [file_id]
+
+    async def _upload(self, url: str, data: bytes) -> None:
+        """The file's bytes to the upload URL Slack issued (no token goes with them);
+        NotShared when it refuses them."""
+        import aiohttp
+
+        if urllib.parse.urlsplit(url).scheme not in ("https", "http"):
+            raise NotShared(f"Slack gave an upload URL that is not HTTP: {url[:80]!r}", retry=False)
+        assert self.http is not None
+        timeout = aiohttp.ClientTimeout(total=FILE_UPLOAD_TIMEOUT_SECONDS)
+        async with self.http.post(
+            url, data=data, timeout=timeout, allow_redirects=False
+        ) as response:
+            if response.status != 200:
+                text = (await response.text(errors="replace"))[:200]
+                raise NotShared(
+                    f"Slack's file upload answered HTTP {response.status}: {text}",
+                    retry=response.status >= 500,
+                )
+
     def classify(self, exc: BaseException) -> str:
-        """By the exception's type: no connection made surely posted nothing; Slack's
-        answer of an error is a refusal; anything else (a timeout, a dropped
+        """By the exception's type: no connection made surely posted nothing, nor did a
+        file that was not shared (NotShared: tried again unless Slack refused it);
+        Slack's answer of an error is a refusal; anything else (a timeout, a dropped
         connection) may have posted."""
         import aiohttp
         from slack_sdk.errors import SlackApiError
 
+        if isinstance(exc, NotShared):
+            return RETRY if exc.retry else FAILED
         if isinstance(exc, aiohttp.ClientConnectorError):
             return RETRY
         if isinstance(exc, SlackApiError):

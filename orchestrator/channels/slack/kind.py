@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.config.kinds import AccountKind, KindOption, KindOptions
-from orchestrator.limits import DEFAULT_ATTACHMENT_MAX_BYTES
+from orchestrator.limits import DEFAULT_ATTACHMENT_MAX_BYTES, SLACK_FILE_MAX_BYTES
 from orchestrator.secrets import SecretRef, parse_secret_ref
 from orchestrator.validate import MappingReader
 
@@ -98,4 +98,5 @@ KIND = AccountKind(
     example="orchestrator channel add slack team --bot-token-env SLACK_BOT_TOKEN \\\n"
     "      --app-token-env SLACK_APP_TOKEN",
     credential="bot_token",
+    files_out_max_bytes=SLACK_FILE_MAX_BYTES,
 )
