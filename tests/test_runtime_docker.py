@@ -283,9 +283,11 @@ def test_group_remembers_across_a_new_container_and_session(runtime) -> None:  #
     transcripts = sorted(p.parent.name for p in group.sessions_dir.glob("*/transcript.jsonl"))
     assert transcripts == ["cli.chat-another-chat", "cli.chat-family"]
     # the memory hook ran inside the container at each fresh context
-    first = json.loads(
-        (group.sessions_dir / "cli.chat-family/transcript.jsonl").read_text().splitlines()[0]
+    header, first = map(
+        json.loads,
+        (group.sessions_dir / "cli.chat-family/transcript.jsonl").read_text().splitlines()[:2],
     )
+    assert header["t"] == "header"  # the transcript's version comes first
     assert first["t"] == "context" and "### memory/index.md" in first["system"]
 
 

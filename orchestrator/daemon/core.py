@@ -31,7 +31,7 @@ from orchestrator.config import OrchestratorConfig
 from orchestrator.config.accounts import account_of_channel
 from orchestrator.config.providers import resolve_key
 from orchestrator.daemon.scheduler import Scheduler, store_lookup
-from orchestrator.daemon.upgrade import carry_sessions_to_channels
+from orchestrator.daemon.upgrade import UpgradeReport, upgrade_home
 from orchestrator.errors import (
     BadInput,
     DaemonStopping,
@@ -237,6 +237,8 @@ class Daemon:
         self.metrics = Metrics(self, self.relay.usage)
         # set by the service that runs the daemon: reloads orchestrator.yaml
         self.on_reload: Callable[[], dict[str, Any]] | None = None
+        # what the start found and did to the home (an older release's, migrated)
+        self.upgrade: UpgradeReport | None = None
 
     @property
     def inflight(self) -> int:
@@ -391,7 +393,7 @@ class Daemon:
 
     def start(self) -> None:
         self.check_credentials()
-        carry_sessions_to_channels(self.queue, self.runtime.store)
+        self.upgrade = upgrade_home(self.queue, self.runtime.store)
         recovered = self.queue.recover()
         if recovered:
             log.info("%d messages in flight at the last stop are queued again", recovered)

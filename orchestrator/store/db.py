@@ -27,7 +27,7 @@ from typing import TypeVar
 
 from orchestrator.errors import OrchestratorError
 from orchestrator.limits import STATE_RESERVE_BYTES
-from orchestrator.store.schema import SchemaBehind, SchemaTooNew, bring_up_to_date
+from orchestrator.store.schema import Migration, SchemaBehind, SchemaTooNew, bring_up_to_date
 
 __all__ = ["SchemaBehind", "SchemaTooNew"]  # raised when a file is opened
 
@@ -77,10 +77,11 @@ class StateDB:
         self.path = path
         self.reserve = reserve
         self._lock = threading.RLock()
+        self.migrated: list[Migration] = []  # what opening it applied
         try:
             self._db = connect(path, synchronous)
             try:
-                self.version = bring_up_to_date(self._db, path, migrate, behind_hint)
+                self.version, self.migrated = bring_up_to_date(self._db, path, migrate, behind_hint)
             except BaseException:
                 self._db.close()
                 raise
