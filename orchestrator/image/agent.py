@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import orchestrator
 from orchestrator.errors import ImageBuildFailed, OrchestratorError
-from orchestrator.image.base import INPUTS_LABEL, ROLE_LABEL, ensure_offline_base
+from orchestrator.image.base import INPUTS_LABEL, ROLE_LABEL, VERSION_LABEL, ensure_offline_base
 from orchestrator.limits import BASE_PULL_TIMEOUT_SECONDS
 from orchestrator.runtime.engine import call_engine
 
@@ -327,7 +327,11 @@ def _docker_build(
             decode=True,
             network_mode="none",
             buildargs={"BASE_IMAGE": base_ref, "PIP_WHEEL": pip_wheel},
-            labels={ROLE_LABEL: role, INPUTS_LABEL: digest},
+            labels={
+                ROLE_LABEL: role,
+                INPUTS_LABEL: digest,
+                VERSION_LABEL: orchestrator.__version__,
+            },
         )
         image_id = None
         for chunk in stream:

@@ -70,6 +70,8 @@ EXCLUDES = (
 BASE_REPOSITORY = "orchestrator-base"
 ROLE_LABEL = "org.orchestrator.role"
 INPUTS_LABEL = "org.orchestrator.inputs"
+# the release whose sources an agent, daemon or group image was built from
+VERSION_LABEL = "org.opencontainers.image.version"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 MIRROR_ENV = "ORCHESTRATOR_DEBIAN_MIRROR"
 _IMPORT_CHANGES = (

@@ -36,6 +36,7 @@ from orchestrator.limits import (
     DOWN_TERM_WAIT_SECONDS,
     DRAIN_TIMEOUT_SECONDS,
 )
+from orchestrator.versions import RELEASE
 
 if TYPE_CHECKING:
     from orchestrator.channels.base import Channel
@@ -124,6 +125,9 @@ class Service:
             "home": str(self.home.root),
             "channels": {c.name: c.where() for c in self.channels.values()},
             "concurrency": self.daemon.concurrency,
+            "release": RELEASE,
+            # what this start did to a home an older release left (``up`` says it)
+            "upgrade": self.daemon.upgrade.to_dict() if self.daemon.upgrade else None,
         }
         write_atomic(self.home.state_dir / FACTS_FILE, json.dumps(facts) + "\n")
 
@@ -208,7 +212,8 @@ def serve(home: Home, concurrency: int | None = None) -> None:
     service.write_facts()
     write_atomic(home.state_dir / PID_FILE, f"{os.getpid()}\n")
     log.info(
-        "orchestrator daemon %d serving %s (channels: %s; concurrency %d)",
+        "orchestrator %s daemon %d serving %s (channels: %s; concurrency %d)",
+        RELEASE,
         os.getpid(),
         home.root,
         ", ".join(f"{c.name} {c.where()}" for c in service.channels.values()),
