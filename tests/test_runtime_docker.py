@@ -300,7 +300,7 @@ def test_runner_refuses_bad_frames_and_keeps_serving(runtime) -> None:  # type: 
     socket_path = runtime.home.runtime_dir(group.folder) / SOCKET_NAME
     assert wire.request(socket_path, {"op": "nope"}, 10) == {
         "ok": False,
-        "error": "unknown op 'nope'; expected ping or turn",
+        "error": "unknown op 'nope'; expected ping, turn or flush",
     }
     bad_turn = {"op": "turn", "turn": {"turn_id": "x", "chat": 5, "text": "hi"}}
     assert "turn.chat must be a string" in wire.request(socket_path, bad_turn, 10)["error"]

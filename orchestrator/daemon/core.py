@@ -74,7 +74,7 @@ from orchestrator.relay.grants import granted_tools
 from orchestrator.relay.turn import RelayContext, TurnRelay
 from orchestrator.runtime.channel import Cancel, RunnerClient, RunnerUnavailable
 from orchestrator.runtime.lifecycle import GroupRuntime
-from orchestrator.runtime.reconcile import RECREATE, STOP_IDLE, apply_plan
+from orchestrator.runtime.reconcile import OLDER_IMAGE, RECREATE, STOP_IDLE, Action, apply_plan
 from orchestrator.store.chats import ChatStore
 from orchestrator.store.held import HeldRequests
 from orchestrator.store.messages import (
@@ -398,7 +398,14 @@ class Daemon:
         if recovered:
             log.info("%d messages in flight at the last stop are queued again", recovered)
         try:
-            self._reconcile()
+            older = [a for a in self._reconcile() if a.reason == OLDER_IMAGE]
+            if older:
+                log.info(
+                    "%d containers run an older image; each is made again at its group's "
+                    "next turn: %s",
+                    len(older),
+                    ", ".join(a.container for a in older),
+                )
         except OrchestratorError as exc:
             log.warning("reconcile at start failed: %s", exc.message)
         self.metrics.start()  # the listener of metrics.listen, when it is set
@@ -787,11 +794,12 @@ class Daemon:
         window = self.relay.windows.of(definition, config.model, key)
         return window.tokens, answer
 
-    def _reconcile(self) -> None:
+    def _reconcile(self) -> list[Action]:
         """Bring the containers in line with the groups, logging each change (adopting
-        a running container that is already right is not one). A container to be made
-        again (a new image, a changed group.yaml) waits while its group has a turn in
-        flight: it is made again between turns, at a later round."""
+        a running container that is already right is not one); the plan. A container
+        to be made again (a changed group.yaml) waits while its group has a turn in
+        flight: it is made again between turns, at a later round. One whose image alone
+        is older (an upgrade) is made again at its group's next turn instead."""
         try:
             self._sync_gate()
         except OSError as exc:
@@ -819,6 +827,7 @@ class Daemon:
         for action in actions:
             if action.kind != "adopt":
                 log.info("reconcile: %s %s (%s)", action.kind, action.container, action.reason)
+        return planned
 
     def flush_idle(self, folder: str) -> list[str]:
         """Before ``folder``'s idle container stops: a memory flush of the sessions its
