@@ -317,3 +317,9 @@ DEFAULT_WEB_FETCHES_PER_HOUR = 60  # fetches and searches of one group (web.max_
 EGRESS_CONNECTIONS_MAX = 16  # the shell's gate: connections one group may hold open at once
 EGRESS_HEAD_MAX_BYTES = 16 * 1024  # a proxy request's head
 EGRESS_PORT = 3128  # the forwarder in the container, on 127.0.0.1
+
+# Backups (orchestrator backup, restore)
+BACKUP_HEAD_MAX_BYTES = 1024 * 1024  # the archive's first member (format and versions)
+BACKUP_MANIFEST_MAX_BYTES = 512 * 1024**2  # its last (every member's size and checksum)
+BACKUP_SPOOL_BYTES = 8 * 1024**2  # of a file held in memory while archived (larger: on disk)
+BACKUP_PROGRESS_SECONDS = 2  # a progress line at most this often during long work

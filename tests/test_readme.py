@@ -219,6 +219,11 @@ EXPECTED: dict[str, Callable[[], str]] = {
     ),
     "a Matrix reply piece (UTF-16 code units)": lambda: str(L.MATRIX_TEXT_MAX),
     "a dashboard login": lambda: _s(L.DASHBOARD_SESSION_SECONDS),
+    "a backup's head / manifest; a file held in memory while archived (larger: on disk); "
+    "progress lines (at most)": lambda: (
+        f"{_size(L.BACKUP_HEAD_MAX_BYTES)} / {_size(L.BACKUP_MANIFEST_MAX_BYTES)}; "
+        f"{_size(L.BACKUP_SPOOL_BYTES)}; every {_s(L.BACKUP_PROGRESS_SECONDS)}"
+    ),
 }
 
 

@@ -109,6 +109,16 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "pair",
         "Approve (or list, reject) the pairing code of a chat.",
     ),
+    "backup": (
+        "orchestrator.cli.backup",
+        "backup",
+        "Archive this home while it runs (--verify FILE checks an archive).",
+    ),
+    "restore": (
+        "orchestrator.cli.backup",
+        "restore",
+        "Restore a backup into an empty home (--home NEW_FOLDER).",
+    ),
     "hook": ("orchestrator.cli.agent", "hook", "SessionStart hooks (the memory hook)."),
     "agent": ("orchestrator.cli.agent", "agent", "The runner inside a group container."),
 }

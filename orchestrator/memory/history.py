@@ -664,6 +664,17 @@ class History:
         self._snapshot = None
 
     @contextmanager
+    def held(self) -> Iterator[None]:
+        """Hold the history against every writer, in this process and in others (the
+        daemon), while it is read whole (a backup); a group without a history yet gets
+        none made."""
+        if not self.path.is_dir():
+            yield
+            return
+        with self._lock, self._flock():
+            yield
+
+    @contextmanager
     def _flock(self) -> Iterator[None]:
         self.path.mkdir(mode=0o700, exist_ok=True)
         fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
