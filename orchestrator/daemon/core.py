@@ -195,6 +195,9 @@ class Daemon:
         self.busy: set[tuple[str, str]] = set()
         # groups whose container reconcile makes again or stops (their turns wait)
         self.reconciling: set[str] = set()
+        # groups whose container runs an older image (an upgrade), as reconcile last found:
+        # each is made again at its group's next turn, before the turn
+        self.outdated: set[str] = set()
         self.gate: Gate | None = None  # the shells' egress gate, once a group has the web
         self.gate_lock = threading.Lock()
         self.active: dict[str, Delivery] = {}
@@ -765,6 +768,8 @@ class Daemon:
                 request_limit=relay.frame_limit,
             )
 
+        if group.folder in self.outdated:
+            self._replace_outdated(group)
         try:
             return deliver(timeout)
         except RunnerUnavailable as exc:  # nothing listens: the container needs starting
@@ -778,6 +783,25 @@ class Daemon:
         if left <= 0:
             raise DeliveryFailed(f"the turn did not finish within {timeout:g}s")
         return deliver(left)
+
+    def _replace_outdated(self, group: Group) -> None:
+        """Make ``group``'s container of an older image again, on the current one, before
+        this turn: when it is the group's only turn in flight (another turn's container
+        is not taken from under it; a later turn makes it again then). The group takes
+        no other turn meanwhile."""
+        with self.cond:
+            if self.running.get(group.folder, 0) > 1 or group.folder in self.reconciling:
+                return
+            self.reconciling.add(group.folder)
+        try:
+            with self.group_locks.setdefault(group.folder, threading.Lock()):
+                self.runtime.ensure_running(group)  # another config hash: made again
+            self.outdated.discard(group.folder)
+            log.info("group %s: its container of an older image made again", group.folder)
+        finally:
+            with self.cond:
+                self.reconciling.discard(group.folder)
+                self.cond.notify_all()
 
     def _window(self, group: Group) -> tuple[int | None, int | None]:
         """The context window of the group's model and its answer's room, in tokens
@@ -805,7 +829,9 @@ class Daemon:
         except OSError as exc:
             log.warning("the egress gate could not be brought in line: %s", exc)
         planned = self.runtime.plan()
+        self.outdated = {a.folder for a in planned if a.reason == OLDER_IMAGE and a.folder}
         actions = []
+        held: set[str] = set()  # the groups this round holds
         with self.cond:  # a group made again or stopped takes no turn meanwhile
             busy = {group for group, _ in self.busy}
             for action in planned:
@@ -814,6 +840,7 @@ class Daemon:
                     continue
                 if action.kind in (RECREATE, STOP_IDLE) and action.folder is not None:
                     self.reconciling.add(action.folder)
+                    held.add(action.folder)
                 actions.append(action)
         try:
             for action in actions:
@@ -822,7 +849,7 @@ class Daemon:
             apply_plan(actions, self.runtime)
         finally:
             with self.cond:
-                self.reconciling.clear()
+                self.reconciling.difference_update(held)
                 self.cond.notify_all()
         for action in actions:
             if action.kind != "adopt":

@@ -370,7 +370,9 @@ def up(home: Home, timeout: float = 60.0, debug: bool = False) -> UpResult:
                 hint=f"see {log_path}",
             )
         if daemon_running(home):
-            return UpResult(process.pid, True, daemon_facts(home) or {})
+            facts = daemon_facts(home) or {}
+            if facts.get("pid") == process.pid and "channels" in facts:  # written whole
+                return UpResult(process.pid, True, facts)
         time.sleep(0.1)
     raise OrchestratorError(
         f"the daemon did not answer within {timeout:.0f}s", hint=f"see {log_path}"
