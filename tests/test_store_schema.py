@@ -314,3 +314,42 @@ def test_each_migration_has_a_test_from_the_version_before_it() -> None:
 
     tested = {int(name.split("_")[2]) for name in globals() if name.startswith("test_migration_")}
     assert tested == {m.version for m in MIGRATIONS[1:]}  # 1 is the pre-versions test above
+
+
+def test_the_upgrade_of_a_home_of_the_previous_release_killed_midway_completes_next_time(
+    tmp_path: Path,
+) -> None:
+    """Migration 6, what a 0.1.0 home gets, killed by SIGKILL after its first table: the
+    file stays at version 5, and the next open applies it whole, journaled once."""
+    from orchestrator.store.homerecord import HomeRecord
+
+    path = tmp_path / QUEUE_FILE
+    _at_version(path, 5).close()
+    child = textwrap.dedent(
+        f"""
+        import os, signal
+        from orchestrator.store import schema
+        def killed(db):
+            db.execute("CREATE TABLE home (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            os.kill(os.getpid(), signal.SIGKILL)
+        schema.MIGRATIONS = tuple(
+            schema.Migration(m.version, m.what, killed if m.version == 6 else m.apply)
+            for m in schema.MIGRATIONS
+        )
+        from orchestrator.store.messages import MessageQueue
+        MessageQueue(__import__("pathlib").Path({str(path)!r}))
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", child], cwd=Path(__file__).parent.parent)
+    assert result.returncode == -9
+    assert _version(path) == 5
+    db = sqlite3.connect(path)
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    db.close()
+    assert "home" not in tables and "upgrades" not in tables  # rolled back whole
+    queue = _opened(path)
+    try:
+        (line,) = HomeRecord(queue).journal()
+        assert line.what.startswith("state database schema 5 -> 6: ")
+    finally:
+        queue.close()

@@ -168,7 +168,7 @@ def restore_backup(archive: Path, home: Home, progress: Progress = lambda _: Non
         config_file = staging / HOME / CONFIG_FILE
         state_dir = state_dir_of(root, config_file)
         _check_state_dir(root, state_dir)
-        os.sync()  # every file written is on disk before any of it is put in place
+        sync_filesystem(staging)  # every file written is on disk before any is put in place
         for entry in sorted((staging / HOME).iterdir()) if (staging / HOME).is_dir() else []:
             _move(entry, root / entry.name, moved)
         if (staging / STATE).is_dir():
@@ -191,6 +191,26 @@ def restore_backup(archive: Path, home: Home, progress: Progress = lambda _: Non
     fsync_path(root)
     progress(f"restored {len(manifest.files):,} files into {root}")
     return report
+
+
+def sync_filesystem(path: Path) -> None:
+    """Flush to disk everything written on the file system holding ``path`` (syncfs:
+    one call for a whole restored tree, where a fsync per file costs a disk flush each),
+    or on every file system where syncfs cannot be had."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    syncfs = getattr(ctypes.CDLL(name, use_errno=True), "syncfs", None) if name else None
+    if syncfs is None:
+        os.sync()
+        return
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if syncfs(fd) != 0:
+            os.sync()
+    finally:
+        os.close(fd)
 
 
 def _empty_home(root: Path) -> bool:
@@ -243,7 +263,7 @@ def _move(source: Path, target: Path, moved: list[tuple[Path, Path]]) -> None:
         if exc.errno != errno.EXDEV:  # another file system: a state_dir elsewhere
             raise RestoreFailed(f"cannot move {source} to {target}: {exc.strerror}") from None
         shutil.copytree(source, target, symlinks=True, copy_function=shutil.copy2)
-        os.sync()
+        sync_filesystem(target)
         shutil.rmtree(source)
         return
     moved.append((source, target))
