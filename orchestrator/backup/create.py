@@ -94,7 +94,8 @@ class BackupReport:
         }
 
 
-def default_target(home: Home, project: str) -> Path:
+def default_target(project: str) -> Path:
+    """A dated archive name in the current folder."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     return Path.cwd() / f"orchestrator-backup-{project}-{stamp}.tar.gz"
 
@@ -110,7 +111,7 @@ def create_backup(
     and report what it holds. BadInput for a name that exists, ends otherwise than .tar,
     .tar.gz or .tgz, or lies inside what it would archive."""
     config = load_config(home)
-    target = (to or default_target(home, config.project)).absolute()
+    target = (to or default_target(config.project)).absolute()
     gzipped = compressed(target)
     _check_target(home, target)
     with tempfile.TemporaryDirectory(prefix=".orchestrator-backup-", dir=target.parent) as tmp:
