@@ -261,3 +261,31 @@ def test_a_layout_of_a_newer_release_is_refused_with_nothing_changed(home: Path)
         assert record.journal() == journal and record.release() is None
     finally:
         queue.close()
+
+
+def test_the_transcript_command_refuses_a_newer_transcript_and_shows_the_others(
+    home: Path,
+) -> None:
+    from click.testing import CliRunner
+
+    from orchestrator.cli import cli
+
+    group = GroupStore(Home(home)).add(GroupConfig(name="fam"))
+    event = {"t": "msg", "role": "user", "content": "hello there", "sender": "alice", "ts": 1.0}
+    for key, header in (
+        ("cli.chat-new", {**header_event(), "version": TRANSCRIPT_VERSION + 1}),
+        ("cli.chat-old", None),  # before versions
+        ("cli.chat-now", header_event()),
+    ):
+        path = group.sessions_dir / key / "transcript.jsonl"
+        path.parent.mkdir(parents=True)
+        lines = ([json.dumps(header)] if header else []) + [json.dumps(event)]
+        path.write_text("\n".join(lines) + "\n")
+    shown = CliRunner().invoke(cli, ["--home", str(home), "transcript", "fam"])
+    assert shown.exit_code == 0, shown.output
+    assert shown.stdout.count("alice (?): hello there") == 2  # old and now; no header shown
+    assert f"cli.chat-new: {group.sessions_dir}/cli.chat-new/transcript.jsonl is at version" in (
+        shown.stderr
+    )
+    one = CliRunner().invoke(cli, ["--home", str(home), "transcript", "fam", "--chat", "new"])
+    assert one.exit_code == 1 and "written by a newer release" in one.stderr

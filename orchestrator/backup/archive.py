@@ -303,7 +303,7 @@ def _read(
             raise BackupInvalid(f"{shown}: its head ({HEAD}) is not JSON: {exc}") from None
         check_head(head)
         seen_files: dict[str, tuple[int, str]] = {}
-        seen_dirs: list[str] = []
+        seen_dirs: set[str] = set()
         manifest: Manifest | None = None
         for info in members:
             if manifest is not None:
@@ -320,7 +320,7 @@ def _read(
                 raise BackupInvalid(f"{shown}: holds {info.name!r} twice")
             member = Member(info.name, info.isdir(), info.mode & 0o777, float(info.mtime))
             if info.isdir():
-                seen_dirs.append(info.name)
+                seen_dirs.add(info.name)
                 if on_member is not None:
                     on_member(member, None)
             elif info.isreg():
@@ -358,7 +358,7 @@ def _compare(
     shown: str,
     head_bytes: bytes,
     files: dict[str, tuple[int, str]],
-    dirs: list[str],
+    dirs: set[str],
     manifest: Manifest,
 ) -> None:
     problems: list[str] = []
