@@ -52,7 +52,7 @@ def backup(
 
     \b
     It holds the state database (copied with SQLite's online backup API: every message
-    accepted before the copy, with its replies, sessions' records, bindings, pairings,
+    accepted before the copy, its replies, the chat apps' records, bindings, pairings,
     tasks and usage), orchestrator.yaml, the installed skills, every group's folder
     (group.yaml, memory, history, sessions, files, learned behaviors, instructions;
     removed groups too) and the mount allowlist; with --include-secrets, the secrets
