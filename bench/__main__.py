@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 
 from bench import (
+    backup,
     consolidate,
     discord,
     email,
@@ -77,6 +78,8 @@ BENCHMARKS: dict[str, Callable[[bool], Result]] = {
     history.NAMES[100]: history.check_100,
     history.NAMES[1000]: history.check_1k,
     history.NAMES[10_000]: history.check_10k,
+    backup.BACKUP: backup.backup,
+    backup.RESTORE: backup.restore,
 }
 
 

@@ -4,4 +4,4 @@ Each agent group is a folder ``groups/<folder>/`` and one Docker container; its 
 memory is an OKF v0.1 tree of Markdown files in ``groups/<folder>/memory/``.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -334,6 +334,18 @@ class ConfinedDir:
         finally:
             os.close(fd)
 
+    def reading(self, relative: str) -> tuple[BinaryIO, os.stat_result]:
+        """The regular file at ``relative`` opened for reading, and its status taken on
+        the descriptor; the caller closes it. Refuses what read_bytes refuses (a FIFO
+        never blocks); the file may still grow or shrink while it is read."""
+        fd, st, _shown = self._open_regular(relative)
+        try:
+            os.set_blocking(fd, True)
+        except OSError:
+            os.close(fd)
+            raise
+        return os.fdopen(fd, "rb"), st
+
     def read_text(self, relative: str, limit: int, *, truncate: bool = False) -> str:
         """As read_bytes, decoded as UTF-8 (UnicodeDecodeError when it is not)."""
         return self.read_bytes(relative, limit, truncate=truncate).decode("utf-8")
@@ -419,6 +431,14 @@ class ConfinedDir:
             raise
         os.close(fd)
         return tmp
+
+    def create_file(self, relative: str, *, mode: int = 0o600) -> BinaryIO:
+        """A new regular file at ``relative``, opened for writing (the caller writes,
+        fsyncs and closes it). FileExistsError when the name exists, of any kind: nothing
+        is replaced or followed."""
+        with self._at(relative) as (dir_fd, name, _):
+            fd = os.open(name, _CREATE, mode, dir_fd=dir_fd)
+        return os.fdopen(fd, "wb")
 
     def append(self, relative: str, data: bytes | str, *, mode: int = 0o644) -> int:
         """Append to a regular file (created when missing); the file's size afterwards."""

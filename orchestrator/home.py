@@ -49,6 +49,15 @@ def _state_dir_setting(config_file: Path, root: Path) -> Path | None:
     return path if path.is_absolute() else root / path
 
 
+def state_dir_of(root: Path, config_file: Path) -> Path:
+    """Where the state folder of the home at ``root`` is when ``config_file`` is its
+    orchestrator.yaml (a restore reads the file before it is in place)."""
+    env = os.environ.get(STATE_DIR_ENV)
+    if env:
+        return Path(env).expanduser().absolute()
+    return _state_dir_setting(config_file, root) or root / "state"
+
+
 @dataclass(frozen=True)
 class Home:
     """Paths of one orchestrator home."""
@@ -107,10 +116,7 @@ class Home:
         """``state/`` of the home, unless env ORCHESTRATOR_STATE_DIR or ``state_dir`` in
         orchestrator.yaml puts it elsewhere (another disk, so a group filling the disk of
         the groups cannot stop the queue)."""
-        env = os.environ.get(STATE_DIR_ENV)
-        if env:
-            return Path(env).expanduser().absolute()
-        return _state_dir_setting(self.config_file, self.root) or self.root / "state"
+        return state_dir_of(self.root, self.config_file)
 
     def runtime_dir(self, folder: str) -> Path:
         """Per-group folder for the host-container channel (mounted at /run/orchestrator)."""

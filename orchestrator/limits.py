@@ -378,3 +378,8 @@ EMAIL_FILE_MAX_BYTES = 10 * 1024 * 1024
 # it), and at most.
 CONSOLIDATE_DEFAULT_DAYS = 7
 CONSOLIDATE_MAX_DAYS = 31
+# Backups (orchestrator backup, restore)
+BACKUP_HEAD_MAX_BYTES = 1024 * 1024  # the archive's first member (format and versions)
+BACKUP_MANIFEST_MAX_BYTES = 512 * 1024**2  # its last (every member's size and checksum)
+BACKUP_SPOOL_BYTES = 8 * 1024**2  # of a file held in memory while archived (larger: on disk)
+BACKUP_PROGRESS_SECONDS = 2  # a progress line at most this often during long work

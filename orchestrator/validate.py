@@ -215,6 +215,26 @@ class MappingReader:
     def child(self, key: str) -> MappingReader:
         return MappingReader(self.doc, self.data.get(key), (*self.prefix, key))
 
+    def file_version(self, supported: int) -> int:
+        """The document's ``version`` key: 1 when absent (written before versions);
+        InvalidConfig when it is not a whole number from 1, FileTooNew (naming the file)
+        when a newer release wrote it. Checked before any other key, since a newer
+        release's keys are not this one's to judge."""
+        from orchestrator.versions import file_version, too_new
+
+        if "version" not in self.data:
+            return 1
+        found = file_version(self.data["version"])
+        if found is None:
+            raise self.fail(
+                "version",
+                f"got {_show(self.data['version'])}; expected a whole number from 1 "
+                f"(this release writes {supported})",
+            )
+        if found > supported:
+            raise too_new(str(self.doc.path), found, supported)
+        return found
+
 
 def _kind(value: Any) -> str:
     return {list: "a list", str: "a string", int: "a number", float: "a number"}.get(

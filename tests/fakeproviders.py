@@ -81,7 +81,18 @@ class Recorded:
         return meta, body
 
 
-Step = Text | ToolUse | Error | Malformed | Cut | Recorded
+@dataclass
+class Hold:
+    """A request that is answered (with ``then``) only once ``release`` is set; ``reached``
+    is set when it arrives. A turn waiting on it is in flight for as long as the test
+    wants (to stop a daemon under it)."""
+
+    then: Step = field(default_factory=lambda: Text("ok"))
+    reached: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+
+
+Step = Text | ToolUse | Error | Malformed | Cut | Recorded | Hold
 
 
 @dataclass
@@ -184,7 +195,12 @@ class FakeProvider:
         problem = self._check(request, body)
         if problem:
             return _problem(problem)
-        return body, (self.script.popleft() if self.script else self.default)
+        step = self.script.popleft() if self.script else self.default
+        if isinstance(step, Hold):
+            step.reached.set()
+            await asyncio.get_running_loop().run_in_executor(None, step.release.wait)
+            step = step.then
+        return body, step
 
     def _check(self, request: web.Request, body: dict[str, Any]) -> str | None:
         if self.kind == "anthropic":

@@ -12,10 +12,45 @@ from orchestrator import __version__
 from orchestrator.cli import COMMANDS, cli
 
 
-def test_version() -> None:
+def test_version_names_the_release_and_the_formats_it_reads() -> None:
+    from orchestrator.store.schema import LATEST
+    from orchestrator.versions import (
+        BACKUP_FORMAT_VERSION,
+        CONFIG_FILE_VERSION,
+        GROUP_FILE_VERSION,
+        LAYOUT_VERSION,
+        TRANSCRIPT_VERSION,
+    )
+
     result = CliRunner().invoke(cli, ["--version"])
     assert result.exit_code == 0
-    assert result.output.strip() == f"orchestrator, version {__version__}"
+    assert result.output.splitlines() == [
+        f"orchestrator, version {__version__}",
+        f"formats: state database schema {LATEST}, group.yaml {GROUP_FILE_VERSION}, "
+        f"orchestrator.yaml {CONFIG_FILE_VERSION}, transcripts {TRANSCRIPT_VERSION}, "
+        f"home layout {LAYOUT_VERSION}, backups {BACKUP_FORMAT_VERSION}",
+    ]
+
+
+def test_the_release_is_the_newest_of_the_changelog_and_every_release_names_a_commit() -> None:
+    from orchestrator.versions import RELEASE
+    from tests.changelog import releases
+
+    found = releases()
+    assert found[0].version == RELEASE
+    assert found[0].commit is None  # this release's commit is named by the next one
+    for older in found[1:]:
+        assert older.commit is not None, older.version
+        shown = subprocess.run(
+            ["git", "cat-file", "-t", older.commit],
+            capture_output=True, text=True, cwd=Path(__file__).parent.parent,
+        )  # fmt: skip
+        assert shown.stdout.strip() == "commit", (older.version, older.commit, shown.stderr)
+        tree = subprocess.run(
+            ["git", "show", f"{older.commit}:orchestrator/__init__.py"],
+            capture_output=True, text=True, cwd=Path(__file__).parent.parent,
+        )  # fmt: skip
+        assert f'__version__ = "{older.version}"' in tree.stdout  # that commit is that release
 
 
 def test_help_lists_every_command_group_with_one_line() -> None:

@@ -1483,3 +1483,30 @@ def test_a_container_is_made_again_only_between_its_groups_turns(
     idle.busy.clear()
     idle._reconcile()
     assert during == [{"good"}] and idle.reconciling == set()
+
+
+def test_a_container_of_an_older_image_is_made_again_at_its_groups_next_turn(
+    idle: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After an upgrade reconcile keeps it (it would take every container at once); the
+    group's next turn makes it again first, unless another turn of the group is running
+    in it."""
+    from orchestrator.runtime.reconcile import OLDER_IMAGE
+
+    group = idle.runtime.store.load("good")
+    monkeypatch.setattr(idle.runtime, "image", lambda: "img:0")  # the release before
+    first = idle.runtime.ensure_running(group)
+    monkeypatch.setattr(idle.runtime, "image", lambda: "img:1")  # this release's
+    plan = idle._reconcile()
+    assert [(a.kind, a.reason) for a in plan] == [("adopt", OLDER_IMAGE)]
+    assert idle.outdated == {"good"}
+    assert idle.runtime.backend.inspect(first.name).id == first.id  # type: ignore[union-attr]
+    idle.running["good"] = 2  # another turn of the group runs in it: left for a later one
+    idle._replace_outdated(group)
+    assert idle.runtime.backend.inspect(first.name).image == "img:0"  # type: ignore[union-attr]
+    idle.running["good"] = 1
+    idle._replace_outdated(group)
+    again = idle.runtime.backend.inspect(first.name)
+    assert again is not None and again.image == "img:1" and again.id != first.id
+    assert idle.outdated == set() and idle.reconciling == set()
+    assert [a.kind for a in idle._reconcile()] == ["adopt"] and idle.outdated == set()

@@ -24,6 +24,7 @@ from orchestrator.runtime.fake import FakeBackend
 from orchestrator.runtime.lifecycle import GroupRuntime
 from orchestrator.service.web import WebServer as HttpChannel
 from orchestrator.store.messages import open_queue
+from orchestrator.versions import RELEASE
 
 TOKEN = "operator-token-0123456789"
 HOSTILE = """---
@@ -84,6 +85,7 @@ def test_pages_need_a_session_and_only_the_operators_token_logs_in(daemon: Daemo
         assert (await client.post("/ui/queue/x/retry", data={"csrf": "x"})).status == 401
         wrong = await client.post("/ui/login", data={"token": "nope"}, allow_redirects=False)
         assert wrong.status == 401 and "not the operator" in await wrong.text()
+        assert RELEASE not in await wrong.text()  # the release is shown to the operator only
         ok = await client.post("/ui/login", data={"token": TOKEN}, allow_redirects=False)
         cookie = ok.headers["Set-Cookie"]
         assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/ui/" in cookie
@@ -92,6 +94,7 @@ def test_pages_need_a_session_and_only_the_operators_token_logs_in(daemon: Daemo
         assert page.status == 200 and page.headers["Content-Security-Policy"] == CSP
         text = await page.text()
         assert "fam" in text and "invalid group.yaml" in text and "broken" in text
+        assert '<span class="release" id="release"' in text and f">{RELEASE}</span>" in text
         # The bearer API is unchanged beside it.
         assert (await client.get("/v1/groups")).status == 401
 

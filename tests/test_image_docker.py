@@ -31,7 +31,9 @@ def test_agent_image_runs_orchestrator_as_non_root(
         container.remove(force=True)
     assert status["StatusCode"] == 0, output
     assert output[:3] == ["orchestrator,", "version", __version__]
-    assert output[3:] == ["10001", "10001"]
+    assert output[-2:] == ["10001", "10001"]
+    image = docker_client.images.get(agent_image)
+    assert image.labels["org.opencontainers.image.version"] == __version__
 
 
 def test_second_build_is_a_no_op(docker_client, agent_image) -> None:  # type: ignore[no-untyped-def]

@@ -269,6 +269,11 @@ EXPECTED: dict[str, Callable[[], str]] = {
     "one file's upload to an app (Slack's upload URL, a mail's data)": lambda: _s(
         L.FILE_UPLOAD_TIMEOUT_SECONDS
     ),
+    "a backup's head / manifest; a file held in memory while archived (larger: on disk); "
+    "progress lines (at most)": lambda: (
+        f"{_size(L.BACKUP_HEAD_MAX_BYTES)} / {_size(L.BACKUP_MANIFEST_MAX_BYTES)}; "
+        f"{_size(L.BACKUP_SPOOL_BYTES)}; every {_s(L.BACKUP_PROGRESS_SECONDS)}"
+    ),
 }
 
 

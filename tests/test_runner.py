@@ -21,6 +21,7 @@ from orchestrator.memory.lint import lint_memory
 from orchestrator.memory.okf import split_frontmatter
 from orchestrator.memory.scaffold import scaffold_memory
 from orchestrator.protocol import TurnRequest, session_key
+from orchestrator.versions import TRANSCRIPT_VERSION
 
 MEMORY_HOOK = CommandHook(
     "startup|clear|compact", (sys.executable, "-m", "orchestrator", "hook", "session-start")
@@ -386,9 +387,11 @@ def test_a_large_transcript_rotates_and_the_session_carries_on(settings: AgentSe
         runner.handle(TurnRequest(f"t{n}", "c", f"message number {n} " + "x" * 200))
     archives = sorted((settings.sessions_dir / "cli.chat-c/archive").glob("*.jsonl.gz"))
     assert 1 <= len(archives) <= 4 and 2 <= len(rotations) <= 6  # not one per turn
-    first = json.loads(
-        (settings.sessions_dir / "cli.chat-c/transcript.jsonl").read_text().split("\n")[0]
+    header, first = map(
+        json.loads,
+        (settings.sessions_dir / "cli.chat-c/transcript.jsonl").read_text().split("\n")[:2],
     )
+    assert (header["t"], header["version"]) == ("header", TRANSCRIPT_VERSION)
     assert first["t"] in ("done", "context")
     assert b"message number" in gzip.decompress(archives[-1].read_bytes())
     # after a restart the same context resumes, and a repeated turn id is still known
@@ -491,11 +494,10 @@ class Scripted:
 
 
 def _events(settings: AgentSettings, key: str) -> list[dict[str, object]]:
-    """The session's events, without their time stamps."""
-    return [
-        {k: v for k, v in e.items() if k != "ts"}
-        for e in Session(settings.sessions_dir, key).events()
-    ]
+    """The session's events after its header, without their time stamps."""
+    events = Session(settings.sessions_dir, key).events()
+    assert events[0]["t"] == "header"  # every transcript starts with its version
+    return [{k: v for k, v in e.items() if k != "ts"} for e in events[1:]]
 
 
 def test_one_turn_is_recorded_exactly(settings: AgentSettings) -> None:

@@ -283,9 +283,11 @@ def test_group_remembers_across_a_new_container_and_session(runtime) -> None:  #
     transcripts = sorted(p.parent.name for p in group.sessions_dir.glob("*/transcript.jsonl"))
     assert transcripts == ["cli.chat-another-chat", "cli.chat-family"]
     # the memory hook ran inside the container at each fresh context
-    first = json.loads(
-        (group.sessions_dir / "cli.chat-family/transcript.jsonl").read_text().splitlines()[0]
+    header, first = map(
+        json.loads,
+        (group.sessions_dir / "cli.chat-family/transcript.jsonl").read_text().splitlines()[:2],
     )
+    assert header["t"] == "header"  # the transcript's version comes first
     assert first["t"] == "context" and "### memory/index.md" in first["system"]
 
 
@@ -298,7 +300,7 @@ def test_runner_refuses_bad_frames_and_keeps_serving(runtime) -> None:  # type: 
     socket_path = runtime.home.runtime_dir(group.folder) / SOCKET_NAME
     assert wire.request(socket_path, {"op": "nope"}, 10) == {
         "ok": False,
-        "error": "unknown op 'nope'; expected ping or turn",
+        "error": "unknown op 'nope'; expected ping, turn or flush",
     }
     bad_turn = {"op": "turn", "turn": {"turn_id": "x", "chat": 5, "text": "hi"}}
     assert "turn.chat must be a string" in wire.request(socket_path, bad_turn, 10)["error"]

@@ -107,9 +107,11 @@ def test_the_config_hash_is_stable_across_versions() -> None:
     start after an upgrade, running or not: the hash of a fixed spec is pinned. (It
     changed on purpose: when the runner's context budget became a share of the model's
     window, ORCHESTRATOR_CONTEXT_SHARE; and when the shell came, with the group's disk
-    limit for its watcher, ORCHESTRATOR_DISK_BYTES, and ORCHESTRATOR_SANDBOX.)"""
+    limit for its watcher, ORCHESTRATOR_DISK_BYTES, and ORCHESTRATOR_SANDBOX; and when
+    the settings hash joined the labels, which costs nothing at once: containers of a
+    release before it are made again at their group's next turn.)"""
     assert config_hash(spec()) == (
-        "8b76a74c04b586c27ea3a66776bf59ec84cf342d04c179683f819065b90a0e4f"
+        "549398c33d2a03f370e6baec27acabee7fc00d13c59b42e1848cc9b6e2428e2c"
     )
 
 
@@ -298,6 +300,67 @@ def test_apply_plan_does_what_each_action_says() -> None:
         ("remove", "old-l"),
         ("stop", "p-e"),
     ]
+
+
+def test_an_upgrade_makes_containers_of_the_older_image_again_at_their_next_turn() -> None:
+    """A new image alone (a new release) keeps the running container until its group's
+    next turn; new settings make it again at once; a container of a release before the
+    settings label counts as an older image."""
+    from orchestrator.runtime.base import LABEL_SETTINGS_HASH
+    from orchestrator.runtime.reconcile import OLDER_IMAGE
+
+    def labelled(name: str, folder: str, digest: str, settings: str | None) -> ContainerInfo:
+        found = info(name, folder, digest=digest)
+        extra = {LABEL_SETTINGS_HASH: settings} if settings else {}
+        return dataclasses.replace(found, labels={**found.labels, **extra})
+
+    containers = [
+        labelled("p-a", "a", "old-image", "s1"),  # same settings, older image
+        labelled("p-b", "b", "old-image", "s0"),  # other settings: made again now
+        labelled("p-c", "c", "old-release", None),  # made by a release before the label
+        labelled("p-d", "d", "old-image", "s1"),  # an older image, and idle: stopped
+        labelled("p-e", "e", "h1", "s1"),  # current
+    ]
+    plan = plan_reconcile(
+        containers,
+        {f: "h1" for f in "abcde"},
+        settings={f: "s1" for f in "abcde"},
+        last_activity={"a": 1990.0, "b": 1990.0, "c": 1990.0, "d": 100.0, "e": 1990.0},
+        idle_timeouts={f: 600 for f in "abcde"},
+        now=2000.0,
+    )
+    assert [(a.kind, a.container, a.reason) for a in plan] == [
+        ("adopt", "p-a", OLDER_IMAGE),
+        ("recreate", "p-b", "config changed"),
+        ("adopt", "p-c", OLDER_IMAGE),
+        ("stop-idle", "p-d", "idle for 1000s"),
+        ("adopt", "p-e", "running and current"),
+    ]
+    # at the group's next turn the older container is made again before the turn runs
+    assert plan_start(containers[0], "h1", settled=True) == "recreate"
+    # without settings hashes (a caller that has none) a changed hash is made again
+    plain = plan_reconcile(containers[:1], {"a": "h1"}, last_activity={"a": 1990.0},
+                           idle_timeouts={}, now=2000.0)  # fmt: skip
+    assert [a.kind for a in plain] == ["recreate"]
+
+
+def test_the_settings_hash_leaves_the_image_out_and_the_config_hash_holds_it() -> None:
+    from orchestrator.runtime.base import LABEL_SETTINGS_HASH
+    from orchestrator.runtime.spec import with_hashes
+
+    current = spec()
+    newer = spec(image="orchestrator-agent:def")
+    changed = spec(user=(2000, 2000))
+    assert current.labels[LABEL_SETTINGS_HASH] == newer.labels[LABEL_SETTINGS_HASH]
+    assert current.labels[LABEL_CONFIG_HASH] != newer.labels[LABEL_CONFIG_HASH]
+    assert changed.labels[LABEL_SETTINGS_HASH] != current.labels[LABEL_SETTINGS_HASH]
+    assert current.labels[LABEL_CONFIG_HASH] == config_hash(current)
+    assert with_hashes(current) == current  # labelling again changes nothing
+    # a group's own image (its packages) is one of its settings: a new one is a change
+    tags = ("orchestrator-group-p-fam:a1", "orchestrator-group-p-fam:b2")
+    own = [spec(image=tag, image_setting=tag) for tag in tags]
+    assert own[0].labels[LABEL_SETTINGS_HASH] != own[1].labels[LABEL_SETTINGS_HASH]
+    assert own[0].labels[LABEL_SETTINGS_HASH] != current.labels[LABEL_SETTINGS_HASH]
 
 
 def test_a_container_never_active_is_idle_since_the_epoch() -> None:

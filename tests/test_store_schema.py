@@ -173,3 +173,195 @@ def test_only_the_holder_of_the_homes_lock_migrates(tmp_path: Path) -> None:
     finally:
         lock.close()
     assert os.path.exists(path)
+
+
+# Each migration from the schema before it: a file at version N-1 (the migrations before
+# N applied, as the release that stopped there left it) holding rows of that shape, then
+# opened by this code; what migration N changed is checked, and nothing held is lost.
+
+
+def _at_version(path: Path, version: int) -> sqlite3.Connection:
+    """A database as the release whose schema was ``version`` left it."""
+    from orchestrator.store.schema import MIGRATIONS
+
+    db = sqlite3.connect(path, isolation_level=None)
+    for migration in MIGRATIONS[:version]:
+        migration.apply(db)
+    db.execute(f"PRAGMA user_version = {version}")
+    db.execute(
+        "INSERT INTO messages (id, group_folder, session, chat, thread, sender, trust, text,"
+        " channel, state, created, updated) VALUES"
+        " ('m1','g','cli.chat-c','c',NULL,'alice','creator','hi','cli','queued',1,1)"
+    )
+    return db
+
+
+def _opened(path: Path) -> MessageQueue:
+    queue = MessageQueue(path)
+    assert queue.version == LATEST
+    kept = queue.get("m1")
+    assert kept is not None and (kept.text, kept.state, kept.sender) == ("hi", "queued", "alice")
+    return queue
+
+
+def test_migration_2_from_1_turns_held_writes_into_requests(tmp_path: Path) -> None:
+    path = tmp_path / QUEUE_FILE
+    db = _at_version(path, 1)
+    db.execute("INSERT INTO learned_pending VALUES ('g','- Be brief.','alice','m1',5.0)")
+    db.close()
+    queue = _opened(path)
+    try:
+        (held,) = HeldRequests(queue).waiting(now=6.0)
+        assert (held.group, held.content, held.channel, held.chat) == (
+            "g",
+            "- Be brief.",
+            "cli",
+            "c",
+        )
+        assert queue.migrated[0].what == "held requests with ids of their own"
+    finally:
+        queue.close()
+
+
+def test_migration_3_from_2_keeps_what_was_said_apart(tmp_path: Path) -> None:
+    path = tmp_path / QUEUE_FILE
+    db = _at_version(path, 2)
+    db.execute("INSERT INTO task_runs VALUES (7, 100.0, 'm1', 'queued', 100.0)")
+    db.close()
+    queue = _opened(path)
+    try:
+        assert queue.get("m1").said is None  # type: ignore[union-attr]  # an old row said its text
+        indexes = {r[0] for r in queue.read("SELECT name FROM sqlite_master WHERE type='index'")}
+        assert "task_runs_message" in indexes
+        assert queue.read("SELECT task_id FROM task_runs WHERE message_id='m1'") == [(7,)]
+    finally:
+        queue.close()
+
+
+def test_migration_4_from_3_counts_no_old_turn_as_having_others_words(tmp_path: Path) -> None:
+    path = tmp_path / QUEUE_FILE
+    _at_version(path, 3).close()
+    queue = _opened(path)
+    try:
+        assert queue.read("SELECT others_words FROM messages WHERE id='m1'") == [(0,)]
+        queue.mark_others_words("m1")
+        assert queue.read("SELECT others_words FROM messages WHERE id='m1'") == [(1,)]
+    finally:
+        queue.close()
+
+
+def test_migration_5_from_4_gives_old_model_calls_no_cost(tmp_path: Path) -> None:
+    from orchestrator.store.usage import UsageStore
+
+    path = tmp_path / QUEUE_FILE
+    db = _at_version(path, 4)
+    db.execute(
+        "INSERT INTO usage (message_id, group_folder, provider, model, purpose, started,"
+        " latency_ms, input_tokens, output_tokens, outcome) VALUES"
+        " ('m1','g','claude','sonnet','turn',10.0,5.0,100,20,'ok')"
+    )
+    db.close()
+    _opened(path).close()
+    usage = UsageStore(path)
+    try:
+        assert usage.tokens_since("g", 0.0) == 120
+        assert usage.cost_since("g", 0.0) == 0.0  # unpriced: no cost, not an error
+        assert usage.read("SELECT cost, currency, cache_read_tokens FROM usage") == [
+            (None, None, 0)
+        ]
+    finally:
+        usage.close()
+
+
+def test_migration_6_from_5_gives_old_messages_no_files(tmp_path: Path) -> None:
+    path = tmp_path / QUEUE_FILE
+    _at_version(path, 5).close()
+    queue = _opened(path)
+    try:
+        kept = queue.get("m1")
+        assert kept is not None and kept.media == () and queue.files_of("m1") == {}
+    finally:
+        queue.close()
+
+
+def test_migration_7_from_6_records_the_home_and_journals_the_upgrade(tmp_path: Path) -> None:
+    from orchestrator.store.homerecord import HomeRecord
+    from orchestrator.versions import RELEASE
+
+    path = tmp_path / QUEUE_FILE
+    _at_version(path, 6).close()
+    queue = _opened(path)
+    try:
+        record = HomeRecord(queue)
+        assert record.layout() == 1 and record.release() is None  # a home before 0.2.0
+        (line,) = record.unreported()
+        assert line.release == RELEASE
+        assert line.what == (
+            "state database schema 6 -> 7: the home's record: its layout version, releases "
+            "and upgrades"
+        )
+    finally:
+        queue.close()
+
+
+def test_a_new_database_records_this_release_and_layout_and_journals_nothing(
+    tmp_path: Path,
+) -> None:
+    from orchestrator.store.homerecord import HomeRecord
+    from orchestrator.versions import LAYOUT_VERSION, RELEASE
+
+    queue = MessageQueue(tmp_path / QUEUE_FILE)
+    try:
+        record = HomeRecord(queue)
+        assert (record.layout(), record.release(), record.journal()) == (
+            LAYOUT_VERSION, RELEASE, [],
+        )  # fmt: skip
+    finally:
+        queue.close()
+
+
+def test_each_migration_has_a_test_from_the_version_before_it() -> None:
+    from orchestrator.store.schema import MIGRATIONS
+
+    tested = {int(name.split("_")[2]) for name in globals() if name.startswith("test_migration_")}
+    assert tested == {m.version for m in MIGRATIONS[1:]}  # 1 is the pre-versions test above
+
+
+def test_the_upgrade_of_a_home_of_the_previous_release_killed_midway_completes_next_time(
+    tmp_path: Path,
+) -> None:
+    """A 0.1.0 home (schema 5) killed by SIGKILL in migration 7, after its first table:
+    migration 6 stays done, the file stays at version 6, and the next open applies 7
+    whole, journaled once."""
+    from orchestrator.store.homerecord import HomeRecord
+
+    path = tmp_path / QUEUE_FILE
+    _at_version(path, 5).close()
+    child = textwrap.dedent(
+        f"""
+        import os, signal
+        from orchestrator.store import schema
+        def killed(db):
+            db.execute("CREATE TABLE home (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            os.kill(os.getpid(), signal.SIGKILL)
+        schema.MIGRATIONS = tuple(
+            schema.Migration(m.version, m.what, killed if m.version == 7 else m.apply)
+            for m in schema.MIGRATIONS
+        )
+        from orchestrator.store.messages import MessageQueue
+        MessageQueue(__import__("pathlib").Path({str(path)!r}))
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", child], cwd=Path(__file__).parent.parent)
+    assert result.returncode == -9
+    assert _version(path) == 6
+    db = sqlite3.connect(path)
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    db.close()
+    assert "home" not in tables and "upgrades" not in tables  # rolled back whole
+    queue = _opened(path)
+    try:
+        (line,) = HomeRecord(queue).journal()
+        assert line.what.startswith("state database schema 6 -> 7: ")
+    finally:
+        queue.close()

@@ -7,6 +7,10 @@ messages leave the live context (they stay in the file), so each message is ther
 once. It is the session's only state: after a container restart the current context is
 rebuilt from it (the last ``context`` event and what follows), so a resumed session sees
 exactly the system prompt it was created with.
+
+Its first line is a ``header`` event with the transcript's version (``TRANSCRIPT_VERSION``);
+a transcript without one was written before versions and is version 1. A transcript of
+a newer version is refused (``FileTooNew``, naming it) and never appended to.
 """
 
 from __future__ import annotations
@@ -28,10 +32,34 @@ from orchestrator.limits import (
     TRANSCRIPT_ROTATE_BYTES,
     TRANSCRIPT_TURNS_KEPT,
 )
+from orchestrator.versions import RELEASE, TRANSCRIPT_VERSION, file_version, too_new
 
 log = logging.getLogger(__name__)
 TRANSCRIPT = "transcript.jsonl"
 ARCHIVE_DIR = "archive"
+HEADER = "header"  # the first event of a transcript: its version
+HEADER_READ_BYTES = 4096  # a reader that starts at the end looks this far for the header
+
+
+def header_event() -> dict[str, Any]:
+    """The event a transcript starts with."""
+    return {"t": HEADER, "version": TRANSCRIPT_VERSION, "release": RELEASE}
+
+
+def check_header(first: dict[str, Any] | None, shown: str) -> int:
+    """The version of a transcript whose first event is ``first`` (1 without a header:
+    written before versions); FileTooNew naming ``shown`` when a newer release wrote it.
+    A header whose version is not a whole number is ignored (the line is the container's
+    to write, and a bad one must not stop its session)."""
+    if first is None or first.get("t") != HEADER:
+        return 1
+    found = file_version(first.get("version"))
+    if found is None:
+        log.warning("%s: its header's version is not a whole number; read as version 1", shown)
+        return 1
+    if found > TRANSCRIPT_VERSION:
+        raise too_new(shown, found, TRANSCRIPT_VERSION)
+    return found
 
 
 @dataclass
@@ -118,8 +146,9 @@ class Session:
         return [event for _, event in self._parse(raw)]
 
     def _parse(self, raw: bytes) -> list[tuple[int, dict[str, Any]]]:
-        """(line number, event) for each readable line."""
-        events = []
+        """(line number, event) for each readable line; FileTooNew when the header says
+        a newer release wrote the file."""
+        events: list[tuple[int, dict[str, Any]]] = []
         for number, line in enumerate(raw.split(b"\n"), 1):
             if not line.strip():
                 continue
@@ -130,6 +159,8 @@ class Session:
                 log.warning("%s:%d: unreadable transcript line skipped", self.path, number)
                 continue
             if isinstance(event, dict):
+                if not events:
+                    check_header(event, str(self.path))
                 events.append((number, event))
             else:
                 log.warning("%s:%d: transcript line is not an object; skipped", self.path, number)
@@ -214,6 +245,8 @@ class Session:
         self.load()
         self.dir.mkdir(parents=True, exist_ok=True)
         stamped = [{"ts": round(time.time(), 3), **e} for e in events]
+        if self._size <= 0:  # a new transcript starts with its version
+            stamped.insert(0, {"ts": round(time.time(), 3), **header_event()})
         data = b"".join(json.dumps(e, ensure_ascii=False).encode() + b"\n" for e in stamped)
         if self._torn:
             data = b"\n" + data  # never glue a new event onto a torn line
@@ -247,7 +280,8 @@ class Session:
         with open(self.path, "rb") as source:
             write_atomic(archive, gzip.compress(source.read(), compresslevel=6))
         kept = list(self.completed.items())[-TRANSCRIPT_TURNS_KEPT:]
-        events: list[dict[str, Any]] = [
+        events: list[dict[str, Any]] = [header_event()]
+        events += [
             {"t": "done", "turn_id": turn_id, "replies": replies} for turn_id, replies in kept
         ]
         if self.context is not None:
@@ -313,7 +347,7 @@ def event_problem(event: dict[str, Any]) -> str | None:
     elif kind == "flush":
         if "upto" in event and not _count(event["upto"]):
             return "upto must be a whole number from 0"
-    elif kind != "note":
+    elif kind not in ("note", HEADER):
         return f"unknown event kind {kind!r}"
     return None
 

@@ -109,6 +109,16 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "pair",
         "Approve (or list, reject) the pairing code of a chat.",
     ),
+    "backup": (
+        "orchestrator.cli.backup",
+        "backup",
+        "Archive this home while it runs (--verify FILE checks an archive).",
+    ),
+    "restore": (
+        "orchestrator.cli.backup",
+        "restore",
+        "Restore a backup into an empty home (--home NEW_FOLDER).",
+    ),
     "hook": ("orchestrator.cli.agent", "hook", "SessionStart hooks (the memory hook)."),
     "agent": ("orchestrator.cli.agent", "agent", "The runner inside a group container."),
 }
@@ -196,8 +206,28 @@ def report_error(message: str, hint: str | None, *, as_json: bool = False) -> No
         print_error(message, hint)
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``--version``: the release, then the version of each shape it keeps on disk (an
+    older one is migrated, a newer one refused); CHANGELOG.md says what each changed."""
+    if not value or ctx.resilient_parsing:
+        return
+    from orchestrator.store.schema import LATEST
+    from orchestrator.versions import describe
+
+    click.echo(f"orchestrator, version {__version__}")
+    click.echo(f"formats: state database schema {LATEST}, {describe()}")
+    ctx.exit()
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, "--version", prog_name="orchestrator")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the release and the formats it reads and writes, and exit.",
+)
 @click.option(
     "--home",
     type=click.Path(file_okay=False, path_type=Path),

@@ -10,8 +10,9 @@ import time
 import click
 
 from orchestrator.cli import CliContext, report_error
-from orchestrator.cli.output import print_error, print_json, safe_text
+from orchestrator.cli.output import print_error, print_json, safe_line, safe_text
 from orchestrator.errors import EXIT_FAILED, EXIT_OK, EXIT_PENDING
+from orchestrator.versions import EARLIEST, RELEASE
 
 pass_cli = click.make_pass_decorator(CliContext)
 FOLLOW_INTERVAL_SECONDS = 1.0  # how often `chat` looks for replies of scheduled tasks
@@ -56,7 +57,7 @@ def describe_daemon(facts: dict[str, object]) -> str:
 
     from orchestrator.units import human_seconds
 
-    parts = [f"pid {facts.get('pid')}"]
+    parts = [f"release {facts.get('release') or EARLIEST}", f"pid {facts.get('pid')}"]
     started = facts.get("started")
     if isinstance(started, int | float):
         parts.append(f"up {human_seconds(time.time() - started)}")
@@ -80,12 +81,27 @@ def up(obj: CliContext, as_json: bool) -> None:
     from orchestrator.service import up as start
 
     result = start(obj.home, debug=obj.debug)
+    upgrade = result.facts.get("upgrade") if result.started else None
+    done = upgrade.get("done") if isinstance(upgrade, dict) else None
     if as_json:
         print_json({"pid": result.pid, "started": result.started, "daemon": result.facts})
-    elif result.started:
+        return
+    if result.started:
         click.echo(f"orchestrator daemon running ({describe_daemon(result.facts)})")
     else:
         click.echo(f"a daemon already runs for this home ({describe_daemon(result.facts)})")
+        if result.facts.get("release") != RELEASE:
+            click.echo(
+                f"it runs release {result.facts.get('release') or EARLIEST}, this command "
+                f"{RELEASE}: restart it to upgrade (orchestrator down, then orchestrator up)"
+            )
+    if isinstance(upgrade, dict) and done:
+        click.echo(
+            f"upgraded this home from {upgrade.get('previous')} to {upgrade.get('release')}:"
+        )
+        for line in done:
+            click.echo(f"  {safe_line(str(line.get('what')))}")
+        click.echo("see CHANGELOG.md for what an operator must know about each release")
 
 
 @click.command()

@@ -85,11 +85,12 @@ def transcript(
     what was said and by whom, tool calls and their results. Read through the confined
     file layer (the container writes these files). A conversation is a chat of one
     channel: the same chat id on two channels is two conversations."""
-    from orchestrator.agent.session import TRANSCRIPT
+    from orchestrator.agent.session import HEADER, TRANSCRIPT, check_header
     from orchestrator.confined import ConfinedDir, UnsafePath
     from orchestrator.errors import BadInput
     from orchestrator.groups import GroupStore
     from orchestrator.protocol import session_key
+    from orchestrator.versions import FileTooNew
 
     group = GroupStore(obj.home).find(name)
     with ConfinedDir.open(group.path.parent, f"{group.folder}/sessions") as sessions:
@@ -111,14 +112,23 @@ def transcript(
             except UnsafePath as exc:
                 click.echo(f"{key}: {exc.reason}", err=True)
                 continue
-            found += 1
+            events = []
             for line in raw.splitlines():
                 try:
                     event = json.loads(line)
                 except ValueError:
                     continue
                 if isinstance(event, dict):
-                    shown.append((key, event))
+                    events.append(event)
+            try:
+                check_header(events[0] if events else None, f"{sessions.shown}/{key}/{TRANSCRIPT}")
+            except FileTooNew as exc:
+                if chat is not None:
+                    raise
+                click.echo(f"{key}: {exc.message}", err=True)
+                continue
+            found += 1
+            shown.extend((key, event) for event in events if event.get("t") != HEADER)
         if chat is not None and not found:
             raise BadInput(f"{group.folder} has no session for chat {chat!r}")
     shown.sort(key=lambda item: float(item[1].get("ts") or 0))

@@ -11,6 +11,7 @@ from orchestrator.cli import CliContext
 from orchestrator.cli.output import print_json, print_table, safe_line
 from orchestrator.config import load_config
 from orchestrator.units import human_bytes, human_seconds
+from orchestrator.versions import EARLIEST, RELEASE
 
 if TYPE_CHECKING:
     from orchestrator.runtime.lifecycle import GroupRuntime
@@ -116,6 +117,7 @@ def status(obj: CliContext, as_json: bool) -> None:
     if as_json:
         print_json(
             {
+                "release": RELEASE,
                 "daemon": daemon,
                 "groups": [
                     {
@@ -138,11 +140,20 @@ def status(obj: CliContext, as_json: bool) -> None:
         return
     now = time.time()
     if daemon is None:
-        click.echo("daemon: not running (messages are not delivered; start it: orchestrator up)")
+        click.echo(
+            f"daemon: not running (messages are not delivered; start it: orchestrator up); "
+            f"release {RELEASE}"
+        )
     else:
         where = "; ".join(f"{k} {v}" for k, v in (daemon.get("channels") or {}).items())
         uptime = human_seconds(now - daemon["started"]) if daemon.get("started") else "?"
-        click.echo(f"daemon: running, pid {daemon['pid']}, up {uptime}; {where}")
+        release = daemon.get("release") or EARLIEST
+        click.echo(f"daemon: running, release {release}, pid {daemon['pid']}, up {uptime}; {where}")
+        if release != RELEASE:
+            click.echo(
+                f"  this command is release {RELEASE}: restart the daemon to run it "
+                "(orchestrator down, then orchestrator up; it upgrades the home at its start)"
+            )
     if queue is not None:
         counts = queue["counts"]
         click.echo(

@@ -30,6 +30,7 @@ from orchestrator.limits import (
 )
 from orchestrator.money import DEFAULT_CURRENCY, Prices
 from orchestrator.validate import MappingReader
+from orchestrator.versions import CONFIG_FILE_VERSION
 from orchestrator.yamldoc import load_yaml_file, parse_yaml_text
 
 PROJECT_ENV = "ORCHESTRATOR_PROJECT"
@@ -305,7 +306,8 @@ def load_config(home: Home, text: str | None = None) -> OrchestratorConfig:
         doc = load_yaml_file(home.config_file)
     if doc is not None:
         reader = MappingReader(doc, doc.data)
-        reader.reject_unknown(list(SECTIONS))
+        reader.file_version(CONFIG_FILE_VERSION)  # a newer release's file: refused, alone
+        reader.reject_unknown(["version", *SECTIONS])
         for key, section in SECTIONS.items():
             if key in reader.data:
                 config = section(reader, config, home)

@@ -18,6 +18,7 @@ from orchestrator.config import OrchestratorConfig, load_config
 from orchestrator.errors import InvalidConfig
 from orchestrator.fsatomic import write_atomic
 from orchestrator.home import Home
+from orchestrator.versions import CONFIG_FILE_VERSION
 
 
 def edit_config(home: Home, change: Callable[[Any], None]) -> OrchestratorConfig:
@@ -42,6 +43,7 @@ def edit_config(home: Home, change: Callable[[Any], None]) -> OrchestratorConfig
     prefix = ""
     if data is None:  # empty, or comments only: keep them above the new mapping
         data = CommentedMap()
+        data["version"] = CONFIG_FILE_VERSION  # the shape this release writes
         prefix = text if not text or text.endswith("\n") else text + "\n"
     if not isinstance(data, dict):
         raise InvalidConfig(f"{path}: the document must be a mapping")

@@ -31,7 +31,7 @@ from orchestrator.config import OrchestratorConfig
 from orchestrator.config.accounts import account_of_channel
 from orchestrator.config.providers import resolve_key
 from orchestrator.daemon.scheduler import Scheduler, store_lookup
-from orchestrator.daemon.upgrade import carry_sessions_to_channels
+from orchestrator.daemon.upgrade import UpgradeReport, upgrade_home
 from orchestrator.errors import (
     BadInput,
     DaemonStopping,
@@ -77,7 +77,7 @@ from orchestrator.relay.grants import granted_tools
 from orchestrator.relay.turn import RelayContext, TurnRelay
 from orchestrator.runtime.channel import Cancel, RunnerClient, RunnerUnavailable
 from orchestrator.runtime.lifecycle import GroupRuntime
-from orchestrator.runtime.reconcile import RECREATE, STOP_IDLE, apply_plan
+from orchestrator.runtime.reconcile import OLDER_IMAGE, RECREATE, STOP_IDLE, Action, apply_plan
 from orchestrator.store.chats import ChatStore
 from orchestrator.store.held import HeldRequests
 from orchestrator.store.messages import (
@@ -205,6 +205,9 @@ class Daemon:
         # groups with a finished turn whose memory change is being recorded (by count):
         # no later turn of the group starts before it is in the history
         self.recording: dict[str, int] = {}
+        # groups whose container runs an older image (an upgrade), as reconcile last found:
+        # each is made again at its group's next turn, before the turn
+        self.outdated: set[str] = set()
         self.gate: Gate | None = None  # the shells' egress gate, once a group has the web
         self.gate_lock = threading.Lock()
         self.active: dict[str, Delivery] = {}
@@ -250,6 +253,8 @@ class Daemon:
         from orchestrator.daemon.media import MediaQueue
 
         self.media = MediaQueue(self)  # files prepared before their turns
+        # what the start found and did to the home (an older release's, migrated)
+        self.upgrade: UpgradeReport | None = None
 
     @property
     def inflight(self) -> int:
@@ -422,12 +427,19 @@ class Daemon:
 
     def start(self) -> None:
         self.check_credentials()
-        carry_sessions_to_channels(self.queue, self.runtime.store)
+        self.upgrade = upgrade_home(self.queue, self.runtime.store)
         recovered = self.queue.recover()
         if recovered:
             log.info("%d messages in flight at the last stop are queued again", recovered)
         try:
-            self._reconcile()
+            older = [a for a in self._reconcile() if a.reason == OLDER_IMAGE]
+            if older:
+                log.info(
+                    "%d containers run an older image; each is made again at its group's "
+                    "next turn: %s",
+                    len(older),
+                    ", ".join(a.container for a in older),
+                )
         except OrchestratorError as exc:
             log.warning("reconcile at start failed: %s", exc.message)
         self.metrics.start()  # the listener of metrics.listen, when it is set
@@ -572,6 +584,8 @@ class Daemon:
                 self._complete(message, result, delivery.relay)
                 outcome = "delivered"
                 delivery.answered = True
+                # counted as it is answered: its latency is the reply's, not the record's
+                self.metrics.turn_done(message.group, outcome, time.monotonic() - started)
                 self._changed(message.id)
                 self._record_turn(message)
                 recorded = True
@@ -588,7 +602,8 @@ class Daemon:
                 final = delivery.relay.final_error if delivery.relay is not None else None
                 self._record_failure(message, exc, final=final)
         finally:
-            self.metrics.turn_done(message.group, outcome, time.monotonic() - started)
+            if not delivery.answered:
+                self.metrics.turn_done(message.group, outcome, time.monotonic() - started)
             if not recorded:
                 self._record_turn(message)
             with self.cond:
@@ -836,6 +851,8 @@ class Daemon:
                 request_limit=relay.frame_limit,
             )
 
+        if group.folder in self.outdated:
+            self._replace_outdated(group)
         try:
             return deliver(timeout)
         except RunnerUnavailable as exc:  # nothing listens: the container needs starting
@@ -849,6 +866,25 @@ class Daemon:
         if left <= 0:
             raise DeliveryFailed(f"the turn did not finish within {timeout:g}s")
         return deliver(left)
+
+    def _replace_outdated(self, group: Group) -> None:
+        """Make ``group``'s container of an older image again, on the current one, before
+        this turn: when it is the group's only turn in flight (another turn's container
+        is not taken from under it; a later turn makes it again then). The group takes
+        no other turn meanwhile."""
+        with self.cond:
+            if self.running.get(group.folder, 0) > 1 or group.folder in self.reconciling:
+                return
+            self.reconciling.add(group.folder)
+        try:
+            with self.group_locks.setdefault(group.folder, threading.Lock()):
+                self.runtime.ensure_running(group)  # another config hash: made again
+            self.outdated.discard(group.folder)
+            log.info("group %s: its container of an older image made again", group.folder)
+        finally:
+            with self.cond:
+                self.reconciling.discard(group.folder)
+                self.cond.notify_all()
 
     def _window(self, group: Group) -> tuple[int | None, int | None]:
         """The context window of the group's model and its answer's room, in tokens
@@ -865,17 +901,20 @@ class Daemon:
         window = self.relay.windows.of(definition, config.model, key)
         return window.tokens, answer
 
-    def _reconcile(self) -> None:
+    def _reconcile(self) -> list[Action]:
         """Bring the containers in line with the groups, logging each change (adopting
-        a running container that is already right is not one). A container to be made
-        again (a new image, a changed group.yaml) waits while its group has a turn in
-        flight: it is made again between turns, at a later round."""
+        a running container that is already right is not one); the plan. A container
+        to be made again (a changed group.yaml) waits while its group has a turn in
+        flight: it is made again between turns, at a later round. One whose image alone
+        is older (an upgrade) is made again at its group's next turn instead."""
         try:
             self._sync_gate()
         except OSError as exc:
             log.warning("the egress gate could not be brought in line: %s", exc)
         planned = self.runtime.plan()
+        self.outdated = {a.folder for a in planned if a.reason == OLDER_IMAGE and a.folder}
         actions = []
+        held: set[str] = set()  # the groups this round holds
         with self.cond:  # a group made again or stopped takes no turn meanwhile
             busy = {group for group, _ in self.busy}
             for action in planned:
@@ -884,6 +923,7 @@ class Daemon:
                     continue
                 if action.kind in (RECREATE, STOP_IDLE) and action.folder is not None:
                     self.reconciling.add(action.folder)
+                    held.add(action.folder)
                 actions.append(action)
         try:
             for action in actions:
@@ -892,11 +932,12 @@ class Daemon:
             apply_plan(actions, self.runtime)
         finally:
             with self.cond:
-                self.reconciling.clear()
+                self.reconciling.difference_update(held)
                 self.cond.notify_all()
         for action in actions:
             if action.kind != "adopt":
                 log.info("reconcile: %s %s (%s)", action.kind, action.container, action.reason)
+        return planned
 
     def flush_idle(self, folder: str) -> list[str]:
         """Before ``folder``'s idle container stops: a memory flush of the sessions its

@@ -32,6 +32,7 @@ from orchestrator.limits import DASHBOARD_SESSION_SECONDS, MEMORY_FILE_READ_MAX_
 from orchestrator.money import day_start, format_money
 from orchestrator.units import human_bytes, human_seconds
 from orchestrator.validate import NOT_UTF8, escape_not_utf8, shown_name
+from orchestrator.versions import RELEASE
 
 log = logging.getLogger("orchestrator.dashboard")
 HERE = Path(__file__).parent
@@ -193,7 +194,10 @@ class Dashboard:
     def page(self, request: web.Request, template: str, **values: Any) -> web.Response:
         session = self.sessions.get(request.cookies.get(COOKIE))
         body = self.env.get_template(template).render(
-            csrf=session.csrf if session else "", logged_in=session is not None, **values
+            csrf=session.csrf if session else "",
+            logged_in=session is not None,
+            release=RELEASE,
+            **values,
         )
         return web.Response(text=body, content_type="text/html", charset="utf-8")
 

@@ -55,6 +55,7 @@ from orchestrator.limits import (
 from orchestrator.protocol import SESSION_MODES
 from orchestrator.units import parse_duration, parse_size
 from orchestrator.validate import MappingReader, Problems
+from orchestrator.versions import GROUP_FILE_VERSION
 from orchestrator.yamldoc import YamlDocument, load_yaml_file, parse_yaml_text
 
 GROUP_FILE = "group.yaml"
@@ -67,6 +68,7 @@ MOUNT_NAME_PATTERN = r"[a-z0-9][a-z0-9_-]{0,62}"
 
 ALL_SKILLS: str | tuple[str, ...] = "all"
 GROUP_KEYS = (
+    "version",
     "name",
     "provider",
     "model",
@@ -561,6 +563,7 @@ def group_config_from_doc(
     With ``providers`` (orchestrator.yaml's), the provider must be defined there and the
     model allowed by it and by the group's limits."""
     reader = MappingReader(doc, doc.data)
+    reader.file_version(GROUP_FILE_VERSION)  # a newer release's file: refused, alone
     problems = Problems()
     problems.check(lambda: reader.reject_unknown(GROUP_KEYS), None)
 

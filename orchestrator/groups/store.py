@@ -34,6 +34,7 @@ from orchestrator.groups.parsed import MISSING, ParsedYaml
 from orchestrator.home import Home
 from orchestrator.limits import FOLDER_NAME_MAX, FOLDER_NAME_PATTERN, RESERVED_FOLDER_NAMES
 from orchestrator.protocol import INSTRUCTIONS_FILE, LEARNED_FILE
+from orchestrator.versions import GROUP_FILE_VERSION, FileTooNew
 from orchestrator.yamldoc import YamlDocument, parse_yaml_bytes, read_config_bytes
 
 REMOVED_DIR = ".removed"
@@ -239,7 +240,7 @@ class GroupStore:
                 path = Path(entry.path)
                 try:
                     group = self.load(entry.name)
-                except (InvalidConfig, InvalidFolderName, GroupNotFound) as exc:
+                except (InvalidConfig, InvalidFolderName, GroupNotFound, FileTooNew) as exc:
                     out.append(GroupListing(entry.name, path, None, exc.message))
                 else:
                     out.append(GroupListing(entry.name, path, group, None))
@@ -281,7 +282,10 @@ class GroupStore:
 
         folder = validate_folder_name(folder) if folder else folder_from_name(config.name)
         text = render(
-            "group.yaml.j2", config=config, dumps=lambda v: json.dumps(v, ensure_ascii=False)
+            "group.yaml.j2",
+            config=config,
+            version=GROUP_FILE_VERSION,
+            dumps=lambda v: json.dumps(v, ensure_ascii=False),
         )
         # Validate what we are about to write, so a bad flag never leaves a bad file.
         target = self.root / folder / GROUP_FILE

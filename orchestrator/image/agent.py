@@ -22,7 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 import orchestrator
 from orchestrator.errors import ImageBuildFailed, OrchestratorError
-from orchestrator.image.base import INPUTS_LABEL, ROLE_LABEL, SOURCE_LABEL, ensure_offline_base
+from orchestrator.image.base import (
+    INPUTS_LABEL,
+    ROLE_LABEL,
+    SOURCE_LABEL,
+    VERSION_LABEL,
+    ensure_offline_base,
+)
 from orchestrator.image.inputs import InputsCache, Recorded
 from orchestrator.limits import BASE_PULL_TIMEOUT_SECONDS
 from orchestrator.runtime.engine import call_engine
@@ -395,6 +401,7 @@ def _docker_build(
                 ROLE_LABEL: role,
                 INPUTS_LABEL: digest,
                 SOURCE_LABEL: source_identity(source_root()),
+                VERSION_LABEL: orchestrator.__version__,
             },
         )
         image_id = None

@@ -70,6 +70,8 @@ INPUTS_LABEL = "org.orchestrator.inputs"
 # the checkout an agent image was built from: a build removes its own checkout's older
 # images only, never those another checkout (another home, another release) runs
 SOURCE_LABEL = "org.orchestrator.source"
+# the release whose sources an agent, daemon or group image was built from
+VERSION_LABEL = "org.opencontainers.image.version"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 MIRROR_ENV = "ORCHESTRATOR_DEBIAN_MIRROR"
 _IMPORT_CHANGES = (

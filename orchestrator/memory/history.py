@@ -690,6 +690,17 @@ class History:
             yield
 
     @contextmanager
+    def held(self) -> Iterator[None]:
+        """Hold the history against every writer, in this process and in others (the
+        daemon), while it is read whole (a backup); a group without a history yet gets
+        none made."""
+        if not self.path.is_dir():
+            yield
+            return
+        with self.hold():
+            yield
+
+    @contextmanager
     def _flock(self) -> Iterator[None]:
         # called with self._lock held: the depth is this thread's own
         if self._flock_depth:

@@ -16,6 +16,9 @@ from typing import TYPE_CHECKING
 LABEL_PROJECT = "org.orchestrator.project"
 LABEL_GROUP = "org.orchestrator.group"
 LABEL_CONFIG_HASH = "org.orchestrator.config-hash"
+# the hash of the spec but its image: a container whose image alone changed (a new
+# release) is made again at its group's next turn, not at once (runtime.reconcile)
+LABEL_SETTINGS_HASH = "org.orchestrator.settings-hash"
 LABEL_HOME = "org.orchestrator.home"  # the identity of the home whose group it runs
 
 
@@ -77,6 +80,10 @@ class ContainerInfo:
     @property
     def config_hash(self) -> str | None:
         return self.labels.get(LABEL_CONFIG_HASH)
+
+    @property
+    def settings_hash(self) -> str | None:
+        return self.labels.get(LABEL_SETTINGS_HASH)
 
 
 @dataclass(frozen=True)

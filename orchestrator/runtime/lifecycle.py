@@ -12,7 +12,7 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +29,7 @@ from orchestrator.runtime.base import (
     LABEL_GROUP,
     LABEL_HOME,
     LABEL_PROJECT,
+    LABEL_SETTINGS_HASH,
     ContainerBackend,
     ContainerInfo,
     ContainerSpec,
@@ -51,10 +52,10 @@ from orchestrator.runtime.spec import (
     LEARNED,
     MEMORY,
     SESSIONS,
-    config_hash,
     container_name,
     container_spec,
     run_as,
+    with_hashes,
 )
 from orchestrator.skills.catalog import mounts_for as skill_mounts
 from orchestrator.skills.catalog import visible as visible_skills
@@ -231,11 +232,17 @@ class GroupRuntime:
             allowlist_path=self.config.mount_allowlist,
             home_root=self.home.root,
         )
+        agent = image or self.image()
+        chosen = self.image_of(group, agent)
+        # a new release's agent image waits for the group's next turn; a group's own
+        # image (new packages) is a change of its settings
+        setting = "" if chosen == agent else chosen
         spec = container_spec(
             project=self.config.project,
             home_id=self.home.identity,
             group=group,
-            image=self.image_of(group, image or self.image()),
+            image=chosen,
+            image_setting=setting,
             user=self.user_for(group),
             runtime_dir=self.home.runtime_dir(group.folder),
             skills_root=self.skills_root,
@@ -243,7 +250,7 @@ class GroupRuntime:
             skills=skill_mounts(self.home, group.folder, group.config.skills, self.skills_root),
             egress_dir=self.egress_dir(group.folder),
         )
-        return self.on_host(spec)
+        return self.on_host(spec, setting)
 
     def egress_dir(self, folder: str) -> Path:
         """The host-owned folder of ``folder``'s egress gate socket (state/egress/)."""
@@ -268,7 +275,7 @@ class GroupRuntime:
         )
         return self.backend.run_once(probe, timeout)
 
-    def on_host(self, spec: ContainerSpec) -> ContainerSpec:
+    def on_host(self, spec: ContainerSpec, image_setting: str = "") -> ContainerSpec:
         """The spec with mount sources in this home given as the engine sees them
         (ORCHESTRATOR_HOST_HOME, when the daemon runs in a container); unchanged
         otherwise. Mounts from elsewhere are the engine's paths already."""
@@ -282,10 +289,7 @@ class GroupRuntime:
             if source == root or root in source.parents:
                 source = host / source.relative_to(root)
             mounts.append(dataclasses.replace(mount, source=str(source)))
-        moved = dataclasses.replace(spec, mounts=tuple(mounts))
-        return dataclasses.replace(
-            moved, labels={**moved.labels, LABEL_CONFIG_HASH: config_hash(moved)}
-        )
+        return with_hashes(dataclasses.replace(spec, mounts=tuple(mounts)), image_setting)
 
     def prepare_host(self, group: Group, spec: ContainerSpec) -> None:
         """Scaffold memory, create every mount source, give writable ones to the user.
@@ -479,27 +483,37 @@ class GroupRuntime:
         self.backend.remove(name)
         return True
 
-    def _desired_hashes(self, groups: list[Group]) -> dict[str, str | None]:
+    def _desired_labels(self, groups: list[Group]) -> dict[str, Mapping[str, str] | None]:
+        """Each group's desired container labels (its hashes among them); None where
+        they cannot be computed now."""
         try:
             image = self.image()
         except OrchestratorError:
             return {g.folder: None for g in groups}
-        desired: dict[str, str | None] = {}
+        desired: dict[str, Mapping[str, str] | None] = {}
         for group in groups:
             try:
-                desired[group.folder] = self.desired_spec(group, image).labels[LABEL_CONFIG_HASH]
+                desired[group.folder] = self.desired_spec(group, image).labels
             except OrchestratorError:
                 desired[group.folder] = None
         return desired
 
+    def _desired_hashes(self, groups: list[Group]) -> dict[str, str | None]:
+        return {
+            folder: labels[LABEL_CONFIG_HASH] if labels else None
+            for folder, labels in self._desired_labels(groups).items()
+        }
+
     def plan(self, now: float | None = None) -> list[Action]:
         groups = self.store.groups()
         known = {item.folder for item in self.store.listing()}
+        labels = self._desired_labels(groups)
         desired: dict[str, str | None] = {f: None for f in known}
-        desired.update(self._desired_hashes(groups))
+        desired.update({f: v[LABEL_CONFIG_HASH] if v else None for f, v in labels.items()})
         return plan_reconcile(
             self.backend.list(self.project_labels),
             desired,
+            settings={f: v[LABEL_SETTINGS_HASH] for f, v in labels.items() if v},
             legacy=self.legacy_containers(),
             last_activity={g.folder: self.activity.last(g.folder) for g in groups},
             idle_timeouts={g.folder: g.config.container.idle_timeout_seconds for g in groups},

@@ -37,6 +37,7 @@ def plan_reconcile(
     idle_timeouts: Mapping[str, int],
     now: float,
     legacy: list[ContainerInfo] | None = None,
+    settings: Mapping[str, str] | None = None,
 ) -> list[Action]:
     """One action per container found.
 
@@ -49,6 +50,12 @@ def plan_reconcile(
     Running with the matching hash -> adopt (or stop-idle past the idle timeout); hash
     differs -> recreate; not running -> remove (recreated at the next message); a
     container whose group no longer exists -> remove-orphan.
+
+    ``settings`` maps folders to the settings hash (the spec but its image) their
+    containers should carry. A container whose hash differs only by its image (the
+    same settings hash), or that carries none (made by a release before it), runs an
+    older image after an upgrade: it is kept (or stopped when idle) and made again at
+    its group's next turn, so an upgrade does not make every container again at once.
     """
     actions: list[Action] = [
         Action(REPLACE_LEGACY, c.name, c.group, "old naming scheme; made again when needed")
@@ -64,16 +71,27 @@ def plan_reconcile(
             actions.append(Action(REMOVE, c.name, folder, f"container is {c.state}"))
         elif want is None:
             actions.append(Action(ADOPT, c.name, folder, "desired config unavailable; kept"))
-        elif c.config_hash != want:
+        elif c.config_hash != want and not _image_only(c, (settings or {}).get(folder)):
             actions.append(Action(RECREATE, c.name, folder, "config changed"))
         else:
             active = max(t for t in (last_activity.get(folder), c.started_at, 0.0) if t is not None)
             timeout = idle_timeouts.get(folder)
             if timeout is not None and now - active >= timeout:
                 actions.append(Action(STOP_IDLE, c.name, folder, f"idle for {int(now - active)}s"))
+            elif c.config_hash != want:
+                actions.append(Action(ADOPT, c.name, folder, OLDER_IMAGE))
             else:
                 actions.append(Action(ADOPT, c.name, folder, "running and current"))
     return actions
+
+
+OLDER_IMAGE = "an older image: made again at its group's next turn"
+
+
+def _image_only(container: ContainerInfo, settings: str | None) -> bool:
+    """Whether ``container`` differs from the desired spec by its image alone: its
+    settings hash is the desired one, or it has none (a release before the label)."""
+    return settings is not None and container.settings_hash in (None, settings)
 
 
 class Operations(Protocol):

@@ -23,6 +23,7 @@ from orchestrator.runtime.base import (
     LABEL_GROUP,
     LABEL_HOME,
     LABEL_PROJECT,
+    LABEL_SETTINGS_HASH,
     BindMount,
     ContainerSpec,
 )
@@ -112,10 +113,12 @@ def container_spec(
     extra_mounts: tuple[BindMount, ...] = (),
     skills: Sequence[tuple[str, Path]] | None = None,
     egress_dir: Path | None = None,
+    image_setting: str = "",
 ) -> ContainerSpec:
-    """The full, hardened spec of ``group``'s container, labelled with its config hash.
+    """The full, hardened spec of ``group``'s container, labelled with its hashes.
     ``egress_dir``: the host-owned folder of the group's egress gate socket, mounted
-    read-only when the group's web policy is enabled."""
+    read-only when the group's web policy is enabled. ``image_setting``: see
+    ``with_hashes``."""
     uid, gid = user
     settings = group.config.container
     tmpfs_size = CONTAINER_TMPFS_BYTES
@@ -169,8 +172,20 @@ def container_spec(
         nano_cpus=round(settings.cpus * 1e9),
         pids_limit=settings.pids,
     )
-    labels = {**spec.labels, LABEL_CONFIG_HASH: config_hash(spec)}
-    return replace(spec, labels=labels)
+    return with_hashes(spec, image_setting)
+
+
+def with_hashes(spec: ContainerSpec, image_setting: str = "") -> ContainerSpec:
+    """``spec`` labelled with its settings hash and its config hash (all of it):
+    reconcile tells a new release's image from new settings by the two. The settings
+    hash holds everything but the image, in whose place ``image_setting`` counts: empty
+    for the release's agent image (a new release is not a new setting), the image
+    itself for a group's own (its packages are the group's settings)."""
+    hashes = (LABEL_CONFIG_HASH, LABEL_SETTINGS_HASH)
+    plain = {k: v for k, v in spec.labels.items() if k not in hashes}
+    settings = config_hash(replace(spec, image=image_setting, labels=plain))
+    labelled = replace(spec, labels={**plain, LABEL_SETTINGS_HASH: settings})
+    return replace(labelled, labels={**labelled.labels, LABEL_CONFIG_HASH: config_hash(labelled)})
 
 
 def mcp_setting(mcp: McpSettings) -> str:

@@ -39,6 +39,7 @@ from orchestrator.service.client import (  # noqa: F401 (the service's own API)
     daemon_facts,
     daemon_running,
 )
+from orchestrator.versions import RELEASE
 
 if TYPE_CHECKING:
     from orchestrator.channels.base import Channel
@@ -126,6 +127,9 @@ class Service:
             "home": str(self.home.root),
             "channels": {c.name: c.where() for c in self.channels.values()},
             "concurrency": self.daemon.concurrency,
+            "release": RELEASE,
+            # what this start did to a home an older release left (``up`` says it)
+            "upgrade": self.daemon.upgrade.to_dict() if self.daemon.upgrade else None,
         }
         write_atomic(self.home.state_dir / FACTS_FILE, json.dumps(facts) + "\n")
 
@@ -210,7 +214,8 @@ def serve(home: Home, concurrency: int | None = None) -> None:
     service.write_facts()
     write_atomic(home.state_dir / PID_FILE, f"{os.getpid()}\n")
     log.info(
-        "orchestrator daemon %d serving %s (channels: %s; concurrency %d)",
+        "orchestrator %s daemon %d serving %s (channels: %s; concurrency %d)",
+        RELEASE,
         os.getpid(),
         home.root,
         ", ".join(f"{c.name} {c.where()}" for c in service.channels.values()),
@@ -302,7 +307,9 @@ def up(home: Home, timeout: float = 60.0, debug: bool = False) -> UpResult:
                 hint=f"see {log_path}",
             )
         if daemon_running(home):
-            return UpResult(process.pid, True, daemon_facts(home) or {})
+            facts = daemon_facts(home) or {}
+            if facts.get("pid") == process.pid and "channels" in facts:  # written whole
+                return UpResult(process.pid, True, facts)
         time.sleep(0.1)
     raise OrchestratorError(
         f"the daemon did not answer within {timeout:.0f}s", hint=f"see {log_path}"

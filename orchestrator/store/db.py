@@ -22,12 +22,13 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 from orchestrator.errors import OrchestratorError
 from orchestrator.limits import STATE_RESERVE_BYTES
-from orchestrator.store.schema import SchemaBehind, SchemaTooNew, bring_up_to_date
+from orchestrator.store.schema import Migration, SchemaBehind, SchemaTooNew, bring_up_to_date
 
 __all__ = ["SchemaBehind", "SchemaTooNew"]  # raised when a file is opened
 
@@ -78,10 +79,11 @@ class StateDB:
         self.reserve = reserve
         self.synchronous = synchronous
         self._lock = threading.RLock()
+        self.migrated: list[Migration] = []  # what opening it applied
         try:
             self._db = connect(path, synchronous)
             try:
-                self.version = bring_up_to_date(self._db, path, migrate, behind_hint)
+                self.version, self.migrated = bring_up_to_date(self._db, path, migrate, behind_hint)
             except BaseException:
                 self._db.close()
                 raise
@@ -196,3 +198,69 @@ class Reserve:
         except FileNotFoundError:
             return False
         return True
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What a copy of the state database holds: its versions and a few counts."""
+
+    schema: int
+    layout: int  # the home's layout version it records (1: none recorded)
+    messages: dict[str, int]  # by state
+    tasks: int
+    bindings: int
+
+
+def snapshot(source: Path, target: Path) -> Snapshot:
+    """Copy the state database ``source`` into the new file ``target`` with SQLite's
+    online backup API, in one step: a consistent state while a daemon writes (never a
+    copy of the live file, which may be caught between two writes). The copy is made a
+    single file (no write-ahead log) and checked. QueueCorrupt when it cannot be read."""
+    if not source.is_file():
+        raise QueueCorrupt(f"{source} does not exist", hint="is this an orchestrator home?")
+    try:
+        src = sqlite3.connect(source, timeout=30, isolation_level=None)
+        try:
+            dst = sqlite3.connect(target, isolation_level=None)
+            try:
+                src.backup(dst)  # pages=-1: every page under one read transaction
+                dst.execute("PRAGMA journal_mode=DELETE")
+                check = dst.execute("PRAGMA quick_check").fetchone()
+                if not check or check[0] != "ok":
+                    raise QueueCorrupt(f"the copy of {source} fails its check: {check}")
+                return _summary(dst)
+            finally:
+                dst.close()
+        finally:
+            src.close()
+    except sqlite3.DatabaseError as exc:
+        raise QueueCorrupt(
+            f"{source} cannot be copied: {exc}",
+            hint="`orchestrator doctor` explains; `orchestrator doctor --repair-queue` "
+            "starts a new queue with the messages it can still read",
+        ) from None
+
+
+def _summary(db: sqlite3.Connection) -> Snapshot:
+    from orchestrator.store.schema import HOME_LAYOUT, schema_version
+
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+    def count(table: str) -> int:
+        return (
+            int(db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]) if table in tables else 0
+        )
+
+    layout = 1
+    if "home" in tables:
+        row = db.execute("SELECT value FROM home WHERE key=?", (HOME_LAYOUT,)).fetchone()
+        layout = int(row[0]) if row and str(row[0]).isdigit() else 1
+    messages = (
+        {
+            str(s): int(n)
+            for s, n in db.execute("SELECT state, count(*) FROM messages GROUP BY state")
+        }
+        if "messages" in tables
+        else {}
+    )
+    return Snapshot(schema_version(db), layout, messages, count("tasks"), count("bindings"))

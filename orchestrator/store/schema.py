@@ -10,12 +10,14 @@ before it.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import OrchestratorError
 from orchestrator.limits import HELD_REQUEST_TTL_SECONDS
+from orchestrator.versions import LAYOUT_VERSION, RELEASE
 
 V1 = """
 CREATE TABLE IF NOT EXISTS messages (
@@ -251,6 +253,22 @@ def _v6(db: sqlite3.Connection) -> None:
     )
 
 
+def _v7(db: sqlite3.Connection) -> None:
+    """The home's own record: the version of its folders' layout and the release that
+    last started its daemon (``home``), and a journal of the upgrades applied to it
+    (``upgrades``), which the daemon reports at its next start."""
+    db.execute("CREATE TABLE IF NOT EXISTS home (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS upgrades (id INTEGER PRIMARY KEY AUTOINCREMENT,"
+        " at REAL NOT NULL, release TEXT NOT NULL, what TEXT NOT NULL,"
+        " reported INTEGER NOT NULL DEFAULT 0)"
+    )
+
+
+JOURNAL_FROM = 7  # the first version with the upgrades journal
+HOME_LAYOUT, HOME_RELEASE = "layout", "release"  # keys of the home's record
+
+
 class SchemaTooNew(OrchestratorError):
     """The file was written by a newer release than this code."""
 
@@ -274,17 +292,43 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "turns that received others' words from a tool", _v4),
     Migration(5, "the cost and cache tokens of model calls; lifted budget pauses", _v5),
     Migration(6, "the files of messages and of replies", _v6),
+    Migration(7, "the home's record: its layout version, releases and upgrades", _v7),
 )
 LATEST = MIGRATIONS[-1].version
 
 
+def _create(db: sqlite3.Connection) -> int:
+    """A new database: every migration, and the home's record (the current layout, made
+    by this release), in one transaction; nothing goes to the upgrades journal."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        for migration in MIGRATIONS:
+            migration.apply(db)
+        db.executemany(
+            "INSERT INTO home (key, value) VALUES (?,?)",
+            [(HOME_LAYOUT, str(LAYOUT_VERSION)), (HOME_RELEASE, RELEASE)],
+        )
+        db.execute(f"PRAGMA user_version = {LATEST}")
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+    return LATEST
+
+
+def schema_version(db: sqlite3.Connection) -> int:
+    return int(db.execute("PRAGMA user_version").fetchone()[0])
+
+
 def bring_up_to_date(
     db: sqlite3.Connection, path: Path, migrate: bool, behind_hint: str | None = None
-) -> int:
-    """Apply the migrations ``db`` lacks (each in its own transaction) and return its
-    version. SchemaTooNew when it is newer than this code, SchemaBehind when it is older
-    and ``migrate`` is false; in both cases nothing is changed."""
-    found = int(db.execute("PRAGMA user_version").fetchone()[0])
+) -> tuple[int, list[Migration]]:
+    """Apply the migrations ``db`` lacks (each in its own transaction); its version and
+    the migrations applied, which are written to the upgrades journal. SchemaTooNew when
+    it is newer than this code, SchemaBehind when it is older and ``migrate`` is false;
+    in both cases nothing is changed."""
+    found = schema_version(db)
     if found > LATEST:
         raise SchemaTooNew(
             f"{path} is at schema version {found}, newer than this orchestrator "
@@ -292,7 +336,7 @@ def bring_up_to_date(
             hint="run the release that wrote it, or a newer one",
         )
     if found == LATEST:
-        return found
+        return found, []
     if not migrate:
         raise SchemaBehind(
             f"{path} is at schema version {found}; this orchestrator needs version "
@@ -301,6 +345,9 @@ def bring_up_to_date(
             or "restart the daemon with this release (orchestrator down, "
             "then orchestrator up): it upgrades the file at its start",
         )
+    if found == 0 and not db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone():
+        return _create(db), list(MIGRATIONS)
+    applied: list[Migration] = []
     for migration in MIGRATIONS:
         if migration.version <= found:
             continue
@@ -313,5 +360,17 @@ def bring_up_to_date(
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
+        applied.append(migration)
         found = migration.version
-    return found
+    if applied and found >= JOURNAL_FROM:  # a journal line each, once the journal exists
+        now = time.time()
+        db.execute("BEGIN IMMEDIATE")
+        db.executemany(
+            "INSERT INTO upgrades (at, release, what) VALUES (?,?,?)",
+            [
+                (now, RELEASE, f"state database schema {m.version - 1} -> {m.version}: {m.what}")
+                for m in applied
+            ],
+        )
+        db.execute("COMMIT")
+    return found, applied

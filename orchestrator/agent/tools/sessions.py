@@ -15,6 +15,7 @@ creator's learned-behaviors write like any other words from others.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import stat
@@ -22,9 +23,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from orchestrator.agent.hostlink import HostRequestFailed
+from orchestrator.agent.session import HEADER_READ_BYTES, check_header
 from orchestrator.agent.tools.base import TURN, ToolError, ToolSpec, schema
 from orchestrator.agent.tools.box import FunctionTool, StaticSource, Toolbox
 from orchestrator.protocol import OTHERS_WORDS, SESSIONS_SOURCE
+from orchestrator.versions import FileTooNew
+
+log = logging.getLogger(__name__)
 
 SESSIONS_SEARCH_READ_BYTES = 2 * 1024 * 1024  # of each transcript, from its end
 SESSIONS_SEARCH_TOTAL_BYTES = 16 * 1024 * 1024  # of all of them in one call
@@ -122,7 +127,7 @@ def _tail_events(
         return [], 0
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
+        if not stat.S_ISREG(info.st_mode) or not _readable_version(fd, path):
             return [], 0
         size = min(info.st_size, budget, SESSIONS_SEARCH_READ_BYTES)
         os.lseek(fd, max(0, info.st_size - size), os.SEEK_SET)
@@ -146,6 +151,22 @@ def _tail_events(
         at = event.get("ts")
         out.append((content, float(at) if isinstance(at, int | float) else 0.0, who or "?"))
     return out, len(data)
+
+
+def _readable_version(fd: int, path: Path) -> bool:
+    """Whether this code can read the transcript: its header (the first line) is not
+    of a newer release. One that is is left out of the search, with a warning."""
+    first = os.pread(fd, HEADER_READ_BYTES, 0).split(b"\n", 1)[0]
+    try:
+        event = json.loads(first)
+    except ValueError:
+        return True  # no header (before versions), or a torn line
+    try:
+        check_header(event if isinstance(event, dict) else None, str(path))
+    except FileTooNew as exc:
+        log.warning("sessions_search leaves a transcript out: %s", exc.message)
+        return False
+    return True
 
 
 def _when(at: float) -> str:
