@@ -18,6 +18,7 @@ from orchestrator.config.accounts import (
 from orchestrator.config.mcp import RemoteServerDef, parse_mcp_servers
 from orchestrator.config.metrics import MetricsConfig, parse_metrics
 from orchestrator.config.providers import ProviderDef, parse_providers
+from orchestrator.config.runtime import RuntimeSettings, parse_runtime
 from orchestrator.config.websearch import SearchBackendDef, parse_web_search
 from orchestrator.errors import InvalidConfig
 from orchestrator.home import Home
@@ -74,6 +75,7 @@ class OrchestratorConfig:
     web_search: Mapping[str, SearchBackendDef] = field(default_factory=dict)  # web_search
     currency: str = DEFAULT_CURRENCY  # the currency of every price and money cap
     metrics: MetricsConfig = field(default_factory=MetricsConfig)  # metrics
+    runtime: RuntimeSettings = field(default_factory=RuntimeSettings)  # the container backend
 
     def prices_of(self, provider: str, model: str) -> Prices | None:
         """The prices of ``model`` at ``provider`` (None: not priced, or not defined)."""
@@ -234,6 +236,10 @@ def _metrics(reader: MappingReader, config: OrchestratorConfig, home: Home) -> O
     return replace(config, metrics=parse_metrics(reader.child("metrics")))
 
 
+def _runtime(reader: MappingReader, config: OrchestratorConfig, home: Home) -> OrchestratorConfig:
+    return replace(config, runtime=parse_runtime(reader.child("runtime")))
+
+
 def _http(reader: MappingReader, config: OrchestratorConfig, home: Home) -> OrchestratorConfig:
     http = reader.child("http")
     http.reject_unknown(["listen", "token", "allow_remote", "tokens", "dashboard"])
@@ -277,6 +283,7 @@ SECTIONS: dict[str, Section] = {
     "web_search": _web_search,
     "currency": _currency,
     "metrics": _metrics,
+    "runtime": _runtime,
 }
 
 

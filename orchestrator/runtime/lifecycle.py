@@ -29,6 +29,7 @@ from orchestrator.runtime.base import (
     LABEL_GROUP,
     LABEL_HOME,
     LABEL_PROJECT,
+    STARTING,
     ContainerBackend,
     ContainerInfo,
     ContainerSpec,
@@ -243,7 +244,17 @@ class GroupRuntime:
             skills=skill_mounts(self.home, group.folder, group.config.skills, self.skills_root),
             egress_dir=self.egress_dir(group.folder),
         )
-        return self.on_host(spec)
+        return self.adapted(self.on_host(spec))
+
+    def adapted(self, spec: ContainerSpec) -> ContainerSpec:
+        """``spec`` as the backend runs it (``ContainerBackend.adapt``), hashed again when
+        the backend changed it."""
+        shaped = self.backend.adapt(spec)
+        if shaped == spec:
+            return spec
+        return dataclasses.replace(
+            shaped, labels={**shaped.labels, LABEL_CONFIG_HASH: config_hash(shaped)}
+        )
 
     def egress_dir(self, folder: str) -> Path:
         """The host-owned folder of ``folder``'s egress gate socket (state/egress/)."""
@@ -442,7 +453,7 @@ class GroupRuntime:
     def stop(self, group: Group) -> bool:
         """Stop the container; False when there was none running."""
         info = self._claim(self.container_name(group))
-        if info is None or not info.running:
+        if info is None or not (info.running or info.state == STARTING):
             return False
         self.backend.stop(info.name)
         return True
