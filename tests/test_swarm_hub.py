@@ -25,7 +25,7 @@ from orchestrator.limits import RUNNER_IDLE_PER_GROUP, RUNNER_SPARE_CONNECTIONS
 from orchestrator.memory.scaffold import scaffold_memory
 from orchestrator.protocol import TurnRequest
 from orchestrator.runtime.channel import RunnerClient, RunnerUnavailable
-from orchestrator.runtime.swarm.credentials import Authority, fingerprint
+from orchestrator.runtime.swarm.credentials import Authority, Peer, fingerprint
 from orchestrator.runtime.swarm.hub import HubEndpoint, RelayEndpoint, RunnerHub
 
 HOME_ID = "0123456789abcdef"
@@ -50,7 +50,7 @@ class Rig:
     def make_hub(self, port: int) -> RunnerHub:
         hub = RunnerHub(
             self.authority,
-            self.issued.get,
+            self.admit,
             server_name="localhost",
             hosts=["127.0.0.1"],
             port=port,
@@ -58,6 +58,12 @@ class Rig:
         )
         hub.start()
         return hub
+
+    def admit(self, peer: Peer, address: str) -> str | None:
+        """As the Swarm backend: the credential its group's service was given."""
+        if self.issued.get(peer.group) != peer.fingerprint:
+            return f"not the credential group {peer.group!r} was given"
+        return None
 
     @property
     def address(self) -> str:

@@ -32,7 +32,7 @@ from orchestrator.runtime.base import (
 from orchestrator.runtime.docker import DockerBackend, cgroup_memory
 from orchestrator.runtime.engine import call_engine
 from orchestrator.runtime.swarm import addresses
-from orchestrator.runtime.swarm.credentials import Authority
+from orchestrator.runtime.swarm.credentials import Authority, Peer
 from orchestrator.runtime.swarm.hub import HubEndpoint, RelayEndpoint, RunnerHub
 from orchestrator.runtime.swarm.service import (
     LABEL_CREDENTIAL,
@@ -40,6 +40,7 @@ from orchestrator.runtime.swarm.service import (
     adapt_spec,
     api_version,
     replicas,
+    runner_addresses,
     secret_name,
     service_body,
     service_name,
@@ -57,9 +58,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 SWARM_DIR = "swarm"  # in state/: the runner CA, and runners.sock
 STOP_POLL_SECONDS = 0.1
-# How long the daemon believes what a service's label says of its credential before it
-# asks the engine again (a service made again has a new one).
-CREDENTIAL_CACHE_SECONDS = 2.0
+# How long the runner port believes what the engine said of a group's runner (its
+# credential, its task's address) before asking again; and how soon it may ask again
+# when a connection does not match (a task made again has a new address).
+RUNNER_FACTS_SECONDS = 30.0
+RUNNER_RECHECK_SECONDS = 0.5
 
 
 class SwarmBackend(ContainerBackend):
@@ -73,7 +76,7 @@ class SwarmBackend(ContainerBackend):
         self.local = DockerBackend(client)  # one-off containers run on this node
         self.hub: RunnerHub | None = None
         self._node: str | None = None
-        self._credentials: dict[str, tuple[str | None, float]] = {}
+        self._facts: dict[str, tuple[tuple[str, frozenset[str]] | None, float]] = {}
         self._lock = threading.Lock()
 
     @classmethod
@@ -302,30 +305,55 @@ class SwarmBackend(ContainerBackend):
 
     # the runners' connections
 
-    def expected_credential(self, group: str) -> str | None:
-        """The fingerprint of the credential ``group``'s service was given (a label of
-        it), or None; what the runner port checks each runner against. Believed for
-        CREDENTIAL_CACHE_SECONDS (a service this process makes is asked afresh)."""
-        now = time.monotonic()
-        with self._lock:
-            cached = self._credentials.get(group)
-        if cached is not None and now - cached[1] < CREDENTIAL_CACHE_SECONDS:
-            return cached[0]
+    def admit(self, peer: Peer, address: str) -> str | None:
+        """Why the runner port refuses a connection whose certificate names ``peer`` and
+        which comes from ``address``: the certificate is not the one the group's service
+        was given (a label of it: forged, or stale), or it does not come from that
+        service's own task on the runner network (a credential taken elsewhere); None
+        when it is the group's runner. What the engine says is believed for
+        RUNNER_FACTS_SECONDS, and asked again (at most every RUNNER_RECHECK_SECONDS) when
+        a connection does not match it (a task made again has a new address)."""
+        facts = self._runner_facts(peer.group, fresh=False)
+        if facts is None or facts[0] != peer.fingerprint or address not in facts[1]:
+            facts = self._runner_facts(peer.group, fresh=True)
+        if facts is None:
+            return f"group {peer.group!r} has no service here"
+        wanted, where = facts
+        if wanted != peer.fingerprint:
+            return f"not the credential group {peer.group!r} was given (forged or stale)"
+        if address not in where:
+            return (
+                f"group {peer.group!r}'s credential from {address}, not from its own task "
+                f"({', '.join(sorted(where)) or 'none running'})"
+            )
+        return None
+
+    def _runner_facts(self, group: str, *, fresh: bool) -> tuple[str, frozenset[str]] | None:
+        """(the fingerprint its service was given, its tasks' addresses on the runner
+        network) of ``group``, or None when it has no service of this home."""
         from orchestrator.runtime.spec import container_name
 
+        now = time.monotonic()
+        with self._lock:
+            cached = self._facts.get(group)
+        if cached is not None:
+            age = now - cached[1]
+            if age < (RUNNER_RECHECK_SECONDS if fresh else RUNNER_FACTS_SECONDS):
+                return cached[0]
         service = self._service(container_name(self.config.project, group))
-        found = None
+        facts: tuple[str, frozenset[str]] | None = None
         if service is not None:
             labels = service["Spec"].get("Labels") or {}
-            if labels.get(LABEL_HOME) == self.home.identity:
-                found = labels.get(LABEL_CREDENTIAL)
+            if labels.get(LABEL_HOME) == self.home.identity and labels.get(LABEL_CREDENTIAL):
+                tasks = self._tasks([str(service["ID"])])
+                facts = (labels[LABEL_CREDENTIAL], runner_addresses(tasks, self.settings.network))
         with self._lock:
-            self._credentials[group] = (found, now)
-        return found
+            self._facts[group] = (facts, now)
+        return facts
 
     def _forget(self, group: str) -> None:
         with self._lock:
-            self._credentials.pop(group, None)
+            self._facts.pop(group, None)
 
     def runner_endpoint(self, runtime_dir: Path) -> RunnerEndpoint:
         group = runtime_dir.name
@@ -360,7 +388,7 @@ class SwarmBackend(ContainerBackend):
 
         hub = RunnerHub(
             self.authority,
-            self.expected_credential,
+            self.admit,
             server_name=self.settings.daemon,
             hosts=mine,
             port=self.settings.port,

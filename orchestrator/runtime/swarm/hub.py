@@ -2,8 +2,8 @@
 
 Runners never listen. Each keeps a few connections open to this port (TLS 1.3, a
 certificate both ways; ``credentials.py``); a connection whose certificate is the one
-its group's service was given (``expected``) is kept unused under that group, and a
-turn takes one (``take``),
+its group's service was given, coming from that service's own task (``admit``), is kept
+unused under that group, and a turn takes one (``take``),
 sends today's frames on it, and closes it, as it would a connection to a runner's Unix
 socket. A connection that shows no certificate, a forged one or one no longer issued is
 closed after its handshake and logged; handshakes are bounded in number and time, and
@@ -40,7 +40,7 @@ from orchestrator.limits import (
     RUNNER_KEEPALIVE_PROBES,
 )
 from orchestrator.runtime.channel import RunnerUnavailable
-from orchestrator.runtime.swarm.credentials import Authority
+from orchestrator.runtime.swarm.credentials import Authority, Peer
 
 log = logging.getLogger(__name__)
 RELAY_SOCKET = "runners.sock"
@@ -66,19 +66,21 @@ def _readable(sock: socket.socket) -> bool:
     return bool(ready)
 
 
-Expected = Callable[[str], "str | None"]  # group -> the fingerprint its runner must show
+# (who the certificate names, the address it came from) -> why it is refused, or None
+Admit = Callable[[Peer, str], "str | None"]
 
 
 class RunnerHub:
     """Listens on ``hosts`` x ``port`` for runners; ``take`` hands a turn one of a
-    group's connections. ``expected(group)``: the fingerprint of the credential the
-    group's runner was given (None: it has none), asked at each handshake.
-    ``relay_dir``: where ``runners.sock`` is made for the home's other processes."""
+    group's connections. ``admit(peer, address)`` says why a connection whose
+    certificate (verified against the CA) names ``peer`` is refused, or None; asked at
+    each handshake. ``relay_dir``: where ``runners.sock`` is made for the home's other
+    processes."""
 
     def __init__(
         self,
         authority: Authority,
-        expected: Expected,
+        admit: Admit,
         *,
         server_name: str,
         hosts: Sequence[str],
@@ -86,7 +88,7 @@ class RunnerHub:
         relay_dir: Path | None = None,
     ) -> None:
         self.authority = authority
-        self.expected = expected
+        self.admit = admit
         self.server_name = server_name
         self.hosts = tuple(hosts)
         self.port = port
@@ -186,13 +188,9 @@ class RunnerHub:
                 return
             try:
                 peer = self.authority.identify(conn)
-                wanted = self.expected(peer.group)
-                if wanted is None:
-                    raise ValueError(f"group {peer.group!r} has no service with a credential")
-                if wanted != peer.fingerprint:
-                    raise ValueError(
-                        f"not the credential group {peer.group!r} was given (stale or forged)"
-                    )
+                problem = self.admit(peer, where)
+                if problem is not None:
+                    raise ValueError(problem)
             except ValueError as exc:
                 self.refused += 1
                 log.warning("runner port: refused a connection from %s: %s", where, exc)

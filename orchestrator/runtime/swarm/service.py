@@ -228,3 +228,19 @@ def task_problems(tasks: Sequence[Mapping[str, Any]], limit: int = 5) -> list[st
             line += f" ({status['Message']})"
         out.append(line)
     return out
+
+
+def runner_addresses(tasks: Sequence[Mapping[str, Any]], network: str) -> frozenset[str]:
+    """The addresses on ``network`` of the tasks that run or are starting: where a
+    group's runner may connect from."""
+    found = set()
+    for task in tasks:
+        if task.get("DesiredState") not in ("running", "ready"):
+            continue
+        for attachment in task.get("NetworksAttachments") or []:
+            spec = attachment.get("Network", {}).get("Spec", {})
+            if spec.get("Name") != network:
+                continue
+            for address in attachment.get("Addresses") or []:
+                found.add(str(address).partition("/")[0])
+    return frozenset(found)
