@@ -7,7 +7,6 @@ runner that finds the daemon again after it restarts."""
 from __future__ import annotations
 
 import contextlib
-import datetime
 import socket
 import ssl
 import threading
@@ -27,6 +26,7 @@ from orchestrator.protocol import TurnRequest
 from orchestrator.runtime.channel import RunnerClient, RunnerUnavailable
 from orchestrator.runtime.swarm.credentials import Authority, Peer, fingerprint
 from orchestrator.runtime.swarm.hub import HubEndpoint, RelayEndpoint, RunnerHub
+from tests.swarmrig import forged_credential
 
 HOME_ID = "0123456789abcdef"
 
@@ -142,45 +142,8 @@ def test_frames_over_the_connection_keep_their_caps(rig: Rig) -> None:
 
 
 def _forged_bundle(tmp: Path, group: str, home: str) -> Path:
-    """A credential naming ``group`` of ``home``, signed by a CA of its own."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    def name(cn: str) -> x509.Name:
-        return x509.Name(
-            [
-                x509.NameAttribute(NameOID.ORGANIZATION_NAME, home),
-                x509.NameAttribute(NameOID.COMMON_NAME, cn),
-            ]
-        )
-
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    key = ec.generate_private_key(ec.SECP256R1())
-
-    def cert(subject: x509.Name, public: object, ca: bool) -> x509.Certificate:
-        return (
-            x509.CertificateBuilder()
-            .subject_name(subject)
-            .issuer_name(name("forger"))
-            .public_key(public)  # type: ignore[arg-type]
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(days=1))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-            .sign(ca_key, hashes.SHA256())
-        )
-
-    pem = serialization.Encoding.PEM
     path = tmp / f"forged-{group}.pem"
-    path.write_bytes(
-        cert(name(group), key.public_key(), False).public_bytes(pem)
-        + key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-        # it trusts the daemon's real CA, so only the daemon can tell
-        + rig_ca(tmp)
-    )
+    path.write_bytes(forged_credential(group, home, rig_ca(tmp)))
     return path
 
 

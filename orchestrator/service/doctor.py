@@ -535,6 +535,10 @@ def run_checks(home: Home) -> list[Check]:
     checks.append(engine)
     image_check = check_image(client, config.image)
     checks.append(image_check)
+    if client is not None and config.runtime.backend == "swarm":
+        from orchestrator.service.swarmcheck import check_swarm
+
+        checks.extend(check_swarm(home, config, client))
     if image_check.status == OK:
         checks.extend(check_containers(home, client))
     checks.append(check_daemon(home))

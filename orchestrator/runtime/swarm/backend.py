@@ -24,6 +24,7 @@ from orchestrator.runtime.base import (
     LABEL_GROUP,
     LABEL_HOME,
     LABEL_PROJECT,
+    STARTING,
     ContainerBackend,
     ContainerEvent,
     ContainerInfo,
@@ -251,6 +252,8 @@ class SwarmBackend(ContainerBackend):
         """Scale to one; a service that wants one already but whose tasks all ended
         (Swarm stopped restarting it) has its task made again."""
         info = self.inspect(name)
+        if info is not None and info.state in ("running", STARTING):
+            return  # one is wanted already, and Swarm is on it
         self._scale(name, 1, force=info is not None and info.state == "exited")
 
     def stop(self, name: str, timeout: int = 10) -> None:
