@@ -3,11 +3,13 @@
 Runners never listen. Each keeps a few connections open to this port (TLS 1.3, a
 certificate both ways; ``credentials.py``); a connection whose certificate is the one
 its group's service was given, coming from that service's own task (``admit``), is kept
-unused under that group, and a turn takes one (``take``),
-sends today's frames on it, and closes it, as it would a connection to a runner's Unix
-socket. A connection that shows no certificate, a forged one or one no longer issued is
-closed after its handshake and logged; handshakes are bounded in number and time, and
-one group's unused connections in number, so a hostile runner cannot hold the port.
+unused under that group. A turn takes one (``take``) and sends today's frames on it, as
+on a connection to a runner's Unix socket; a turn whose answer was read whole gives it
+back for the next (``give_back``: no handshake per turn), any other closes it. A
+connection that shows no certificate, a forged one or another group's (or its own from
+elsewhere) is closed after its handshake and logged; handshakes are bounded in number
+and time, and one group's unused connections in number, so a hostile runner cannot hold
+the port.
 
 Other processes of the home (the CLI inside the daemon's container, or on its host)
 reach a runner through the daemon: ``runners.sock`` in ``state/swarm/`` (a host-only
@@ -215,6 +217,15 @@ class RunnerHub:
                     pool.popleft().close()  # the oldest: the likeliest to be dead
             self._cond.notify_all()
 
+    def give_back(self, group: str, conn: ssl.SSLSocket) -> None:
+        """A connection of ``group``'s whose turn ended cleanly: kept for the next one (a
+        runner that says anything more on it before then loses it at ``take``)."""
+        try:
+            conn.settimeout(None)
+        except OSError:
+            return
+        self._file(group, conn)
+
     def idle(self, group: str) -> int:
         """How many unused connections ``group``'s runner has open now."""
         with self._cond:
@@ -230,7 +241,7 @@ class RunnerHub:
                 pool = self._idle.get(group)
                 while pool:
                     conn = pool.pop()
-                    if _readable(conn):  # an unused connection says nothing: EOF or junk
+                    if conn.pending() or _readable(conn):  # an unused one says nothing
                         with contextlib.suppress(OSError):
                             conn.close()
                         continue
@@ -340,6 +351,10 @@ class HubEndpoint:
     def describe(self) -> str:
         return f"the runner port ({self.group})"
 
+    def release(self, sock: socket.socket) -> None:
+        assert isinstance(sock, ssl.SSLSocket)
+        self.hub.give_back(self.group, sock)
+
 
 @dataclass(frozen=True)
 class RelayEndpoint:
@@ -376,3 +391,6 @@ class RelayEndpoint:
 
     def describe(self) -> str:
         return f"{self.path} ({self.group})"
+
+    def release(self, sock: socket.socket) -> None:
+        sock.close()  # the daemon closes the runner's end of the relay
