@@ -38,6 +38,7 @@ from orchestrator.runtime.swarm.hub import HubEndpoint, RelayEndpoint, RunnerHub
 from orchestrator.runtime.swarm.service import (
     LABEL_CREDENTIAL,
     LABEL_NAME,
+    LABEL_TASK_HOME,
     adapt_spec,
     api_version,
     replicas,
@@ -446,9 +447,11 @@ class SwarmBackend(ContainerBackend):
             yield from text.splitlines()
 
     def events(self, labels: Mapping[str, str]) -> Iterator[ContainerEvent]:
-        """The events of the services' task containers on this node (each carries its
-        group's labels); after a stream ends a ``resync`` event asks to re-list."""
-        filters = {"type": "container", "label": [f"{k}={v}" for k, v in labels.items()]}
+        """The events of the services' task containers on this node (by their home and
+        project; ``name`` is the group's container name); after a stream ends a
+        ``resync`` event asks to re-list."""
+        wanted = {LABEL_TASK_HOME if k == LABEL_HOME else k: v for k, v in labels.items()}
+        filters = {"type": "container", "label": [f"{k}={v}" for k, v in wanted.items()]}
         since = time.time()
         while True:
             try:
@@ -459,7 +462,11 @@ class SwarmBackend(ContainerBackend):
                     yield ContainerEvent(
                         action=str(event.get("Action", event.get("status", ""))),
                         name=attrs.get(LABEL_NAME),
-                        labels={k: v for k, v in attrs.items() if k.startswith("org.")},
+                        labels={
+                            LABEL_HOME if k == LABEL_TASK_HOME else k: v
+                            for k, v in attrs.items()
+                            if k.startswith("org.")
+                        },
                         time=stamp,
                     )
             except Exception as exc:

@@ -16,10 +16,21 @@ from typing import Any
 
 from orchestrator.config.runtime import SwarmSettings
 from orchestrator.errors import InvalidConfig
-from orchestrator.runtime.base import IDLE, LABEL_GROUP, STARTING, ContainerSpec
+from orchestrator.runtime.base import (
+    IDLE,
+    LABEL_GROUP,
+    LABEL_HOME,
+    LABEL_PROJECT,
+    STARTING,
+    ContainerSpec,
+)
 from orchestrator.runtime.spec import EGRESS_DIR, RUNTIME_DIR
 
 LABEL_NAME = "org.orchestrator.container"  # the spec's name, on the service and its secrets
+# The home of a service's task containers. They do not carry the group's labels (home,
+# group, hash): the Docker backend, run on the same home, would take them for its own
+# containers (or the old scheme's) and remove them, and Swarm would make them again.
+LABEL_TASK_HOME = "org.orchestrator.swarm-home"
 LABEL_CREDENTIAL = "org.orchestrator.credential"  # the sha256 of the runner's certificate
 SECRET_FILE = "orchestrator-runner"  # /run/secrets/<this> in the group's container
 CREDENTIAL_PATH = f"/run/secrets/{SECRET_FILE}"
@@ -114,6 +125,9 @@ def service_body(
     credential's fingerprint (a label the daemon checks runners against)."""
     uid, _, gid = spec.user.partition(":")
     labels = {**spec.labels, LABEL_NAME: spec.name}
+    task_labels = {LABEL_NAME: spec.name, LABEL_TASK_HOME: spec.labels.get(LABEL_HOME, "")}
+    if LABEL_PROJECT in spec.labels:
+        task_labels[LABEL_PROJECT] = spec.labels[LABEL_PROJECT]
     container: dict[str, Any] = {
         "Image": spec.image,
         "Args": list(spec.command),  # as `docker create`'s command: the image's entrypoint stays
@@ -121,7 +135,7 @@ def service_body(
         "Env": [f"{k}={v}" for k, v in sorted(spec.environment.items())],
         "Dir": spec.working_dir,
         "User": spec.user,
-        "Labels": labels,
+        "Labels": task_labels,
         "Mounts": [
             {"Type": "bind", "Source": m.source, "Target": m.target, "ReadOnly": m.read_only}
             for m in spec.mounts
