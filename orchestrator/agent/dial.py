@@ -1,6 +1,7 @@
 """The runner's side of a backend whose runners dial the daemon (Swarm).
 
-The runner listens on nothing. It keeps RUNNER_SPARE_CONNECTIONS connections open to
+The runner listens on no address others can reach (the shell's egress forwarder, with
+the web gate, is on the container's loopback). It keeps RUNNER_SPARE_CONNECTIONS open to
 the daemon's runner port, each TLS 1.3 with the group's credential (a Swarm secret: its
 certificate and key, and the CA that signed the daemon's certificate, which is checked
 against the name dialled). The daemon takes one per turn and sends the frames it would
@@ -21,14 +22,17 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.limits import RUNNER_DIAL_BACKOFF_MAX_SECONDS, RUNNER_SPARE_CONNECTIONS
+from orchestrator.limits import (
+    RUNNER_DIAL_BACKOFF_FIRST_SECONDS,
+    RUNNER_DIAL_BACKOFF_MAX_SECONDS,
+    RUNNER_DIAL_TIMEOUT_SECONDS,
+    RUNNER_SPARE_CONNECTIONS,
+)
 
 if TYPE_CHECKING:
     from orchestrator.agent.serve import RunnerServer
 
 log = logging.getLogger(__name__)
-CONNECT_TIMEOUT_SECONDS = 10.0
-FIRST_BACKOFF_SECONDS = 0.1
 _PEM_CERT = re.compile(rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----\s*", re.S)
 
 
@@ -74,7 +78,7 @@ class Dialer:
 
     def dial(self) -> ssl.SSLSocket:
         """One connection to the daemon, its TLS handshake done."""
-        raw = socket.create_connection((self.host, self.port), timeout=CONNECT_TIMEOUT_SECONDS)
+        raw = socket.create_connection((self.host, self.port), timeout=RUNNER_DIAL_TIMEOUT_SECONDS)
         try:
             raw.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
             conn = self.context.wrap_socket(raw, server_hostname=self.host)
@@ -86,7 +90,7 @@ class Dialer:
 
     def run(self) -> None:
         """Until the server stops: keep ``spare`` unused connections open."""
-        backoff = FIRST_BACKOFF_SECONDS
+        backoff = RUNNER_DIAL_BACKOFF_FIRST_SECONDS
         while not self.server.stopping.is_set():
             with self._cond:
                 while len(self._unused) >= self.spare and not self.server.stopping.is_set():
@@ -106,7 +110,7 @@ class Dialer:
                 self.server.stopping.wait(backoff * random.uniform(0.8, 1.2))
                 backoff = min(backoff * 2, RUNNER_DIAL_BACKOFF_MAX_SECONDS)
                 continue
-            backoff = FIRST_BACKOFF_SECONDS
+            backoff = RUNNER_DIAL_BACKOFF_FIRST_SECONDS
             self.dialled += 1
             with self._cond:
                 self._unused.add(conn)

@@ -1,6 +1,6 @@
 """The runner's long-lived server: a Unix socket in the group's runtime folder, or, when
 the backend has runners dial the daemon (ORCHESTRATOR_DIAL), connections it opens to the
-daemon's runner port (``dial.py``); it listens on nothing then.
+daemon's runner port (``dial.py``); no other container can reach it then.
 
 Each connection carries frames (see ``orchestrator.wire``): ``{"op": "ping"}`` answers
 ``{"ok": true, ...}``; ``{"op": "turn", "turn": {...}}`` runs one turn and answers with

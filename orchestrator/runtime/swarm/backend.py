@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.config.runtime import SwarmSettings
 from orchestrator.errors import EngineError, InvalidConfig
+from orchestrator.limits import RUNNER_FACTS_SECONDS, RUNNER_RECHECK_SECONDS
 from orchestrator.runtime.base import (
     LABEL_GROUP,
     LABEL_HOME,
@@ -60,11 +61,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 SWARM_DIR = "swarm"  # in state/: the runner CA, and runners.sock
 STOP_POLL_SECONDS = 0.1
-# How long the runner port believes what the engine said of a group's runner (its
-# credential, its task's address) before asking again; and how soon it may ask again
-# when a connection does not match (a task made again has a new address).
-RUNNER_FACTS_SECONDS = 30.0
-RUNNER_RECHECK_SECONDS = 0.5
 
 
 class SwarmBackend(ContainerBackend):

@@ -40,14 +40,14 @@ from orchestrator.limits import (
     RUNNER_KEEPALIVE_IDLE_SECONDS,
     RUNNER_KEEPALIVE_INTERVAL_SECONDS,
     RUNNER_KEEPALIVE_PROBES,
+    RUNNER_RELAY_REQUEST_SECONDS,
+    RUNNER_RELAYS_AT_ONCE,
 )
 from orchestrator.runtime.channel import RunnerUnavailable
 from orchestrator.runtime.swarm.credentials import Authority, Peer
 
 log = logging.getLogger(__name__)
 RELAY_SOCKET = "runners.sock"
-RELAYS_AT_ONCE = 16  # relayed connections at once (the CLI's, on the home's host)
-RELAY_REQUEST_SECONDS = 5.0
 
 
 def keep_alive(sock: socket.socket) -> None:
@@ -99,7 +99,7 @@ class RunnerHub:
         self._idle: dict[str, deque[ssl.SSLSocket]] = {}
         self._cond = threading.Condition()
         self._handshakes = threading.BoundedSemaphore(RUNNER_HANDSHAKES_AT_ONCE)
-        self._relays = threading.BoundedSemaphore(RELAYS_AT_ONCE)
+        self._relays = threading.BoundedSemaphore(RUNNER_RELAYS_AT_ONCE)
         self._listeners: list[socket.socket] = []
         self._relay: socket.socket | None = None
         self._stopping = threading.Event()
@@ -290,14 +290,14 @@ class RunnerHub:
     def _relay_one(self, local: socket.socket) -> None:
         try:
             with local:
-                deadline = time.monotonic() + RELAY_REQUEST_SECONDS
+                deadline = time.monotonic() + RUNNER_RELAY_REQUEST_SECONDS
                 try:
                     request = wire.recv_frame(local, deadline)
                 except (OSError, wire.ProtocolError):
                     return
                 group = str((request or {}).get("group", ""))
                 try:
-                    runner = self.take(group, RELAY_REQUEST_SECONDS)
+                    runner = self.take(group, RUNNER_RELAY_REQUEST_SECONDS)
                 except RunnerUnavailable as exc:
                     with contextlib.suppress(OSError, wire.ProtocolError):
                         wire.send_frame(local, {"ok": False, "error": exc.message}, deadline)

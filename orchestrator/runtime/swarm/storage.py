@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.fsatomic import write_atomic
+from orchestrator.limits import STORAGE_PROBE_TIMEOUT_SECONDS
 from orchestrator.runtime.base import LABEL_HOME
 from orchestrator.runtime.engine import call_engine
 from orchestrator.runtime.swarm.service import ENDED, parse_time
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
     from orchestrator.runtime.swarm.backend import SwarmBackend
 
 PROBE_FILE = ".orchestrator-storage-probe"
-PROBE_TIMEOUT_SECONDS = 90.0
 POLL_SECONDS = 0.2
 READER = (
     "import os\n"
@@ -115,7 +115,7 @@ def check_storage(backend: SwarmBackend, image: str) -> list[str]:
 
 def _wait(backend: SwarmBackend, service: str) -> list[tuple[str, str, str]]:
     """(node, state, error) of each task once all have ended."""
-    deadline = time.monotonic() + PROBE_TIMEOUT_SECONDS
+    deadline = time.monotonic() + STORAGE_PROBE_TIMEOUT_SECONDS
     while True:
         tasks = backend.api.tasks(filters={"service": service})
         ended = [t for t in tasks if t.get("Status", {}).get("State") in ENDED]
