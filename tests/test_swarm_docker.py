@@ -38,6 +38,7 @@ def images(docker_client: Any, test_project: str) -> Iterator[tuple[str, str]]:
     from docker.errors import ImageNotFound
 
     tags = (f"{test_project}-sw-agent:latest", f"{test_project}-sw-daemon:latest")
+    hashed = ""  # the agent image also under the tag a checkout resolves (its inputs' hash)
     for _ in range(3):
         built = subprocess.run(
             [str(ROOT / ".venv/bin/orchestrator"), "image", "build", "--daemon", "--json"],
@@ -50,13 +51,15 @@ def images(docker_client: Any, test_project: str) -> Iterator[tuple[str, str]]:
         try:
             for source, tag in zip((result["tag"], result["daemon"]["tag"]), tags, strict=True):
                 docker_client.images.get(source).tag(*tag.split(":"))
+            hashed = f"{test_project}-sw-agent:{result['inputs_hash'][:12]}"
+            docker_client.images.get(tags[0]).tag(*hashed.split(":"))
             break
         except ImageNotFound:
             continue  # pruned by another build between ours and the tag: build again
     else:
         pytest.fail("the images built were removed before they could be tagged, three times")
     yield tags
-    for tag in tags:
+    for tag in (*tags, hashed):
         with contextlib.suppress(Exception):
             docker_client.images.remove(tag)
 
@@ -93,6 +96,8 @@ def test_a_groups_service_answers_through_the_overlay_with_its_memory_on_the_hos
 ) -> None:
     told = swarm.send("alpha", "remember that the boiler is in the cellar")
     assert told.startswith("Noted: the boiler is in the cellar."), told
+    marker = swarm.home / "groups/beta/memory/beta-only-7f3a.md"
+    marker.write_text("only for beta")
     fact = swarm.home / "groups/alpha/memory/facts/the-boiler.md"
     assert "in the cellar" in fact.read_text()  # on the host, in the home
     assert fact.stat().st_uid == 10001  # the group's user (its folder is root's)
@@ -135,6 +140,9 @@ def test_a_groups_service_answers_through_the_overlay_with_its_memory_on_the_hos
             "env": [k for k, v in os.environ.items() if 'BEGIN' in v],
             "docker_sock": [d for d, _, f in os.walk('/') if 'docker.sock' in f
                             and not d.startswith(('/proc', '/sys'))],
+            "beta": [os.path.join(d, f) for d, dirs, files in os.walk('/')
+                     if not d.startswith(('/proc', '/sys'))
+                     for f in files + dirs if 'beta' in f],
         }}))
         """,
     )
@@ -148,6 +156,7 @@ def test_a_groups_service_answers_through_the_overlay_with_its_memory_on_the_hos
     assert "/run/orchestrator" not in seen["mounts"]
     assert seen["secret"] == [10001, "0o400"]  # the credential: its user's alone
     assert seen["env"] == [] and seen["docker_sock"] == []
+    assert seen["beta"] == []  # nothing of another group is visible
     logs = swarm.client.api.service_logs(service["ID"], stdout=True, stderr=True)
     assert "runner dialling the daemon at orchestrator:7070" in b"".join(logs).decode()
 
@@ -333,3 +342,99 @@ def test_storage_is_checked_on_every_node_by_doctor(swarm: Deployment) -> None:
     assert checks["swarm storage"]["status"] == "ok", checks["swarm storage"]
     assert "1 node" in checks["swarm storage"]["detail"]
     assert os.path.exists(swarm.home / "state/swarm/ca.key")
+
+
+def test_a_home_moves_from_docker_to_swarm_and_back_keeping_everything(
+    swarm_engine: Any, images: tuple[str, str], test_project: str, tmp_path: Path
+) -> None:
+    """The README's steps, as an operator runs them: what the group knew, its session
+    and its queue's records are there on the other backend, both ways."""
+    from orchestrator.runtime.base import LABEL_HOME as HOME_LABEL
+
+    home = tmp_path / "home"
+    home.mkdir()
+    project = f"{test_project}-mv"
+    moving = Deployment(swarm_engine, project, home, *images)
+    docker_config = f"project: {project}\nimage: {moving.agent_repository}\n"
+    home.joinpath("orchestrator.yaml").write_text(docker_config)
+    GroupStore(Home(home)).add(GroupConfig(name="Mover", creators=("operator",)))
+    identity = Home(home).identity
+
+    def cli(*args: str) -> str:
+        done = subprocess.run(
+            [str(ROOT / ".venv/bin/orchestrator"), "--home", str(home), *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def containers() -> list[Any]:
+        return list(
+            swarm_engine.containers.list(all=True, filters={"label": f"{HOME_LABEL}={identity}"})
+        )
+
+    try:
+        # on the docker backend: the daemon on the host, a container for the group
+        cli("up")
+        first = moving.send("mover", "remember that the piano is out of tune")
+        assert first.startswith("Noted: the piano is out of tune."), first
+        (row,) = json.loads(cli("status", "--json"))["groups"]
+        assert row["state"] == "running" and len(containers()) == 1
+        transcript = sorted((home / "groups/mover/sessions").rglob("transcript.jsonl"))
+        assert transcript, "a session transcript on the docker backend"
+        # to swarm: the daemon and the containers stopped, the stopped ones removed
+        cli("down", "--all")
+        cli("reconcile")
+        assert containers() == []
+        home.joinpath("orchestrator.yaml").write_text(moving.config())
+        moving.up()
+        answer = moving.send("mover", "what do you know about the piano?")
+        assert "out of tune" in answer  # its memory
+        assert sorted((home / "groups/mover/sessions").rglob("transcript.jsonl")) == transcript
+        counts = json.loads(moving.cli_inside("status", "--json"))["queue"]["counts"]
+        assert counts["done"] == 2  # the queue's records of both backends' turns
+        # and back to docker: the stack and the home's services and secrets removed (the
+        # stack's runner network stays while groups' services are on it: removed last)
+        subprocess.run(["docker", "stack", "rm", project], capture_output=True)
+        for service in swarm_engine.api.services(filters={"label": f"{HOME_LABEL}={identity}"}):
+            swarm_engine.api.remove_service(service["ID"])
+        deadline = time.monotonic() + 60
+        while swarm_engine.api.tasks(filters={"label": f"{HOME_LABEL}={identity}"}) or any(
+            t
+            for t in swarm_engine.containers.list(
+                filters={"label": f"com.docker.stack.namespace={project}"}
+            )
+        ):
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+        for secret in swarm_engine.api.secrets(filters={"label": f"{HOME_LABEL}={identity}"}):
+            for _ in range(40):
+                try:
+                    swarm_engine.api.remove_secret(secret["ID"])
+                    break
+                except Exception:
+                    time.sleep(0.5)
+        subprocess.run(["docker", "network", "rm", moving.network], capture_output=True)
+        home.joinpath("orchestrator.yaml").write_text(docker_config)
+        deadline = time.monotonic() + 60
+        while True:  # the stack's daemon lets go of the home's lock when it has drained
+            try:
+                cli("up")
+                break
+            except AssertionError:
+                assert time.monotonic() < deadline
+                time.sleep(1)
+        answer = moving.send("mover", "what do you know about the piano?")
+        assert "out of tune" in answer
+        assert len(containers()) == 1  # a container again, made at this message
+    finally:
+        subprocess.run(
+            [str(ROOT / ".venv/bin/orchestrator"), "--home", str(home), "down", "--all"],
+            capture_output=True,
+            timeout=300,
+        )
+        for container in containers():
+            container.remove(force=True)
+        moving.down()
