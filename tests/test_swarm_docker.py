@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from orchestrator.groups import GroupStore
-from orchestrator.groups.config import ContainerSettings, GroupConfig
+from orchestrator.groups.config import ContainerSettings, GroupConfig, set_option
 from orchestrator.home import Home
 from orchestrator.runtime.base import LABEL_CONFIG_HASH, LABEL_GROUP, LABEL_HOME
 from orchestrator.runtime.swarm.credentials import Authority
@@ -84,6 +84,8 @@ def swarm(
         )
     )
     store.add(GroupConfig(name="Beta", creators=("operator",)))
+    evil = store.add(GroupConfig(name="Evil", creators=("operator",)))
+    set_option(evil.config_file, "turn_timeout", "6s")
     try:
         deployment.up()
         yield deployment
@@ -312,6 +314,79 @@ def test_a_groups_container_reaches_nothing_but_the_daemons_runner_port(
     assert not any(r == "connected" for r in reached["beta"].values())  # nothing listens
     assert reached["public"] in ("ENETUNREACH", "EHOSTUNREACH", "ETIMEDOUT")
     assert reached["outside"] in ("ENETUNREACH", "EHOSTUNREACH", "ETIMEDOUT")
+
+
+# Code in a group's container, as its user, beside its runner: it reads the group's
+# credential (its own) and opens connections to the runner port from the group's task,
+# which the daemon admits; on each it answers pings and drips a turn's answer forever.
+DRIPPING_RUNNER = r"""
+import json, socket, ssl, struct, threading, time
+from pathlib import Path
+from orchestrator.agent.dial import client_context
+context = client_context(Path("/run/secrets/orchestrator-runner"))
+def serve(conn):
+    with conn:
+        while True:
+            head = conn.recv(4)
+            if len(head) < 4:
+                return
+            body = json.loads(conn.recv(struct.unpack(">I", head)[0]))
+            if body.get("op") == "ping":
+                out = json.dumps({"ok": True}).encode()
+                conn.sendall(struct.pack(">I", len(out)) + out)
+                continue
+            conn.sendall(struct.pack(">I", 100000))
+            try:
+                while True:
+                    time.sleep(1)
+                    conn.sendall(b" ")
+            except OSError:
+                return
+while True:
+    try:
+        raw = socket.create_connection(("orchestrator", 7070), timeout=5)
+        conn = context.wrap_socket(raw, server_hostname="orchestrator")
+        conn.settimeout(None)
+        threading.Thread(target=serve, args=(conn,), daemon=True).start()
+    except OSError:
+        pass
+    time.sleep(0.2)
+"""
+
+
+def test_a_dripping_runner_holds_nothing_but_its_own_groups_turns(swarm: Deployment) -> None:
+    from orchestrator.home import Home as HomePaths
+    from orchestrator.service import control_request
+
+    def request(**message: Any) -> dict[str, Any]:
+        return control_request(HomePaths(swarm.home), message, timeout=120)
+
+    swarm.send("evil", "hello")
+    swarm.send("beta", "hello")
+    swarm.group_container("evil").exec_run(["python3", "-c", DRIPPING_RUNNER], detach=True)
+    time.sleep(3)  # its connections are at the runner port beside the runner's own
+    sent = [
+        request(op="send", group="evil", text="hi", chat=f"x{i}", sender="operator", wait=False)
+        for i in range(3)
+    ]
+    evil_ids = [answer["message"]["id"] for answer in sent]
+    started = time.monotonic()
+    good = swarm.send("beta", "what do you know about anything?")
+    assert good, "beta is answered while evil's turns drip"
+    print(f"another group's turn while one group drips: {time.monotonic() - started:.2f} s")
+    # a turn given a dripping connection is cut at its deadline and tried again (its group's
+    # own runner may answer it then); none holds a worker
+    deadline = time.monotonic() + 90
+    errors: set[str] = set()
+    while True:
+        messages = [request(op="get", id=i)["message"] for i in evil_ids]
+        errors.update(str(m["error"]) for m in messages if m["error"])
+        if all(m["state"] == "done" or m["attempts"] >= 2 for m in messages) and errors:
+            break
+        assert time.monotonic() < deadline, messages
+        time.sleep(0.5)
+    assert any("did not finish within 6s" in e for e in errors), errors
+    assert swarm.send("beta", "hello again")  # still answered
 
 
 def test_a_killed_task_is_restarted_by_swarm_and_the_group_answers_again(
