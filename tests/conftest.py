@@ -69,10 +69,10 @@ def _engine_gate(request: pytest.FixtureRequest) -> None:
         request.getfixturevalue("swarm_engine")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def swarm_engine(docker_client):  # type: ignore[no-untyped-def]
-    """The engine in swarm mode for the tests marked ``swarm``: put there by this
-    fixture when it was not, and left as it was found (tests/swarmrig.py)."""
+    """The engine in swarm mode for a module's tests marked ``swarm``: put there by this
+    fixture when it was not, and left as it was found after them (tests/swarmrig.py)."""
     from tests.swarmrig import swarm_mode
 
     with swarm_mode(docker_client):
