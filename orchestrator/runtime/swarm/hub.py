@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import wire
+from orchestrator.errors import OrchestratorError
 from orchestrator.limits import (
     RUNNER_CONNECTION_WAIT_SECONDS,
     RUNNER_HANDSHAKE_TIMEOUT_SECONDS,
@@ -193,7 +194,7 @@ class RunnerHub:
                 problem = self.admit(peer, where)
                 if problem is not None:
                     raise ValueError(problem)
-            except ValueError as exc:
+            except (ValueError, OrchestratorError) as exc:  # the latter: the engine away
                 self.refused += 1
                 log.warning("runner port: refused a connection from %s: %s", where, exc)
                 with contextlib.suppress(OSError):
