@@ -50,7 +50,7 @@ def group_container(
             home.ensure_writable()
             home.config_file.write_text(f"project: {project}\nmount_allowlist: {tmp}/none.yaml\n")
             config = load_config(home)
-            backend = open_backend(config, client=client)
+            backend = open_backend(config, client=client, home=home)
             runtime = GroupRuntime(
                 home, config, backend, lambda: image, skills_root=default_skills_root()
             )

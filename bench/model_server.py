@@ -55,7 +55,7 @@ def run(quick: bool) -> Result:
                 f"    models: [{MODEL}]\n"
             )
             config = load_config(home)
-            backend = open_backend(config, client=client)
+            backend = open_backend(config, client=client, home=home)
             runtime = GroupRuntime(
                 home, config, backend, lambda: image, skills_root=default_skills_root()
             )

@@ -51,6 +51,43 @@ ENGINE_RETRY_MAX_WAIT_SECONDS = 8.0
 CONTAINER_READY_TIMEOUT_SECONDS = 30.0
 RUNNER_DEAD_SOCKET_SECONDS = 3.0
 
+# Runners that dial the daemon (the Swarm backend). A runner keeps this many connections
+# open and unused for the daemon to take (one per turn; it opens another in its place);
+# the daemon keeps at most RUNNER_IDLE_PER_GROUP of one group's (more close the oldest).
+RUNNER_SPARE_CONNECTIONS = 2
+RUNNER_IDLE_PER_GROUP = 8
+# A runner that cannot reach the daemon tries again after the first wait, doubling to
+# the last; one dial (its TCP connection, then its TLS handshake) may take this long.
+RUNNER_DIAL_BACKOFF_FIRST_SECONDS = 0.1
+RUNNER_DIAL_BACKOFF_MAX_SECONDS = 5.0
+RUNNER_DIAL_TIMEOUT_SECONDS = 10.0
+# The daemon's runner port: TLS handshakes under way at once (more are closed at once),
+# and how long one may take.
+RUNNER_HANDSHAKES_AT_ONCE = 32
+RUNNER_HANDSHAKE_TIMEOUT_SECONDS = 5.0
+# How long a turn waits for one of its runner's connections before the runner counts as
+# not there (the container is then started or waited for, as with a missing socket).
+RUNNER_CONNECTION_WAIT_SECONDS = 0.5
+# An unused connection whose peer went away unseen (a node lost) is found dead by TCP
+# keepalive after about idle + probes x interval seconds.
+RUNNER_KEEPALIVE_IDLE_SECONDS = 15
+RUNNER_KEEPALIVE_INTERVAL_SECONDS = 5
+RUNNER_KEEPALIVE_PROBES = 3
+# What the runner port believes of a group's runner (the credential its service was
+# given, its task's address) before asking the engine again, and how soon it may ask
+# again when a connection does not match it (a task made again has a new address).
+RUNNER_FACTS_SECONDS = 30.0
+RUNNER_RECHECK_SECONDS = 0.5
+# The home's other processes reach runners through the daemon (runners.sock): at once,
+# and the time to ask for one.
+RUNNER_RELAYS_AT_ONCE = 16
+RUNNER_RELAY_REQUEST_SECONDS = 5.0
+# The check that every node sees the groups' storage: how long its probe may take.
+STORAGE_PROBE_TIMEOUT_SECONDS = 90.0
+# A runner's credential is valid this long; the daemon's record of the one it issued
+# each group is what revokes it (a service made again gets a new one).
+RUNNER_CREDENTIAL_DAYS = 3650
+
 # Largest group.yaml / orchestrator.yaml accepted.
 CONFIG_FILE_MAX_BYTES = 256 * 1024
 

@@ -65,6 +65,18 @@ def docker_client(test_project: str):  # type: ignore[no-untyped-def]
 def _engine_gate(request: pytest.FixtureRequest) -> None:
     if request.node.get_closest_marker("docker"):
         request.getfixturevalue("docker_client")
+    if request.node.get_closest_marker("swarm"):
+        request.getfixturevalue("swarm_engine")
+
+
+@pytest.fixture(scope="module")
+def swarm_engine(docker_client):  # type: ignore[no-untyped-def]
+    """The engine in swarm mode for a module's tests marked ``swarm``: put there by this
+    fixture when it was not, and left as it was found after them (tests/swarmrig.py)."""
+    from tests.swarmrig import swarm_mode
+
+    with swarm_mode(docker_client):
+        yield docker_client
 
 
 @pytest.fixture(scope="session")

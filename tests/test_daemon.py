@@ -186,6 +186,9 @@ class DialledIn:
     def describe(self) -> str:
         return "a runner that dialled in"
 
+    def release(self, sock: socket.socket) -> None:
+        sock.close()
+
 
 def test_a_backend_whose_runner_dials_in_carries_pings_turns_and_requests() -> None:
     def runner_side(conn: socket.socket) -> None:

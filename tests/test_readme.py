@@ -186,6 +186,32 @@ EXPECTED: dict[str, Callable[[], str]] = {
         )
     ),
     "tmpfs for `/tmp` and `$HOME` in a container": lambda: f"{_size(L.CONTAINER_TMPFS_BYTES)} each",
+    "Swarm: connections a runner keeps open unused; a group's unused connections the daemon "
+    "keeps": lambda: f"{L.RUNNER_SPARE_CONNECTIONS}; {L.RUNNER_IDLE_PER_GROUP}",
+    "Swarm: a runner's wait before dialling the daemon again (first; doubling to); one dial": (
+        lambda: (
+            f"{_s(L.RUNNER_DIAL_BACKOFF_FIRST_SECONDS)}; "
+            f"{_s(L.RUNNER_DIAL_BACKOFF_MAX_SECONDS)}; {_s(L.RUNNER_DIAL_TIMEOUT_SECONDS)}"
+        )
+    ),
+    "Swarm: what the runner port believes of a group's runner (its credential, its task's "
+    "address); asked again on a mismatch at most every": lambda: (
+        f"{_s(L.RUNNER_FACTS_SECONDS)}; {_s(L.RUNNER_RECHECK_SECONDS)}"
+    ),
+    "Swarm: runner connections relayed to the home's other processes at once; asking for "
+    "one": lambda: f"{L.RUNNER_RELAYS_AT_ONCE}; {_s(L.RUNNER_RELAY_REQUEST_SECONDS)}",
+    "Swarm: the storage check on every node": lambda: _s(L.STORAGE_PROBE_TIMEOUT_SECONDS),
+    "Swarm: TLS handshakes at the runner port at once; one handshake": lambda: (
+        f"{L.RUNNER_HANDSHAKES_AT_ONCE}; {_s(L.RUNNER_HANDSHAKE_TIMEOUT_SECONDS)}"
+    ),
+    "Swarm: a turn's wait for one of its runner's connections (else the container is started "
+    "or waited for)": lambda: _s(L.RUNNER_CONNECTION_WAIT_SECONDS),
+    "Swarm: TCP keepalive of a runner connection (idle; between probes; probes)": lambda: (
+        f"{_s(L.RUNNER_KEEPALIVE_IDLE_SECONDS)}; {_s(L.RUNNER_KEEPALIVE_INTERVAL_SECONDS)}; "
+        f"{L.RUNNER_KEEPALIVE_PROBES}"
+    ),
+    "Swarm: a group's credential is valid (the daemon admits only the one its service was "
+    "given)": lambda: f"{L.RUNNER_CREDENTIAL_DAYS} days",
     "scheduled tasks per group (default of `tasks.max`; its ceiling)": lambda: (
         f"{L.DEFAULT_TASKS_PER_GROUP}; {L.MAX_TASKS_PER_GROUP:,}"
     ),

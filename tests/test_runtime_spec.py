@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -170,11 +172,23 @@ def test_the_config_hash_covers_every_field_of_the_spec() -> None:
         "cap_drop": (),
         "security_opt": (),
         "labels": {**base.labels, "org.orchestrator.home": "another-home"},
+        "placement": ("node.labels.disk == ssd",),
     }
     fields = {f.name for f in dataclasses.fields(base)}
     assert set(changes) == fields  # a new field of the spec must be added here
     for field, value in changes.items():
         assert config_hash(replace(base, **{field: value})) != config_hash(base), field
+
+
+def test_an_empty_placement_leaves_the_hash_of_older_containers_alone() -> None:
+    base = spec()
+    data = dataclasses.asdict(base)
+    del data["placement"]  # the spec as it was before placement was a field
+    data["environment"] = dict(base.environment)
+    data["tmpfs"] = dict(base.tmpfs)
+    data["labels"] = {k: v for k, v in base.labels.items() if k != LABEL_CONFIG_HASH}
+    encoded = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+    assert config_hash(base) == hashlib.sha256(encoded).hexdigest()
 
 
 def test_run_as_never_root() -> None:
@@ -264,6 +278,50 @@ def test_reconcile_reasons_folders_and_the_idle_boundary() -> None:
         Action("adopt", "p-g", "g", "running and current"),
         Action("remove-orphan", "p-gone", "gone", "its group no longer exists"),
     ]
+
+
+def test_reconcile_keeps_a_service_scaled_to_zero_and_one_on_its_way_up() -> None:
+    from orchestrator.runtime.reconcile import Action, apply_plan
+
+    containers = [
+        info("p-a", "a", state="idle"),  # scaled to zero, current -> kept, never removed
+        info("p-b", "b", state="idle", digest="old"),  # scaled to zero, drifted -> remove
+        info("p-c", "c", state="starting", started=0.0),  # on its way up -> adopted, even
+        info("p-d", "d", state="starting", digest="old"),  # long past its idle timeout
+        info("p-e", "e", state="idle", digest="x"),  # desired unknown -> kept
+    ]
+    desired = {"a": "h1", "b": "h1", "c": "h1", "d": "h1", "e": None}
+    plan = plan_reconcile(
+        containers,
+        desired,
+        last_activity={"c": 0.0},
+        idle_timeouts={"c": 60},
+        now=2000.0,
+    )
+    assert plan == [
+        Action("keep-idle", "p-a", "a", "scaled to zero"),
+        Action("remove", "p-b", "b", "idle, and its config changed"),
+        Action("adopt", "p-c", "c", "starting"),
+        Action("recreate", "p-d", "d", "config changed"),
+        Action("keep-idle", "p-e", "e", "scaled to zero"),
+    ]
+    done: list[str] = []
+
+    class Ops:
+        def recreate_container(self, folder: str, old_name: str) -> None:
+            done.append(f"recreate {old_name}")
+
+        def remove_container(self, name: str) -> None:
+            done.append(f"remove {name}")
+
+        def stop_container(self, name: str) -> None:
+            done.append(f"stop {name}")
+
+    apply_plan(plan, Ops())
+    assert done == ["remove p-b", "recreate p-d"]  # keep-idle and adopt change nothing
+    # the first step of bringing each up: a service scaled to zero is scaled up again
+    assert plan_start(containers[0], "h1", settled=False) == "start"
+    assert plan_start(containers[2], "h1", settled=False) == "start"
 
 
 def test_apply_plan_does_what_each_action_says() -> None:

@@ -1,4 +1,6 @@
-"""The runner's long-lived server: a Unix socket in the group's runtime folder.
+"""The runner's long-lived server: a Unix socket in the group's runtime folder, or, when
+the backend has runners dial the daemon (ORCHESTRATOR_DIAL), connections it opens to the
+daemon's runner port (``dial.py``); no other container can reach it then.
 
 Each connection carries frames (see ``orchestrator.wire``): ``{"op": "ping"}`` answers
 ``{"ok": true, ...}``; ``{"op": "turn", "turn": {...}}`` runs one turn and answers with
@@ -16,6 +18,7 @@ import signal
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from orchestrator import __version__
@@ -63,9 +66,13 @@ class RunnerServer:
                 if self.stopping.is_set():
                     break
                 raise
-            threading.Thread(target=self._serve_connection, args=(conn,), daemon=True).start()
+            threading.Thread(target=self.serve_connection, args=(conn,), daemon=True).start()
 
-    def _serve_connection(self, conn: socket.socket) -> None:
+    def serve_connection(
+        self, conn: socket.socket, on_first_frame: Callable[[], None] | None = None
+    ) -> None:
+        """Answer the frames of one connection until it closes; ``on_first_frame`` is
+        called when the first one arrives (a dialled connection is then in use)."""
         with conn:
             while True:
                 try:
@@ -73,6 +80,9 @@ class RunnerServer:
                 except (ProtocolError, OSError) as exc:
                     log.warning("closing a connection after a bad frame: %s", exc)
                     return
+                if on_first_frame is not None:
+                    on_first_frame()
+                    on_first_frame = None
                 if request is None:
                     return
                 link = HostLink(conn, model_request_cap(OFFLINE_CONTEXT_TOKENS))
@@ -124,8 +134,11 @@ class RunnerServer:
 
 
 def serve(settings: AgentSettings) -> None:
-    """Run until SIGTERM or SIGINT."""
+    """Run until SIGTERM or SIGINT: on the runner's socket, or dialling the daemon."""
     server = RunnerServer(settings)
+    if settings.dial is not None:
+        dial(server, settings)
+        return
     server.bind()
     if settings.egress_socket is not None:
         from orchestrator.agent.egress import start_forwarder
@@ -141,6 +154,24 @@ def serve(settings: AgentSettings) -> None:
             server.sock.close()
         with contextlib.suppress(FileNotFoundError):
             settings.socket_path.unlink()
+
+
+def dial(server: RunnerServer, settings: AgentSettings) -> None:
+    """Keep connections open to the daemon's runner port until SIGTERM or SIGINT."""
+    from orchestrator.agent.dial import Dialer
+
+    assert settings.dial is not None
+    if settings.credential is None:
+        raise SystemExit("ORCHESTRATOR_DIAL is set without ORCHESTRATOR_CREDENTIAL")
+    dialer = Dialer(server, settings.dial, settings.credential)
+    if settings.egress_socket is not None:
+        from orchestrator.agent.egress import start_forwarder
+
+        start_forwarder(settings.egress_socket)
+    signal.signal(signal.SIGTERM, server.stop)
+    signal.signal(signal.SIGINT, server.stop)
+    log.info("runner dialling the daemon at %s (provider %s)", settings.dial, settings.provider)
+    dialer.run()
 
 
 def main() -> int:

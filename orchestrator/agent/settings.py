@@ -36,6 +36,8 @@ class AgentSettings:
     skills_dir: Path = Path(DEFAULT_SKILLS_DIR)  # the group's skills, mounted read-only
     mcp: str | None = None  # the group's MCP servers, as JSON (ORCHESTRATOR_MCP)
     egress_socket: Path | None = None  # the host's egress gate, when the web is enabled
+    dial: str | None = None  # HOST:PORT of the daemon's runner port: dial it, listen nowhere
+    credential: Path | None = None  # the group's credential for dialling (a Swarm secret)
 
     @property
     def memory_dir(self) -> Path:
@@ -76,5 +78,9 @@ class AgentSettings:
             mcp=env.get("ORCHESTRATOR_MCP") or None,
             egress_socket=Path(env["ORCHESTRATOR_EGRESS_SOCKET"])
             if env.get("ORCHESTRATOR_EGRESS_SOCKET")
+            else None,
+            dial=env.get("ORCHESTRATOR_DIAL") or None,
+            credential=Path(env["ORCHESTRATOR_CREDENTIAL"])
+            if env.get("ORCHESTRATOR_CREDENTIAL")
             else None,
         )

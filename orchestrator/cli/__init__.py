@@ -77,6 +77,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "task",
         "Scheduled tasks: add, list, pause, resume, remove, run now.",
     ),
+    "deploy": (
+        "orchestrator.cli.deploy",
+        "deploy",
+        "Manifests to run this home on a cluster (Kubernetes).",
+    ),
     "service": (
         "orchestrator.cli.service",
         "service",

@@ -163,7 +163,7 @@ def _running_containers(obj: CliContext) -> list[str]:
     from orchestrator.runtime.base import LABEL_HOME
 
     try:
-        backend = open_backend(load_config(obj.home), timeout=10)
+        backend = open_backend(load_config(obj.home), timeout=10, home=obj.home)
     except EngineUnreachable:
         return []
     return sorted(c.name for c in backend.list({LABEL_HOME: obj.home.identity}) if c.running)

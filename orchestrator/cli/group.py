@@ -329,7 +329,7 @@ def _remove_container(obj: CliContext, folder: str) -> None:
     config = load_config(obj.home)
     name = container_name(config.project, folder)
     try:
-        backend = open_backend(config, timeout=10)
+        backend = open_backend(config, timeout=10, home=obj.home)
     except EngineUnreachable as exc:
         click.echo(
             f"note: {exc.message}; a container {name}, if any, is removed by the next "

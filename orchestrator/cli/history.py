@@ -41,7 +41,7 @@ def _container(obj: CliContext, group: Any) -> Any:
         from orchestrator.runtime.spec import container_name
 
         config = load_config(obj.home)
-        backend = open_backend(config, timeout=5)
+        backend = open_backend(config, timeout=5, home=obj.home)
         return backend.inspect(container_name(config.project, group.folder))
     except (OrchestratorError, OSError):
         return "unknown"

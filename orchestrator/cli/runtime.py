@@ -32,7 +32,7 @@ def open_runtime(obj: CliContext) -> GroupRuntime:
     return GroupRuntime(
         obj.home,
         config,
-        open_backend(config, client=client),
+        open_backend(config, client=client, home=obj.home),
         lambda: agent_image_ref(client, config.image),
         skills_root=default_skills_root(),
         group_image=GroupImages(client, lambda: config.project),

@@ -19,6 +19,7 @@ from orchestrator.config.mcp import RemoteServerDef, parse_mcp_servers
 from orchestrator.config.metrics import MetricsConfig, parse_metrics
 from orchestrator.config.providers import ProviderDef, parse_providers
 from orchestrator.config.transcription import TranscriberDef, parse_transcription
+from orchestrator.config.runtime import RuntimeSettings, parse_runtime
 from orchestrator.config.websearch import SearchBackendDef, parse_web_search
 from orchestrator.errors import InvalidConfig
 from orchestrator.home import Home
@@ -78,6 +79,7 @@ class OrchestratorConfig:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)  # metrics
     # transcription: the transcribers of voice notes (group.yaml media.transcribe)
     transcription: Mapping[str, TranscriberDef] = field(default_factory=dict)
+    runtime: RuntimeSettings = field(default_factory=RuntimeSettings)  # the container backend
 
     def prices_of(self, provider: str, model: str) -> Prices | None:
         """The prices of ``model`` at ``provider`` (None: not priced, or not defined)."""
@@ -244,6 +246,10 @@ def _metrics(reader: MappingReader, config: OrchestratorConfig, home: Home) -> O
     return replace(config, metrics=parse_metrics(reader.child("metrics")))
 
 
+def _runtime(reader: MappingReader, config: OrchestratorConfig, home: Home) -> OrchestratorConfig:
+    return replace(config, runtime=parse_runtime(reader.child("runtime")))
+
+
 def _http(reader: MappingReader, config: OrchestratorConfig, home: Home) -> OrchestratorConfig:
     http = reader.child("http")
     http.reject_unknown(["listen", "token", "allow_remote", "tokens", "dashboard"])
@@ -288,6 +294,7 @@ SECTIONS: dict[str, Section] = {
     "currency": _currency,
     "metrics": _metrics,
     "transcription": _transcription,
+    "runtime": _runtime,
 }
 
 

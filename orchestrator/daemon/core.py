@@ -77,7 +77,15 @@ from orchestrator.relay.grants import granted_tools
 from orchestrator.relay.turn import RelayContext, TurnRelay
 from orchestrator.runtime.channel import Cancel, RunnerClient, RunnerUnavailable
 from orchestrator.runtime.lifecycle import GroupRuntime
-from orchestrator.runtime.reconcile import OLDER_IMAGE, RECREATE, STOP_IDLE, Action, apply_plan
+from orchestrator.runtime.reconcile import (
+    ADOPT,
+    KEEP_IDLE,
+    OLDER_IMAGE,
+    RECREATE,
+    STOP_IDLE,
+    Action,
+    apply_plan,
+)
 from orchestrator.store.chats import ChatStore
 from orchestrator.store.held import HeldRequests
 from orchestrator.store.messages import (
@@ -935,7 +943,7 @@ class Daemon:
                 self.reconciling.difference_update(held)
                 self.cond.notify_all()
         for action in actions:
-            if action.kind != "adopt":
+            if action.kind not in (ADOPT, KEEP_IDLE):  # nothing changed for these
                 log.info("reconcile: %s %s (%s)", action.kind, action.container, action.reason)
         return planned
 

@@ -64,7 +64,7 @@ class Metrics:
             buckets=TURN_BUCKETS,
             registry=self.registry,
         )
-        self.listener: Listener | None = None
+        self.listeners: list[Listener] = []
 
     def turn_done(self, group: str, outcome: str, seconds: float) -> None:
         """A turn of ``group`` ended with ``outcome`` after ``seconds``. On the turn's
@@ -100,11 +100,15 @@ class Metrics:
     def start(self) -> None:
         """Start the listener of ``metrics.listen``, when metrics are on and it is set."""
         listen = self.daemon.config.metrics.listen
-        if self.enabled and listen is not None and self.listener is None:
-            self.listener = Listener(self.registry, listen)
+        if self.enabled and listen is not None and not self.listeners:
+            host, _, port = listen.rpartition(":")
+            # on Swarm, a wildcard is every address of the daemon's but the runner network's
+            for where in self.daemon.runtime.backend.listen_hosts(host.strip("[]")):
+                shown = f"[{where}]:{port}" if ":" in where else f"{where}:{port}"
+                self.listeners.append(Listener(self.registry, shown))
             log.info("metrics listening on http://%s/metrics (no token)", listen)
 
     def stop(self) -> None:
-        if self.listener is not None:
-            self.listener.close()
-            self.listener = None
+        for listener in self.listeners:
+            listener.close()
+        self.listeners = []

@@ -81,7 +81,7 @@ def _pin(groups_dir: Path, request: HeldRequest) -> str:
             runtime = GroupRuntime(
                 home,
                 config,
-                open_backend(config, client=client),
+                open_backend(config, client=client, home=home),
                 lambda: agent_image_ref(client, config.image),
                 skills_root=default_skills_root(),
                 group_image=GroupImages(client, lambda: config.project),

@@ -1,14 +1,15 @@
 """The container backend interface: what the lifecycle and reconcile logic need of an engine.
 
-Docker (``runtime/docker.py``) is the first backend; a fake (``runtime/fake.py``) serves
-unit tests of the logic above it. A Kubernetes backend would implement the same methods.
+Docker (``runtime/docker.py``) is the first backend, Docker Swarm (``runtime/swarm/``)
+the second; a fake (``runtime/fake.py``) serves unit tests of the logic above them. A
+Kubernetes backend would implement the same methods.
 """
 
 from __future__ import annotations
 
 import abc
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,6 +21,10 @@ LABEL_CONFIG_HASH = "org.orchestrator.config-hash"
 # release) is made again at its group's next turn, not at once (runtime.reconcile)
 LABEL_SETTINGS_HASH = "org.orchestrator.settings-hash"
 LABEL_HOME = "org.orchestrator.home"  # the identity of the home whose group it runs
+# States beside the engine's container states (created, running, exited, ...), for a
+# backend that keeps a stopped group's container: scaled to zero (Swarm), and wanted
+# running while the engine is still bringing it up.
+IDLE, STARTING = "idle", "starting"
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,8 @@ class ContainerSpec:
     init: bool = True
     cap_drop: tuple[str, ...] = ("ALL",)
     security_opt: tuple[str, ...] = ("no-new-privileges",)
+    # where a backend that schedules across machines may run it (Swarm constraints)
+    placement: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -59,7 +66,8 @@ class ContainerInfo:
 
     name: str
     id: str
-    state: str  # created | running | paused | restarting | removing | exited | dead
+    # created | running | paused | restarting | removing | exited | dead; idle | starting
+    state: str
     labels: Mapping[str, str] = field(default_factory=dict)
     started_at: float | None = None  # unix time
     image: str = ""
@@ -100,8 +108,23 @@ if TYPE_CHECKING:
     from orchestrator.runtime.channel import RunnerEndpoint
 
 
+if TYPE_CHECKING:
+    import docker
+
+    from orchestrator.config import OrchestratorConfig
+    from orchestrator.home import Home
+
+
 class ContainerBackend(abc.ABC):
     """Create, start, stop, remove, list by labels, inspect, logs, events, memory use."""
+
+    @classmethod
+    def open(
+        cls, client: docker.DockerClient, config: OrchestratorConfig, home: Home | None
+    ) -> ContainerBackend:
+        """The backend on the engine's ``client`` for ``home`` (open_backend calls this;
+        a backend that keeps state in the home needs it)."""
+        return cls(client)  # type: ignore[call-arg]
 
     @abc.abstractmethod
     def create(self, spec: ContainerSpec) -> ContainerInfo: ...
@@ -173,6 +196,29 @@ class ContainerBackend(abc.ABC):
         from orchestrator.runtime.channel import SOCKET_NAME, UnixSocketEndpoint
 
         return UnixSocketEndpoint(runtime_dir / SOCKET_NAME)
+
+    def adapt(self, spec: ContainerSpec) -> ContainerSpec:
+        """``spec`` as this backend runs it, before its hash is taken: unchanged here; a
+        backend whose runners dial in drops the runner's socket folder and says where
+        to dial."""
+        return spec
+
+    def serve(self, image: Callable[[], str]) -> None:
+        """Start what the daemon serves for this backend while it runs (a dial-in
+        backend's runner port); nothing for Docker. Refuses (an OrchestratorError) when
+        the deployment cannot work, before any group is started; ``image()`` (the agent
+        image) is what a check on the engine's machines may run."""
+        return None
+
+    def close(self) -> None:
+        """Stop what ``serve`` started."""
+        return None
+
+    def listen_hosts(self, host: str) -> tuple[str, ...]:
+        """The addresses a listener of the daemon given ``host`` (the HTTP API's, the
+        metrics') binds: ``host`` itself here; a backend whose groups share a network
+        with the daemon keeps a wildcard off that network."""
+        return (host,)
 
     def prepare_storage(self, spec: ContainerSpec) -> None:
         """Make the storage ``spec`` mounts ready where its container will run. The

@@ -104,6 +104,11 @@ class RunnerEndpoint(Protocol):
     def describe(self) -> str:
         """Where the runner is, for people (a path)."""
 
+    def release(self, sock: socket.socket) -> None:
+        """Done with a connection whose last exchange ended cleanly (its answer read
+        whole): closed, or kept for the next turn by a backend whose runners dial in
+        (a TLS handshake saved). A connection that failed is closed, never released."""
+
 
 @dataclass(frozen=True)
 class UnixSocketEndpoint:
@@ -128,6 +133,9 @@ class UnixSocketEndpoint:
     def describe(self) -> str:
         return str(self.path)
 
+    def release(self, sock: socket.socket) -> None:
+        sock.close()  # a new connection costs nothing here
+
 
 class RunnerClient:
     def __init__(self, endpoint: RunnerEndpoint | Path) -> None:
@@ -142,11 +150,14 @@ class RunnerClient:
         try:
             wire.send_frame(sock, {"op": "ping"}, deadline)
             answer = wire.recv_frame(sock, deadline)
-            return bool(answer and answer.get("ok"))
         except (OSError, wire.ProtocolError):
-            return False
-        finally:
             sock.close()
+            return False
+        if answer is None:
+            sock.close()
+            return False
+        self.endpoint.release(sock)
+        return bool(answer.get("ok"))
 
     def turn(
         self,
@@ -172,6 +183,7 @@ class RunnerClient:
         cancel = cancel or Cancel()
         handle = handle or no_relay()
         sock = self.endpoint.connect(timeout)
+        done = False
         try:
             cancel.attach(sock)
             try:
@@ -182,6 +194,7 @@ class RunnerClient:
                         raise wire.ProtocolError("the runner closed the turn without answering")
                     frame, size = received
                     if REQUEST_KEY not in frame:
+                        done = True
                         return frame
                     wire.send_frame(sock, handle(frame, size), deadline)
             except TimeoutError:
@@ -192,4 +205,7 @@ class RunnerClient:
                 raise TurnFailed(f"runner at {self.endpoint.describe()}: {exc}") from None
         finally:
             cancel.detach()
-            sock.close()
+            if done and not cancel.cancelled:
+                self.endpoint.release(sock)  # its answer read whole: at a frame's end
+            else:
+                sock.close()

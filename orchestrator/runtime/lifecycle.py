@@ -30,6 +30,7 @@ from orchestrator.runtime.base import (
     LABEL_HOME,
     LABEL_PROJECT,
     LABEL_SETTINGS_HASH,
+    STARTING,
     ContainerBackend,
     ContainerInfo,
     ContainerSpec,
@@ -250,7 +251,15 @@ class GroupRuntime:
             skills=skill_mounts(self.home, group.folder, group.config.skills, self.skills_root),
             egress_dir=self.egress_dir(group.folder),
         )
-        return self.on_host(spec, setting)
+        return self.adapted(self.on_host(spec, setting), setting)
+
+    def adapted(self, spec: ContainerSpec, image_setting: str = "") -> ContainerSpec:
+        """``spec`` as the backend runs it (``ContainerBackend.adapt``), hashed again when
+        the backend changed it (``image_setting`` as for ``with_hashes``)."""
+        shaped = self.backend.adapt(spec)
+        if shaped == spec:
+            return spec
+        return with_hashes(shaped, image_setting)
 
     def egress_dir(self, folder: str) -> Path:
         """The host-owned folder of ``folder``'s egress gate socket (state/egress/)."""
@@ -446,7 +455,7 @@ class GroupRuntime:
     def stop(self, group: Group) -> bool:
         """Stop the container; False when there was none running."""
         info = self._claim(self.container_name(group))
-        if info is None or not info.running:
+        if info is None or not (info.running or info.state == STARTING):
             return False
         self.backend.stop(info.name)
         return True

@@ -9,15 +9,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from orchestrator.runtime.base import ContainerInfo
+from orchestrator.runtime.base import IDLE, STARTING, ContainerInfo
 
-ADOPT, RECREATE, REMOVE, REMOVE_ORPHAN, STOP_IDLE, REPLACE_LEGACY = (
+ADOPT, RECREATE, REMOVE, REMOVE_ORPHAN, STOP_IDLE, REPLACE_LEGACY, KEEP_IDLE = (
     "adopt",
     "recreate",
     "remove",
     "remove-orphan",
     "stop-idle",
     "replace-legacy",
+    "keep-idle",
 )
 
 
@@ -49,7 +50,10 @@ def plan_reconcile(
     should carry (None when it cannot be computed now: the container is left alone).
     Running with the matching hash -> adopt (or stop-idle past the idle timeout); hash
     differs -> recreate; not running -> remove (recreated at the next message); a
-    container whose group no longer exists -> remove-orphan.
+    container whose group no longer exists -> remove-orphan. A backend that keeps an
+    idle group's container (Swarm scales its service to zero) reports it ``idle``:
+    kept (keep-idle) while its hash matches, removed otherwise; one the engine is still
+    bringing up (``starting``) is treated as running, never timed out as idle.
 
     ``settings`` maps folders to the settings hash (the spec but its image) their
     containers should carry. A container whose hash differs only by its image (the
@@ -67,7 +71,17 @@ def plan_reconcile(
             actions.append(Action(REMOVE_ORPHAN, c.name, folder, "its group no longer exists"))
             continue
         want = desired[folder]
-        if not c.running:
+        if c.state == IDLE:
+            if want is not None and c.config_hash != want:
+                actions.append(Action(REMOVE, c.name, folder, "idle, and its config changed"))
+            else:
+                actions.append(Action(KEEP_IDLE, c.name, folder, "scaled to zero"))
+        elif c.state == STARTING:
+            if want is not None and c.config_hash != want:
+                actions.append(Action(RECREATE, c.name, folder, "config changed"))
+            else:
+                actions.append(Action(ADOPT, c.name, folder, "starting"))
+        elif not c.running:
             actions.append(Action(REMOVE, c.name, folder, f"container is {c.state}"))
         elif want is None:
             actions.append(Action(ADOPT, c.name, folder, "desired config unavailable; kept"))

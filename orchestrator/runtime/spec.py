@@ -207,5 +207,9 @@ def config_hash(spec: ContainerSpec) -> str:
     data["labels"] = {k: v for k, v in spec.labels.items() if k != LABEL_CONFIG_HASH}
     data["environment"] = dict(spec.environment)
     data["tmpfs"] = dict(spec.tmpfs)
+    if not spec.placement:
+        # added with the Swarm backend: left out when empty, so the hash of a container
+        # made before it is unchanged and nothing is made again for it
+        del data["placement"]
     encoded = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(encoded).hexdigest()

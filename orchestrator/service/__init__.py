@@ -193,11 +193,14 @@ def serve(home: Home, concurrency: int | None = None) -> None:
     client = connect()
     if config.host_home is not None:
         check_host_home(home, config.host_home, client, agent_image_ref(client, config.image))
+    backend = open_backend(config, client=client, home=home)
+    # a dial-in backend checks its deployment and opens its runner port, before anything
+    backend.serve(lambda: agent_image_ref(client, config.image))
     queue = open_queue(home)
     runtime = GroupRuntime(
         home,
         config,
-        open_backend(config, client=client),
+        backend,
         lambda: agent_image_ref(client, runtime.config.image),
         skills_root=default_skills_root(),
         group_image=GroupImages(client, lambda: runtime.config.project),
@@ -235,6 +238,7 @@ def serve(home: Home, concurrency: int | None = None) -> None:
 
     threading.Thread(target=second_signal, daemon=True, name="signals").start()
     daemon.drain(DRAIN_TIMEOUT_SECONDS, stop_now)
+    backend.close()
     daemon.relay.close()
     daemon.relay.usage.close()
     queue.close()

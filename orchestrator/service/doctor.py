@@ -102,10 +102,10 @@ def check_containers(home: Home, client: docker.DockerClient | None) -> list[Che
     from orchestrator.image.agent import agent_image_ref
     from orchestrator.runtime import open_backend
     from orchestrator.runtime.lifecycle import GroupRuntime, default_skills_root
-    from orchestrator.runtime.reconcile import RECREATE, REMOVE, REMOVE_ORPHAN
+    from orchestrator.runtime.reconcile import KEEP_IDLE, RECREATE, REMOVE, REMOVE_ORPHAN
 
     config = load_config(home)
-    backend = open_backend(config, client=client)
+    backend = open_backend(config, client=client, home=home)
     facts = backend.engine_facts()
     checks: list[Check] = []
     if facts.get("rootless"):
@@ -165,8 +165,10 @@ def check_containers(home: Home, client: docker.DockerClient | None) -> list[Che
             parts.append(f"orphans: {', '.join(orphans)}")
         checks.append(Check("containers", WARN, "; ".join(parts), "run: orchestrator reconcile"))
     else:
-        running = sum(1 for a in plan if a.kind not in (REMOVE, REMOVE_ORPHAN))
+        running = sum(1 for a in plan if a.kind not in (REMOVE, REMOVE_ORPHAN, KEEP_IDLE))
+        idle = sum(1 for a in plan if a.kind == KEEP_IDLE)
         extra = f", {len(exited)} exited (removed at reconcile)" if exited else ""
+        extra += f", {idle} scaled to zero" if idle else ""
         checks.append(Check("containers", OK, f"{running} running, none drifted{extra}"))
     return checks
 
@@ -588,6 +590,10 @@ def run_checks(home: Home) -> list[Check]:
     checks.append(engine)
     image_check = check_image(client, config.image)
     checks.append(image_check)
+    if client is not None and config.runtime.backend == "swarm":
+        from orchestrator.service.swarmcheck import check_swarm
+
+        checks.extend(check_swarm(home, config, client))
     if image_check.status == OK:
         checks.extend(check_containers(home, client))
     checks.append(check_daemon(home))

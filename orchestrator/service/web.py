@@ -128,6 +128,9 @@ class WebServer(Channel):
     def start(self) -> None:
         host, _, port = (self.daemon.config.http_listen or "").rpartition(":")
         host = host.strip("[]") or "127.0.0.1"
+        # where the backend lets it listen (on Swarm, a wildcard is every address of the
+        # daemon but those on the groups' runner network)
+        hosts = list(self.daemon.runtime.backend.listen_hosts(host))
         self.loop = asyncio.new_event_loop()
         self.runner = web.AppRunner(
             self.app(), access_log=None, keepalive_timeout=HTTP_HEADER_TIMEOUT_SECONDS
@@ -136,7 +139,7 @@ class WebServer(Channel):
         self.server = self.loop.run_until_complete(
             self.loop.create_server(
                 self._protocol,
-                host,
+                hosts if len(hosts) > 1 else hosts[0],
                 int(port),
                 family=socket.AF_INET6 if ":" in host else socket.AF_UNSPEC,
                 reuse_address=True,
