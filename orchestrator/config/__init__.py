@@ -18,8 +18,8 @@ from orchestrator.config.accounts import (
 from orchestrator.config.mcp import RemoteServerDef, parse_mcp_servers
 from orchestrator.config.metrics import MetricsConfig, parse_metrics
 from orchestrator.config.providers import ProviderDef, parse_providers
-from orchestrator.config.transcription import TranscriberDef, parse_transcription
 from orchestrator.config.runtime import RuntimeSettings, parse_runtime
+from orchestrator.config.transcription import TranscriberDef, parse_transcription
 from orchestrator.config.websearch import SearchBackendDef, parse_web_search
 from orchestrator.errors import InvalidConfig
 from orchestrator.home import Home

@@ -9,6 +9,7 @@ anything that looks like the key removed from their text.
 from __future__ import annotations
 
 import abc
+import contextlib
 import email.utils
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -155,6 +156,57 @@ class Deadline:
 DEADLINE_SLACK_SECONDS = 0.25
 
 
+class _Closer:
+    """One thread that closes streams at their deadlines, for every stream of the
+    daemon (a timer thread per model call would cost more than the rest of the call).
+    A cancelled stream is forgotten at once; its place in the queue is dropped when due."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._cond = threading.Condition()
+        self._due: list[tuple[float, int]] = []  # (when, handle), a heap
+        self._closes: dict[int, Callable[[], object]] = {}  # handle -> close, until due
+        self._count = 0
+        self._thread: threading.Thread | None = None
+
+    def at(self, when: float, close: Callable[[], object]) -> int:
+        """Call ``close`` at ``when`` (time.monotonic()); a handle for ``cancel``."""
+        import heapq
+        import threading
+
+        with self._cond:
+            self._count += 1
+            heapq.heappush(self._due, (when, self._count))
+            self._closes[self._count] = close
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="stream-closer", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+            return self._count
+
+    def cancel(self, handle: int) -> None:
+        with self._cond:
+            self._closes.pop(handle, None)
+
+    def _run(self) -> None:
+        import heapq
+
+        while True:
+            with self._cond:
+                while not self._due or self._due[0][0] > time.monotonic():
+                    wait = self._due[0][0] - time.monotonic() if self._due else None
+                    self._cond.wait(wait)
+                _, handle = heapq.heappop(self._due)
+                close = self._closes.pop(handle, None)
+            if close is not None:
+                with contextlib.suppress(Exception):  # a stream that cannot close has ended
+                    close()
+
+
+_CLOSER = _Closer()
+
+
 class UntilDeadline:
     """The chunks of a stream until its deadline, wherever reading is then: ``close``
     (the stream's own) is called at the deadline from a timer, so a read waiting for the
@@ -174,13 +226,9 @@ class UntilDeadline:
         self.timed_out = False
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        import threading
-
         timer = None
         if self.deadline is not None and self.close is not None:
-            timer = threading.Timer(max(self.deadline.left(), 0.0), self.close)
-            timer.daemon = True
-            timer.start()
+            timer = _CLOSER.at(time.monotonic() + max(self.deadline.left(), 0.0), self.close)
         try:
             iterator = iter(self.chunks)
             while True:
@@ -196,7 +244,7 @@ class UntilDeadline:
                 yield chunk
         finally:
             if timer is not None:
-                timer.cancel()
+                _CLOSER.cancel(timer)
 
 
 class HostProvider(abc.ABC):
