@@ -191,3 +191,14 @@ def test_home_not_writable_is_one_clear_line(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert result.stderr.startswith("error: cannot create ")
     assert "hint: pass --home DIR" in result.stderr
+
+
+def test_a_wheel_built_from_a_source_only_dependency_is_recognized_by_its_name() -> None:
+    """The image build builds a wheel for a dependency that publishes only its source
+    (dkimpy), and checks that wheel by its file name: the name as wheels spell it."""
+    from orchestrator.image.agent import _wheel_prefix
+
+    assert _wheel_prefix("dkimpy>=1.1") == "dkimpy-"
+    assert _wheel_prefix("discord.py>=2.4") == "discord_py-"
+    assert _wheel_prefix("Some-Package[extra]==1") == "some_package-"
+    assert _wheel_prefix("name ; python_version>'3'") == "name-"

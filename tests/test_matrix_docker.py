@@ -17,7 +17,7 @@ from orchestrator.home import Home
 from orchestrator.store.chats import ChatStore
 from orchestrator.store.messages import MessageQueue
 from tests.homeserver import Homeserver, User
-from tests.test_telegram_docker import Serve, wait_for
+from tests.serveproc import Serve, wait_for
 
 pytestmark = pytest.mark.docker
 
@@ -42,7 +42,7 @@ def test_matrix_through_the_real_daemon_killed_mid_sync(
     )
     GroupStore(Home(home)).add(GroupConfig(name="fam", creators=(f"matrix:{operator.user_id}",)))
     monkeypatch.setenv("MX_TOKEN", bot.token)
-    daemon = Serve(home, test_project)
+    daemon = Serve(home, test_project, {"MX_TOKEN": bot.token})
     try:
         daemon.start()
         room = operator.create_room(invite=[member.user_id, bot.user_id])

@@ -207,29 +207,78 @@ def _download_wheels(
     project_wheel = next(wheels.glob("orchestrator-*.whl"))
     progress(f"downloading dependency wheels for Python {PYTHON_VERSION} ({arch})")
     platform_args = [arg for p in platforms for arg in ("--platform", p)]
-    _run(
-        [
-            *pip,
-            "download",
-            "-q",
-            "--only-binary=:all:",
-            "--python-version",
-            PYTHON_VERSION,
-            "--implementation",
-            "cp",
-            *platform_args,
-            "-d",
-            str(wheels),
-            f"{project_wheel}{extra}",
-            "pip",
-        ],
-        "downloading wheels",
-    )
+    download = [
+        *pip,
+        "download",
+        "-q",
+        "--only-binary=:all:",
+        "--python-version",
+        PYTHON_VERSION,
+        "--implementation",
+        "cp",
+        *platform_args,
+        "--find-links",
+        str(wheels),
+        "-d",
+        str(wheels),
+        f"{project_wheel}{extra}",
+        "pip",
+    ]
+    built: set[str] = set()
+    while (missing := _missing_wheel(download)) is not None:
+        # a dependency published as source only: its wheel is built here, once, and
+        # taken only when it is pure Python (one wheel for every platform)
+        if missing in built or len(built) >= SOURCE_ONLY_DEPENDENCIES_MAX:
+            raise ImageBuildFailed(
+                f"downloading wheels failed: no wheel of {missing} for Python "
+                f"{PYTHON_VERSION} ({arch}), and none could be built from its source",
+                hint="check that PyPI is reachable from this host",
+            )
+        built.add(missing)
+        progress(f"building a wheel of {missing} from its source (it publishes none)")
+        _run([*pip, "wheel", "-q", "--no-deps", "-w", str(wheels), missing], f"building {missing}")
+        impure = [w.name for w in wheels.glob("*.whl") if not w.name.endswith("-none-any.whl")]
+        made = [n for n in impure if n.lower().startswith(_wheel_prefix(missing))]
+        if made:
+            raise ImageBuildFailed(
+                f"{missing} publishes no wheel for Python {PYTHON_VERSION} ({arch}), and the "
+                f"one built here is not pure Python ({made[0]})"
+            )
     pip_wheel = next(wheels.glob("pip-*.whl"), None)
     if pip_wheel is None:
         raise ImageBuildFailed("pip's wheel was not downloaded")
     progress(f"{len(list(wheels.glob('*.whl')))} wheels ready")
     return pip_wheel.name
+
+
+SOURCE_ONLY_DEPENDENCIES_MAX = 8  # dependencies without wheels built here before giving up
+
+
+def _missing_wheel(download: list[str]) -> str | None:
+    """Run ``download``; None when it succeeded, else the requirement pip found no wheel
+    for (ImageBuildFailed for any other failure)."""
+    import re
+    import subprocess
+
+    result = subprocess.run(download, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if result.returncode == 0:
+        return None
+    found = re.search(r"No matching distribution found for (\S+)", result.stderr)
+    if found is not None:
+        return found[1]
+    tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
+    raise ImageBuildFailed(
+        f"downloading wheels failed: {' | '.join(tail)}",
+        hint="check that PyPI is reachable from this host",
+    )
+
+
+def _wheel_prefix(requirement: str) -> str:
+    """The start of a wheel's file name for ``requirement`` (its name, normalized)."""
+    import re
+
+    name = re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0]
+    return re.sub(r"[-_.]+", "_", name).lower() + "-"
 
 
 def _run(cmd: list[str], what: str) -> None:
