@@ -22,6 +22,7 @@ import pytest
 from orchestrator.groups import GroupStore
 from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
+from orchestrator.limits import TURN_TIMEOUT_SECONDS
 from orchestrator.service import control_request
 from orchestrator.store.messages import MessageQueue
 
@@ -59,7 +60,9 @@ class DaemonProcess:
         raise AssertionError("daemon did not start: " + self.log.read_text())
 
     def request(self, **message: Any) -> dict[str, Any]:
-        return control_request(self.home, message, timeout=120)
+        # as long as a turn may take (its default timeout) and then some: a loaded
+        # machine's model server can take minutes over a long prompt
+        return control_request(self.home, message, timeout=TURN_TIMEOUT_SECONDS + 30)
 
     def send(
         self,
