@@ -8,6 +8,7 @@ with the reason; under CI=true that is a failure."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import itertools
 import socket
@@ -381,6 +382,39 @@ def test_a_server_without_idle_is_polled(home: Path, monkeypatch: pytest.MonkeyP
             rig.daemon.drain(1)
             rig.runner.close()
             rig.daemon.queue.close()
+
+
+def test_a_mail_that_comes_while_another_is_handled_is_answered_without_waiting(
+    home: Path, monkeypatch: pytest.MonkeyPatch, mail_servers: MailServers
+) -> None:
+    # the second mail is in the folder before the first is handled: the server announces
+    # it in the answer to a command of the first's, and never again in the next IDLE
+    handle = EmailAdapter.handle
+    sent: list[EmailMessage] = []
+
+    async def handle_and_receive_another(self: EmailAdapter, fetched: Any) -> None:
+        if not sent:
+            sent.append(message(made.alice, made.bot, "Second", "and another"))
+            await asyncio.to_thread(mail_servers.send, sent[0])
+            await asyncio.to_thread(wait_for, lambda: len(mail_servers.inbox(made.bot)) >= 2)
+        await handle(self, fetched)
+
+    monkeypatch.setattr(EmailAdapter, "handle", handle_and_receive_another)
+    made = make_rig(home, monkeypatch, mail_servers)
+    try:
+        made.daemon.chats.bind("mail", made.alice, "fam")
+        made.mail("First", "one")
+        # well before the IDLE's renewal (EMAIL_IDLE_SECONDS, 300 s) would have found it
+        replies = made.wait_replies(2)
+        assert sorted(body(r).splitlines()[0] for r in replies) == [
+            "echo: Subject: First",
+            "echo: Subject: Second",
+        ]
+    finally:
+        made.stop_channel()
+        made.daemon.drain(1)
+        made.runner.close()
+        made.daemon.queue.close()
 
 
 def test_an_address_is_mailed_a_code_at_most_once_a_day(rig: Rig) -> None:

@@ -187,11 +187,16 @@ class EmailAdapter(AdapterBase):
             try:
                 if self.mailbox is None or self.mailbox.client is None:
                     await self._open()
-                if not await self._read_new(backoff):
+                read = await self._read_new(backoff)
+                if read is None:
                     continue  # the queue could not take a mail: read it again
                 backoff.reset()
                 core.polled()
                 await asyncio.to_thread(core.save_health)
+                if read:
+                    # a mail that came while these were handled was announced in the
+                    # answers to their commands, never again in an IDLE: search first
+                    continue
                 await self._wait()
             except asyncio.CancelledError:
                 raise
@@ -211,12 +216,13 @@ class EmailAdapter(AdapterBase):
             await asyncio.sleep(self.options.poll_interval)
             await self._imap(self.mailbox.noop)
 
-    async def _read_new(self, backoff: Backoff) -> bool:
-        """Handle each mail above the last UID handled, committing each; False when
-        the queue could not take one (it is read again)."""
+    async def _read_new(self, backoff: Backoff) -> int | None:
+        """Handle each mail above the last UID handled, committing each: how many there
+        were, or None when the queue could not take one (it is read again)."""
         mailbox = self.mailbox
         assert mailbox is not None
-        for uid in await self._imap(mailbox.new_uids, self.last_uid):
+        uids = await self._imap(mailbox.new_uids, self.last_uid)
+        for uid in uids:
             fetched = await self._imap(mailbox.fetch, uid)
             if fetched is not None:
                 try:
@@ -225,14 +231,14 @@ class EmailAdapter(AdapterBase):
                     raise
                 except OrchestratorError as exc:
                     await self.core.not_queued(f"mail {uid}", exc, backoff)
-                    return False
+                    return None
                 except Exception:
                     log.exception(self.line("mail %d could not be handled; skipped"), uid)
                 with contextlib.suppress(imaplib.IMAP4.error):
                     await self._imap(mailbox.mark_seen, uid)
             self.last_uid = uid
             await self._commit(uid)
-        return True
+        return len(uids)
 
     async def handle(self, fetched: Fetched) -> None:
         """One mail: dropped by the loop rules (or DKIM), else to the core."""

@@ -135,8 +135,13 @@ class Mailbox:
         self._client().add_flags([uid], [b"\\Seen"], silent=True)
 
     def wait(self, seconds: float) -> bool:
-        """IDLE until the server reports new mail or ``seconds`` pass; whether it did."""
+        """IDLE until the server reports new mail or ``seconds`` pass; whether it did.
+        A mail that came after the caller's last search is reported by a NOOP first
+        (the server tells an IDLE only what it has not told already)."""
         client = self._client()
+        _, pending = client.noop()
+        if _announces_mail(pending):
+            return True
         client.idle()
         self.idling = True
         try:
@@ -144,7 +149,7 @@ class Mailbox:
         finally:
             self.idling = False
             client.idle_done()
-        return any(len(r) > 1 and r[1] in (b"EXISTS", b"RECENT") for r in responses)
+        return _announces_mail(responses)
 
     def noop(self) -> None:
         self._client().noop()
@@ -169,3 +174,10 @@ class Mailbox:
                 client.logout()
         with contextlib.suppress(Exception):
             client.shutdown()
+
+
+def _announces_mail(responses: list[Any]) -> bool:
+    """Whether untagged responses (``(2, b"EXISTS")``) say the folder has new mail."""
+    return any(
+        isinstance(r, tuple) and len(r) > 1 and r[1] in (b"EXISTS", b"RECENT") for r in responses
+    )
