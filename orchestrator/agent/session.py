@@ -247,7 +247,7 @@ class Session:
         stamped = [{"ts": round(time.time(), 3), **e} for e in events]
         if self._size <= 0:  # a new transcript starts with its version
             stamped.insert(0, {"ts": round(time.time(), 3), **header_event()})
-        data = b"".join(json.dumps(e, ensure_ascii=False).encode() + b"\n" for e in stamped)
+        data = b"".join(_line(e) for e in stamped)
         if self._torn:
             data = b"\n" + data  # never glue a new event onto a torn line
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
@@ -305,7 +305,7 @@ class Session:
                 for message, turn_id in zip(c.messages, c.turn_ids, strict=True)
             )
         stamped = [{"ts": round(time.time(), 3), **e} for e in events]
-        data = b"".join(json.dumps(e, ensure_ascii=False).encode() + b"\n" for e in stamped)
+        data = b"".join(_line(e) for e in stamped)
         write_atomic(self.path, data)
         self.completed = dict(kept)
         self._size, self._torn = len(data), False
@@ -314,6 +314,16 @@ class Session:
             old.unlink()
         log.info("%s: rotated at %d bytes into %s", self.path, self.rotate_bytes, archive.name)
         return archive
+
+
+def _line(event: dict[str, Any]) -> bytes:
+    """An event as a line of UTF-8 JSON. One holding a lone surrogate (a model's reply,
+    or a line read back that escaped one) has no UTF-8 form as it is: it is written with
+    its non-ASCII characters escaped, which reads back the same."""
+    try:
+        return json.dumps(event, ensure_ascii=False).encode() + b"\n"
+    except UnicodeEncodeError:
+        return json.dumps(event).encode() + b"\n"
 
 
 def event_problem(event: dict[str, Any]) -> str | None:
