@@ -3,6 +3,7 @@ for the exact input that failed."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from orchestrator.agent.session import TRANSCRIPT, Session
@@ -22,3 +23,26 @@ def test_a_lone_surrogate_in_an_event_is_appended_and_rotated(tmp_path: Path) ->
     context = again.current_context()
     assert context is not None and context.system == "\ud800"
     assert context.messages == [{"role": "assistant", "content": "a\udc00é"}]
+
+
+def test_a_rotated_transcript_replays_the_kept_messages_and_the_early_flush(
+    tmp_path: Path,
+) -> None:
+    # A compaction's context (2 messages kept), then an early flush up to message 3: a
+    # rotation wrote the context with flushed=3 only, and a restart replayed it with
+    # kept=3 (kept was read from flushed) and soft_flushed=False (another early flush).
+    (tmp_path / "k").mkdir()
+    events = [
+        {"t": "context", "context_id": 2, "system": "s", "flushed": 2},
+        {"t": "msg", "turn_id": "t1", "role": "user", "content": "a"},
+        {"t": "msg", "turn_id": "t1", "role": "assistant", "content": "b"},
+        {"t": "msg", "turn_id": "t2", "role": "user", "content": "c"},
+        {"t": "flush", "upto": 3, "soft": True},
+    ]
+    (tmp_path / "k" / TRANSCRIPT).write_text("".join(json.dumps(e) + "\n" for e in events))
+    session = Session(tmp_path, "k")
+    session.load()
+    session.rotate()
+    again = Session(tmp_path, "k").current_context()
+    assert again is not None and again == session.context
+    assert (again.kept, again.flushed, again.soft_flushed) == (2, 3, True)

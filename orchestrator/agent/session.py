@@ -186,7 +186,10 @@ class Session:
                 system=str(event.get("system", "")),
                 summary=str(event.get("summary", "")),
                 flushed=int(event.get("flushed", 0)),
-                kept=int(event.get("flushed", 0)),
+                # kept apart from flushed by a rotation only (a compaction's context
+                # has its kept messages flushed, and flushes come after)
+                kept=int(event.get("kept", event.get("flushed", 0))),
+                soft_flushed=event.get("soft_flushed") is True,
                 base_chars=int(event.get("base_chars", len(str(event.get("system", ""))))),
             )
         elif kind == "flush" and self.context is not None and "upto" in event:
@@ -296,6 +299,8 @@ class Session:
                     "system": c.system,
                     "summary": c.summary,
                     "flushed": c.flushed,
+                    "kept": c.kept,
+                    "soft_flushed": c.soft_flushed,
                     "base_chars": c.base_chars,
                     "rotated": True,
                 }
@@ -345,7 +350,7 @@ def event_problem(event: dict[str, Any]) -> str | None:
         for key in ("source", "provider", "model", "system", "summary"):
             if not isinstance(event.get(key, ""), str):
                 return f"{key} must be text"
-        for key in ("flushed", "base_chars"):
+        for key in ("flushed", "kept", "base_chars"):
             if not _count(event.get(key, 0)):
                 return f"{key} must be a whole number from 0"
     elif kind == "msg":
