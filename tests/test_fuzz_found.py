@@ -6,7 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+from click.testing import CliRunner, Result
+
 from orchestrator.agent.session import TRANSCRIPT, Session
+from orchestrator.cli import cli
 
 
 def test_a_lone_surrogate_in_an_event_is_appended_and_rotated(tmp_path: Path) -> None:
@@ -46,3 +50,31 @@ def test_a_rotated_transcript_replays_the_kept_messages_and_the_early_flush(
     again = Session(tmp_path, "k").current_context()
     assert again is not None and again == session.context
     assert (again.kept, again.flushed, again.soft_flushed) == (2, 3, True)
+
+
+@pytest.fixture
+def fam(tmp_path: Path) -> Path:
+    """A home with group fam and a session folder for chat kitchen of the cli channel."""
+    home = tmp_path / "home"
+    home.mkdir()
+    assert transcript_command(home, "group", "add", "Fam").exit_code == 0
+    (home / "groups/fam/sessions/cli.chat-kitchen").mkdir(parents=True)
+    return home
+
+
+def transcript_command(home: Path, *args: str) -> Result:
+    runner = CliRunner(env={"ORCHESTRATOR_PROJECT": "orchfuzz"})
+    return runner.invoke(cli, ["--home", str(home), *args], catch_exceptions=False)
+
+
+def show_transcript(home: Path, raw: bytes) -> str:
+    (home / "groups/fam/sessions/cli.chat-kitchen" / TRANSCRIPT).write_bytes(raw)
+    result = transcript_command(home, "transcript", "fam", "--chat", "kitchen", "--channel", "cli")
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def test_the_transcript_command_skips_a_line_nested_too_deeply(fam: Path) -> None:
+    # json.loads raised RecursionError, which only ValueError was caught around.
+    said = b'{"ts": 1, "role": "user", "sender": "alice", "content": "hi"}\n'
+    assert show_transcript(fam, b"[" * 50_000 + b"\n" + said).endswith("alice (?): hi\n")

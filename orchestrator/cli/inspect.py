@@ -116,7 +116,7 @@ def transcript(
             for line in raw.splitlines():
                 try:
                     event = json.loads(line)
-                except ValueError:
+                except (ValueError, RecursionError):  # RecursionError: nested too deeply
                     continue
                 if isinstance(event, dict):
                     events.append(event)
