@@ -78,3 +78,12 @@ def test_the_transcript_command_skips_a_line_nested_too_deeply(fam: Path) -> Non
     # json.loads raised RecursionError, which only ValueError was caught around.
     said = b'{"ts": 1, "role": "user", "sender": "alice", "content": "hi"}\n'
     assert show_transcript(fam, b"[" * 50_000 + b"\n" + said).endswith("alice (?): hi\n")
+
+
+@pytest.mark.parametrize("ts", ['"soon"', "1e300", "NaN", "[1]", "true"])
+def test_the_transcript_command_shows_an_event_whose_ts_is_not_a_time(fam: Path, ts: str) -> None:
+    # float(ts) raised ValueError for text, TypeError for a list, and time.gmtime
+    # OverflowError for a number past any clock and ValueError for NaN; the line is the
+    # container's to write.
+    raw = b'{"ts": %s, "role": "user", "sender": "alice", "content": "hi"}\n' % ts.encode()
+    assert show_transcript(fam, raw) == "01-01 00:00:00 alice (?): hi\n"

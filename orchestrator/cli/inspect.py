@@ -131,7 +131,7 @@ def transcript(
             shown.extend((key, event) for event in events if event.get("t") != HEADER)
         if chat is not None and not found:
             raise BadInput(f"{group.folder} has no session for chat {chat!r}")
-    shown.sort(key=lambda item: float(item[1].get("ts") or 0))
+    shown.sort(key=lambda item: _when(item[1]))
     shown = shown[-last:]
     if as_json:
         print_json([{"session": key, **event} for key, event in shown])
@@ -158,8 +158,20 @@ def _channels_of(obj: CliContext, folder: str, chat: str) -> list[str]:
         queue.close()
 
 
+LATEST_SHOWN_TS = 2**35  # seconds since the epoch: the year 3058
+
+
+def _when(event: dict[str, Any]) -> float:
+    """An event's ``ts``; 0 when it is not a number of seconds a clock can show (the
+    container writes the line)."""
+    ts = event.get("ts")
+    if isinstance(ts, bool) or not isinstance(ts, int | float) or not 0 <= ts < LATEST_SHOWN_TS:
+        return 0.0
+    return float(ts)
+
+
 def _describe(key: str, event: dict[str, Any], several: bool) -> str:
-    stamp = time.strftime("%m-%d %H:%M:%S", time.gmtime(float(event.get("ts") or 0)))
+    stamp = time.strftime("%m-%d %H:%M:%S", time.gmtime(_when(event)))
     where = f"{stamp} [{key}] " if several else f"{stamp} "
     kind = event.get("t")
     if kind == "context":
