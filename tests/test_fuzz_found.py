@@ -87,3 +87,11 @@ def test_the_transcript_command_shows_an_event_whose_ts_is_not_a_time(fam: Path,
     # container's to write.
     raw = b'{"ts": %s, "role": "user", "sender": "alice", "content": "hi"}\n' % ts.encode()
     assert show_transcript(fam, raw) == "01-01 00:00:00 alice (?): hi\n"
+
+
+@pytest.mark.parametrize("calls", ['"ls"', '[1, {"name": "shell"}]', "{}"])
+def test_the_transcript_command_shows_tool_calls_of_the_wrong_shape(fam: Path, calls: str) -> None:
+    # c.get("name") on each call raised AttributeError for a call that is not an object
+    # (the text "ls" iterated as calls "l" and "s", or a number).
+    raw = b'{"ts": 1, "role": "assistant", "content": "ok", "tool_calls": %s}\n' % calls.encode()
+    assert show_transcript(fam, raw).startswith("01-01 00:00:01 assistant: ok")

@@ -189,7 +189,10 @@ def _describe(key: str, event: dict[str, Any], several: bool) -> str:
         )
         return f"{where}{sender} ({event.get('trust', '?')}): {said}"
     if role == "assistant":
-        calls = event.get("tool_calls") or []
+        listed = event.get("tool_calls")
+        calls: list[dict[str, Any]] = (
+            [c for c in listed if isinstance(c, dict)] if isinstance(listed, list) else []
+        )
         text = safe_line(event.get("content") or "")
         shells = [c for c in calls if c.get("name") == "shell"]
         tools = ", ".join(
@@ -199,8 +202,8 @@ def _describe(key: str, event: dict[str, Any], several: bool) -> str:
         )
         line = f"{where}assistant: {text}" + (f"  -> {tools}" if tools else "")
         for call in shells:  # a shell command in full, as typed
-            arguments = call.get("arguments") if isinstance(call.get("arguments"), dict) else {}
-            command = str(arguments.get("command", ""))
+            arguments = call.get("arguments")
+            command = str(arguments.get("command", "")) if isinstance(arguments, dict) else ""
             line += f"\n{where}  $ {safe_line(command)[:SHOWN_COMMAND_CHARS]}"
         return line
     if role == "tool" and event.get("name") == "shell":
