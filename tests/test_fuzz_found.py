@@ -95,3 +95,35 @@ def test_the_transcript_command_shows_tool_calls_of_the_wrong_shape(fam: Path, c
     # (the text "ls" iterated as calls "l" and "s", or a number).
     raw = b'{"ts": 1, "role": "assistant", "content": "ok", "tool_calls": %s}\n' % calls.encode()
     assert show_transcript(fam, raw).startswith("01-01 00:00:01 assistant: ok")
+
+
+def test_the_transcript_command_escapes_every_field_a_container_wrote(fam: Path) -> None:
+    # The context's source and model, a flush's size, a done's turn id, a user's trust
+    # and tool names went to the terminal as written: a container could set the
+    # window title, clear the screen or forge a line.
+    escape = "\x1b]0;owned\x07\x1b[2J\nforged"
+    events = [
+        {"ts": 1, "t": "context", "source": escape, "model": escape},
+        {"ts": 2, "t": "flush", "appended_chars": escape},
+        {"ts": 3, "t": "done", "turn_id": "\x1b[2Jxxxxx"},
+        {"ts": 4, "role": "user", "sender": "a", "trust": escape, "content": "hi"},
+        {"ts": 5, "role": "assistant", "content": "", "tool_calls": [{"name": escape}]},
+        {"ts": 6, "role": "tool", "name": escape, "content": "x"},
+    ]
+    shown = show_transcript(fam, "".join(json.dumps(e) + "\n" for e in events).encode())
+    assert "\x1b" not in shown and "\x07" not in shown and "\nforged" not in shown
+    assert len(shown.splitlines()) == len(events)
+    assert r"(\e]0;owned\u{0007}\e[2J\nforged, " in shown
+
+
+def test_the_transcript_command_escapes_a_session_folder_name(fam: Path) -> None:
+    # The container names the folders of its sessions; a name is shown with each event
+    # when several sessions are.
+    for key in ("cli.chat-kitchen", "\x1b[2Jx"):
+        (fam / "groups/fam/sessions" / key).mkdir(exist_ok=True)
+        (fam / "groups/fam/sessions" / key / TRANSCRIPT).write_text(
+            '{"ts": 1, "role": "user", "sender": "a", "content": "hi"}\n'
+        )
+    result = transcript_command(fam, "transcript", "fam")
+    assert result.exit_code == 0 and "\x1b" not in result.stdout
+    assert r"[\e[2Jx] a (?): hi" in result.stdout

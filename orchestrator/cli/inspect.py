@@ -110,7 +110,7 @@ def transcript(
             except FileNotFoundError:
                 continue
             except UnsafePath as exc:
-                click.echo(f"{key}: {exc.reason}", err=True)
+                click.echo(safe_line(f"{key}: {exc.reason}"), err=True)
                 continue
             events = []
             for line in raw.splitlines():
@@ -125,7 +125,7 @@ def transcript(
             except FileTooNew as exc:
                 if chat is not None:
                     raise
-                click.echo(f"{key}: {exc.message}", err=True)
+                click.echo(safe_line(f"{key}: {exc.message}"), err=True)
                 continue
             found += 1
             shown.extend((key, event) for event in events if event.get("t") != HEADER)
@@ -172,14 +172,16 @@ def _when(event: dict[str, Any]) -> float:
 
 def _describe(key: str, event: dict[str, Any], several: bool) -> str:
     stamp = time.strftime("%m-%d %H:%M:%S", time.gmtime(_when(event)))
-    where = f"{stamp} [{key}] " if several else f"{stamp} "
+    where = f"{stamp} [{safe_line(key)}] " if several else f"{stamp} "
     kind = event.get("t")
     if kind == "context":
-        return f"{where}--- fresh context ({event.get('source')}, {event.get('model')}) ---"
+        source, model = safe_line(event.get("source")), safe_line(event.get("model"))
+        return f"{where}--- fresh context ({source}, {model}) ---"
     if kind == "flush":
-        return f"{where}(memory flush: {event.get('appended_chars')} characters to the daily note)"
+        chars = safe_line(event.get("appended_chars"))
+        return f"{where}(memory flush: {chars} characters to the daily note)"
     if kind == "done":
-        return f"{where}(turn {str(event.get('turn_id'))[:8]} done)"
+        return f"{where}(turn {safe_line(str(event.get('turn_id'))[:8])} done)"
     role = event.get("role")
     if role == "user":
         sender = safe_line(event.get("sender") or "?")
@@ -187,7 +189,7 @@ def _describe(key: str, event: dict[str, Any], several: bool) -> str:
         said = safe_line(
             event.get("said") if isinstance(event.get("said"), str) else event.get("content")
         )
-        return f"{where}{sender} ({event.get('trust', '?')}): {said}"
+        return f"{where}{sender} ({safe_line(event.get('trust', '?'))}): {said}"
     if role == "assistant":
         listed = event.get("tool_calls")
         calls: list[dict[str, Any]] = (
@@ -196,7 +198,7 @@ def _describe(key: str, event: dict[str, Any], several: bool) -> str:
         text = safe_line(event.get("content") or "")
         shells = [c for c in calls if c.get("name") == "shell"]
         tools = ", ".join(
-            f"{c.get('name')}({safe_line(json.dumps(c.get('arguments')))[:60]})"
+            f"{safe_line(c.get('name'))}({safe_line(json.dumps(c.get('arguments')))[:60]})"
             for c in calls
             if c not in shells
         )
@@ -213,5 +215,6 @@ def _describe(key: str, event: dict[str, Any], several: bool) -> str:
             shown.append(f"{where}    [... {len(lines) - SHOWN_OUTPUT_LINES} more lines]")
         return "\n".join(shown)
     if role == "tool":
-        return f"{where}  {event.get('name')}: {safe_line(str(event.get('content'))[:120])}"
+        name = safe_line(event.get("name"))
+        return f"{where}  {name}: {safe_line(str(event.get('content'))[:120])}"
     return f"{where}{safe_line(json.dumps(event)[:120])}"
