@@ -11,6 +11,9 @@ from click.testing import CliRunner, Result
 
 from orchestrator.agent.session import TRANSCRIPT, Session
 from orchestrator.cli import cli
+from orchestrator.errors import InvalidConfig
+from orchestrator.groups.config import parse_group_config
+from orchestrator.yamldoc import parse_yaml_text
 
 
 def test_a_lone_surrogate_in_an_event_is_appended_and_rotated(tmp_path: Path) -> None:
@@ -127,3 +130,29 @@ def test_the_transcript_command_escapes_a_session_folder_name(fam: Path) -> None
     result = transcript_command(fam, "transcript", "fam")
     assert result.exit_code == 0 and "\x1b" not in result.stdout
     assert r"[\e[2Jx] a (?): hi" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("name: x\nmembers: &a [*a]\n", r":2: an alias \(\*name\) inside the value its anchor"),
+        ("name: x\nweb: &w {allow: *w}\n", r":2: an alias \(\*name\) inside the value its anchor"),
+        (
+            "a0: &a0 [x, x, x, x, x, x, x, x, x]\n"
+            + "".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 10)),
+            r":6: this value holds more than 262144 values once its aliases",
+        ),
+    ],
+)
+def test_a_yaml_alias_loop_or_bomb_is_refused_at_once(text: str, why: str) -> None:
+    # Walking the document's nodes for duplicate keys followed aliases: one inside its
+    # own anchor's value looped for ever, and nine levels of nine aliases took 9**9
+    # steps (then so did repr() of the value in an error message). 12 bytes hung the
+    # daemon's load of a group.yaml.
+    with pytest.raises(InvalidConfig, match=why):
+        parse_group_config(text, Path("/g/group.yaml"))
+
+
+def test_yaml_aliases_that_neither_loop_nor_explode_still_load() -> None:
+    doc = parse_yaml_text("a: &a [x]\nb: [*a, {k: *a}]\n", Path("x.yaml"))
+    assert doc.data == {"a": ["x"], "b": [["x"], {"k": ["x"]}]}
