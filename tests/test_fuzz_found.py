@@ -13,6 +13,8 @@ from orchestrator.agent.session import TRANSCRIPT, Session
 from orchestrator.cli import cli
 from orchestrator.errors import InvalidConfig
 from orchestrator.groups.config import parse_group_config
+from orchestrator.skills.manifest import ManifestError
+from orchestrator.skills.manifest import parse as skill_manifest
 from orchestrator.yamldoc import parse_yaml_text
 
 
@@ -156,3 +158,26 @@ def test_a_yaml_alias_loop_or_bomb_is_refused_at_once(text: str, why: str) -> No
 def test_yaml_aliases_that_neither_loop_nor_explode_still_load() -> None:
     doc = parse_yaml_text("a: &a [x]\nb: [*a, {k: *a}]\n", Path("x.yaml"))
     assert doc.data == {"a": ["x"], "b": [["x"], {"k": ["x"]}]}
+
+
+LAUGHS = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 10)
+)
+
+
+@pytest.mark.parametrize(
+    ("front", "why"),
+    [
+        (LAUGHS + "name: *a9\n", "name: got [[[...], [...], [...], [...], [...], [...], ...], "),
+        ("name: pdf\n" + LAUGHS + "description: *a9\n", "description: got [["),
+        ("name: pdf\ndescription: x\n" + LAUGHS + "host: *a9\n", "host: got [["),
+    ],
+)
+def test_a_skill_whose_frontmatter_names_a_huge_value_is_refused_at_once(
+    front: str, why: str
+) -> None:
+    # The error showed the value with repr(): nine levels of nine YAML aliases are a
+    # list of 9**9 items, written out in full (the host hung, its memory filling).
+    with pytest.raises(ManifestError) as refused:
+        skill_manifest(f"---\n{front}---\nbody\n")
+    assert str(refused.value).startswith(why) and len(str(refused.value)) < 500
