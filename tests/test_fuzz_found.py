@@ -13,6 +13,8 @@ from orchestrator.agent.session import TRANSCRIPT, Session
 from orchestrator.cli import cli
 from orchestrator.errors import InvalidConfig
 from orchestrator.groups.config import parse_group_config
+from orchestrator.memory.lint import LintReport
+from orchestrator.memory.lint import _check_file as check_memory_file
 from orchestrator.skills.manifest import ManifestError
 from orchestrator.skills.manifest import parse as skill_manifest
 from orchestrator.yamldoc import parse_yaml_text
@@ -181,3 +183,15 @@ def test_a_skill_whose_frontmatter_names_a_huge_value_is_refused_at_once(
     with pytest.raises(ManifestError) as refused:
         skill_manifest(f"---\n{front}---\nbody\n")
     assert str(refused.value).startswith(why) and len(str(refused.value)) < 500
+
+
+def test_memory_lint_shows_a_huge_yaml_type_at_once() -> None:
+    # The finding showed the type with repr(): nine levels of nine YAML aliases in a
+    # memory file (the container writes them) are a list of 9**9 items, written out in
+    # full, and `memory lint` hung.
+    report = LintReport("memory")
+    check_memory_file("people/a.md", "---\n" + LAUGHS + "type: *a9\n---\nbody\n", report)
+    (finding,) = report.findings
+    assert finding.kind == "type-missing" and not finding.fixable
+    assert finding.message.startswith("frontmatter has no non-empty string 'type' (got [[[")
+    assert len(finding.message) < 500

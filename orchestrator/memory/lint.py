@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+import reprlib
 import stat
 import time
 from dataclasses import asdict, dataclass, field
@@ -42,6 +43,10 @@ FINDING_KINDS = (
 _LINK_RE = re.compile(r"\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+[\"'][^)]*[\"'])?\s*\)")
 _REF_RE = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s|$)", re.MULTILINE)
 _SCHEME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
+# A frontmatter value shown in a finding: bounded, since YAML aliases let a few hundred
+# bytes name a list of 9**9 items, which repr() would write out in full.
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother = 2, 200, 200
 _EMPTY_TYPE_RE = re.compile(
     r"^type:[ \t]*(?:\"\"|''|~|null|Null|NULL)?[ \t]*(?:#.*)?$", re.MULTILINE
 )
@@ -224,7 +229,7 @@ def _check_file(rel: str, text: str, report: LintReport) -> None:
                 "type-missing",
                 rel,
                 "frontmatter has no non-empty string 'type'"
-                + ("" if fixable else f" (got {value!r}; set it by hand)"),
+                + ("" if fixable else f" (got {_SHOWN.repr(value)}; set it by hand)"),
                 fixable=fixable,
             )
         )
