@@ -195,3 +195,10 @@ def test_memory_lint_shows_a_huge_yaml_type_at_once() -> None:
     assert finding.kind == "type-missing" and not finding.fixable
     assert finding.message.startswith("frontmatter has no non-empty string 'type' (got [[[")
     assert len(finding.message) < 500
+
+
+def test_a_skill_whose_frontmatter_is_nested_too_deeply_is_refused() -> None:
+    # yaml.safe_load (the pure-Python loader) raised RecursionError, not a YAMLError, on
+    # 5,000 opening brackets; ManifestError is what a skill's readers handle.
+    with pytest.raises(ManifestError, match="nested too deeply"):
+        skill_manifest("---\nname: pdf\ndescription: " + "[" * 5000 + "\n---\nbody\n")

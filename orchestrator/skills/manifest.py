@@ -80,6 +80,10 @@ def split(text: str) -> tuple[dict[str, Any], str]:
         where = f" (frontmatter line {mark.line + 1})" if mark is not None else ""
         problem = getattr(exc, "problem", None) or "not valid YAML"
         raise ManifestError(f"the frontmatter is not valid YAML{where}: {problem}") from None
+    except RecursionError:
+        raise ManifestError(
+            "the frontmatter is not valid YAML: lists or mappings nested too deeply"
+        ) from None
     if not isinstance(front, dict):
         raise ManifestError(
             f"the frontmatter is {type(front).__name__}, not a mapping; expected keys such "
