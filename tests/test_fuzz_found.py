@@ -13,7 +13,7 @@ from orchestrator.agent.session import TRANSCRIPT, Session
 from orchestrator.cli import cli
 from orchestrator.errors import InvalidConfig
 from orchestrator.groups.config import parse_group_config
-from orchestrator.memory.lint import LintReport
+from orchestrator.memory.lint import LintReport, lint_memory
 from orchestrator.memory.lint import _check_file as check_memory_file
 from orchestrator.skills.manifest import ManifestError
 from orchestrator.skills.manifest import parse as skill_manifest
@@ -202,3 +202,24 @@ def test_a_skill_whose_frontmatter_is_nested_too_deeply_is_refused() -> None:
     # 5,000 opening brackets; ManifestError is what a skill's readers handle.
     with pytest.raises(ManifestError, match="nested too deeply"):
         skill_manifest("---\nname: pdf\ndescription: " + "[" * 5000 + "\n---\nbody\n")
+
+
+@pytest.mark.parametrize(
+    ("text", "fixed"),
+    [
+        ("---\n{a: 1}\n---\nbody\n", "---\ntype: people\na: 1\n---\nbody\n"),
+        ("---\n  a: 1\n  b: [x]\n---\nbody\n", "---\ntype: people\na: 1\nb:\n- x\n---\nbody\n"),
+        ("---\n# kept\ntitle: x\n---\nb\n", "---\ntype: people\n# kept\ntitle: x\n---\nb\n"),
+    ],
+)
+def test_memory_lint_fix_sets_a_type_in_any_mapping(tmp_path: Path, text: str, fixed: str) -> None:
+    # A type was added as a line before the frontmatter's first line: before a flow
+    # mapping ({a: 1}) or an indented one, that line made the YAML invalid, and
+    # `memory lint --fix` turned a file without a type into one it could not parse.
+    (tmp_path / "memory/people").mkdir(parents=True)
+    (tmp_path / "memory/index.md").write_text("---\ntype: index\n---\n[a](people/a.md)\n")
+    (tmp_path / "memory/people/a.md").write_text(text)
+    report = lint_memory(tmp_path / "memory", fix=True)
+    assert report.fixed == ["people/a.md"]
+    assert (tmp_path / "memory/people/a.md").read_text() == fixed
+    assert not [f for f in report.findings if f.path == "people/a.md"]

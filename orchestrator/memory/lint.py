@@ -250,7 +250,14 @@ def _fixed_text(rel: str, text: str, front: Frontmatter) -> str | None:
             f"{fence}yaml\n{front.raw.rstrip()}\n{fence}\n\n{body}"
         )
     if front.data is not None and "type" not in front.data:
-        return f"{text[: front.raw_start]}type: {kind}\n{text[front.raw_start :]}"
+        inserted = f"{text[: front.raw_start]}type: {kind}\n{text[front.raw_start :]}"
+        if concept_type(split_frontmatter(inserted)) == kind:
+            return inserted
+        # a mapping that takes no line before it ({a: 1}, or indented): written anew
+        import yaml
+
+        block = yaml.safe_dump({"type": kind, **front.data}, sort_keys=False, allow_unicode=True)
+        return f"{text[: front.raw_start]}{block}{text[front.raw_start + len(front.raw) :]}"
     matches = list(_EMPTY_TYPE_RE.finditer(front.raw))
     if len(matches) != 1:
         return None
