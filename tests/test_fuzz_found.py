@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from orchestrator.agent.session import TRANSCRIPT, Session
+from orchestrator.channels.email.reading import read_mail
 from orchestrator.cli import cli
 from orchestrator.errors import InvalidConfig
 from orchestrator.groups.config import parse_group_config
@@ -223,3 +224,25 @@ def test_memory_lint_fix_sets_a_type_in_any_mapping(tmp_path: Path, text: str, f
     assert report.fixed == ["people/a.md"]
     assert (tmp_path / "memory/people/a.md").read_text() == fixed
     assert not [f for f in report.findings if f.path == "people/a.md"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "header"),
+    [
+        (b"Message-ID: <@>\r\nFrom: a@b.org\r\n\r\nhi", ("Message-ID", "<@>")),
+        (b"Message-ID: <m1@\r\nFrom: a@b.org\r\n\r\nhi", ("Message-ID", "<m1@")),
+        (b'From: a@b.org\r\nTo: "Alice" <\r\n\r\nhi', ("To", '"Alice" <')),
+    ],
+)
+def test_a_mail_with_a_header_the_parser_fails_on_is_read(
+    raw: bytes, header: tuple[str, str]
+) -> None:
+    # email's header parser raised IndexError on these values (when read_mail asked for
+    # the header, and again for every header), so the mail was skipped unread.
+    mail = read_mail(raw)
+    assert header in mail.headers and mail.sender == "a@b.org" and mail.text == "hi"
+
+
+def test_a_header_the_parser_fails_on_is_kept_as_valid_unicode() -> None:
+    mail = read_mail(b'From: "Al\xe9" <\r\n\r\nhi')
+    assert mail.headers == (("From", '"Al\ufffd" <'),) and mail.sender == ""

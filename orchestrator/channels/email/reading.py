@@ -5,6 +5,7 @@ Pure functions of the message's bytes; nothing here touches the network or a dis
 from __future__ import annotations
 
 import email
+import email.errors
 import email.policy
 import email.utils
 import re
@@ -214,16 +215,32 @@ def read_mail(raw: bytes) -> Mail:
         references=message_ids(_header(parsed, "References")),
         subject=" ".join((_header(parsed, "Subject") or "").split()),
         text=trim_quoted(text),
-        headers=tuple((k, _safe_str(v)) for k, v in parsed.items()),
+        headers=_headers(parsed),
         attachments=_attachments(parsed),
         html_only=html_only,
         to=recipients,
     )
 
 
+def _headers(message: EmailMessage) -> tuple[tuple[str, str], ...]:
+    """Every header as (name, value), in order. The standard library's header parser
+    raises on some malformed values (IndexError on ``Message-ID: <@>``, AttributeError,
+    HeaderParseError): such a value is kept as it came, unfolded, its bytes that are not
+    UTF-8 replaced."""
+    found = []
+    for name, raw in message.raw_items():
+        try:
+            value = _safe_str(message.policy.header_fetch_parse(name, raw))
+        except (IndexError, AttributeError, ValueError, email.errors.MessageError):
+            text = raw.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+            value = " ".join(text.split())
+        found.append((name, value))
+    return tuple(found)
+
+
 def _header(message: EmailMessage, name: str) -> str | None:
-    value = message.get(name)
-    return None if value is None else _safe_str(value)
+    wanted = name.lower()
+    return next((v for k, v in _headers(message) if k.lower() == wanted), None)
 
 
 def _safe_str(value: object) -> str:
