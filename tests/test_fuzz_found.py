@@ -246,3 +246,10 @@ def test_a_mail_with_a_header_the_parser_fails_on_is_read(
 def test_a_header_the_parser_fails_on_is_kept_as_valid_unicode() -> None:
     mail = read_mail(b'From: "Al\xe9" <\r\n\r\nhi')
     assert mail.headers == (("From", '"Al\ufffd" <'),) and mail.sender == ""
+
+
+def test_a_mail_whose_charset_holds_a_nul_is_read() -> None:
+    # codecs.lookup raises ValueError ("embedded null character") for the charset's
+    # name, which _decoded did not catch: the mail was skipped unread.
+    mail = read_mail(b'From: a@b.org\r\nContent-Type: text/plain; charset="utf-8\x00"\r\n\r\nhi')
+    assert mail.text == "hi"

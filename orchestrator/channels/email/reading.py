@@ -168,7 +168,8 @@ def _decoded(part: Message) -> str:
     """A text part's content; undecodable bytes replaced, not raised."""
     try:
         content = part.get_content()  # type: ignore[attr-defined]
-    except (LookupError, UnicodeError, AssertionError):
+    # ValueError: undecodable bytes (UnicodeError), or a NUL in the charset's name
+    except (LookupError, ValueError, AssertionError):
         payload = part.get_payload(decode=True)
         content = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else ""
     return content if isinstance(content, str) else ""
