@@ -4,11 +4,13 @@ for the exact input that failed."""
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
 
+from orchestrator import wire
 from orchestrator.agent.session import TRANSCRIPT, Session
 from orchestrator.channels.email.reading import read_mail
 from orchestrator.cli import cli
@@ -16,6 +18,7 @@ from orchestrator.errors import InvalidConfig
 from orchestrator.groups.config import parse_group_config
 from orchestrator.memory.lint import LintReport, lint_memory
 from orchestrator.memory.lint import _check_file as check_memory_file
+from orchestrator.relay.providers.openai import read_stream as openai_read_stream
 from orchestrator.skills.manifest import ManifestError
 from orchestrator.skills.manifest import parse as skill_manifest
 from orchestrator.yamldoc import parse_yaml_text
@@ -253,3 +256,18 @@ def test_a_mail_whose_charset_holds_a_nul_is_read() -> None:
     # name, which _decoded did not catch: the mail was skipped unread.
     mail = read_mail(b'From: a@b.org\r\nContent-Type: text/plain; charset="utf-8\x00"\r\n\r\nhi')
     assert mail.text == "hi"
+
+
+def test_a_frame_holding_a_lone_surrogate_is_sent_and_reads_back_the_same() -> None:
+    # A model's answer may hold a lone surrogate (a server's JSON escapes one as \ud800):
+    # the relay's answer frame had no UTF-8 form, and send_frame raised
+    # UnicodeEncodeError, which the turn's delivery did not expect.
+    answer = openai_read_stream(
+        [{"choices": [{"delta": {"content": "a\ud800é"}, "finish_reason": "stop"}]}]
+    )
+    left, right = socket.socketpair()
+    with left, right:
+        wire.send_frame(left, {"ok": True, **answer.to_wire()})
+        frame = wire.recv_frame(right)
+    assert frame is not None and frame["text"] == "a\ud800é"
+    assert wire.encode({"t": "é"}) == '{"t":"é"}'.encode()  # others are written as before
