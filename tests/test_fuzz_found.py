@@ -13,6 +13,7 @@ from click.testing import CliRunner, Result
 from orchestrator import wire
 from orchestrator.agent.session import TRANSCRIPT, Session
 from orchestrator.channels.email.reading import read_mail
+from orchestrator.channels.textfmt import split_message, utf16_len
 from orchestrator.cli import cli
 from orchestrator.errors import InvalidConfig
 from orchestrator.groups.config import parse_group_config
@@ -271,3 +272,22 @@ def test_a_frame_holding_a_lone_surrogate_is_sent_and_reads_back_the_same() -> N
         frame = wire.recv_frame(right)
     assert frame is not None and frame["text"] == "a\ud800é"
     assert wire.encode({"t": "é"}) == '{"t":"é"}'.encode()  # others are written as before
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("text", "limit"),
+    [
+        ("```\n" + "x" * 5000 + "\n```", 4096),  # a long line in a code block, on Telegram
+        ("```\n" + "x" * 200 + "\n```", 16),
+        ("```" + "p" * 50 + "\n" + "x y" * 100 + "\n```", 16),  # a long language name
+    ],
+)
+def test_a_code_block_whose_line_overflows_a_piece_is_split(text: str, limit: int) -> None:
+    # A piece cut inside a code block opens the next with the fence again; when the only
+    # break within the limit was that fence's own newline, the cut made no progress and
+    # split_message looped for ever, its list of pieces growing (a reply of one long
+    # line in a code block hung the chat app's sends).
+    pieces = split_message(text, limit)
+    assert all(utf16_len(piece) <= limit for piece in pieces)
+    assert sum(piece.count("x") for piece in pieces) == text.count("x")  # nothing lost
