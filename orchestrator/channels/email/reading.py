@@ -197,26 +197,27 @@ def read_mail(raw: bytes) -> Mail:
     """``raw`` (a message as IMAP returns it) read into a Mail."""
     parsed = email.message_from_bytes(raw, policy=email.policy.default)
     assert isinstance(parsed, EmailMessage)  # the default policy's factory
-    name, sender = _address(_header(parsed, "From"))
+    headers = _headers(parsed)
+    name, sender = _address(_header(headers, "From"))
     text, html_only = _body_text(parsed)
     recipients = tuple(
         a.lower()
         for _, a in email.utils.getaddresses(
-            [_header(parsed, "To") or "", _header(parsed, "Cc") or ""]
+            [_header(headers, "To") or "", _header(headers, "Cc") or ""]
         )
         if a
     )
-    ids = message_ids(_header(parsed, "Message-ID"))
-    replied = message_ids(_header(parsed, "In-Reply-To"))
+    ids = message_ids(_header(headers, "Message-ID"))
+    replied = message_ids(_header(headers, "In-Reply-To"))
     return Mail(
         sender=sender,
         sender_name=name,
         message_id=ids[0] if ids else None,
         in_reply_to=replied[0] if replied else None,
-        references=message_ids(_header(parsed, "References")),
-        subject=" ".join((_header(parsed, "Subject") or "").split()),
+        references=message_ids(_header(headers, "References")),
+        subject=" ".join((_header(headers, "Subject") or "").split()),
         text=trim_quoted(text),
-        headers=_headers(parsed),
+        headers=headers,
         attachments=_attachments(parsed),
         html_only=html_only,
         to=recipients,
@@ -239,9 +240,10 @@ def _headers(message: EmailMessage) -> tuple[tuple[str, str], ...]:
     return tuple(found)
 
 
-def _header(message: EmailMessage, name: str) -> str | None:
+def _header(headers: tuple[tuple[str, str], ...], name: str) -> str | None:
+    """The first of ``headers`` called ``name`` (any case), or None."""
     wanted = name.lower()
-    return next((v for k, v in _headers(message) if k.lower() == wanted), None)
+    return next((v for k, v in headers if k.lower() == wanted), None)
 
 
 def _safe_str(value: object) -> str:
