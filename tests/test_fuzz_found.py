@@ -291,3 +291,29 @@ def test_a_code_block_whose_line_overflows_a_piece_is_split(text: str, limit: in
     pieces = split_message(text, limit)
     assert all(utf16_len(piece) <= limit for piece in pieces)
     assert sum(piece.count("x") for piece in pieces) == text.count("x")  # nothing lost
+
+
+@pytest.mark.parametrize(
+    ("text", "fixed"),
+    [
+        # CRLF lines: the empty type's line was not found (its \r), and nothing was fixed
+        ("---\r\ntype: \r\n---\r\nbody\r\n", "---\r\ntype: people\r\n---\r\nbody\r\n"),
+        # a type given twice, the second (which YAML reads) on a CRLF line: the first was
+        # set, and the file still had no type
+        ("---\r\ntype:\ntype: \r\n---\r\nbody\r\n", None),
+        ('---\ntype:\n"type": \n---\nbody\n', None),
+    ],
+)
+def test_memory_lint_fix_sets_an_empty_type_only_where_yaml_reads_it(
+    tmp_path: Path, text: str, fixed: str | None
+) -> None:
+    (tmp_path / "memory/people").mkdir(parents=True)
+    (tmp_path / "memory/index.md").write_text("---\ntype: index\n---\n[a](people/a.md)\n")
+    (tmp_path / "memory/people/a.md").write_bytes(text.encode())
+    report = lint_memory(tmp_path / "memory", fix=True)
+    after = (tmp_path / "memory/people/a.md").read_bytes().decode()
+    if fixed is None:  # which line to set is unclear: left as it was, and reported
+        assert after == text and report.fixed == []
+        assert [f.kind for f in report.findings if f.path == "people/a.md"] == ["type-missing"]
+    else:
+        assert after == fixed and report.fixed == ["people/a.md"]

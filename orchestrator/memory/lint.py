@@ -47,8 +47,8 @@ _SCHEME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
 # bytes name a list of 9**9 items, which repr() would write out in full.
 _SHOWN = reprlib.Repr()
 _SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother = 2, 200, 200
-_EMPTY_TYPE_RE = re.compile(
-    r"^type:[ \t]*(?:\"\"|''|~|null|Null|NULL)?[ \t]*(?:#.*)?$", re.MULTILINE
+_EMPTY_TYPE_RE = re.compile(  # a line ending in \r\n too (its \r is kept)
+    r"^type:[ \t]*(?:\"\"|''|~|null|Null|NULL)?[ \t]*(?:#[^\r\n]*)?(?=\r?$)", re.MULTILINE
 )
 
 
@@ -263,7 +263,9 @@ def _fixed_text(rel: str, text: str, front: Frontmatter) -> str | None:
         return None
     start = front.raw_start + matches[0].start()
     end = front.raw_start + matches[0].end()
-    return f"{text[:start]}type: {kind}{text[end:]}"
+    fixed = f"{text[:start]}type: {kind}{text[end:]}"
+    # the line set may not be the one YAML reads (a type given twice, once quoted)
+    return fixed if concept_type(split_frontmatter(fixed)) == kind else None
 
 
 def lint_memory(memory_dir: Path, *, fix: bool = False) -> LintReport:
