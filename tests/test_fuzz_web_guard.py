@@ -18,7 +18,14 @@ from urllib.parse import urlsplit
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from orchestrator.web.guard import Refused, Rules, address_problem, check, literal_address
+from orchestrator.web.guard import (
+    HOST_NAME,
+    Refused,
+    Rules,
+    address_problem,
+    check,
+    literal_address,
+)
 from tests.fuzzing import fuzz, mutated_text
 
 ADDRESSES = [
@@ -154,6 +161,7 @@ def test_the_guard_allows_only_what_is_safe(url: str, policy: Rules) -> None:
 @example(host="1.2.3.4.")
 @example(host="0x")
 @example(host="08.1")
+@example(host="*")
 def test_a_numeric_host_is_read_as_the_system_reads_it(host: str) -> None:
     # A host the system's resolver reads as an address is that address to the guard too
     # (literal_address: "in any form a resolver would take"), so allow and deny rules and
@@ -162,5 +170,8 @@ def test_a_numeric_host_is_read_as_the_system_reads_it(host: str) -> None:
     literal = literal_address(host)
     if system is None or "%" in host or any(ord(c) < 33 for c in host):
         return  # a zone (%eth0) is IPv6's; check() refuses controls and spaces first
-    assert literal is not None, (host, system)
+    if literal is None:  # then check() must not take it as a name either ("*", which
+        # getaddrinfo reads as this host, is "not a host name")
+        assert not HOST_NAME.fullmatch(host.lower()), (host, system)
+        return
     assert literal in [ipaddress.ip_address(a.split("%")[0]) for a in system], (host, system)
