@@ -12,6 +12,7 @@ from click.testing import CliRunner, Result
 
 from orchestrator import wire
 from orchestrator.agent.session import TRANSCRIPT, Session
+from orchestrator.channels.email.dkimverify import verify_from
 from orchestrator.channels.email.reading import read_mail
 from orchestrator.channels.textfmt import split_message, utf16_len
 from orchestrator.cli import cli
@@ -317,3 +318,13 @@ def test_memory_lint_fix_sets_an_empty_type_only_where_yaml_reads_it(
         assert [f.kind for f in report.findings if f.path == "people/a.md"] == ["type-missing"]
     else:
         assert after == fixed and report.fixed == ["people/a.md"]
+
+
+def test_a_mail_dkim_cannot_read_is_not_verified_and_says_why() -> None:
+    # dkim.DKIM(raw) raised MessageFormatError (a NUL starting a header line) outside the
+    # try around the checks: with verify: dkim the mail was skipped with a traceback in
+    # the log instead of the reason.
+    raw = b"\x00KIM-Signature: v=1; d=example.org;\r\nFrom: a@example.org\r\n\r\nhi\r\n"
+    result = verify_from(raw, "a@example.org", lambda name, timeout=5: None)
+    assert not result.verified
+    assert result.why.startswith("the mail cannot be read for DKIM: Unexpected characters")

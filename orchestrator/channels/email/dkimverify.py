@@ -41,7 +41,10 @@ def verify_from(raw: bytes, sender: str, txt: TxtLookup | None = None) -> DkimRe
     domain = sender.rpartition("@")[2]
     if not domain:
         return DkimResult(False, "the From: address has no domain")
-    checker = dkim.DKIM(raw, logger=log)
+    try:
+        checker = dkim.DKIM(raw, logger=log)
+    except dkim.DKIMException as exc:  # a header dkimpy cannot read (MessageFormatError)
+        return DkimResult(False, f"the mail cannot be read for DKIM: {exc}")
     count = sum(1 for name, _ in checker.headers if name.lower() == b"dkim-signature")
     if not count:
         return DkimResult(False, "the mail has no DKIM signature")
