@@ -328,3 +328,36 @@ def test_a_mail_dkim_cannot_read_is_not_verified_and_says_why() -> None:
     result = verify_from(raw, "a@example.org", lambda name, timeout=5: None)
     assert not result.verified
     assert result.why.startswith("the mail cannot be read for DKIM: Unexpected characters")
+
+
+def test_a_mail_whose_first_header_line_is_folded_is_not_verified() -> None:
+    # dkimpy's reader appends a folded line to the header before it: with none before,
+    # IndexError, which verify_from did not catch (the mail was skipped with a traceback)
+    result = verify_from(b"\tFrom: a@example.org\r\n\r\nhi\r\n", "a@example.org", None)
+    assert not result.verified and result.why.startswith("the mail cannot be read for DKIM")
+
+
+def test_a_signature_whose_body_hash_is_not_base64_is_not_verified() -> None:
+    # past dkimpy's check of the signature, base64.b64decode of bh= raised binascii.Error
+    import base64
+
+    import dkim
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    private = rsa.generate_private_key(public_exponent=65537, key_size=1024)
+    pem = private.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption(),
+    )
+    public = private.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    record = b"v=DKIM1; k=rsa; p=" + base64.b64encode(public)
+    mail = b"From: Alice <alice@example.org>\r\nSubject: Plans\r\n\r\nSee you at 8.\r\n"
+    signature = dkim.sign(mail, b"s1", b"example.org", pem, include_headers=[b"from"])
+    assert b" bh=f93F/" in signature  # the body's hash
+    raw = signature.replace(b" bh=f93F/", b" bh=f93F!", 1) + mail
+    result = verify_from(raw, "alice@example.org", lambda name, timeout=5: record)
+    assert not result.verified and result.why.startswith("signature 1: Incorrect padding")

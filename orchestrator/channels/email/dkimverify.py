@@ -38,12 +38,16 @@ def verify_from(raw: bytes, sender: str, txt: TxtLookup | None = None) -> DkimRe
     dkimpy's, through dnspython). Blocks while DNS answers: run it in a thread."""
     import dkim
 
+    # what dkimpy raises for a mail or signature it cannot read: DKIMException, and on
+    # some malformed ones IndexError (a folded line before any header) or ValueError
+    # (binascii.Error: a bh= value that is not base64 past dkimpy's own check)
+    unreadable = (dkim.DKIMException, IndexError, ValueError)
     domain = sender.rpartition("@")[2]
     if not domain:
         return DkimResult(False, "the From: address has no domain")
     try:
         checker = dkim.DKIM(raw, logger=log)
-    except dkim.DKIMException as exc:  # a header dkimpy cannot read (MessageFormatError)
+    except unreadable as exc:  # a header dkimpy cannot read
         return DkimResult(False, f"the mail cannot be read for DKIM: {exc}")
     count = sum(1 for name, _ in checker.headers if name.lower() == b"dkim-signature")
     if not count:
@@ -52,7 +56,7 @@ def verify_from(raw: bytes, sender: str, txt: TxtLookup | None = None) -> DkimRe
     for index in range(count):
         try:
             valid = checker.verify(idx=index, dnsfunc=txt) if txt else checker.verify(idx=index)
-        except dkim.DKIMException as exc:
+        except unreadable as exc:
             reasons.append(f"signature {index + 1}: {exc}")
             continue
         signer = (checker.domain or b"").decode("ascii", "replace")
