@@ -337,8 +337,9 @@ def test_a_mail_whose_first_header_line_is_folded_is_not_verified() -> None:
     assert not result.verified and result.why.startswith("the mail cannot be read for DKIM")
 
 
-def test_a_signature_whose_body_hash_is_not_base64_is_not_verified() -> None:
-    # past dkimpy's check of the signature, base64.b64decode of bh= raised binascii.Error
+def dkim_signed(mail: bytes, headers: list[bytes]) -> tuple[bytes, bytes]:
+    """``mail`` signed by example.org with a key made here (the DKIM-Signature header
+    and ``mail``), and the key's DNS TXT record."""
     import base64
 
     import dkim
@@ -354,10 +355,36 @@ def test_a_signature_whose_body_hash_is_not_base64_is_not_verified() -> None:
     public = private.public_key().public_bytes(
         serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
     )
-    record = b"v=DKIM1; k=rsa; p=" + base64.b64encode(public)
+    signature = dkim.sign(mail, b"s1", b"example.org", pem, include_headers=headers)
+    return signature + mail, b"v=DKIM1; k=rsa; p=" + base64.b64encode(public)
+
+
+def test_a_signature_whose_body_hash_is_not_base64_is_not_verified() -> None:
+    # past dkimpy's check of the signature, base64.b64decode of bh= raised binascii.Error
     mail = b"From: Alice <alice@example.org>\r\nSubject: Plans\r\n\r\nSee you at 8.\r\n"
-    signature = dkim.sign(mail, b"s1", b"example.org", pem, include_headers=[b"from"])
-    assert b" bh=f93F/" in signature  # the body's hash
-    raw = signature.replace(b" bh=f93F/", b" bh=f93F!", 1) + mail
+    raw, record = dkim_signed(mail, [b"from"])
+    assert b" bh=f93F/" in raw  # the body's hash
+    raw = raw.replace(b" bh=f93F/", b" bh=f93F!", 1)
     result = verify_from(raw, "alice@example.org", lambda name, timeout=5: record)
     assert not result.verified and result.why.startswith("signature 1: Incorrect padding")
+
+
+def test_a_mail_with_a_second_copy_of_a_signed_header_is_not_verified() -> None:
+    # DKIM signs the last copies of a header, read_mail reads the first: a Subject: put
+    # above the signed one of a mail Alice's domain signed passed as signed, and the turn
+    # read it as hers (found by tests/test_fuzz_dkim.py)
+    mail = (
+        b"From: Alice <alice@example.org>\r\nTo: helper@example.net\r\nSubject: Plans\r\n"
+        b"\r\nSee you at 8.\r\n"
+    )
+    raw, record = dkim_signed(mail, [b"from", b"to", b"subject"])
+    forged = raw.replace(b"Subject: Plans", b"Subject: Pay Mallory now\r\nSubject: Plans", 1)
+    assert read_mail(forged).subject == "Pay Mallory now"
+    lookup = lambda name, timeout=5: record  # noqa: E731
+    assert verify_from(raw, "alice@example.org", lookup).verified
+    result = verify_from(forged, "alice@example.org", lookup)
+    assert not result.verified
+    assert result.why == (
+        "signature 1 by example.org leaves a subject header unsigned (the mail has more "
+        "of them than it signs)"
+    )
