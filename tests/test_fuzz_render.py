@@ -120,7 +120,8 @@ def test_chat_html_holds_only_the_tags_it_makes(text: str) -> None:
         assert tag in TELEGRAM_TAGS, rendered
         if tag == "a":
             assert [name for name, _ in attrs] == ["href"], rendered
-            assert safe_href(attrs[0][1], ("http", "https")), rendered
+            # a link the model wrote, to any http(s) address (its documented links)
+            assert re.match(r"https?://", attrs[0][1] or ""), rendered
         elif tag == "code":
             assert all(
                 n == "class" and re.fullmatch(r"language-[\w+-]+", v or "") for n, v in attrs
