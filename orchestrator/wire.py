@@ -38,13 +38,24 @@ def _budget(sock: socket.socket, deadline: float | None) -> None:
     sock.settimeout(remaining)
 
 
+def encode(message: dict[str, Any]) -> bytes:
+    """A frame's body: ``message`` as UTF-8 JSON. Text holding a lone surrogate (JSON
+    escapes one as \\ud800, and Python reads it so: a model's answer may hold one) has no
+    UTF-8 form; such a message is written with its non-ASCII characters escaped, which
+    reads back the same."""
+    try:
+        return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(message, separators=(",", ":")).encode("ascii")
+
+
 def send_frame(
     sock: socket.socket,
     message: dict[str, Any],
     deadline: float | None = None,
     limit: int = MAX_FRAME_BYTES,
 ) -> None:
-    data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    data = encode(message)
     if len(data) > limit:
         raise ProtocolError(f"frame of {len(data)} bytes exceeds {limit}")
     _budget(sock, deadline)

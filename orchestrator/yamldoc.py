@@ -55,6 +55,7 @@ def parse_yaml_text(text: str, path: Path) -> YamlDocument:
     loader = _Loader(text)
     try:
         root = loader.get_single_node()
+        _refuse_alias_loops_and_bombs(root, path)
         data = loader.construct_document(root) if root is not None else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -69,6 +70,47 @@ def parse_yaml_text(text: str, path: Path) -> YamlDocument:
         loader.dispose()
     _refuse_duplicate_keys(root, path)
     return YamlDocument(path=path, data=data, root=root)
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [child for pair in node.value for child in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _refuse_alias_loops_and_bombs(root: yaml.Node | None, path: Path) -> None:
+    """An alias (``*name``) is the very node its anchor (``&name``) names, so a file's
+    values are a graph: one whose alias sits inside its own anchor's value is a loop, and
+    nine levels of nine aliases name 9**9 values from a few hundred bytes. Both are
+    refused (every walk of the document would never end), as is a document of more
+    values, aliases expanded, than CONFIG_FILE_MAX_BYTES."""
+    sizes: dict[int, int] = {}  # values under a node, aliases expanded
+    walking: set[int] = set()  # the nodes on the path from the root
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)] if root is not None else []
+    while stack:
+        node, finished = stack.pop()
+        key = id(node)
+        if finished:
+            walking.discard(key)
+            sizes[key] = 1 + sum(sizes[id(child)] for child in _children(node))
+            if sizes[key] > CONFIG_FILE_MAX_BYTES:
+                raise InvalidConfig(
+                    f"{path}:{node.start_mark.line + 1}: this value holds more than "
+                    f"{CONFIG_FILE_MAX_BYTES} values once its aliases (*name) are expanded",
+                    hint="write the values out, or use fewer aliases",
+                )
+        elif key in walking:
+            raise InvalidConfig(
+                f"{path}:{node.start_mark.line + 1}: an alias (*name) inside the value its "
+                "anchor (&name) names: the value would hold itself without end",
+                hint="remove the alias from inside its anchor's value",
+            )
+        elif key not in sizes:
+            walking.add(key)
+            stack.append((node, True))
+            stack.extend((child, False) for child in _children(node))
 
 
 def _refuse_duplicate_keys(node: yaml.Node | None, path: Path) -> None:

@@ -186,7 +186,10 @@ class Session:
                 system=str(event.get("system", "")),
                 summary=str(event.get("summary", "")),
                 flushed=int(event.get("flushed", 0)),
-                kept=int(event.get("flushed", 0)),
+                # kept apart from flushed by a rotation only (a compaction's context
+                # has its kept messages flushed, and flushes come after)
+                kept=int(event.get("kept", event.get("flushed", 0))),
+                soft_flushed=event.get("soft_flushed") is True,
                 base_chars=int(event.get("base_chars", len(str(event.get("system", ""))))),
             )
         elif kind == "flush" and self.context is not None and "upto" in event:
@@ -247,7 +250,7 @@ class Session:
         stamped = [{"ts": round(time.time(), 3), **e} for e in events]
         if self._size <= 0:  # a new transcript starts with its version
             stamped.insert(0, {"ts": round(time.time(), 3), **header_event()})
-        data = b"".join(json.dumps(e, ensure_ascii=False).encode() + b"\n" for e in stamped)
+        data = b"".join(_line(e) for e in stamped)
         if self._torn:
             data = b"\n" + data  # never glue a new event onto a torn line
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
@@ -296,6 +299,8 @@ class Session:
                     "system": c.system,
                     "summary": c.summary,
                     "flushed": c.flushed,
+                    "kept": c.kept,
+                    "soft_flushed": c.soft_flushed,
                     "base_chars": c.base_chars,
                     "rotated": True,
                 }
@@ -305,7 +310,7 @@ class Session:
                 for message, turn_id in zip(c.messages, c.turn_ids, strict=True)
             )
         stamped = [{"ts": round(time.time(), 3), **e} for e in events]
-        data = b"".join(json.dumps(e, ensure_ascii=False).encode() + b"\n" for e in stamped)
+        data = b"".join(_line(e) for e in stamped)
         write_atomic(self.path, data)
         self.completed = dict(kept)
         self._size, self._torn = len(data), False
@@ -314,6 +319,16 @@ class Session:
             old.unlink()
         log.info("%s: rotated at %d bytes into %s", self.path, self.rotate_bytes, archive.name)
         return archive
+
+
+def _line(event: dict[str, Any]) -> bytes:
+    """An event as a line of UTF-8 JSON. One holding a lone surrogate (a model's reply,
+    or a line read back that escaped one) has no UTF-8 form as it is: it is written with
+    its non-ASCII characters escaped, which reads back the same."""
+    try:
+        return json.dumps(event, ensure_ascii=False).encode() + b"\n"
+    except UnicodeEncodeError:
+        return json.dumps(event).encode() + b"\n"
 
 
 def event_problem(event: dict[str, Any]) -> str | None:
@@ -335,7 +350,7 @@ def event_problem(event: dict[str, Any]) -> str | None:
         for key in ("source", "provider", "model", "system", "summary"):
             if not isinstance(event.get(key, ""), str):
                 return f"{key} must be text"
-        for key in ("flushed", "base_chars"):
+        for key in ("flushed", "kept", "base_chars"):
             if not _count(event.get(key, 0)):
                 return f"{key} must be a whole number from 0"
     elif kind == "msg":

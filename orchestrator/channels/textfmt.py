@@ -59,12 +59,15 @@ def split_message(text: str, limit: int) -> list[str]:
         if utf16_len(text) <= limit:
             pieces.append(text)
             break
-        head, text = _cut(text, budget)
-        text = text.lstrip("\n")
+        head, rest = _cut(text, budget)
+        if len(head) <= len(reopen):  # its only break is the reopened fence's own line
+            head, rest = _hard_cut(text, budget)
+        text = rest.lstrip("\n")
         if head.count(FENCE) % 2:
             language = re.findall(r"```([^\n`]*)", head)[-1]
             pieces.append(head + "\n" + FENCE)
-            reopen = FENCE + language + "\n"
+            # a language kept short: the next piece has room past its fence
+            reopen = FENCE + _hard_cut(language, budget // 4)[0] + "\n"
         else:
             pieces.append(head)
             reopen = ""

@@ -110,13 +110,13 @@ def transcript(
             except FileNotFoundError:
                 continue
             except UnsafePath as exc:
-                click.echo(f"{key}: {exc.reason}", err=True)
+                click.echo(safe_line(f"{key}: {exc.reason}"), err=True)
                 continue
             events = []
             for line in raw.splitlines():
                 try:
                     event = json.loads(line)
-                except ValueError:
+                except (ValueError, RecursionError):  # RecursionError: nested too deeply
                     continue
                 if isinstance(event, dict):
                     events.append(event)
@@ -125,13 +125,13 @@ def transcript(
             except FileTooNew as exc:
                 if chat is not None:
                     raise
-                click.echo(f"{key}: {exc.message}", err=True)
+                click.echo(safe_line(f"{key}: {exc.message}"), err=True)
                 continue
             found += 1
             shown.extend((key, event) for event in events if event.get("t") != HEADER)
         if chat is not None and not found:
             raise BadInput(f"{group.folder} has no session for chat {chat!r}")
-    shown.sort(key=lambda item: float(item[1].get("ts") or 0))
+    shown.sort(key=lambda item: _when(item[1]))
     shown = shown[-last:]
     if as_json:
         print_json([{"session": key, **event} for key, event in shown])
@@ -158,16 +158,30 @@ def _channels_of(obj: CliContext, folder: str, chat: str) -> list[str]:
         queue.close()
 
 
+LATEST_SHOWN_TS = 2**35  # seconds since the epoch: the year 3058
+
+
+def _when(event: dict[str, Any]) -> float:
+    """An event's ``ts``; 0 when it is not a number of seconds a clock can show (the
+    container writes the line)."""
+    ts = event.get("ts")
+    if isinstance(ts, bool) or not isinstance(ts, int | float) or not 0 <= ts < LATEST_SHOWN_TS:
+        return 0.0
+    return float(ts)
+
+
 def _describe(key: str, event: dict[str, Any], several: bool) -> str:
-    stamp = time.strftime("%m-%d %H:%M:%S", time.gmtime(float(event.get("ts") or 0)))
-    where = f"{stamp} [{key}] " if several else f"{stamp} "
+    stamp = time.strftime("%m-%d %H:%M:%S", time.gmtime(_when(event)))
+    where = f"{stamp} [{safe_line(key)}] " if several else f"{stamp} "
     kind = event.get("t")
     if kind == "context":
-        return f"{where}--- fresh context ({event.get('source')}, {event.get('model')}) ---"
+        source, model = safe_line(event.get("source")), safe_line(event.get("model"))
+        return f"{where}--- fresh context ({source}, {model}) ---"
     if kind == "flush":
-        return f"{where}(memory flush: {event.get('appended_chars')} characters to the daily note)"
+        chars = safe_line(event.get("appended_chars"))
+        return f"{where}(memory flush: {chars} characters to the daily note)"
     if kind == "done":
-        return f"{where}(turn {str(event.get('turn_id'))[:8]} done)"
+        return f"{where}(turn {safe_line(str(event.get('turn_id'))[:8])} done)"
     role = event.get("role")
     if role == "user":
         sender = safe_line(event.get("sender") or "?")
@@ -175,20 +189,23 @@ def _describe(key: str, event: dict[str, Any], several: bool) -> str:
         said = safe_line(
             event.get("said") if isinstance(event.get("said"), str) else event.get("content")
         )
-        return f"{where}{sender} ({event.get('trust', '?')}): {said}"
+        return f"{where}{sender} ({safe_line(event.get('trust', '?'))}): {said}"
     if role == "assistant":
-        calls = event.get("tool_calls") or []
+        listed = event.get("tool_calls")
+        calls: list[dict[str, Any]] = (
+            [c for c in listed if isinstance(c, dict)] if isinstance(listed, list) else []
+        )
         text = safe_line(event.get("content") or "")
         shells = [c for c in calls if c.get("name") == "shell"]
         tools = ", ".join(
-            f"{c.get('name')}({safe_line(json.dumps(c.get('arguments')))[:60]})"
+            f"{safe_line(c.get('name'))}({safe_line(json.dumps(c.get('arguments')))[:60]})"
             for c in calls
             if c not in shells
         )
         line = f"{where}assistant: {text}" + (f"  -> {tools}" if tools else "")
         for call in shells:  # a shell command in full, as typed
-            arguments = call.get("arguments") if isinstance(call.get("arguments"), dict) else {}
-            command = str(arguments.get("command", ""))
+            arguments = call.get("arguments")
+            command = str(arguments.get("command", "")) if isinstance(arguments, dict) else ""
             line += f"\n{where}  $ {safe_line(command)[:SHOWN_COMMAND_CHARS]}"
         return line
     if role == "tool" and event.get("name") == "shell":
@@ -198,5 +215,6 @@ def _describe(key: str, event: dict[str, Any], several: bool) -> str:
             shown.append(f"{where}    [... {len(lines) - SHOWN_OUTPUT_LINES} more lines]")
         return "\n".join(shown)
     if role == "tool":
-        return f"{where}  {event.get('name')}: {safe_line(str(event.get('content'))[:120])}"
+        name = safe_line(event.get("name"))
+        return f"{where}  {name}: {safe_line(str(event.get('content'))[:120])}"
     return f"{where}{safe_line(json.dumps(event)[:120])}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+import reprlib
 import stat
 import time
 from dataclasses import asdict, dataclass, field
@@ -42,8 +43,12 @@ FINDING_KINDS = (
 _LINK_RE = re.compile(r"\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+[\"'][^)]*[\"'])?\s*\)")
 _REF_RE = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s|$)", re.MULTILINE)
 _SCHEME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
-_EMPTY_TYPE_RE = re.compile(
-    r"^type:[ \t]*(?:\"\"|''|~|null|Null|NULL)?[ \t]*(?:#.*)?$", re.MULTILINE
+# A frontmatter value shown in a finding: bounded, since YAML aliases let a few hundred
+# bytes name a list of 9**9 items, which repr() would write out in full.
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother = 2, 200, 200
+_EMPTY_TYPE_RE = re.compile(  # a line ending in \r\n too (its \r is kept)
+    r"^type:[ \t]*(?:\"\"|''|~|null|Null|NULL)?[ \t]*(?:#[^\r\n]*)?(?=\r?$)", re.MULTILINE
 )
 
 
@@ -224,7 +229,7 @@ def _check_file(rel: str, text: str, report: LintReport) -> None:
                 "type-missing",
                 rel,
                 "frontmatter has no non-empty string 'type'"
-                + ("" if fixable else f" (got {value!r}; set it by hand)"),
+                + ("" if fixable else f" (got {_SHOWN.repr(value)}; set it by hand)"),
                 fixable=fixable,
             )
         )
@@ -245,13 +250,22 @@ def _fixed_text(rel: str, text: str, front: Frontmatter) -> str | None:
             f"{fence}yaml\n{front.raw.rstrip()}\n{fence}\n\n{body}"
         )
     if front.data is not None and "type" not in front.data:
-        return f"{text[: front.raw_start]}type: {kind}\n{text[front.raw_start :]}"
+        inserted = f"{text[: front.raw_start]}type: {kind}\n{text[front.raw_start :]}"
+        if concept_type(split_frontmatter(inserted)) == kind:
+            return inserted
+        # a mapping that takes no line before it ({a: 1}, or indented): written anew
+        import yaml
+
+        block = yaml.safe_dump({"type": kind, **front.data}, sort_keys=False, allow_unicode=True)
+        return f"{text[: front.raw_start]}{block}{text[front.raw_start + len(front.raw) :]}"
     matches = list(_EMPTY_TYPE_RE.finditer(front.raw))
     if len(matches) != 1:
         return None
     start = front.raw_start + matches[0].start()
     end = front.raw_start + matches[0].end()
-    return f"{text[:start]}type: {kind}{text[end:]}"
+    fixed = f"{text[:start]}type: {kind}{text[end:]}"
+    # the line set may not be the one YAML reads (a type given twice, once quoted)
+    return fixed if concept_type(split_frontmatter(fixed)) == kind else None
 
 
 def lint_memory(memory_dir: Path, *, fix: bool = False) -> LintReport:

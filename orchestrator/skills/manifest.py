@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import reprlib
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,12 @@ NAME_RULE = (
 )
 MANIFEST_MAX_BYTES = 64 * 1024
 DESCRIPTION_MAX_CHARS = 1024
+
+
+# A value shown in an error: bounded, since YAML aliases let a few hundred bytes of
+# frontmatter name a list of 9**9 items, which repr() would write out in full.
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother = 2, 200, 200
 
 
 class ManifestError(ValueError):
@@ -73,6 +80,10 @@ def split(text: str) -> tuple[dict[str, Any], str]:
         where = f" (frontmatter line {mark.line + 1})" if mark is not None else ""
         problem = getattr(exc, "problem", None) or "not valid YAML"
         raise ManifestError(f"the frontmatter is not valid YAML{where}: {problem}") from None
+    except RecursionError:
+        raise ManifestError(
+            "the frontmatter is not valid YAML: lists or mappings nested too deeply"
+        ) from None
     if not isinstance(front, dict):
         raise ManifestError(
             f"the frontmatter is {type(front).__name__}, not a mapping; expected keys such "
@@ -89,7 +100,7 @@ def parse(text: str, folder_name: str | None = None) -> Manifest:
     if name is None:
         raise ManifestError("name: missing; expected the skill's name, " + NAME_RULE)
     if not isinstance(name, str) or not valid_name(name):
-        raise ManifestError(f"name: got {name!r}; expected {NAME_RULE}")
+        raise ManifestError(f"name: got {_SHOWN.repr(name)}; expected {NAME_RULE}")
     if folder_name is not None and folder_name != name:
         raise ManifestError(
             f"name: {name!r} differs from its folder's name {folder_name!r}; they must be "
@@ -102,14 +113,14 @@ def parse(text: str, folder_name: str | None = None) -> Manifest:
             "when to use it"
         )
     if not isinstance(description, str) or not description.strip():
-        raise ManifestError(f"description: got {description!r}; expected non-empty text")
+        raise ManifestError(f"description: got {_SHOWN.repr(description)}; expected non-empty text")
     if len(description) > DESCRIPTION_MAX_CHARS:
         raise ManifestError(
             f"description: {len(description)} characters; expected at most {DESCRIPTION_MAX_CHARS}"
         )
     host = front.get("host", False)
     if not isinstance(host, bool):
-        raise ManifestError(f"host: got {host!r}; expected true or false")
+        raise ManifestError(f"host: got {_SHOWN.repr(host)}; expected true or false")
     return Manifest(name, description.strip(), host, front, body, text)
 
 

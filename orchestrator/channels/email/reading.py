@@ -5,6 +5,7 @@ Pure functions of the message's bytes; nothing here touches the network or a dis
 from __future__ import annotations
 
 import email
+import email.errors
 import email.policy
 import email.utils
 import re
@@ -167,7 +168,8 @@ def _decoded(part: Message) -> str:
     """A text part's content; undecodable bytes replaced, not raised."""
     try:
         content = part.get_content()  # type: ignore[attr-defined]
-    except (LookupError, UnicodeError, AssertionError):
+    # ValueError: undecodable bytes (UnicodeError), or a NUL in the charset's name
+    except (LookupError, ValueError, AssertionError):
         payload = part.get_payload(decode=True)
         content = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else ""
     return content if isinstance(content, str) else ""
@@ -195,35 +197,53 @@ def read_mail(raw: bytes) -> Mail:
     """``raw`` (a message as IMAP returns it) read into a Mail."""
     parsed = email.message_from_bytes(raw, policy=email.policy.default)
     assert isinstance(parsed, EmailMessage)  # the default policy's factory
-    name, sender = _address(_header(parsed, "From"))
+    headers = _headers(parsed)
+    name, sender = _address(_header(headers, "From"))
     text, html_only = _body_text(parsed)
     recipients = tuple(
         a.lower()
         for _, a in email.utils.getaddresses(
-            [_header(parsed, "To") or "", _header(parsed, "Cc") or ""]
+            [_header(headers, "To") or "", _header(headers, "Cc") or ""]
         )
         if a
     )
-    ids = message_ids(_header(parsed, "Message-ID"))
-    replied = message_ids(_header(parsed, "In-Reply-To"))
+    ids = message_ids(_header(headers, "Message-ID"))
+    replied = message_ids(_header(headers, "In-Reply-To"))
     return Mail(
         sender=sender,
         sender_name=name,
         message_id=ids[0] if ids else None,
         in_reply_to=replied[0] if replied else None,
-        references=message_ids(_header(parsed, "References")),
-        subject=" ".join((_header(parsed, "Subject") or "").split()),
+        references=message_ids(_header(headers, "References")),
+        subject=" ".join((_header(headers, "Subject") or "").split()),
         text=trim_quoted(text),
-        headers=tuple((k, _safe_str(v)) for k, v in parsed.items()),
+        headers=headers,
         attachments=_attachments(parsed),
         html_only=html_only,
         to=recipients,
     )
 
 
-def _header(message: EmailMessage, name: str) -> str | None:
-    value = message.get(name)
-    return None if value is None else _safe_str(value)
+def _headers(message: EmailMessage) -> tuple[tuple[str, str], ...]:
+    """Every header as (name, value), in order. The standard library's header parser
+    raises on some malformed values (IndexError on ``Message-ID: <@>``, AttributeError,
+    HeaderParseError): such a value is kept as it came, unfolded, its bytes that are not
+    UTF-8 replaced."""
+    found = []
+    for name, raw in message.raw_items():
+        try:
+            value = _safe_str(message.policy.header_fetch_parse(name, raw))
+        except (IndexError, AttributeError, ValueError, email.errors.MessageError):
+            text = raw.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+            value = " ".join(text.split())
+        found.append((name, value))
+    return tuple(found)
+
+
+def _header(headers: tuple[tuple[str, str], ...], name: str) -> str | None:
+    """The first of ``headers`` called ``name`` (any case), or None."""
+    wanted = name.lower()
+    return next((v for k, v in headers if k.lower() == wanted), None)
 
 
 def _safe_str(value: object) -> str:
