@@ -93,3 +93,39 @@ def test_bad_requests_are_refused_with_the_reason(
     assert all(r.startswith("NOT_REQUESTED") for r in results), results
     assert "packages.debian[0]" in results[0] and "packages.python[0]" in results[1]
     assert HeldRequests(served["daemon"].queue).waiting("fam") == []
+
+
+def test_an_approval_replaces_a_project_however_its_name_is_spelled(tmp_path: Path) -> None:
+    # typing-extensions in group.yaml and its lock; the request spells it typing_extensions
+    from orchestrator.groups import GroupStore
+    from orchestrator.groups.config import GroupConfig, config_lock, set_packages
+    from orchestrator.groups.packages import LockedWheel, PythonLock, read_lock, write_lock
+    from orchestrator.home import Home
+    from orchestrator.relay.package_requests import apply_held
+    from orchestrator.store.held import HeldRequest
+
+    group = GroupStore(Home(tmp_path)).add(GroupConfig(name="fam"))
+    with config_lock(group.config_file):
+        set_packages(group.config_file, (), ("typing-extensions==4.0.0", "six==1.16.0"))
+    old = LockedWheel("typing-extensions", "4.0.0", "typing_extensions-4.0.0.whl", "a" * 64)
+    six = LockedWheel("six", "1.16.0", "six-1.16.0-py2.py3-none-any.whl", "b" * 64)
+    write_lock(group.path, PythonLock(("typing-extensions==4.0.0", "six==1.16.0"), (old, six)))
+    asked = {
+        "debian": [],
+        "python": ["typing_extensions==4.12.2"],
+        "wheels": [{"file": "typing_extensions-4.12.2-py3-none-any.whl", "sha256": "c" * 64}],
+    }
+    content = json.dumps(asked)
+    request = HeldRequest(
+        1, "fam", "packages", content, "0" * 64, "cli", "c", None, "alice", "m1", True, 0, 1e12
+    )
+    done, _ = apply_held(tmp_path / "groups", group.path.name, request, "alice")
+    assert done
+    packages = load_group_config(group.config_file).packages
+    assert packages.python == ("six==1.16.0", "typing_extensions==4.12.2")
+    lock = read_lock(group.path)
+    assert lock is not None
+    assert sorted((w.name, w.version) for w in lock.wheels) == [
+        ("six", "1.16.0"),
+        ("typing_extensions", "4.12.2"),
+    ]

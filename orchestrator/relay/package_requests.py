@@ -31,7 +31,7 @@ def apply_held(
     config_file = groups_dir / folder / "group.yaml"
     with config_lock(config_file):
         current = load_group_config(config_file).packages
-        new_python = {r.split("==")[0].lower(): r for r in asked["python"]}
+        new_python = {_name(r): r for r in asked["python"]}
         python = tuple(
             dict.fromkeys(
                 [r for r in current.python if _name(r) not in new_python] + list(asked["python"])
@@ -39,10 +39,10 @@ def apply_held(
         )
         debian = tuple(dict.fromkeys([*current.debian, *asked["debian"]]))
         old = read_lock(groups_dir / folder)
-        wheels = {w.name.lower(): w for w in (old.wheels if old else ())}
+        wheels = {_canonical(w.name): w for w in (old.wheels if old else ())}
         for spec, shown in zip(asked["python"], asked["wheels"], strict=True):
             name, _, version = spec.partition("==")
-            wheels[name.lower()] = LockedWheel(name, version, shown["file"], shown["sha256"])
+            wheels[_canonical(name)] = LockedWheel(name, version, shown["file"], shown["sha256"])
         set_packages(config_file, debian, python)
         write_lock(groups_dir / folder, PythonLock(python, tuple(wheels.values())))
     log.info(
@@ -56,9 +56,17 @@ def apply_held(
 
 
 def _name(requirement: str) -> str:
+    """A requirement's project, as PyPI compares them (typing_extensions and
+    Typing.Extensions are typing-extensions)."""
     from packaging.requirements import Requirement
 
-    return Requirement(requirement).name.lower()
+    return _canonical(Requirement(requirement).name)
+
+
+def _canonical(name: str) -> str:
+    from packaging.utils import canonicalize_name
+
+    return str(canonicalize_name(name))
 
 
 def build_after_approval(
