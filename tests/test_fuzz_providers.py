@@ -131,8 +131,15 @@ def well_formed(answer: ModelAnswer) -> None:
     for call in answer.tool_calls:
         assert isinstance(call["id"], str) and isinstance(call["name"], str)
         assert isinstance(call["arguments"], dict)
-    for count in (answer.input_tokens, answer.output_tokens, answer.cache_read_tokens):
-        assert isinstance(count, int) and not isinstance(count, bool)
+    counts = (
+        answer.input_tokens,
+        answer.output_tokens,
+        answer.cache_read_tokens,
+        answer.cache_write_tokens,
+    )
+    for count in counts:
+        # a count below zero would lower the group's charge and let calls past its caps
+        assert isinstance(count, int) and not isinstance(count, bool) and count >= 0
     assert answer.stop_reason is None or isinstance(answer.stop_reason, str)
     # the relay answers the runner's model.complete with it, as a frame
     wire.send_frame(
@@ -194,3 +201,19 @@ def test_a_whole_anthropic_message_reads_to_a_well_formed_answer(whole: bytes) -
     answer = read(anthropic.read_message, message)
     if answer is not None:
         well_formed(answer)
+
+
+def test_counts_below_zero_from_a_provider_count_as_none() -> None:
+    # a server reporting -1,000,000 tokens would have lowered the group's spend
+    events = [
+        {"type": "message_start", "message": {"usage": {"input_tokens": -1_000_000}}},
+        {"type": "content_block_delta", "delta": {"type": "text_delta", "text": "hi"}},
+        {"type": "message_delta", "usage": {"output_tokens": -7, "cache_read_input_tokens": -3}},
+        {"type": "message_stop"},
+    ]
+    answer = anthropic.read_stream(events)
+    assert (answer.input_tokens, answer.output_tokens, answer.cache_read_tokens) == (0, 0, 0)
+    whole = {**OPENAI_WHOLE, "usage": {"prompt_tokens": 10, "completion_tokens": -5}}
+    answer = openai.read_completion(whole, CALL)
+    assert (answer.input_tokens, answer.output_tokens) == (10, 0)
+    assert ModelAnswer("x", [], -1, -2, cache_write_tokens=-3).prompt_tokens == 0

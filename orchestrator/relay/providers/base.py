@@ -67,6 +67,13 @@ class ModelAnswer:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
 
+    def __post_init__(self) -> None:
+        # a count below zero (a server's bug, or a hostile one) would lower what the
+        # group is charged, and let a call past its caps: it counts as none
+        for count in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"):
+            if getattr(self, count) < 0:
+                object.__setattr__(self, count, 0)
+
     @property
     def prompt_tokens(self) -> int:
         """The whole prompt, cached parts included (what fills the context window)."""
