@@ -294,6 +294,14 @@ def test_a_code_block_whose_line_overflows_a_piece_is_split(text: str, limit: in
     assert sum(piece.count("x") for piece in pieces) == text.count("x")  # nothing lost
 
 
+@pytest.mark.parametrize("opening", ["```\n", "```python\n", "Here:\n```\n"])
+def test_no_piece_is_an_empty_code_block(opening: str) -> None:
+    # a cut right after a fence's opening line sent "```\n```" as a piece of its own
+    pieces = split_message(opening + "x" * 5000 + "\n```", 4096)
+    assert all(piece.count("x") for piece in pieces if piece.startswith("```")), pieces
+    assert sum(piece.count("x") for piece in pieces) == 5000
+
+
 @pytest.mark.parametrize(
     ("text", "fixed"),
     [

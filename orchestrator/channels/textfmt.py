@@ -60,7 +60,10 @@ def split_message(text: str, limit: int) -> list[str]:
             pieces.append(text)
             break
         head, rest = _cut(text, budget)
-        if len(head) <= len(reopen):  # its only break is the reopened fence's own line
+        # no progress (its only break is the reopened fence's own line), or a piece that
+        # would be an empty code block (its last line opens a fence): cut within the line
+        opens_last = head.count(FENCE) % 2 and "\n" not in head[head.rfind(FENCE) :]
+        if len(head) <= len(reopen) or opens_last:
             head, rest = _hard_cut(text, budget)
         text = rest.lstrip("\n")
         if head.count(FENCE) % 2:
