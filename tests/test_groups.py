@@ -272,3 +272,16 @@ def test_the_yaml_cache_keeps_only_what_json_gives_back_unchanged(tmp_path: Path
     assert again.get("b", b"y") is MISSING and again.get("c", b"z") is MISSING
     (tmp_path / "cache/group-yaml.json").write_text("{not json")
     assert ParsedYaml(tmp_path).get("a", b"x") is MISSING  # a broken cache is not used
+
+
+def test_an_edit_of_group_yaml_writes_the_value_as_given(home: Path) -> None:
+    # the value was a regular expression's replacement: \g<0> became the old line
+    from orchestrator.groups import GroupStore
+    from orchestrator.groups.config import GroupConfig, load_group_config, set_option
+    from orchestrator.home import Home
+
+    group = GroupStore(Home(home)).add(GroupConfig(name="fam"))
+    set_option(group.config_file, "name", r"fam-\g<0>")
+    assert load_group_config(group.config_file).name == r"fam-\g<0>"
+    set_option(group.config_file, "container.disk", r"2GiB")
+    assert "name: fam-\\g<0>\n" in group.config_file.read_text()

@@ -720,12 +720,12 @@ def set_option(path: Path, key: str, value: str) -> None:
     pattern = re.compile(rf"(?m)^{indent}{re.escape(name)}:.*$")
     line = f"{indent}{name}: {value}"
     if pattern.search(text):
-        text = pattern.sub(line, text, count=1)
+        text = pattern.sub(lambda _: line, text, count=1)  # the value as written, no \1
     elif parent:
         header = re.compile(rf"(?m)^{re.escape(parent)}:\s*$")
         if not header.search(text):
             raise InvalidConfig(f"{path}: no {parent}: section to put {key} in")
-        text = header.sub(f"{parent}:\n{line}", text, count=1)
+        text = header.sub(lambda _: f"{parent}:\n{line}", text, count=1)
     else:
         text = text.rstrip("\n") + f"\n{line}\n"
     parse_group_config(text, path)
