@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -533,15 +534,19 @@ def test_list_and_cancel_stay_inside_the_group_and_chat(served) -> None:  # type
 
 def test_the_whole_chat_path_with_the_offline_provider(served) -> None:  # type: ignore[no-untyped-def]
     daemon: Daemon = served["daemon"]
+    # the daily task's hour is twelve hours away, so it is not due within the reminder's
+    # ten minutes whenever the test runs
+    hour = (time.gmtime().tm_hour + 12) % 24
     [set_reply] = say(served, "Remind me in 10 minutes to take the bread out.", "bob", "kitchen")
-    [daily_reply] = say(served, "every day at 08:00 post the plan", "bob", "kitchen")
+    [daily_reply] = say(served, f"every day at {hour:02d}:00 post the plan", "bob", "kitchen")
     first, daily = daemon.tasks.tasks("fam")
     assert set_reply.startswith(f"Scheduled task {first.id}: once at ")
-    assert daily_reply.startswith(f"Scheduled task {daily.id}: cron '0 8 * * *' (UTC); next run ")
+    cron = f"0 {hour} * * *"
+    assert daily_reply.startswith(f"Scheduled task {daily.id}: cron '{cron}' (UTC); next run ")
     [listed] = say(served, "list my reminders", "bob", "kitchen")
     assert listed == (
         f"{first.id}: Reminder: take the bread out (once at {first.next_local}; next "
-        f"{first.next_local}; active)\n{daily.id}: post the plan (cron '0 8 * * *' (UTC); "
+        f"{first.next_local}; active)\n{daily.id}: post the plan (cron '{cron}' (UTC); "
         f"next {daily.next_local}; active)"
     )
     assert say(served, "list my reminders", "bob", "hall") == ("(no tasks scheduled in this chat)",)
