@@ -102,16 +102,18 @@ def status(obj: CliContext, as_json: bool) -> None:
 
     daemon = _daemon_summary(obj)
     runtime = open_runtime(obj)
-    rows = runtime.status()
-    invalid = [item for item in runtime.store.listing() if item.group is None]
+    listing = runtime.store.listing()  # once: each pass reads every group.yaml
+    groups = [item.group for item in listing if item.group is not None]
+    rows = runtime.status(groups)
+    invalid = [item for item in listing if item.group is None]
     queue = _queue_summary(obj)
-    limits = {g.folder: g.config.container.disk_bytes for g in runtime.store.groups()}
+    limits = {g.folder: g.config.container.disk_bytes for g in groups}
     disk = {r.folder: group_disk_usage(obj.home.groups_dir, r.folder) for r in rows}
     paused = {p["group"]: p for p in (queue or {}).get("pauses", [])}
     spaces = [s for s in (free_space(obj.home.groups_dir), free_space(obj.home.state_dir)) if s]
     gaps = {r.folder: History(obj.home.groups_dir, r.folder).gap() for r in rows}
     recreated = _runner_recreations(obj) if daemon is not None else {}
-    zones = {g.folder: g.config.timezone for g in runtime.store.groups()}
+    zones = {g.folder: g.config.timezone for g in groups}
     costs = _costs_today(obj, zones)
     currency = _currency(obj)
     if as_json:

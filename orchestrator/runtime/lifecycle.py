@@ -495,6 +495,8 @@ class GroupRuntime:
     def _desired_labels(self, groups: list[Group]) -> dict[str, Mapping[str, str] | None]:
         """Each group's desired container labels (its hashes among them); None where
         they cannot be computed now."""
+        if not groups:
+            return {}
         try:
             image = self.image()
         except OrchestratorError:
@@ -534,10 +536,12 @@ class GroupRuntime:
         apply_plan(actions, self)
         return actions
 
-    def status(self) -> list[GroupStatus]:
+    def status(self, groups: list[Group] | None = None) -> list[GroupStatus]:
+        """Each group's row (``groups``, or every valid group of the home). Drift is
+        computed only where a container exists: a group without one has none to drift."""
         containers = {c.group: c for c in self.backend.list(self.project_labels)}
-        groups = self.store.groups()
-        desired = self._desired_hashes(groups)
+        groups = self.store.groups() if groups is None else groups
+        desired = self._desired_hashes([g for g in groups if g.folder in containers])
         running = [c for c in containers.values() if c.running]
         memory = self.backend.memory_usages(
             running, time.monotonic() + STATUS_MEMORY_DEADLINE_SECONDS

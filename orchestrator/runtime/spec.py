@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -201,9 +201,20 @@ def mcp_setting(mcp: McpSettings) -> str:
     return json.dumps({"servers": servers}, sort_keys=True, separators=(",", ":"))
 
 
+def _spec_data(spec: ContainerSpec) -> dict[str, Any]:
+    """The spec as ``dataclasses.asdict`` gives it, as far as JSON can tell (tuples and
+    lists encode alike), without asdict's deep copy of every value: a spec holds only
+    text, numbers, tuples of text and its bind mounts (status computes one per group)."""
+    data = {f.name: getattr(spec, f.name) for f in fields(spec)}
+    data["mounts"] = [
+        {"source": m.source, "target": m.target, "read_only": m.read_only} for m in spec.mounts
+    ]
+    return data
+
+
 def config_hash(spec: ContainerSpec) -> str:
     """sha256 of the spec as sorted JSON, leaving out the hash label itself."""
-    data = asdict(spec)
+    data = _spec_data(spec)
     data["labels"] = {k: v for k, v in spec.labels.items() if k != LABEL_CONFIG_HASH}
     data["environment"] = dict(spec.environment)
     data["tmpfs"] = dict(spec.tmpfs)
