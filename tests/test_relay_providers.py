@@ -16,7 +16,7 @@ from orchestrator.relay.providers.base import (
     retry_after_seconds,
 )
 from orchestrator.relay.retry import call_with_retries, retry_wait
-from tests.fakeproviders import Cut, Error, FakeProvider, Malformed, Text, ToolUse
+from tests.fakeproviders import Cut, Error, FakeProvider, Hold, Malformed, Text, ToolUse
 
 KEY = "sk-test-0123456789abcdefghij"
 TOOLS = [
@@ -146,6 +146,24 @@ def test_the_key_never_appears_in_an_error(server: FakeProvider) -> None:
     with pytest.raises(ProviderFailure) as caught:
         adapter(server).complete(CALL, model="m", timeout=30)
     assert KEY not in caught.value.message and "[key]" in caught.value.message
+
+
+def test_a_call_gets_its_own_timeout_and_the_next_call_its_own(
+    server: FakeProvider, stream: bool
+) -> None:
+    """The timeout is the call's (a request option on the one shared client): a server
+    that does not answer in it fails the call as retryable, and the next call, with a
+    longer timeout, is answered on the same client."""
+    held = Hold(then=Text("late"))
+    server.script.extend([held, Text("on time")])
+    provider = adapter(server, stream)
+    try:
+        with pytest.raises(ProviderFailure) as failed:
+            provider.complete(CALL, model="m", timeout=0.5)
+        assert failed.value.retryable and held.reached.is_set()
+    finally:
+        held.release.set()
+    assert provider.complete(CALL, model="m", timeout=30).text == "on time"
 
 
 def test_429_then_success_honours_retry_after(server: FakeProvider) -> None:

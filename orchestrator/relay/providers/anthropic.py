@@ -231,14 +231,18 @@ class AnthropicProvider(HostProvider):
         body = {"model": model, "max_tokens": self.max_tokens(call), **to_anthropic(call)}
         # The SDK's documented low-level post(): the body we built goes out as it is,
         # without create()'s per-message typed-parameter transform.
-        client = self.client.with_options(timeout=timeout)
+        # the call's timeout as a request option: with_options() would copy the client
+        client = self.client
         try:
             if not self.definition.stream:
-                whole = client.post("/v1/messages", body=body, cast_to=Message)
+                whole = client.post(
+                    "/v1/messages", body=body, options={"timeout": timeout}, cast_to=Message
+                )
                 return read_message(whole.model_dump())
             # Events as plain dicts: no model object built (and dumped again) per event.
             stream = client.post(
                 "/v1/messages",
+                options={"timeout": timeout},
                 body={**body, "stream": True},
                 cast_to=Message,
                 stream=True,

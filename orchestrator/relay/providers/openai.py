@@ -269,15 +269,22 @@ class OpenAIProvider(HostProvider):
         # The SDK's documented low-level post(): the body we built goes out as it is.
         # create() would first walk every message through its typed-parameter transform,
         # about 0.4 ms a message: 250 ms a call for a long conversation.
-        client = self.client.with_options(timeout=timeout)
+        # the call's timeout as a request option: with_options() would copy the client
+        client = self.client
         try:
             if not self.definition.stream:
-                whole = client.post("/chat/completions", body=body, cast_to=ChatCompletion)
+                whole = client.post(
+                    "/chat/completions",
+                    body=body,
+                    options={"timeout": timeout},
+                    cast_to=ChatCompletion,
+                )
                 return read_completion(whole.model_dump(), call)
             body |= {"stream": True, "stream_options": {"include_usage": True}}
             # Chunks as plain dicts: no model object built (and dumped again) per chunk.
             stream = client.post(
                 "/chat/completions",
+                options={"timeout": timeout},
                 body=body,
                 cast_to=ChatCompletion,
                 stream=True,
