@@ -82,6 +82,14 @@ class Recorded:
 
 
 @dataclass
+class Linger(Text):
+    """A streamed text answer whose body does not end after its last event ([DONE])
+    until ``release`` is set: a server that keeps the stream open."""
+
+    release: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
 class Hold:
     """A request that is answered (with ``then``) only once ``release`` is set; ``reached``
     is set when it arrives. A turn waiting on it is in flight for as long as the test
@@ -100,6 +108,7 @@ class Seen:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    peer: object = None  # the client's address and port: one per connection
 
 
 @dataclass
@@ -191,7 +200,8 @@ class FakeProvider:
             body = await request.json()
         except ValueError:
             return _problem("the body is not JSON")
-        self.seen.append(Seen(request.path, dict(request.headers), body))
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        self.seen.append(Seen(request.path, dict(request.headers), body, peer))
         problem = self._check(request, body)
         if problem:
             return _problem(problem)
@@ -429,7 +439,7 @@ class FakeProvider:
         lines.append(_chunk(body["model"], {"index": 0, "delta": {}, "finish_reason": finish}))
         lines.append(_chunk(body["model"], None, usage))
         lines.append("data: [DONE]\n\n")
-        return await _sse(request, lines)
+        return await _sse(request, lines, step.release if isinstance(step, Linger) else None)
 
 
 IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
@@ -512,11 +522,15 @@ def _pieces(text: str, count: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
-async def _sse(request: web.Request, lines: list[str]) -> web.StreamResponse:
+async def _sse(
+    request: web.Request, lines: list[str], linger: threading.Event | None = None
+) -> web.StreamResponse:
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await response.prepare(request)
     for line in lines:
         await response.write(line.encode())
+    while linger is not None and not linger.is_set():
+        await asyncio.sleep(0.05)  # the body stays open
     await response.write_eof()
     return response
 

@@ -16,7 +16,16 @@ from orchestrator.relay.providers.base import (
     retry_after_seconds,
 )
 from orchestrator.relay.retry import call_with_retries, retry_wait
-from tests.fakeproviders import Cut, Error, FakeProvider, Hold, Malformed, Text, ToolUse
+from tests.fakeproviders import (
+    Cut,
+    Error,
+    FakeProvider,
+    Hold,
+    Linger,
+    Malformed,
+    Text,
+    ToolUse,
+)
 
 KEY = "sk-test-0123456789abcdefghij"
 TOOLS = [
@@ -164,6 +173,34 @@ def test_a_call_gets_its_own_timeout_and_the_next_call_its_own(
     finally:
         held.release.set()
     assert provider.complete(CALL, model="m", timeout=30).text == "on time"
+
+
+def test_calls_one_after_another_share_one_connection(server: FakeProvider, stream: bool) -> None:
+    """A streamed answer is read to its body's end, so its connection goes back to the
+    client's pool (the OpenAI SDK stops at [DONE]; closing the answer there took the
+    connection down, and every call made a new one: a TLS handshake each, remotely)."""
+    provider = adapter(server, stream)
+    for _ in range(3):
+        assert provider.complete(CALL, model="m", timeout=30).text == "ok"
+    peers = {seen.peer for seen in server.seen}
+    assert len(server.seen) == 3 and len(peers) == 1 and None not in peers
+
+
+def test_a_stream_kept_open_after_its_end_still_answers() -> None:
+    """Reading on after the answer's last event (for the connection's sake) is bounded:
+    a server that keeps the body open after [DONE] (the Chat Completions stream's end)
+    does not hold the answer back."""
+    fake = FakeProvider("openai", KEY)
+    lingering = Linger("whole")
+    fake.script.append(lingering)
+    try:
+        answer = adapter(fake).complete(CALL, model="m", timeout=600)
+        assert answer.text == "whole" and not lingering.release.is_set()
+    finally:
+        lingering.release.set()
+        while OPEN:
+            OPEN.pop().close()
+        fake.close()
 
 
 def test_429_then_success_honours_retry_after(server: FakeProvider) -> None:

@@ -211,7 +211,7 @@ class _Closer:
                     close()
 
 
-_CLOSER = _Closer()
+CLOSER = _Closer()
 
 
 class UntilDeadline:
@@ -235,7 +235,7 @@ class UntilDeadline:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         timer = None
         if self.deadline is not None and self.close is not None:
-            timer = _CLOSER.at(time.monotonic() + max(self.deadline.left(), 0.0), self.close)
+            timer = CLOSER.at(time.monotonic() + max(self.deadline.left(), 0.0), self.close)
         try:
             iterator = iter(self.chunks)
             while True:
@@ -251,7 +251,7 @@ class UntilDeadline:
                 yield chunk
         finally:
             if timer is not None:
-                _CLOSER.cancel(timer)
+                CLOSER.cancel(timer)
 
 
 class HostProvider(abc.ABC):

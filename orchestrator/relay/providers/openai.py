@@ -14,11 +14,16 @@ user message (a tool message takes text only).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
-from collections.abc import Iterable
+import socket
+import time
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from orchestrator.relay.providers.base import (
+    CLOSER,
     STOP_CUT,
     STOP_END,
     STOP_TOOLS,
@@ -244,6 +249,58 @@ def _server_ms(timings: dict[str, Any] | None) -> float | None:
         return None
 
 
+# How long the rest of a stream's body may take after its [DONE] (normally it is there
+# already: the end of the chunked body comes with [DONE] or right after it)
+DRAIN_SECONDS = 0.5
+
+
+@functools.cache
+def _chunks_class(sdk: Any) -> Any:
+    """The SDK's stream of chunks as plain dicts, read to the end of the body.
+
+    The SDK stops reading at [DONE] and closes the response, and a response closed
+    before its body's end takes its connection down with it: every streamed call
+    made a new connection (to a remote API, a TCP and TLS handshake each). Here what
+    follows [DONE] is read first, so the connection goes back to the client's pool. A
+    server that keeps the body open longer than DRAIN_SECONDS has its connection shut
+    (the read waiting on it ends: closing the response from another thread would not
+    end it) and the answer is whole all the same."""
+
+    class Chunks(sdk.Stream[dict[str, Any]]):  # type: ignore[misc]
+        def _iter_events(self) -> Iterator[Any]:
+            events = super()._iter_events()  # the SDK's own, with its error mapping
+            for event in events:
+                if event.data.startswith("[DONE]"):
+                    _drain(events, self.response)
+                yield event
+
+    return Chunks
+
+
+def _drain(events: Iterator[Any], response: Any) -> None:
+    """Read ``events`` to their end, for at most DRAIN_SECONDS; an error ends it (the
+    answer is whole: only the connection is lost, as it was without the drain)."""
+    network = response.extensions.get("network_stream")
+    sock = network.get_extra_info("socket") if network is not None else None
+    if not isinstance(sock, socket.socket):
+        return  # no way to bound the wait: the connection goes, as the SDK leaves it
+
+    def cut() -> None:
+        with contextlib.suppress(OSError):
+            # the descriptor only (an SSL socket's own shutdown() would drop its state
+            # under the reading thread)
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+    timer = CLOSER.at(time.monotonic() + DRAIN_SECONDS, cut)
+    try:
+        for _ in events:
+            pass
+    except Exception:  # the answer is whole: only the connection is lost
+        pass
+    finally:
+        CLOSER.cancel(timer)
+
+
 class OpenAIProvider(HostProvider):
     def __init__(self, definition: Any, key: str | None) -> None:
         super().__init__(definition, key)
@@ -288,7 +345,7 @@ class OpenAIProvider(HostProvider):
                 body=body,
                 cast_to=ChatCompletion,
                 stream=True,
-                stream_cls=sdk.Stream[dict[str, Any]],
+                stream_cls=_chunks_class(sdk),
             )
             with stream:  # closed on leaving: a cut stream stops the server's work
                 return read_stream(stream, call, deadline=deadline, on_text=on_text)
