@@ -80,9 +80,31 @@ def scaffold_create(quick: bool) -> Result:
                 (group / "memory/system/index.md").write_text(texts[1])
                 (group / "memory/system/definition.md").write_text(texts[2])
 
+        def durable() -> None:
+            # the floor's writes made as durable as the scaffold's: each file fsync'd,
+            # then each of the three folders that gained an entry
+            for group in pending_durable.pop():
+                (group / "memory/system").mkdir(parents=True)
+                for name, text in zip(
+                    ("index.md", "system/index.md", "system/definition.md"), texts, strict=True
+                ):
+                    fd = os.open(group / "memory" / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+                    try:
+                        os.write(fd, text.encode())
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                for folder in (group / "memory/system", group / "memory", group):
+                    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+                    try:
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+
         n = 3 if quick else 10
-        pending_target = [fresh() for _ in range(n + 1)]
+        pending_target = [fresh() for _ in range(2 * n + 2)]
         pending_floor = [fresh() for _ in range(n + 1)]
+        pending_durable = [fresh() for _ in range(n + 1)]
         t, f = interleaved(
             target,
             floor,
@@ -90,12 +112,23 @@ def scaffold_create(quick: bool) -> Result:
             target_label="scaffold 200 new groups",
             floor_label="mkdir and write the same files",
         )
+        t2, d = interleaved(
+            target,
+            durable,
+            n,
+            target_label="scaffold 200 new groups",
+            floor_label="the same, each file and folder fsync'd",
+        )
     return Result(
         SCAFFOLD_CREATE,
         t,
         f,
         note="the scaffold fsyncs each file and its folder (creation is durable); the floor "
-        "does not",
+        "does not. The durable floor is the floor with the scaffold's fsyncs, in the same run",
+        extra={
+            "durable_floor_ms": round(d.median * 1000, 2),
+            "ratio_to_durable_floor": round(t2.median / d.median, 2),
+        },
     )
 
 
