@@ -98,6 +98,36 @@ def test_set_packages_keeps_the_file_and_refuses_bad_names(tmp_path: Path) -> No
     assert parse_group_config(path.read_text(), path).packages.from_chat is False
 
 
+def test_set_packages_takes_any_yaml_the_loader_takes(tmp_path: Path) -> None:
+    """A packages section written by hand, in flow style or with its keys in another
+    order and indentation, is edited in place (it was refused as a second packages:
+    section), every other line kept; a packages: that is not a mapping is refused,
+    naming it, and nothing changes."""
+    home = group(tmp_path)
+    path = home / "groups" / "fam" / "group.yaml"
+    base = path.read_text().split("\n# Packages for")[0] + "\n"
+    for section in (
+        "packages: {debian: [curl], from_chat: true}\n",
+        "packages:\n    python: []  # none yet\n    debian:\n      - curl\n",
+    ):
+        path.write_text(base + "# mine\n" + section)
+        with config_lock(path):
+            set_packages(path, ("curl", "tree"), ("rich==13.7.1",))
+        config = load_group_config(path)
+        assert config.packages.debian == ("curl", "tree")
+        assert config.packages.python == ("rich==13.7.1",)
+        text = path.read_text()
+        assert text.startswith(base) and "# mine" in text and text.count("packages:") == 1
+    assert config.packages.from_chat is False  # the second file never said from_chat
+    path.write_text(base + "packages: {debian: [curl], from_chat: true}\n")
+    set_packages(path, ("tree",), ())
+    assert load_group_config(path).packages.from_chat is True  # kept
+    path.write_text(base + "packages: [curl]\n")
+    with pytest.raises(InvalidConfig, match="packages"):
+        set_packages(path, ("tree",), ())
+    assert path.read_text() == base + "packages: [curl]\n"
+
+
 def test_the_cli_refuses_before_anything_changes(tmp_path: Path) -> None:
     home = group(tmp_path)
     path = home / "groups" / "fam" / "group.yaml"

@@ -6,6 +6,7 @@ The defaults below are the only place group defaults live; the README documents 
 from __future__ import annotations
 
 import contextlib
+import io
 import math
 import re
 from collections.abc import Iterator, Mapping
@@ -757,19 +758,53 @@ packages:
 
 def set_packages(path: Path, debian: tuple[str, ...], python: tuple[str, ...]) -> None:
     """Set ``packages.debian`` and ``packages.python`` in group.yaml (the section made
-    when missing), keeping every other line and comment; validated before it replaces
-    the file. The caller holds ``config_lock``."""
+    when missing), keeping every other line and comment, in whatever style the section
+    is written (a round-trip YAML parser); validated, then written at once. The caller
+    holds ``config_lock``."""
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+    from orchestrator.errors import InvalidConfig
     from orchestrator.fsatomic import write_atomic
 
     text = path.read_text(encoding="utf-8")
-    if not re.search(r"(?m)^packages:\s*$", text):
-        write_atomic(path, text.rstrip("\n") + "\n" + PACKAGES_SECTION)
-    try:
-        set_option(path, "packages.debian", _flow(debian))
-        set_option(path, "packages.python", _flow(python))
-    except Exception:
-        write_atomic(path, text)  # as it was
-        raise
+    yaml = _round_trip()
+    data = yaml.load(text)
+    if not isinstance(data, dict):
+        raise InvalidConfig(f"{path}: the document must be a mapping")
+    if "packages" not in data:
+        edited = (
+            text.rstrip("\n")
+            + "\n"
+            + PACKAGES_SECTION
+            + f"  debian: {_flow(debian)}\n  python: {_flow(python)}\n"
+        )
+    else:
+        packages = data["packages"]
+        if packages is None:
+            packages = data["packages"] = CommentedMap()
+        if not isinstance(packages, dict):
+            raise InvalidConfig(
+                f"{path}: packages: must be a mapping (debian:, python:, from_chat:), "
+                f"not {type(packages).__name__}"
+            )
+        for key, items in (("debian", debian), ("python", python)):
+            listed = CommentedSeq(items)
+            listed.fa.set_flow_style()
+            packages[key] = listed
+        out = io.StringIO()
+        yaml.dump(data, out)
+        edited = out.getvalue()
+    parse_group_config(edited, path)
+    write_atomic(path, edited)
+
+
+def _round_trip() -> Any:
+    """A YAML parser that writes back what it read, comments and quotes kept."""
+    from ruamel.yaml import YAML
+
+    yaml = YAML()
+    yaml.preserve_quotes = True
+    return yaml
 
 
 def _flow(items: tuple[str, ...]) -> str:
@@ -796,15 +831,11 @@ def set_mcp_server(path: Path, name: str, server: dict[str, Any] | None) -> None
 
 def _mcp_edited(path: Path, name: str, server: dict[str, Any] | None) -> str:
     """group.yaml's text with ``mcp.servers.NAME`` set (or removed), validated."""
-    import io
-
-    from ruamel.yaml import YAML
     from ruamel.yaml.comments import CommentedMap
 
     from orchestrator.errors import InvalidConfig
 
-    yaml = YAML()
-    yaml.preserve_quotes = True
+    yaml = _round_trip()
     text = path.read_text(encoding="utf-8")
     data = yaml.load(text)
     if not isinstance(data, dict):
