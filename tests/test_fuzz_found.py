@@ -7,6 +7,7 @@ import json
 import socket
 from pathlib import Path
 
+import dkim
 import pytest
 from click.testing import CliRunner, Result
 
@@ -24,6 +25,8 @@ from orchestrator.relay.providers.openai import read_stream as openai_read_strea
 from orchestrator.skills.manifest import ManifestError
 from orchestrator.skills.manifest import parse as skill_manifest
 from orchestrator.yamldoc import parse_yaml_text
+from tests.test_fuzz_dkim import DOMAIN, SELECTOR
+from tests.test_fuzz_dkim import key as dkim_key
 
 
 def test_a_lone_surrogate_in_an_event_is_appended_and_rotated(tmp_path: Path) -> None:
@@ -346,25 +349,11 @@ def test_a_mail_whose_first_header_line_is_folded_is_not_verified() -> None:
 
 
 def dkim_signed(mail: bytes, headers: list[bytes]) -> tuple[bytes, bytes]:
-    """``mail`` signed by example.org with a key made here (the DKIM-Signature header
-    and ``mail``), and the key's DNS TXT record."""
-    import base64
-
-    import dkim
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import rsa
-
-    private = rsa.generate_private_key(public_exponent=65537, key_size=1024)
-    pem = private.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.TraditionalOpenSSL,
-        serialization.NoEncryption(),
-    )
-    public = private.public_key().public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
-    signature = dkim.sign(mail, b"s1", b"example.org", pem, include_headers=headers)
-    return signature + mail, b"v=DKIM1; k=rsa; p=" + base64.b64encode(public)
+    """``mail`` signed by example.org with tests/test_fuzz_dkim.py's key (the
+    DKIM-Signature header and ``mail``), and the key's DNS TXT record."""
+    pem, record = dkim_key()
+    signature: bytes = dkim.sign(mail, SELECTOR, DOMAIN, pem, include_headers=headers)
+    return signature + mail, record
 
 
 def test_a_signature_whose_body_hash_is_not_base64_is_not_verified() -> None:
