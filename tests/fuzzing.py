@@ -13,9 +13,10 @@ A failure prints the input and a ``@reproduce_failure`` blob that replays it.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from hypothesis import HealthCheck, settings
@@ -96,3 +97,65 @@ def mutated_text(seeds: list[str], max_edits: int = 6) -> st.SearchStrategy[str]
     """``mutated`` seeds as text: invalid UTF-8 decoded with replacement characters."""
     encoded = [seed.encode("utf-8") for seed in seeds]
     return mutated(encoded, max_edits).map(lambda data: data.decode("utf-8", "replace"))
+
+
+_NUMBERS = st.sampled_from([0, -1, 1, 2**31, 2**53 + 1, 2**63, -(2**63), 10**30, 1.5, -0.0, 1e308])
+_LEAVES = st.one_of(
+    st.none(), st.booleans(), st.integers(), _NUMBERS, st.text(max_size=12), st.builds(list),
+    st.builds(dict),
+)  # fmt: skip
+
+
+def _places(value: Any) -> Iterator[tuple[Any, Any]]:
+    """Every (container, key) of a JSON value, outermost first."""
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    for key, item in list(items):
+        yield value, key
+        if isinstance(item, dict | list):
+            yield from _places(item)
+
+
+@st.composite
+def mutated_json(
+    draw: st.DrawFn, seeds: list[Any], max_edits: int = 6, same_types: bool = False
+) -> Any:
+    """One of ``seeds`` (JSON values) with a few edits where a parser meets them: a
+    string mutated as text, a number made extreme, a value of another type, a key or an
+    item removed, a value copied to another place. The JSON stays valid, so every
+    example reaches the code under test (a byte mutation of JSON seldom parses). With
+    ``same_types``, each value keeps its type (for a platform whose values are typed,
+    read by a library that trusts them): strings and numbers change, keys come and go."""
+    holder = [copy.deepcopy(draw(st.sampled_from(seeds)))]
+    for _ in range(draw(st.integers(min_value=0, max_value=max_edits))):
+        places = list(_places(holder))
+        container, key = draw(st.sampled_from(places))
+        old = container[key]
+        kind = draw(st.sampled_from((0, 2, 4) if same_types else (0, 1, 2, 3, 4)))
+        if kind == 0 and isinstance(old, str):
+            container[key] = draw(mutated_text([old], max_edits=3))
+        elif kind == 0 and isinstance(old, int) and not isinstance(old, bool):
+            numbers = _NUMBERS.filter(lambda n: isinstance(n, int)) if same_types else _NUMBERS
+            container[key] = draw(numbers | st.integers())
+        elif kind == 0 and isinstance(old, float):
+            container[key] = draw(_NUMBERS | st.floats())
+        elif kind == 1:
+            container[key] = draw(_LEAVES)
+        elif kind == 2 and container is not holder:
+            del container[key]
+        elif kind == 3:
+            source, at = draw(st.sampled_from(places))
+            container[key] = copy.deepcopy(source[at])
+        elif kind == 4 and isinstance(old, dict) and not same_types:
+            old[draw(st.text(max_size=8))] = draw(_LEAVES)
+        elif kind == 4 and isinstance(old, list):
+            source, at = draw(st.sampled_from(places))
+            old.append(copy.deepcopy(source[at]))
+    return holder[0]
+
+
+def json_mutants(seeds: list[Any]) -> st.SearchStrategy[Any]:
+    """``mutated_json`` seeds, and now and then a byte mutation of their text (None
+    when it no longer parses)."""
+    texts = [json.dumps(seed, ensure_ascii=False).encode() for seed in seeds]
+    raw = mutated(texts, max_edits=4).map(lambda data: (json_values([data]) or [None])[0])
+    return st.one_of(mutated_json(seeds), mutated_json(seeds), raw)
