@@ -159,3 +159,42 @@ def json_mutants(seeds: list[Any]) -> st.SearchStrategy[Any]:
     texts = [json.dumps(seed, ensure_ascii=False).encode() for seed in seeds]
     raw = mutated(texts, max_edits=4).map(lambda data: (json_values([data]) or [None])[0])
     return st.one_of(mutated_json(seeds), mutated_json(seeds), raw)
+
+
+class RecordingCore:
+    """What a chat app's adapter asks of the chat-app core (chatapp/core.ChatAccount)
+    while it reads inbound events, recording what it is given: the messages routed, the
+    pairing asked for, the notices. Nothing is bound, nothing was queued before; files
+    are stored under ``root``."""
+
+    name = "fuzzbot"
+
+    def __init__(self, options: Any, prefix: str, root: Any = None) -> None:
+        from types import SimpleNamespace
+
+        self.account = SimpleNamespace(options=options, prefix=prefix)
+        self.chats = SimpleNamespace(
+            move_chat=lambda *args: True,
+            binding=lambda *args: None,
+            was_queued=lambda *args: False,
+        )
+        self.daemon = SimpleNamespace(runtime=SimpleNamespace(store=SimpleNamespace(root=root)))
+        self.health = SimpleNamespace()
+        self.routed: list[Any] = []
+        self.pairing: list[tuple[Any, ...]] = []
+        self.notices: list[tuple[Any, ...]] = []
+
+    async def route(self, received: Any) -> None:
+        self.routed.append(received)
+
+    async def ask_pairing(self, *args: Any, **kwargs: Any) -> None:
+        self.pairing.append(args)
+
+    async def notice(self, *args: Any, **kwargs: Any) -> None:
+        self.notices.append(args)
+
+    def polled(self) -> None:
+        return None
+
+    def error(self, text: str) -> None:
+        return None

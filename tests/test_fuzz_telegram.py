@@ -19,17 +19,15 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-from types import SimpleNamespace
 from typing import Any, cast
 
 from hypothesis import example, given
 from telegram import Bot, Update, User
 
-from orchestrator.channels.chatapp.adapter import Received
 from orchestrator.channels.telegram.adapter import TelegramAdapter
 from orchestrator.channels.telegram.kind import TelegramOptions
 from tests.faketelegram import BOT_ID, BOT_USERNAME
-from tests.fuzzing import fuzz, mutated_json
+from tests.fuzzing import RecordingCore, fuzz, mutated_json
 
 ALICE, BOB = 1001, 1002
 PRIVATE = {"id": ALICE, "type": "private", "first_name": "Alice", "username": "alice"}
@@ -138,32 +136,6 @@ SEEDS = [
 ]
 
 
-class Chats:
-    def move_chat(self, account: str, old: str, new: str) -> bool:
-        return True
-
-    def binding(self, account: str, chat: str) -> None:
-        return None
-
-
-class Core:
-    """What handle() asks of the chat-app core: it records what it is given."""
-
-    name = "fambot"
-    account = SimpleNamespace(options=TelegramOptions(), prefix="telegram:")
-    chats = Chats()
-
-    def __init__(self) -> None:
-        self.routed: list[Received] = []
-        self.pairing: list[tuple[Any, ...]] = []
-
-    async def route(self, received: Received) -> None:
-        self.routed.append(received)
-
-    async def ask_pairing(self, *args: Any) -> None:
-        self.pairing.append(args)
-
-
 def _int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -226,8 +198,8 @@ def unicode(data: Any) -> bool:
 BOT = Bot("123456:fuzz")
 
 
-def adapter() -> tuple[TelegramAdapter, Core]:
-    core = Core()
+def adapter() -> tuple[TelegramAdapter, RecordingCore]:
+    core = RecordingCore(TelegramOptions(), "telegram:")
     made = TelegramAdapter(cast(Any, core))
     made.me = User(BOT_ID, "Helper", is_bot=True, username=BOT_USERNAME)
     return made, core
