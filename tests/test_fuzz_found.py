@@ -3,11 +3,14 @@ for the exact input that failed."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 from pathlib import Path
+from typing import Any
 
 import dkim
+import nio
 import pytest
 from click.testing import CliRunner, Result
 
@@ -27,6 +30,9 @@ from orchestrator.skills.manifest import parse as skill_manifest
 from orchestrator.yamldoc import parse_yaml_text
 from tests.test_fuzz_dkim import DOMAIN, SELECTOR
 from tests.test_fuzz_dkim import key as dkim_key
+from tests.test_fuzz_matrix import ROOM
+from tests.test_fuzz_matrix import adapter as matrix_adapter
+from tests.test_fuzz_matrix import event as matrix_event
 
 
 def test_a_lone_surrogate_in_an_event_is_appended_and_rotated(tmp_path: Path) -> None:
@@ -385,3 +391,32 @@ def test_a_mail_with_a_second_copy_of_a_signed_header_is_not_verified() -> None:
         "signature 1 by example.org leaves a subject header unsigned (the mail has more "
         "of them than it signs)"
     )
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        {"m.relates_to": "x"},
+        {"m.relates_to": []},
+        {"m.relates_to": {"m.in_reply_to": "$own-earlier-answer"}},
+        {"m.relates_to": {"m.in_reply_to": {"event_id": ["$own-earlier-answer"]}}},
+        {"m.relates_to": {"rel_type": "m.thread", "event_id": 7}},
+        {"m.mentions": {"user_ids": 5}},
+        {"m.mentions": {"user_ids": "@helper:example.org"}},
+    ],
+)
+def test_a_room_message_whose_relation_or_mentions_are_not_objects_is_routed(
+    tmp_path: Path, content: dict[str, Any]
+) -> None:
+    # An event's content is whatever JSON the sender's client sent: .get() on an
+    # m.relates_to or m.in_reply_to that is not an object raised AttributeError (an
+    # event id that is a list, TypeError; user_ids that are a number, TypeError), which
+    # the sync loop does not catch: one such message from anyone in a room stopped the
+    # account's reading, and it was read again at each start (found by
+    # tests/test_fuzz_matrix.py).
+    made, core, room = matrix_adapter(tmp_path)
+    data = matrix_event({"msgtype": "m.text", "body": "hi", **content})
+    asyncio.run(made._event(ROOM, room, nio.Event.parse_event(data)))
+    (received,) = core.routed
+    assert (received.text, received.thread) == ("hi", None)
+    assert made.addressed(received) is False
