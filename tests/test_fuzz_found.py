@@ -13,6 +13,7 @@ import dkim
 import nio
 import pytest
 from click.testing import CliRunner, Result
+from mcp import types as mcp_types
 
 from orchestrator import wire
 from orchestrator.agent.session import TRANSCRIPT, Session
@@ -22,6 +23,7 @@ from orchestrator.channels.textfmt import split_message, utf16_len
 from orchestrator.cli import cli
 from orchestrator.errors import InvalidConfig
 from orchestrator.groups.config import parse_group_config
+from orchestrator.mcp.tools import render_result
 from orchestrator.memory.lint import LintReport, lint_memory
 from orchestrator.memory.lint import _check_file as check_memory_file
 from orchestrator.relay.providers.openai import read_stream as openai_read_stream
@@ -420,3 +422,13 @@ def test_a_room_message_whose_relation_or_mentions_are_not_objects_is_routed(
     (received,) = core.routed
     assert (received.text, received.thread) == ("hi", None)
     assert made.addressed(received) is False
+
+
+def test_an_mcp_results_media_type_is_capped_as_the_rest_of_what_it_describes() -> None:
+    # An image's or audio's mimeType was put in its note whole: a server's words of any
+    # length reached the model past the result's cap, which applies to the text only.
+    result = mcp_types.CallToolResult.model_validate(
+        {"content": [{"type": "image", "data": "", "mimeType": "image/" + "m" * 50_000}]}
+    )
+    text = render_result("files", result, 300)
+    assert len(text) < 500 and "[image content (image/mmm" in text

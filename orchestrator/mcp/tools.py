@@ -146,6 +146,7 @@ def render_result(server: str, result: Any, max_chars: int = MCP_RESULT_MAX_CHAR
             parts.append(str(getattr(item, "text", "")))
         elif kind in ("image", "audio"):
             mime = getattr(item, "mime_type", None) or getattr(item, "mimeType", None) or "?"
+            mime = str(mime)[:100]
             size = len(str(getattr(item, "data", "")) or "") * 3 // 4
             notes.append(f"[{kind} content ({mime}, about {size} bytes) not shown]")
         elif kind == "resource_link":
