@@ -23,7 +23,7 @@ from orchestrator.channels.textfmt import split_message, utf16_len
 from orchestrator.cli import cli
 from orchestrator.errors import InvalidConfig
 from orchestrator.groups.config import parse_group_config
-from orchestrator.mcp.tools import render_result
+from orchestrator.mcp.tools import ListedTool, render_result, sort_tools
 from orchestrator.memory.lint import LintReport, lint_memory
 from orchestrator.memory.lint import _check_file as check_memory_file
 from orchestrator.relay.providers.openai import read_stream as openai_read_stream
@@ -432,3 +432,13 @@ def test_an_mcp_results_media_type_is_capped_as_the_rest_of_what_it_describes() 
     )
     text = render_result("files", result, 300)
     assert len(text) < 500 and "[image content (image/mmm" in text
+
+
+def test_an_mcp_tool_without_a_name_is_not_offered() -> None:
+    # A server may list a tool named "": "mcp__files__" is a name a model accepts, so it
+    # was offered once pinned (approving a server's request pins every tool that has no
+    # problem), and the runner refused it ("a listed tool needs a name").
+    nameless = ListedTool("", "d", {"type": "object"})
+    judged = sort_tools("files", [nameless], {"": nameless.digest})
+    assert judged.offered == ()
+    assert judged.waiting == (("", "cannot be offered: it has no name"),)

@@ -71,6 +71,8 @@ class ListedTool:
 
     def problem(self, server: str) -> str | None:
         """Why this tool cannot be offered to a model, or None."""
+        if not self.name:
+            return "it has no name"
         if not MODEL_TOOL_NAME.fullmatch(model_name(server, self.name)):
             return (
                 f"its name {self.name!r} makes {model_name(server, self.name)!r}, which is "
