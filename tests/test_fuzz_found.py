@@ -17,12 +17,14 @@ from mcp import types as mcp_types
 
 from orchestrator import wire
 from orchestrator.agent.session import TRANSCRIPT, Session
+from orchestrator.backup import BackupInvalid, restore_backup, verify_backup
 from orchestrator.channels.email.dkimverify import verify_from
 from orchestrator.channels.email.reading import read_mail
 from orchestrator.channels.textfmt import split_message, utf16_len
 from orchestrator.cli import cli
 from orchestrator.errors import InvalidConfig
 from orchestrator.groups.config import parse_group_config
+from orchestrator.home import Home
 from orchestrator.mcp.tools import ListedTool, render_result, sort_tools
 from orchestrator.memory.lint import LintReport, lint_memory
 from orchestrator.memory.lint import _check_file as check_memory_file
@@ -442,3 +444,20 @@ def test_an_mcp_tool_without_a_name_is_not_offered() -> None:
     judged = sort_tools("files", [nameless], {"": nameless.digest})
     assert judged.offered == ()
     assert judged.waiting == (("", "cannot be offered: it has no name"),)
+
+
+@pytest.mark.parametrize(
+    "raw", [b"\x1f\x8b\x08", b"\x1f\x8b\x08\x04", b"\x1f\x8b\x08\x04\0\0\0\0\0\3x"]
+)
+def test_a_backup_whose_gzip_header_is_cut_short_is_refused(tmp_path: Path, raw: bytes) -> None:
+    # tarfile's reader of a gzip stream's header takes ord() of each byte it reads: at the
+    # end of the file, of b"", and TypeError went past read_archive (a traceback from
+    # `backup --verify` and `restore` instead of the reason; found by
+    # tests/test_fuzz_backup.py).
+    archive = tmp_path / "cut.tar.gz"
+    archive.write_bytes(raw)
+    with pytest.raises(BackupInvalid, match="not a whole archive"):
+        verify_backup(archive)
+    with pytest.raises(BackupInvalid, match="not a whole archive"):
+        restore_backup(archive, Home(tmp_path / "new"))
+    assert not (tmp_path / "new").exists()
