@@ -25,6 +25,7 @@ from orchestrator.cli import cli
 from orchestrator.errors import InvalidConfig
 from orchestrator.groups.config import parse_group_config
 from orchestrator.home import Home
+from orchestrator.limits import MCP_RESULT_MAX_CHARS
 from orchestrator.mcp.tools import ListedTool, render_result, sort_tools
 from orchestrator.memory.lint import LintReport, lint_memory
 from orchestrator.memory.lint import _check_file as check_memory_file
@@ -461,3 +462,15 @@ def test_a_backup_whose_gzip_header_is_cut_short_is_refused(tmp_path: Path, raw:
     with pytest.raises(BackupInvalid, match="not a whole archive"):
         restore_backup(archive, Home(tmp_path / "new"))
     assert not (tmp_path / "new").exists()
+
+
+def test_an_mcp_result_of_many_items_not_shown_is_capped_too() -> None:
+    # Each image, audio or link in a result became a line of its own, "never cut": a
+    # server answering 10,000 links put 10,000 lines of its words (each URI up to 500
+    # characters) before the model, past the result's cap.
+    link = {"type": "resource_link", "uri": "https://example.org/" + "x" * 480, "name": "n"}
+    result = mcp_types.CallToolResult.model_validate({"content": [link] * 10_000})
+    text = render_result("files", result)
+    assert len(text) < MCP_RESULT_MAX_CHARS + 300
+    assert text.endswith("\n[... 9980 more items not shown]")
+    assert text.count("[a link to the resource https://example.org/xxx") == 20
