@@ -7,8 +7,9 @@ surrogate, with a ValidationError, which Link turns into LinkFailed).
 A call's result: render_result() gives the model's view of whatever the SDK accepted,
 raising nothing: it starts with the note that these are others' words (and says so
 when the tool reported an error), its text is cut at the cap with a notice, what it
-describes instead of passing on is a line of bounded length, and the relay can send it
-to the runner as a frame (orchestrator/wire.py). A listing: listed() makes each tool a
+describes instead of passing on is a line of bounded length, at most
+MCP_RESULT_NOTES_MAX of them, and the relay can send it to the runner as a frame
+(orchestrator/wire.py). A listing: listed() makes each tool a
 ListedTool, raising nothing; its description is capped; problem() and sort_tools() judge
 it against pins without raising; a tool it offers reads back through from_wire() (the
 runner's reading of mcp.list) as the same tool.
@@ -25,7 +26,7 @@ from hypothesis import example, given
 from mcp import types
 
 from orchestrator import wire
-from orchestrator.limits import MCP_DESCRIPTION_MAX_CHARS
+from orchestrator.limits import MCP_DESCRIPTION_MAX_CHARS, MCP_RESULT_NOTES_MAX
 from orchestrator.mcp.tools import UNTRUSTED_NOTE, ListedTool, listed, render_result, sort_tools
 from tests.fuzzing import fuzz, json_mutants
 from tests.test_fuzz_wire import Pipe
@@ -89,7 +90,7 @@ def sendable(text: str) -> None:
 @given(data=json_mutants(RESULTS))
 @example(data=RESULTS[1])
 @example(data={"content": [{"type": "image", "data": "", "mimeType": "m" * 5000}]})
-@example(data={"content": [{"type": "resource_link", "uri": "u" * 5000, "name": "n"}]})
+@example(data={"content": [{"type": "resource_link", "uri": "u" * 5000, "name": "n"}] * 50})
 def test_any_call_result_renders_to_a_capped_view(data: Any) -> None:
     try:
         result = types.CallToolResult.model_validate_json(json.dumps(data))
@@ -103,6 +104,8 @@ def test_any_call_result_renders_to_a_capped_view(data: Any) -> None:
     for line in text.splitlines():
         if line.startswith("[") and line.endswith("not shown]"):
             assert len(line) < 700, line[:200]  # a description, not what it describes
+    # the whole is capped: the text at CAP, and at most MCP_RESULT_NOTES_MAX descriptions
+    assert len(text) < len(head) + CAP + 100 + (MCP_RESULT_NOTES_MAX + 1) * 700
     sendable(text)
 
 
