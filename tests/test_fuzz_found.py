@@ -7,7 +7,8 @@ import asyncio
 import json
 import socket
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import dkim
 import nio
@@ -474,3 +475,32 @@ def test_an_mcp_result_of_many_items_not_shown_is_capped_too() -> None:
     assert len(text) < MCP_RESULT_MAX_CHARS + 300
     assert text.endswith("\n[... 9980 more items not shown]")
     assert text.count("[a link to the resource https://example.org/xxx") == 20
+
+
+def test_a_room_event_that_cannot_be_handled_is_skipped_and_the_batch_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An exception other than the daemon's own (OrchestratorError) raised out of the
+    # sync loop: the account stopped reading, and at its next start read the same batch
+    # and stopped again. Telegram, Slack and Discord skip such a message with the
+    # traceback in the log, and so does Matrix now (the bugs the fuzzing found in
+    # _event were such exceptions).
+    made, core, _ = matrix_adapter(tmp_path)
+    routed = core.route
+
+    async def route(received: Any) -> None:
+        if received.text == "first":
+            raise RuntimeError("a bug in handling it")
+        await routed(received)
+
+    core.route = route  # type: ignore[method-assign]
+    first, second = (
+        nio.Event.parse_event({**matrix_event({"msgtype": "m.text", "body": text}),
+                               "event_id": f"${text}"})
+        for text in ("first", "second")
+    )  # fmt: skip
+    timeline = SimpleNamespace(timeline=SimpleNamespace(events=[first, second]))
+    response = SimpleNamespace(rooms=SimpleNamespace(invite={}, join={ROOM: timeline}))
+    asyncio.run(made.handle_sync(cast(Any, response), history=False))
+    assert [received.text for received in core.routed] == ["second"]
+    assert "event $first in !family:example.org could not be handled; skipped" in caplog.text

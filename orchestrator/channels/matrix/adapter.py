@@ -212,7 +212,17 @@ class MatrixAdapter(AdapterBase):
             if history:
                 continue
             for event in info.timeline.events:
-                await self._event(room_id, room, event)
+                try:
+                    await self._event(room_id, room, event)
+                except (DaemonStopping, OrchestratorError):
+                    raise  # the batch is read again
+                except Exception:  # anything else would stop the account at every start
+                    log.exception(
+                        "Matrix account %s: event %s in %s could not be handled; skipped",
+                        self.name,
+                        getattr(event, "event_id", "?"),
+                        room_id,
+                    )
 
     async def _invite(self, room_id: str, info: Any) -> None:
         import nio
