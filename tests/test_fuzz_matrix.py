@@ -158,6 +158,8 @@ def envelope_kept(data: Any) -> bool:
     return (
         isinstance(data, dict)
         and all(isinstance(data.get(key), str) for key in ("type", "event_id", "sender"))
+        and data["event_id"].startswith("$")  # the server's ids: "$...", "@user:server"
+        and data["sender"].startswith("@")
         and isinstance(data.get("origin_server_ts"), int)
         and isinstance(data.get("content"), dict)
     )
