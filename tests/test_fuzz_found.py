@@ -31,6 +31,7 @@ from orchestrator.mcp.tools import ListedTool, render_result, sort_tools
 from orchestrator.memory.lint import LintReport, lint_memory
 from orchestrator.memory.lint import _check_file as check_memory_file
 from orchestrator.relay.providers.openai import read_stream as openai_read_stream
+from orchestrator.runtime.mcp_probe import ProbeFailed, list_stdio_tools
 from orchestrator.skills.manifest import ManifestError
 from orchestrator.skills.manifest import parse as skill_manifest
 from orchestrator.yamldoc import parse_yaml_text
@@ -504,3 +505,19 @@ def test_a_room_event_that_cannot_be_handled_is_skipped_and_the_batch_goes_on(
     asyncio.run(made.handle_sync(cast(Any, response), history=False))
     assert [received.text for received in core.routed] == ["second"]
     assert "event $first in !family:example.org could not be handled; skipped" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "out",
+    ['5', '"error"', "{}", '{"tools": 5}', '{"tools": [1]}', '{"tools": [{"name": ""}]}',
+     '{"tools": [], "cut": "x"}', '{"tools": [], "cut": 1e999}', "[]"],
+)  # fmt: skip
+def test_a_stdio_probe_answer_of_the_wrong_shape_is_a_probe_failure(out: str) -> None:
+    # The probe's last line comes from the group's image: an answer that was JSON but
+    # not the probe's object raised TypeError, KeyError, ValueError or OverflowError out
+    # of `orchestrator mcp add` and of approving a server's request, not ProbeFailed.
+    runtime = SimpleNamespace(probe=lambda group, argv: (0, "starting\n" + out + "\n"))
+    group = SimpleNamespace(folder="fam")
+    server = SimpleNamespace(name="time", command="mcp-time", args=(), env=())
+    with pytest.raises(ProbeFailed, match="the probe of MCP server 'time' in fam's image"):
+        list_stdio_tools(cast(Any, runtime), cast(Any, group), cast(Any, server))
