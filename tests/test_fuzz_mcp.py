@@ -12,13 +12,16 @@ MCP_RESULT_NOTES_MAX of them, and the relay can send it to the runner as a frame
 (orchestrator/wire.py). A listing: listed() makes each tool a
 ListedTool, raising nothing; its description is capped; problem() and sort_tools() judge
 it against pins without raising; a tool it offers reads back through from_wire() (the
-runner's reading of mcp.list) as the same tool.
+runner's reading of mcp.list) as the same tool. A stdio server's listing comes from a
+probe in a container made from the group's image: its answer gives tools or
+ProbeFailed.
 """
 
 from __future__ import annotations
 
 import json
 import socket
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pydantic
@@ -28,6 +31,7 @@ from mcp import types
 from orchestrator import wire
 from orchestrator.limits import MCP_DESCRIPTION_MAX_CHARS, MCP_RESULT_NOTES_MAX
 from orchestrator.mcp.tools import UNTRUSTED_NOTE, ListedTool, listed, render_result, sort_tools
+from orchestrator.runtime.mcp_probe import ProbeFailed, list_stdio_tools
 from tests.fuzzing import fuzz, json_mutants
 from tests.test_fuzz_wire import Pipe
 
@@ -132,3 +136,28 @@ def test_any_tool_listing_is_judged_and_sent_back(data: Any) -> None:
         assert tool.problem(SERVER) is None
         assert ListedTool.from_wire(tool.to_wire()) == tool
         wire.encode({"ok": True, "tools": [tool.to_wire()]})
+
+
+PROBE_ANSWERS = [
+    {"tools": [{"name": "get_current_time", "description": "The time.",
+                "schema": {"type": "object"}, "digest": "0123456789abcdef"}], "cut": 0},
+    {"tools": [], "cut": 3},
+    {"error": "the server did not start: mcp-time: not found"},
+]  # fmt: skip
+
+
+@fuzz(200)
+@given(answer=json_mutants(PROBE_ANSWERS))
+@example(answer=PROBE_ANSWERS[0])
+def test_any_probe_answer_gives_tools_or_a_probe_failure(answer: Any) -> None:
+    # the last line the probe prints in a container made from the group's image
+    out = "a server's chatter\n" + json.dumps(answer) + "\n"
+    runtime = SimpleNamespace(probe=lambda group, argv: (0, out))
+    group = SimpleNamespace(folder="fam")
+    server = SimpleNamespace(name="time", command="mcp-time", args=(), env=())
+    try:
+        tools, cut = list_stdio_tools(cast(Any, runtime), cast(Any, group), cast(Any, server))
+    except ProbeFailed as exc:
+        assert isinstance(exc.message, str)  # the probe's own error as it said it, maybe ""
+        return
+    assert all(isinstance(tool, ListedTool) for tool in tools) and isinstance(cut, int)
