@@ -40,6 +40,7 @@ from tests.test_fuzz_dkim import key as dkim_key
 from tests.test_fuzz_matrix import ROOM
 from tests.test_fuzz_matrix import adapter as matrix_adapter
 from tests.test_fuzz_matrix import event as matrix_event
+from tests.test_fuzz_telegram import adapter as telegram_adapter
 
 
 def test_a_lone_surrogate_in_an_event_is_appended_and_rotated(tmp_path: Path) -> None:
@@ -521,3 +522,33 @@ def test_a_stdio_probe_answer_of_the_wrong_shape_is_a_probe_failure(out: str) ->
     server = SimpleNamespace(name="time", command="mcp-time", args=(), env=())
     with pytest.raises(ProbeFailed, match="the probe of MCP server 'time' in fam's image"):
         list_stdio_tools(cast(Any, runtime), cast(Any, group), cast(Any, server))
+
+
+def test_a_telegram_update_the_library_cannot_read_is_a_failed_read() -> None:
+    # python-telegram-bot reads getUpdates' answer into Updates and re-raises what that
+    # raises (a TypeError for an update without a field it needs): the poll loop caught
+    # Telegram's and the connection's errors only, so the account stopped reading with
+    # its health still "connected" (found while fuzzing Telegram updates). Now the
+    # health says why and the read is tried again after the backoff.
+    made, core = telegram_adapter()
+    failed: list[tuple[str, str]] = []
+
+    async def read_failed(what: str, error: str, backoff: Any) -> None:
+        failed.append((what, error))
+
+    class Bot:
+        calls = 0
+
+        async def get_updates(self, **kwargs: Any) -> list[Any]:
+            Bot.calls += 1
+            if Bot.calls == 1:
+                raise TypeError("Message.__init__() missing 1 required positional argument")
+            raise asyncio.CancelledError  # (ends the loop here)
+
+    core.read_failed = read_failed  # type: ignore[attr-defined]
+    core.chats.get_state = lambda *args: None
+    made.bot = cast(Any, Bot())
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(made.receive())
+    assert failed == [("getUpdates", "TypeError: Message.__init__() missing 1 required "
+                                     "positional argument")]  # fmt: skip
