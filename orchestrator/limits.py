@@ -348,6 +348,7 @@ MCP_TOOLS_MAX = 128  # tools of one server offered to the model; a longer listin
 MCP_LIST_TIMEOUT_SECONDS = 30  # a server's start and its tool listing
 MCP_CALL_TIMEOUT_SECONDS = 60  # one tool call (at most what is left of the turn)
 MCP_RESULT_MAX_CHARS = 20_000  # of one call's result the model sees
+MCP_RESULT_NOTES_MAX = 20  # lines describing what a result holds that is not shown
 MCP_RESTARTS_MAX = 3  # starts of one server after its first, while its container lives
 MCP_DESCRIPTION_MAX_CHARS = 2_000  # of one tool's description the model sees
 MCP_SCHEMA_MAX_BYTES = 32 * 1024  # one tool's input schema, as JSON

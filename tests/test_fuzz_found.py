@@ -3,27 +3,44 @@ for the exact input that failed."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
+import dkim
+import nio
 import pytest
 from click.testing import CliRunner, Result
+from mcp import types as mcp_types
 
 from orchestrator import wire
 from orchestrator.agent.session import TRANSCRIPT, Session
+from orchestrator.backup import BackupInvalid, restore_backup, verify_backup
 from orchestrator.channels.email.dkimverify import verify_from
 from orchestrator.channels.email.reading import read_mail
 from orchestrator.channels.textfmt import split_message, utf16_len
 from orchestrator.cli import cli
 from orchestrator.errors import InvalidConfig
 from orchestrator.groups.config import parse_group_config
+from orchestrator.home import Home
+from orchestrator.limits import MCP_RESULT_MAX_CHARS
+from orchestrator.mcp.tools import ListedTool, render_result, sort_tools
 from orchestrator.memory.lint import LintReport, lint_memory
 from orchestrator.memory.lint import _check_file as check_memory_file
 from orchestrator.relay.providers.openai import read_stream as openai_read_stream
+from orchestrator.runtime.mcp_probe import ProbeFailed, list_stdio_tools
 from orchestrator.skills.manifest import ManifestError
 from orchestrator.skills.manifest import parse as skill_manifest
 from orchestrator.yamldoc import parse_yaml_text
+from tests.test_fuzz_dkim import DOMAIN, SELECTOR
+from tests.test_fuzz_dkim import key as dkim_key
+from tests.test_fuzz_matrix import ROOM
+from tests.test_fuzz_matrix import adapter as matrix_adapter
+from tests.test_fuzz_matrix import event as matrix_event
+from tests.test_fuzz_telegram import adapter as telegram_adapter
 
 
 def test_a_lone_surrogate_in_an_event_is_appended_and_rotated(tmp_path: Path) -> None:
@@ -346,25 +363,11 @@ def test_a_mail_whose_first_header_line_is_folded_is_not_verified() -> None:
 
 
 def dkim_signed(mail: bytes, headers: list[bytes]) -> tuple[bytes, bytes]:
-    """``mail`` signed by example.org with a key made here (the DKIM-Signature header
-    and ``mail``), and the key's DNS TXT record."""
-    import base64
-
-    import dkim
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import rsa
-
-    private = rsa.generate_private_key(public_exponent=65537, key_size=1024)
-    pem = private.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.TraditionalOpenSSL,
-        serialization.NoEncryption(),
-    )
-    public = private.public_key().public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
-    signature = dkim.sign(mail, b"s1", b"example.org", pem, include_headers=headers)
-    return signature + mail, b"v=DKIM1; k=rsa; p=" + base64.b64encode(public)
+    """``mail`` signed by example.org with tests/test_fuzz_dkim.py's key (the
+    DKIM-Signature header and ``mail``), and the key's DNS TXT record."""
+    pem, record = dkim_key()
+    signature: bytes = dkim.sign(mail, SELECTOR, DOMAIN, pem, include_headers=headers)
+    return signature + mail, record
 
 
 def test_a_signature_whose_body_hash_is_not_base64_is_not_verified() -> None:
@@ -396,3 +399,156 @@ def test_a_mail_with_a_second_copy_of_a_signed_header_is_not_verified() -> None:
         "signature 1 by example.org leaves a subject header unsigned (the mail has more "
         "of them than it signs)"
     )
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        {"m.relates_to": "x"},
+        {"m.relates_to": []},
+        {"m.relates_to": {"m.in_reply_to": "$own-earlier-answer"}},
+        {"m.relates_to": {"m.in_reply_to": {"event_id": ["$own-earlier-answer"]}}},
+        {"m.relates_to": {"rel_type": "m.thread", "event_id": 7}},
+        {"m.mentions": {"user_ids": 5}},
+        {"m.mentions": {"user_ids": "@helper:example.org"}},
+    ],
+)
+def test_a_room_message_whose_relation_or_mentions_are_not_objects_is_routed(
+    tmp_path: Path, content: dict[str, Any]
+) -> None:
+    # An event's content is whatever JSON the sender's client sent: .get() on an
+    # m.relates_to or m.in_reply_to that is not an object raised AttributeError (an
+    # event id that is a list, TypeError; user_ids that are a number, TypeError), which
+    # the sync loop does not catch: one such message from anyone in a room stopped the
+    # account's reading, and it was read again at each start (found by
+    # tests/test_fuzz_matrix.py).
+    made, core, room = matrix_adapter(tmp_path)
+    data = matrix_event({"msgtype": "m.text", "body": "hi", **content})
+    asyncio.run(made._event(ROOM, room, nio.Event.parse_event(data)))
+    (received,) = core.routed
+    assert (received.text, received.thread) == ("hi", None)
+    assert made.addressed(received) is False
+
+
+def test_an_mcp_results_media_type_is_capped_as_the_rest_of_what_it_describes() -> None:
+    # An image's or audio's mimeType was put in its note whole: a server's words of any
+    # length reached the model past the result's cap, which applies to the text only.
+    result = mcp_types.CallToolResult.model_validate(
+        {"content": [{"type": "image", "data": "", "mimeType": "image/" + "m" * 50_000}]}
+    )
+    text = render_result("files", result, 300)
+    assert len(text) < 500 and "[image content (image/mmm" in text
+
+
+def test_an_mcp_tool_without_a_name_is_not_offered() -> None:
+    # A server may list a tool named "": "mcp__files__" is a name a model accepts, so it
+    # was offered once pinned (approving a server's request pins every tool that has no
+    # problem), and the runner refused it ("a listed tool needs a name").
+    nameless = ListedTool("", "d", {"type": "object"})
+    judged = sort_tools("files", [nameless], {"": nameless.digest})
+    assert judged.offered == ()
+    assert judged.waiting == (("", "cannot be offered: it has no name"),)
+
+
+@pytest.mark.parametrize(
+    "raw", [b"\x1f\x8b\x08", b"\x1f\x8b\x08\x04", b"\x1f\x8b\x08\x04\0\0\0\0\0\3x"]
+)
+def test_a_backup_whose_gzip_header_is_cut_short_is_refused(tmp_path: Path, raw: bytes) -> None:
+    # tarfile's reader of a gzip stream's header takes ord() of each byte it reads: at the
+    # end of the file, of b"", and TypeError went past read_archive (a traceback from
+    # `backup --verify` and `restore` instead of the reason; found by
+    # tests/test_fuzz_backup.py).
+    archive = tmp_path / "cut.tar.gz"
+    archive.write_bytes(raw)
+    with pytest.raises(BackupInvalid, match="not a whole archive"):
+        verify_backup(archive)
+    with pytest.raises(BackupInvalid, match="not a whole archive"):
+        restore_backup(archive, Home(tmp_path / "new"))
+    assert not (tmp_path / "new").exists()
+
+
+def test_an_mcp_result_of_many_items_not_shown_is_capped_too() -> None:
+    # Each image, audio or link in a result became a line of its own, "never cut": a
+    # server answering 10,000 links put 10,000 lines of its words (each URI up to 500
+    # characters) before the model, past the result's cap.
+    link = {"type": "resource_link", "uri": "https://example.org/" + "x" * 480, "name": "n"}
+    result = mcp_types.CallToolResult.model_validate({"content": [link] * 10_000})
+    text = render_result("files", result)
+    assert len(text) < MCP_RESULT_MAX_CHARS + 300
+    assert text.endswith("\n[... 9980 more items not shown]")
+    assert text.count("[a link to the resource https://example.org/xxx") == 20
+
+
+def test_a_room_event_that_cannot_be_handled_is_skipped_and_the_batch_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An exception other than the daemon's own (OrchestratorError) raised out of the
+    # sync loop: the account stopped reading, and at its next start read the same batch
+    # and stopped again. Telegram, Slack and Discord skip such a message with the
+    # traceback in the log, and so does Matrix now (the bugs the fuzzing found in
+    # _event were such exceptions).
+    made, core, _ = matrix_adapter(tmp_path)
+    routed = core.route
+
+    async def route(received: Any) -> None:
+        if received.text == "first":
+            raise RuntimeError("a bug in handling it")
+        await routed(received)
+
+    core.route = route  # type: ignore[method-assign]
+    first, second = (
+        nio.Event.parse_event({**matrix_event({"msgtype": "m.text", "body": text}),
+                               "event_id": f"${text}"})
+        for text in ("first", "second")
+    )  # fmt: skip
+    timeline = SimpleNamespace(timeline=SimpleNamespace(events=[first, second]))
+    response = SimpleNamespace(rooms=SimpleNamespace(invite={}, join={ROOM: timeline}))
+    asyncio.run(made.handle_sync(cast(Any, response), history=False))
+    assert [received.text for received in core.routed] == ["second"]
+    assert "event $first in !family:example.org could not be handled; skipped" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "out",
+    ['5', '"error"', "{}", '{"tools": 5}', '{"tools": [1]}', '{"tools": [{"name": ""}]}',
+     '{"tools": [], "cut": "x"}', '{"tools": [], "cut": 1e999}', "[]"],
+)  # fmt: skip
+def test_a_stdio_probe_answer_of_the_wrong_shape_is_a_probe_failure(out: str) -> None:
+    # The probe's last line comes from the group's image: an answer that was JSON but
+    # not the probe's object raised TypeError, KeyError, ValueError or OverflowError out
+    # of `orchestrator mcp add` and of approving a server's request, not ProbeFailed.
+    runtime = SimpleNamespace(probe=lambda group, argv: (0, "starting\n" + out + "\n"))
+    group = SimpleNamespace(folder="fam")
+    server = SimpleNamespace(name="time", command="mcp-time", args=(), env=())
+    with pytest.raises(ProbeFailed, match="the probe of MCP server 'time' in fam's image"):
+        list_stdio_tools(cast(Any, runtime), cast(Any, group), cast(Any, server))
+
+
+def test_a_telegram_update_the_library_cannot_read_is_a_failed_read() -> None:
+    # python-telegram-bot reads getUpdates' answer into Updates and re-raises what that
+    # raises (a TypeError for an update without a field it needs): the poll loop caught
+    # Telegram's and the connection's errors only, so the account stopped reading with
+    # its health still "connected" (found while fuzzing Telegram updates). Now the
+    # health says why and the read is tried again after the backoff.
+    made, core = telegram_adapter()
+    failed: list[tuple[str, str]] = []
+
+    async def read_failed(what: str, error: str, backoff: Any) -> None:
+        failed.append((what, error))
+
+    class Bot:
+        calls = 0
+
+        async def get_updates(self, **kwargs: Any) -> list[Any]:
+            Bot.calls += 1
+            if Bot.calls == 1:
+                raise TypeError("Message.__init__() missing 1 required positional argument")
+            raise asyncio.CancelledError  # (ends the loop here)
+
+    core.read_failed = read_failed  # type: ignore[attr-defined]
+    core.chats.get_state = lambda *args: None
+    made.bot = cast(Any, Bot())
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(made.receive())
+    assert failed == [("getUpdates", "TypeError: Message.__init__() missing 1 required "
+                                     "positional argument")]  # fmt: skip

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from orchestrator import wire
 from orchestrator.relay.providers import anthropic, openai
 from orchestrator.relay.providers.base import ModelAnswer, ModelCall
-from tests.fuzzing import fuzz, mutated
+from tests.fuzzing import fuzz, json_values, mutated
 from tests.test_fuzz_wire import Pipe
 
 CALL = ModelCall(system="s", messages=[{"role": "user", "content": "hi"}])
@@ -117,13 +117,7 @@ def stream_of(draw: st.DrawFn, seed: list[Any]) -> list[Any]:
     repeated or reordered, each parsed back (one that no longer parses is left out, as
     the SDK would fail on it before any reader)."""
     lines = as_lines(seed)
-    out = []
-    for line in draw(st.lists(st.sampled_from(lines) | mutated(lines, 3), max_size=12)):
-        try:
-            out.append(json.loads(line))
-        except (ValueError, RecursionError):
-            continue
-    return out
+    return json_values(draw(st.lists(st.sampled_from(lines) | mutated(lines, 3), max_size=12)))
 
 
 def well_formed(answer: ModelAnswer) -> None:
@@ -170,13 +164,10 @@ def test_an_openai_stream_reads_to_a_well_formed_answer(chunks: list[Any]) -> No
 @given(whole=mutated(as_lines([OPENAI_WHOLE]), 6))
 @example(whole=json.dumps(OPENAI_WHOLE).encode())
 def test_a_whole_openai_completion_reads_to_a_well_formed_answer(whole: bytes) -> None:
-    try:
-        completion = json.loads(whole)
-    except (ValueError, RecursionError):
-        return
-    answer = read(openai.read_completion, completion, CALL)
-    if answer is not None:
-        well_formed(answer)
+    for completion in json_values([whole]):
+        answer = read(openai.read_completion, completion, CALL)
+        if answer is not None:
+            well_formed(answer)
 
 
 @fuzz(300)
@@ -194,13 +185,10 @@ def test_an_anthropic_stream_reads_to_a_well_formed_answer(events: list[Any]) ->
 @given(whole=mutated(as_lines([ANTHROPIC_WHOLE]), 6))
 @example(whole=json.dumps(ANTHROPIC_WHOLE).encode())
 def test_a_whole_anthropic_message_reads_to_a_well_formed_answer(whole: bytes) -> None:
-    try:
-        message = json.loads(whole)
-    except (ValueError, RecursionError):
-        return
-    answer = read(anthropic.read_message, message)
-    if answer is not None:
-        well_formed(answer)
+    for message in json_values([whole]):
+        answer = read(anthropic.read_message, message)
+        if answer is not None:
+            well_formed(answer)
 
 
 def test_counts_below_zero_from_a_provider_count_as_none() -> None:

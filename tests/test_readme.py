@@ -121,10 +121,12 @@ EXPECTED: dict[str, Callable[[], str]] = {
         f"every {_s(L.SHELL_DISK_CHECK_SECONDS)}"
     ),
     "MCP: servers per group; tools of one server considered; a server's start and listing; a "
-    "call (within the turn); a result the model sees; a tool's description; a tool's schema; "
-    "restarts of a server while its container lives": lambda: (
+    "call (within the turn); a result the model sees; items of a result described, not "
+    "shown; a tool's description; a tool's schema; restarts of a server while its container "
+    "lives": lambda: (
         f"{L.MCP_SERVERS_MAX}; {L.MCP_TOOLS_MAX}; {_s(L.MCP_LIST_TIMEOUT_SECONDS)}; "
         f"{_s(L.MCP_CALL_TIMEOUT_SECONDS)}; {L.MCP_RESULT_MAX_CHARS:,} characters; "
+        f"{L.MCP_RESULT_NOTES_MAX}; "
         f"{L.MCP_DESCRIPTION_MAX_CHARS:,} characters; {_size(L.MCP_SCHEMA_MAX_BYTES)}; "
         f"{L.MCP_RESTARTS_MAX}"
     ),

@@ -291,7 +291,13 @@ def read_archive(
 def _read(
     handle: BinaryIO, shown: str, check_head: Callable[[Head], None], on_member: OnMember | None
 ) -> tuple[Head, Manifest]:
-    with tarfile.open(fileobj=handle, mode="r|*") as tar:
+    try:
+        tar = tarfile.open(fileobj=handle, mode="r|*")  # noqa: SIM115 (closed below)
+    except TypeError:  # tarfile's reading of a gzip header cut short: ord() of b""
+        raise BackupInvalid(
+            f"{shown}: not a whole archive (its gzip header is cut short)"
+        ) from None
+    with tar:
         members: Iterator[tarfile.TarInfo] = iter(tar)
         first = next(members, None)
         if first is None or first.name != HEAD:

@@ -17,6 +17,7 @@ from typing import Any
 from orchestrator.limits import (
     MCP_DESCRIPTION_MAX_CHARS,
     MCP_RESULT_MAX_CHARS,
+    MCP_RESULT_NOTES_MAX,
     MCP_SCHEMA_MAX_BYTES,
 )
 
@@ -71,6 +72,8 @@ class ListedTool:
 
     def problem(self, server: str) -> str | None:
         """Why this tool cannot be offered to a model, or None."""
+        if not self.name:
+            return "it has no name"
         if not MODEL_TOOL_NAME.fullmatch(model_name(server, self.name)):
             return (
                 f"its name {self.name!r} makes {model_name(server, self.name)!r}, which is "
@@ -137,7 +140,8 @@ def sort_tools(server: str, tools: list[ListedTool], pins: dict[str, str]) -> So
 
 def render_result(server: str, result: Any, max_chars: int = MCP_RESULT_MAX_CHARS) -> str:
     """The model's view of one CallToolResult: marked as others' words, text passed,
-    other content described, an error said, and the whole capped with a notice."""
+    other content described (the first MCP_RESULT_NOTES_MAX items), an error said, and
+    the whole capped with a notice."""
     parts: list[str] = []
     notes: list[str] = []  # what is described, not passed: never cut
     for item in getattr(result, "content", None) or []:
@@ -146,6 +150,7 @@ def render_result(server: str, result: Any, max_chars: int = MCP_RESULT_MAX_CHAR
             parts.append(str(getattr(item, "text", "")))
         elif kind in ("image", "audio"):
             mime = getattr(item, "mime_type", None) or getattr(item, "mimeType", None) or "?"
+            mime = str(mime)[:100]
             size = len(str(getattr(item, "data", "")) or "") * 3 // 4
             notes.append(f"[{kind} content ({mime}, about {size} bytes) not shown]")
         elif kind == "resource_link":
@@ -160,6 +165,9 @@ def render_result(server: str, result: Any, max_chars: int = MCP_RESULT_MAX_CHAR
                 notes.append(f"[a binary resource {uri} not shown]")
         else:
             notes.append(f"[{str(kind)[:40]} content not shown]")
+    if len(notes) > MCP_RESULT_NOTES_MAX:  # each is a line of the server's words
+        more = len(notes) - MCP_RESULT_NOTES_MAX
+        notes = [*notes[:MCP_RESULT_NOTES_MAX], f"[... {more} more items not shown]"]
     if not parts:
         structured = getattr(result, "structured_content", None)
         if structured is None:

@@ -40,6 +40,17 @@ def list_stdio_tools(
             f"(exit code {code})",
             hint=f"is the group's image built? orchestrator group packages {group.folder}",
         ) from None
-    if "error" in answer:
-        raise ProbeFailed(str(answer["error"]))
-    return [ListedTool.from_wire(t) for t in answer["tools"]], int(answer.get("cut") or 0)
+    try:
+        if not isinstance(answer, dict):
+            raise ValueError("it is not an object")
+        if "error" in answer:
+            raise ProbeFailed(str(answer["error"]))
+        tools = answer.get("tools")
+        if not isinstance(tools, list):
+            raise ValueError("it has no list of tools")
+        return [ListedTool.from_wire(t) for t in tools], int(answer.get("cut") or 0)
+    except (TypeError, ValueError, OverflowError) as exc:  # the image's to write
+        raise ProbeFailed(
+            f"the probe of MCP server {server.name!r} in {group.folder}'s image gave an "
+            f"answer of the wrong shape: {exc}"
+        ) from None

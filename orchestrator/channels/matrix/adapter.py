@@ -75,6 +75,12 @@ class SendRefused(OrchestratorError):
     """The homeserver answered a send with an error."""
 
 
+def _object(value: Any) -> dict[str, Any]:
+    """A value of an event's content that should be an object: the sender's client may
+    have put anything there."""
+    return value if isinstance(value, dict) else {}
+
+
 def _caption(content: dict[str, Any]) -> str:
     """A file event's words: its body when a ``filename`` beside it says the body is a
     caption (the newer form), else none (the body is the file's name)."""
@@ -206,7 +212,17 @@ class MatrixAdapter(AdapterBase):
             if history:
                 continue
             for event in info.timeline.events:
-                await self._event(room_id, room, event)
+                try:
+                    await self._event(room_id, room, event)
+                except (DaemonStopping, OrchestratorError):
+                    raise  # the batch is read again
+                except Exception:  # anything else would stop the account at every start
+                    log.exception(
+                        "Matrix account %s: event %s in %s could not be handled; skipped",
+                        self.name,
+                        getattr(event, "event_id", "?"),
+                        room_id,
+                    )
 
     async def _invite(self, room_id: str, info: Any) -> None:
         import nio
@@ -312,7 +328,8 @@ class MatrixAdapter(AdapterBase):
     def addressed(self, received: Received) -> bool:
         content: dict[str, Any] = received.raw
         mentions = content.get("m.mentions")
-        if isinstance(mentions, dict) and self.user_id in (mentions.get("user_ids") or []):
+        users = mentions.get("user_ids") if isinstance(mentions, dict) else None
+        if isinstance(users, list) and self.user_id in users:
             return True
         localpart = self.user_id.split(":")[0].lstrip("@")
         lowered = received.text.lower()
@@ -320,12 +337,13 @@ class MatrixAdapter(AdapterBase):
             rf"(^|\W)@?{re.escape(localpart.lower())}(\W|$)", lowered
         ):
             return True
-        relates = content.get("m.relates_to")
-        if isinstance(relates, dict):
-            replied = (relates.get("m.in_reply_to") or {}).get("event_id")
-            if replied in self.own_events and not relates.get("is_falling_back"):
-                return True
-        return False
+        relates = _object(content.get("m.relates_to"))
+        replied = _object(relates.get("m.in_reply_to")).get("event_id")
+        return (
+            isinstance(replied, str)
+            and replied in self.own_events
+            and not relates.get("is_falling_back")
+        )
 
     def mention_forms(self, received: Received) -> tuple[str, ...]:
         """The user id, ``@localpart``, and the name the room shows for the bot (what a
@@ -357,11 +375,12 @@ class MatrixAdapter(AdapterBase):
             )
             return
         content = event.source.get("content") or {}
-        relates = content.get("m.relates_to") or {}
+        relates = _object(content.get("m.relates_to"))
         if relates.get("rel_type") == "m.replace":
             log.debug("Matrix account %s: an edit in %s starts no turn", self.name, room_id)
             return
-        thread = relates.get("event_id") if relates.get("rel_type") == "m.thread" else None
+        root = relates.get("event_id")
+        thread = root if relates.get("rel_type") == "m.thread" and isinstance(root, str) else None
         members = room.member_count if room is not None else 3
         media = isinstance(event, nio.RoomMessageMedia)
         await self.core.route(

@@ -170,6 +170,9 @@ class TelegramAdapter(AdapterBase):
             except (TelegramError, InvalidToken, OSError) as exc:
                 await core.read_failed("getUpdates", describe(exc), backoff)
                 continue
+            except Exception as exc:  # the library could not read an update it was given
+                await core.read_failed("getUpdates", describe(exc), backoff)
+                continue
             backoff.reset()
             core.polled()
             for update in updates:
