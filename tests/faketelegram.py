@@ -253,7 +253,10 @@ class FakeTelegram:
     async def _method(self, request: web.Request) -> web.Response:
         if request.match_info["token"] != self.token:
             return self._error(401, "Unauthorized")
-        method = request.match_info["method"]
+        # method names are case-insensitive in the Bot API ("All methods in the Bot API
+        # are case-insensitive"): the spelling this fake knows is used from here on
+        asked = request.match_info["method"]
+        method = {m.lower(): m for m in METHODS}.get(asked.lower(), asked)
         params = await self._params(request)
         with self.lock:
             self.calls.append(Call(method, params))

@@ -401,6 +401,23 @@ def test_edits_and_bots_start_no_turn(rig: Rig) -> None:
     assert [t["text"] for t in rig.runner.turns] == ["real"]
 
 
+def test_an_update_the_library_cannot_read_is_skipped_and_the_rest_are_handled(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One update python-telegram-bot cannot read (a chat without its type) failed
+    the whole batch, and every read after it: the account was stuck on it for good. The
+    batch is read again as it came, the update that cannot be read is skipped with its
+    id in the log, and the others are handled in order."""
+    bind(rig, PRIVATE)
+    bad = rig.server.push({"message": {"message_id": 77, "date": 1, "chat": {"id": ALICE}}})
+    with caplog.at_level("WARNING", logger="orchestrator.channels.telegram"):
+        good = rig.server.push({"message": rig.server.message(PRIVATE, ALICE, "after it")})
+        wait_for(lambda: rig.server.sent(ALICE))
+    assert [t["text"] for t in rig.runner.turns] == ["after it"]
+    assert f"update {bad} could not be read" in caplog.text
+    wait_for(lambda: rig.daemon.chats.get_state("fambot", "offset") == str(good + 1))
+
+
 def test_a_sender_over_the_rate_is_told_once(
     home: Path, monkeypatch: pytest.MonkeyPatch, server: FakeTelegram
 ) -> None:

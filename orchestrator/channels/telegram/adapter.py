@@ -29,7 +29,8 @@ import logging
 import os
 import re
 import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from orchestrator.channels.chatapp.adapter import (
@@ -63,6 +64,16 @@ if TYPE_CHECKING:
     from orchestrator.channels.chatapp.core import ChatAccount
 
 log = logging.getLogger("orchestrator.channels.telegram")
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """An update of a batch that python-telegram-bot cannot read, and why."""
+
+    update_id: int
+    problem: str
+
+
 # python-telegram-bot gives time periods (429's retry_after) as timedelta with this set,
 # instead of warning that ints are deprecated; read before it is imported.
 os.environ.setdefault("PTB_TIMEDELTA", "1")
@@ -155,7 +166,7 @@ class TelegramAdapter(AdapterBase):
         backoff = Backoff()
         while True:
             try:
-                updates = await self.bot.get_updates(
+                updates: Sequence[Any] = await self.bot.get_updates(
                     offset=offset,
                     timeout=CHANNEL_POLL_TIMEOUT_SECONDS,
                     allowed_updates=list(ALLOWED_UPDATES),
@@ -171,11 +182,24 @@ class TelegramAdapter(AdapterBase):
                 await core.read_failed("getUpdates", describe(exc), backoff)
                 continue
             except Exception as exc:  # the library could not read an update it was given
-                await core.read_failed("getUpdates", describe(exc), backoff)
-                continue
+                apart = await self._read_apart(offset)
+                if apart is None:
+                    await core.read_failed("getUpdates", describe(exc), backoff)
+                    continue
+                updates = apart
             backoff.reset()
             core.polled()
             for update in updates:
+                if isinstance(update, Unreadable):
+                    log.warning(
+                        "Telegram account %s: update %d could not be read (%s); skipped",
+                        self.name,
+                        update.update_id,
+                        update.problem,
+                    )
+                    offset = update.update_id + 1
+                    await asyncio.to_thread(core.chats.set_state, self.name, "offset", str(offset))
+                    continue
                 try:
                     await self.handle(update)
                 except asyncio.CancelledError:
@@ -194,6 +218,38 @@ class TelegramAdapter(AdapterBase):
                 offset = update.update_id + 1
                 await asyncio.to_thread(core.chats.set_state, self.name, "offset", str(offset))
             await asyncio.to_thread(core.save_health)
+
+    async def _read_apart(self, offset: int | None) -> list[Any] | None:
+        """The batch at ``offset`` read again as it came, each update on its own: the
+        ones the library can read, an Unreadable for each it cannot (one such update
+        failed the whole batch, at every read: the account was stuck on it). None when
+        that read fails too, or the batch does not say which updates it holds."""
+        from telegram import Update
+
+        assert self.bot is not None
+        arguments: dict[str, Any] = {"timeout": 0, "allowed_updates": list(ALLOWED_UPDATES)}
+        if offset is not None:
+            arguments["offset"] = offset
+        try:
+            # Bot API method names are case-insensitive: spelled so, the library takes
+            # it for a method it has no function for and returns the JSON as it is
+            # (for "getUpdates" it would warn to use its get_updates(), which is what
+            # could not read the batch)
+            raw = await self.bot.do_api_request("getupdates", api_kwargs=arguments)
+        except Exception:  # the read's own failure is the one reported
+            return None
+        if not isinstance(raw, list):
+            return None
+        out: list[Any] = []
+        for item in raw:
+            update_id = item.get("update_id") if isinstance(item, dict) else None
+            if not isinstance(update_id, int) or isinstance(update_id, bool):
+                return None  # what to skip cannot be told
+            try:
+                out.append(Update.de_json(item, self.bot))
+            except Exception as exc:
+                out.append(Unreadable(update_id, describe(exc)))
+        return out
 
     async def handle(self, update: telegram.Update) -> None:
         """One update: a membership change, a move, or a message for the core."""
