@@ -310,6 +310,12 @@ def test_split_sections() -> None:
         ("List 1", ["- a", "- b", "  continued"]),
         ("List 2", ["1. x"]),
     ]
+    # a heading with no words is a section all the same, with a title to link it by
+    empty = migrate.split_sections("#   \nsome text\n## Next\nmore\n")
+    assert [(s.title, s.lines) for s in empty] == [
+        ("Untitled", ["#   ", "some text"]),
+        ("Next", ["## Next", "more"]),
+    ]
 
 
 def test_the_cli_pauses_the_group_while_it_runs(group: Group, home: Path, run, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -244,7 +244,7 @@ def split_sections(text: str) -> list[Section]:
                 fence = None
             continue
         if fence is None and (found := _HEADING.match(line)):
-            headings.append((number, found.group(2).strip()))
+            headings.append((number, found.group(2).strip() or "Untitled"))  # "#   " too
     if not headings:
         return _loose_sections(lines)
     sections = []
