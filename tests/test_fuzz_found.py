@@ -511,7 +511,8 @@ def test_a_room_event_that_cannot_be_handled_is_skipped_and_the_batch_goes_on(
 @pytest.mark.parametrize(
     "out",
     ['5', '"error"', "{}", '{"tools": 5}', '{"tools": [1]}', '{"tools": [{"name": ""}]}',
-     '{"tools": [], "cut": "x"}', '{"tools": [], "cut": 1e999}', "[]"],
+     '{"tools": [], "cut": "x"}', '{"tools": [], "cut": 1e999}', "[]", '{"error": ""}',
+     '{"error": "could not start"}'],
 )  # fmt: skip
 def test_a_stdio_probe_answer_of_the_wrong_shape_is_a_probe_failure(out: str) -> None:
     # The probe's last line comes from the group's image: an answer that was JSON but
@@ -552,3 +553,25 @@ def test_a_telegram_update_the_library_cannot_read_is_a_failed_read() -> None:
         asyncio.run(made.receive())
     assert failed == [("getUpdates", "TypeError: Message.__init__() missing 1 required "
                                      "positional argument")]  # fmt: skip
+
+
+def test_an_archive_holding_a_name_as_a_folder_and_a_file_is_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The refusal named neither the archive nor how the name was there twice (found
+    # while fuzzing backup archives).
+    from orchestrator.backup.archive import BackupInvalid
+    from orchestrator.backup.restore import restore_backup
+    from orchestrator.home import Home
+    from tests.test_fuzz_backup import built
+
+    monkeypatch.delenv("ORCHESTRATOR_STATE_DIR", raising=False)
+    archive = tmp_path / "backup.tar"
+    items = [("home/x/y", "file", b"b", 0o644, ""), ("home/x", "file", b"a", 0o644, "")]
+    archive.write_bytes(built(items, True))
+    with pytest.raises(BackupInvalid) as refused:
+        restore_backup(archive, Home(tmp_path / "restored"))
+    assert refused.value.message == (
+        f"{archive}: holds 'home/x' twice (two files, or a file and the folder of other members)"
+    )
+    assert not (tmp_path / "restored").exists()

@@ -161,7 +161,7 @@ def restore_backup(archive: Path, home: Home, progress: Progress = lambda _: Non
     moved: list[tuple[Path, Path]] = []
     try:
         with ConfinedDir.open(staging) as target:
-            writer = _Writer(target, progress)
+            writer = _Writer(target, progress, archive)
             progress(f"reading {archive}")
             head, manifest = read_archive(archive, _refuse_newer(archive), writer.member)
             writer.finish_dirs()
@@ -272,7 +272,8 @@ def _move(source: Path, target: Path, moved: list[tuple[Path, Path]]) -> None:
 class _Writer:
     """Writes each member into the staging folder through the confined layer."""
 
-    def __init__(self, target: ConfinedDir, progress: Progress) -> None:
+    def __init__(self, target: ConfinedDir, progress: Progress, archive: Path) -> None:
+        self.archive = archive
         self.target = target
         self.progress = progress
         self.dirs: list[Member] = []
@@ -303,7 +304,10 @@ class _Writer:
                 os.fchmod(out.fileno(), member.mode)
                 os.utime(out.fileno(), (member.mtime, member.mtime))
         except FileExistsError:
-            raise BackupInvalid(f"the archive holds {member.name} twice") from None
+            raise BackupInvalid(
+                f"{self.archive}: holds {member.name!r} twice (two files, or a file and "
+                "the folder of other members)"
+            ) from None
         except OSError as exc:
             raise RestoreFailed(f"cannot write {member.name}: {exc}") from None
         self.files += 1

@@ -44,7 +44,11 @@ def list_stdio_tools(
         if not isinstance(answer, dict):
             raise ValueError("it is not an object")
         if "error" in answer:
-            raise ProbeFailed(str(answer["error"]))
+            said = str(answer["error"]).strip()
+            raise ProbeFailed(
+                f"the probe of MCP server {server.name!r} in {group.folder}'s image failed: "
+                + (said or "it gave no reason")
+            )
         tools = answer.get("tools")
         if not isinstance(tools, list):
             raise ValueError("it has no list of tools")
