@@ -90,7 +90,7 @@ def cold_start(quick: bool) -> Result:
             target_label="ensure-running until the runner answers, then remove",
             floor_label="the same spec running `true`: create, start, wait, remove",
         )
-    return Result(COLD, t, f, note="goal: ratio <= 1.5")
+    return Result(COLD, t, f, note="goal: ratio <= 1.3")
 
 
 def _sleep_container_memory(runtime: object) -> int:
