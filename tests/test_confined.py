@@ -196,3 +196,71 @@ def test_purge_and_usage_never_follow_a_swapped_folder(two_groups, tmp_path: Pat
                 groups.remove_tree(victim.name)
         assert not victim.exists()
     assert (fingerprint(canary), fingerprint(b)) == before
+
+
+# the layer's operations, one by one
+
+
+def test_append_creates_then_appends_and_returns_the_size(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        with ConfinedDir.open(tmp_path) as d:
+            assert d.append("log", "é\n") == 3  # text is written as UTF-8
+            assert d.append("log", b"ab") == 5
+            assert d.append("private", b"x", mode=0o600) == 1
+    finally:
+        os.umask(old)
+    assert (tmp_path / "log").read_bytes() == "é\nab".encode()
+    assert stat.S_IMODE(os.stat(tmp_path / "log").st_mode) == 0o644
+    assert stat.S_IMODE(os.stat(tmp_path / "private").st_mode) == 0o600
+
+
+def test_append_refuses_links_fifos_and_folders(tmp_path: Path) -> None:
+    (tmp_path / "target").write_text("untouched")
+    (tmp_path / "link").symlink_to(tmp_path / "target")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "sub").symlink_to(tmp_path / "dir")
+    os.mkfifo(tmp_path / "fifo")
+    with ConfinedDir.open(tmp_path) as d:
+        with pytest.raises(UnsafePath, match="/link: is a symlink, not a regular file") as caught:
+            d.append("link", "x")
+        assert caught.value.kind == "a symlink"
+        with pytest.raises(UnsafePath, match="/fifo: is a FIFO, not a regular file") as caught:
+            d.append("fifo", "x")  # nobody reads it: refused at the open, never blocks
+        assert caught.value.kind == "a FIFO"
+        # a FIFO someone reads opens, and is refused on its descriptor
+        reader = os.open(tmp_path / "fifo", os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            with pytest.raises(UnsafePath, match="/fifo: is a FIFO, not a regular file") as caught:
+                d.append("fifo", "x")
+            assert caught.value.kind == "a FIFO"
+            assert os.read(reader, 10) == b""  # nothing was written into it
+        finally:
+            os.close(reader)
+        with pytest.raises(UnsafePath, match="/sub: is a symlink, not a folder"):
+            d.append("sub/f", "x")
+        with pytest.raises(IsADirectoryError) as error:
+            d.append("dir", "x")
+        assert error.value.filename == f"{tmp_path}/dir"
+    assert (tmp_path / "target").read_text() == "untouched"
+    assert list((tmp_path / "dir").iterdir()) == []
+
+
+def test_usage_compares_and_hashes_by_its_three_numbers() -> None:
+    from orchestrator.confined import Usage
+
+    assert Usage(1, 2, 3) == Usage(1, 2, 3)
+    assert Usage(1, 2, 3) != Usage(1, 2, 4)
+    assert Usage(1, 2, 3) != (1, 2, 3)
+    assert hash(Usage(1, 2, 3)) == hash(Usage(1, 2, 3)) == hash((1, 2, 3))
+    assert len({Usage(1, 2, 3), Usage(1, 2, 3), Usage(3, 2, 1)}) == 2
+    assert repr(Usage(1, 2, 3)) == "Usage(files=1, bytes=2, disk_bytes=3)"
+
+
+def test_read_text_refuses_a_larger_file_unless_told_to_truncate(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("héllo")
+    with ConfinedDir.open(tmp_path) as d:
+        with pytest.raises(UnsafePath, match="over the 4-byte read limit"):
+            d.read_text("f", 4)
+        assert d.read_text("f", 3, truncate=True) == "hé"
+        assert d.read_text("f", 6) == "héllo"
