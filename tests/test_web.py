@@ -581,3 +581,63 @@ def test_doctor_warns_of_bridge_groups_and_lists_web_groups(run, home: Path) -> 
     assert checks["group wild"].status == "warn" and "bridge" in checks["group wild"].detail
     assert checks["web fam"].status == "ok" and "any public name" in checks["web fam"].detail
     assert checks["web_search local"].status == "fail"
+
+
+# the guard's exact words and edges
+
+
+def test_each_refused_address_is_named_with_its_kind() -> None:
+    import ipaddress
+
+    from orchestrator.web.guard import address_problem
+
+    for address, problem in {
+        "0.0.0.0": "0.0.0.0, an unspecified address",
+        "127.0.0.1": "127.0.0.1, a loopback address",
+        "169.254.169.254": "169.254.169.254, a link-local address (where cloud metadata lives)",
+        "224.0.0.1": "224.0.0.1, a multicast address",
+        "240.0.0.1": "240.0.0.1, a reserved address",
+        "10.0.0.1": "10.0.0.1, a private address",
+        "192.0.0.8": "192.0.0.8, not public",
+        "100.64.0.1": "100.64.0.1, not public",
+        "64:ff9b::a00:1": "64:ff9b::a00:1 (NAT64), a private address",
+        "64:ff9b::808:808": "64:ff9b::808:808, a NAT64 address",
+        "::ffff:10.0.0.1": "::ffff:a00:1 (IPv4-mapped), a private address",
+        "2002::1": "2002::1, a 6to4 address",
+        "2001::1": "2001::1, a Teredo address",
+        "93.184.216.34": None,
+        "::ffff:93.184.216.34": None,
+    }.items():
+        assert address_problem(ipaddress.ip_address(address)) == problem, address
+
+
+def test_names_match_without_their_trailing_dot_and_wildcards_only_whole_labels() -> None:
+    from orchestrator.web.guard import matches
+
+    assert matches("Example.ORG.", "example.org")
+    assert matches("example.org", "example.org.")
+    assert matches("news.example.org.", "*.example.org.")
+    assert matches("example.org", "*.example.org")
+    assert not matches("badexample.org", "*.example.org")
+    assert not matches(".example.org", "example.org")
+    assert not matches("example.org", ".example.org")
+
+
+def test_a_url_has_at_most_2000_characters_and_no_control_or_space() -> None:
+    dns = FakeDNS(DNS)
+    base = "http://example.org/"
+    assert check(base + "a" * (2000 - len(base)), RULES, dns).path.endswith("a")
+    for bad in (base + "a" * (2001 - len(base)), base + " ", base + "\t"):
+        with pytest.raises(Refused) as caught:
+            check(bad, RULES, dns)
+        assert str(caught.value) == (
+            "the URL must be one line of at most 2000 characters, without spaces"
+        )
+    assert check(base + "!", RULES, dns).path == "/!"  # '!' is the first printable
+
+
+def test_an_ipv6_address_is_opened_in_brackets() -> None:
+    rules = Rules(allow_addresses=("[::1]:8080",))
+    assert check("http://[::1]:8080/", rules, FakeDNS({})).address == "::1"
+    with pytest.raises(Refused, match="loopback"):
+        check("http://[::1]/", rules, FakeDNS({}))
