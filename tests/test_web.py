@@ -641,3 +641,23 @@ def test_an_ipv6_address_is_opened_in_brackets() -> None:
     assert check("http://[::1]:8080/", rules, FakeDNS({})).address == "::1"
     with pytest.raises(Refused, match="loopback"):
         check("http://[::1]/", rules, FakeDNS({}))
+
+
+def test_the_system_resolver_asks_for_stream_addresses_once_each(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from orchestrator.web.guard import system_resolver
+
+    asked: list[tuple[object, ...]] = []
+
+    def getaddrinfo(*args: object, **kw: object) -> list[tuple[object, ...]]:
+        asked.append((*args, kw))
+        return [
+            (socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("2001:db8::1", 443, 0, 0)),
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.216.34", 443)),
+            (socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("2001:db8::1", 443, 0, 0)),
+        ]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    assert system_resolver("example.org", 443) == ["2001:db8::1", "93.184.216.34"]
+    assert asked == [("example.org", 443, {"type": socket.SOCK_STREAM})]
