@@ -182,7 +182,7 @@ def test_the_build_after_an_approval_runs_in_the_background_and_tells_the_chat(
         "orchestrator.relay.package_requests._build", lambda groups_dir, folder: f"built {folder}"
     )
     thread = build_after_approval(Queue(), Path("groups"), _held({}))  # type: ignore[arg-type]
-    assert thread is not None and thread.name == "packages-fam"
+    assert thread is not None and thread.name == "packages-fam" and thread.daemon
     thread.join(10)
     assert told == [("m1", ["[orchestrator] Request 7: built fam"])]
     assert build_after_approval(Queue(), Path("g"), _held({}), background=False) is None  # type: ignore[arg-type]

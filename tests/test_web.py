@@ -661,3 +661,17 @@ def test_the_system_resolver_asks_for_stream_addresses_once_each(
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
     assert system_resolver("example.org", 443) == ["2001:db8::1", "93.184.216.34"]
     assert asked == [("example.org", 443, {"type": socket.SOCK_STREAM})]
+
+
+def test_unread_urls_schemes_and_credentials_are_refused_in_so_many_words() -> None:
+    dns = FakeDNS(DNS)
+    for url, said in (
+        ("http://example.org:99999/", "the URL cannot be read: Port out of range 0-65535"),
+        ("ftp://example.org/", "only http and https URLs are fetched, not ftp:"),
+        ("//example.org/x", "only http and https URLs are fetched, not this:"),
+        ("http://user@example.org/", "URLs with credentials (user@host) are refused"),
+        ("http://:pw@example.org/", "URLs with credentials (user@host) are refused"),
+    ):
+        with pytest.raises(Refused) as caught:
+            check(url, RULES, dns)
+        assert str(caught.value) == said, url
