@@ -58,7 +58,7 @@ def test_the_filter_formats_once_and_keeps_a_message_without_arguments() -> None
     # nothing to replace and no arguments: the message object stays as it was
     plain = _record(12345, None)
     assert RedactingFilter().filter(plain) is True
-    assert plain.msg == 12345 and plain.args is None
+    assert plain.msg == 12345 and plain.args is None and plain.exc_text is None
     # a secret in a message without arguments is replaced too
     inline = _record("token filter-secret-value here", None)
     RedactingFilter().filter(inline)

@@ -675,3 +675,30 @@ def test_unread_urls_schemes_and_credentials_are_refused_in_so_many_words() -> N
         with pytest.raises(Refused) as caught:
             check(url, RULES, dns)
         assert str(caught.value) == said, url
+
+
+def test_the_other_refusals_in_so_many_words() -> None:
+    asked: list[tuple[str, int]] = []
+
+    def resolver(name: str, port: int) -> list[str]:
+        asked.append((name, port))
+        if name == "down.example.org":
+            raise OSError("no answer")
+        return []
+
+    rules = Rules(ports=(80, 8443))
+    for url, given, said in (
+        ("http:///path", RULES, "the URL names no host"),
+        ("http://exa!mple.org/", RULES, "'exa!mple.org' is not a host name"),
+        ("http://example.org/", Rules(need_allow=True), (
+            "this group's allow list is empty: the shell reaches nothing"
+        )),
+        ("http://example.org:81/", rules, "port 81 is not allowed (allowed: 80, 8443)"),
+        ("http://down.example.org:8443/", rules,
+         "down.example.org could not be resolved: no answer"),
+        ("http://empty.example.org/", rules, "empty.example.org resolves to nothing"),
+    ):  # fmt: skip
+        with pytest.raises(Refused) as caught:
+            check(url, given, resolver)
+        assert str(caught.value) == said, url
+    assert asked == [("down.example.org", 8443), ("empty.example.org", 80)]
