@@ -75,3 +75,59 @@ def test_direction_controls_are_named() -> None:
         "contains U+2067 (a direction control) at character 3, which would show other text "
         "than the one approved"
     )
+
+
+# exact words
+
+
+def test_a_short_notice_in_full() -> None:
+    [notice] = notice_pieces(_request("be brief"), "fam")
+    assert notice == (
+        "[orchestrator] Request 7: a change to this group's learned behaviors waits for a "
+        "creator's approval. This conversation has had messages from people who are not "
+        "creators since it last started fresh, so the request may carry their words. The new "
+        "text (8 characters), whole:\n\n```\nbe brief\n```\n\nA creator approves exactly this "
+        "text with /approve 7 in this chat (or /confirm, when it is the only request waiting "
+        "here). It expires in 24 hours; ignore it to leave everything as it is."
+    )
+    soon = HeldRequest(
+        8, "fam", "packages", "", content_sha256(""), "cli", "c", None, "bob", "m", True,
+        1000.0, 1000.0 + 1700,
+    )  # fmt: skip
+    [notice] = notice_pieces(soon, "fam")
+    assert notice.startswith(
+        "[orchestrator] Request 8: packages for this group's image waits for a creator's "
+        "approval. The agent asks for software in this group's sandbox. The request, with the "
+        "exact versions and hashes an approval installs (0 characters), whole:\n\n```\n\n```"
+    )
+    assert "It expires in 1 hours;" in notice  # never "0 hours"
+
+
+def test_a_long_notice_in_full() -> None:
+    size = HELD_NOTICE_PIECE_CHARS + 1
+    content = "a" * size
+    first, second = notice_pieces(_request(content), "fam")
+    assert first == (
+        "[orchestrator] Request 7: a change to this group's learned behaviors waits for a "
+        "creator's approval. This conversation has had messages from people who are not "
+        "creators since it last started fresh, so the request may carry their words. The new "
+        f"text ({size:,} characters) follows whole, in 2 parts.\n\n"
+        f"Part 1 of 2:\n```\n{'a' * HELD_NOTICE_PIECE_CHARS}\n```"
+    )
+    assert second == (
+        "[orchestrator] Request 7, part 2 of 2:\n```\na\n```\n\nA creator approves exactly this "
+        "text with /approve 7 in this chat (or /confirm, when it is the only request waiting "
+        "here). It expires in 24 hours; ignore it to leave everything as it is."
+    )
+
+
+def test_a_notice_too_long_for_the_chat_in_full() -> None:
+    [notice] = notice_pieces(_request("x" * 1234, approvable=False), "fam")
+    assert notice == (
+        "[orchestrator] Request 7: a change to this group's learned behaviors (1,234 "
+        "characters) waits for approval. This conversation has had messages from people who "
+        "are not creators since it last started fresh, so the request may carry their words. "
+        "It is too long to show here, so it cannot be approved from this chat: the operator "
+        "reads it with `orchestrator learned show fam --pending` and approves it with "
+        "`orchestrator learned approve fam 7`."
+    )
