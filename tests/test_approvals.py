@@ -3,6 +3,9 @@ notices that show a request whole."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from orchestrator.commands import Command, parse_command
@@ -131,3 +134,80 @@ def test_a_notice_too_long_for_the_chat_in_full() -> None:
         "reads it with `orchestrator learned show fam --pending` and approves it with "
         "`orchestrator learned approve fam 7`."
     )
+
+
+def test_chat_replies_to_confirm_and_approve(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.home import Home
+    from orchestrator.relay import approvals
+    from orchestrator.relay.approvals import chat_reply
+    from orchestrator.store.held import HeldRequests
+    from orchestrator.store.messages import open_queue
+
+    applied: list[tuple[str, int, str]] = []
+
+    def apply_held(
+        groups_dir: Path, folder: str, request: HeldRequest, by: str
+    ) -> tuple[bool, str]:
+        applied.append((folder, request.id, by))
+        return True, "done it"
+
+    kind = approvals.Kind(
+        "a test change", f"{__name__}:_unused", "show {folder}", "approve {folder} {id}"
+    )
+    monkeypatch.setitem(approvals.KINDS, "test", kind)
+    monkeypatch.setattr(sys.modules[__name__], "_unused", apply_held, raising=False)
+    queue = open_queue(Home(tmp_path))
+    held = HeldRequests(queue)
+
+    def hold(content: str, *, chat: str = "c", approvable: bool = True, ttl: float = 3600) -> int:
+        return held.hold(
+            group="fam", kind="test", content=content, channel="cli", chat=chat, thread=None,
+            sender="bob", message_id="m", chat_approvable=approvable, ttl=ttl, now=1000.0,
+        ).id  # fmt: skip
+
+    def reply(
+        name: str, *args: str, trust: str = "creator", sender: str = "alice", now: float = 1500.0
+    ) -> str:
+        return chat_reply(
+            queue, tmp_path / "groups", "fam", Command(name, args), channel="cli", chat="c",
+            trust=trust, sender=sender, creators=("alice",), now=now,
+        )  # fmt: skip
+
+    try:
+        only = "Only this group's creators can approve what waits for approval."
+        assert reply("confirm", trust="member") == only
+        assert reply("confirm", sender="bob") == only
+        assert reply("confirm") == "Nothing is waiting for approval in this chat."
+        first = hold("one")
+        second = hold("second")
+        assert reply("confirm") == (
+            f"2 requests wait in this chat: {first} (a test change, 3 characters, from bob), "
+            f"{second} (a test change, 6 characters, from bob). Approve one with /approve ID."
+        )
+        assert reply("approve") == (
+            f"Give the number of the request: /approve ID (waiting here: {first} (a test change, "
+            f"3 characters, from bob), {second} (a test change, 6 characters, from bob))."
+        )
+        assert reply("approve", "x") == reply("approve", "1", "2") == reply("approve")
+        elsewhere = hold("elsewhere", chat="other")
+        assert reply("approve", str(elsewhere)) == f"No request {elsewhere} waits in this chat."
+        assert reply("approve", "999") == "No request 999 waits in this chat."
+        assert reply("approve", str(first)) == f"Approved request {first}: done it."
+        assert applied == [("fam", first, "alice")]
+        assert reply("confirm") == f"Approved request {second}: done it."
+        assert reply("approve") == "Give the number of the request: /approve ID."
+        old = hold("old", ttl=100)
+        assert reply("approve", str(old)) == (
+            f"Request {old} expired; ask again if it is still wanted."
+        )
+        long = hold("long", approvable=False)
+        assert reply("approve", str(long)) == (
+            f"Request {long} is too long to approve from a chat; the operator approves it "
+            f"with `approve fam {long}`."
+        )
+        with pytest.raises(ValueError, match="not an approval command: /help"):
+            reply("help")
+    finally:
+        queue.close()
