@@ -3,6 +3,7 @@ notices that show a request whole."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -209,5 +210,61 @@ def test_chat_replies_to_confirm_and_approve(
         )
         with pytest.raises(ValueError, match="not an approval command: /help"):
             reply("help")
+    finally:
+        queue.close()
+
+
+def test_an_approval_applies_the_held_content_only_and_then_what_follows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from orchestrator.home import Home
+    from orchestrator.relay import approvals
+    from orchestrator.store.held import HeldRequests
+    from orchestrator.store.messages import open_queue
+
+    calls: list[object] = []
+    outcome = [(False, "not yet")]
+
+    def apply_held(
+        groups_dir: Path, folder: str, request: HeldRequest, by: str
+    ) -> tuple[bool, str]:
+        calls.append(("apply", groups_dir, folder, request.id, by))
+        return outcome[0]
+
+    def after(queue: object, groups_dir: Path, request: HeldRequest, *, background: bool) -> None:
+        calls.append(("after", groups_dir, request.id, background))
+
+    monkeypatch.setattr(sys.modules[__name__], "_apply", apply_held, raising=False)
+    monkeypatch.setattr(sys.modules[__name__], "_after", after, raising=False)
+    kind = approvals.Kind(
+        "a test change", f"{__name__}:_apply", "s", "a", after=f"{__name__}:_after"
+    )
+    monkeypatch.setitem(approvals.KINDS, "test", kind)
+    queue = open_queue(Home(tmp_path))
+    try:
+        request = HeldRequests(queue).hold(
+            group="fam", kind="test", content="x", channel="cli", chat="c", thread=None,
+            sender="bob", message_id="m", chat_approvable=True, ttl=3600,
+        )  # fmt: skip
+        groups = tmp_path / "groups"
+        changed = dataclasses.replace(request, content="y")
+        assert approvals.apply(groups, "fam", changed, "alice") == approvals.Applied(
+            False, f"request {request.id} does not match what was shown; not applied"
+        )
+        assert calls == []
+        assert approvals.approve(queue, groups, request, "alice", background=False) == (
+            approvals.Applied(False, "not yet")
+        )
+        assert HeldRequests(queue).get(request.id) is not None  # still held: approve again
+        outcome[0] = (True, "done")
+        with caplog.at_level("INFO", logger="orchestrator.approvals"):
+            applied = approvals.approve(queue, groups, request, "alice", background=False)
+        assert applied == approvals.Applied(True, "done")
+        assert HeldRequests(queue).get(request.id) is None
+        assert calls[-2:] == [
+            ("apply", groups, "fam", request.id, "alice"),
+            ("after", groups, request.id, False),
+        ]
+        assert caplog.messages == [f"group fam: request {request.id} (test) approved by 'alice'"]
     finally:
         queue.close()
