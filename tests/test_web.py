@@ -702,3 +702,25 @@ def test_the_other_refusals_in_so_many_words() -> None:
             check(url, given, resolver)
         assert str(caught.value) == said, url
     assert asked == [("down.example.org", 8443), ("empty.example.org", 80)]
+
+
+def test_each_address_of_an_answer_is_checked_unless_opened() -> None:
+    dns = FakeDNS({
+        "intranet.example.org": [["10.0.0.5"]],
+        "two.example.org": [["10.0.0.5", "127.0.0.1"]],
+        "odd.example.org": [["not-an-ip"]],
+    })  # fmt: skip
+    rules = Rules(allow_addresses=("10.0.0.5:80",))
+    target = check("http://intranet.example.org/x", rules, dns)
+    assert (target.url, target.address) == ("http://intranet.example.org/x", "10.0.0.5")
+    for url, said in (
+        ("http://two.example.org/",
+         "two.example.org resolves to 127.0.0.1, a loopback address: refused"),
+        ("http://127.0.0.1/", "127.0.0.1 is 127.0.0.1, a loopback address: refused"),
+        ("http://odd.example.org/", "odd.example.org resolves to 'not-an-ip', not an address"),
+        ("http://intranet.example.org:443/",
+         "intranet.example.org resolves to 10.0.0.5, a private address: refused"),
+    ):  # fmt: skip
+        with pytest.raises(Refused) as caught:
+            check(url, rules, dns)
+        assert str(caught.value) == said, url
