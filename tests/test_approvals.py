@@ -181,6 +181,16 @@ def test_chat_replies_to_confirm_and_approve(
         assert reply("confirm", trust="member") == only
         assert reply("confirm", sender="bob") == only
         assert reply("confirm") == "Nothing is waiting for approval in this chat."
+        # the same chat name in another group or on another channel is another chat
+        held.hold(
+            group="other", kind="test", content="o", channel="cli", chat="c", thread=None,
+            sender="bob", message_id="m", chat_approvable=True, ttl=3600, now=1000.0,
+        )  # fmt: skip
+        held.hold(
+            group="fam", kind="test", content="o", channel="tg", chat="c", thread=None,
+            sender="bob", message_id="m", chat_approvable=True, ttl=3600, now=1000.0,
+        )  # fmt: skip
+        assert reply("confirm") == "Nothing is waiting for approval in this chat."
         first = hold("one")
         second = hold("second")
         assert reply("confirm") == (
@@ -258,12 +268,12 @@ def test_an_approval_applies_the_held_content_only_and_then_what_follows(
         assert HeldRequests(queue).get(request.id) is not None  # still held: approve again
         outcome[0] = (True, "done")
         with caplog.at_level("INFO", logger="orchestrator.approvals"):
-            applied = approvals.approve(queue, groups, request, "alice", background=False)
+            applied = approvals.approve(queue, groups, request, "alice")
         assert applied == approvals.Applied(True, "done")
         assert HeldRequests(queue).get(request.id) is None
         assert calls[-2:] == [
             ("apply", groups, "fam", request.id, "alice"),
-            ("after", groups, request.id, False),
+            ("after", groups, request.id, True),  # in the background unless told
         ]
         assert caplog.messages == [f"group fam: request {request.id} (test) approved by 'alice'"]
     finally:

@@ -34,6 +34,10 @@ def test_the_longest_secret_is_replaced_first() -> None:
     register_secret("prefix-secret-1-and-more")
     assert redact("a prefix-secret-1-and-more b") == f"a {REDACTED} b"
     assert redact("x prefix-secret-1 y") == f"x {REDACTED} y"
+    # by length, not by letters: "bbbbbbbb" sorts after "aaaaaaaa-bbbbbbbb" but is shorter
+    register_secret("bbbbbbbb")
+    register_secret("aaaaaaaa-bbbbbbbb")
+    assert redact("aaaaaaaa-bbbbbbbb") == REDACTED
 
 
 def _record(msg: object, args: tuple[object, ...] | None) -> logging.LogRecord:
