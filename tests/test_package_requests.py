@@ -179,12 +179,13 @@ def test_the_build_after_an_approval_runs_in_the_background_and_tells_the_chat(
             told.append((message_id, notices))
 
     monkeypatch.setattr(
-        "orchestrator.relay.package_requests._build", lambda groups_dir, folder: f"built {folder}"
+        "orchestrator.relay.package_requests._build",
+        lambda groups_dir, folder: f"built {folder} in {groups_dir}",
     )
     thread = build_after_approval(Queue(), Path("groups"), _held({}))  # type: ignore[arg-type]
     assert thread is not None and thread.name == "packages-fam" and thread.daemon
     thread.join(10)
-    assert told == [("m1", ["[orchestrator] Request 7: built fam"])]
+    assert told == [("m1", ["[orchestrator] Request 7: built fam in groups"])]
     assert build_after_approval(Queue(), Path("g"), _held({}), background=False) is None  # type: ignore[arg-type]
     assert len(told) == 2
 
@@ -224,7 +225,8 @@ def _fake_build(monkeypatch: pytest.MonkeyPatch, outcome: Any) -> tuple[_Client,
     monkeypatch.setattr("orchestrator.groups.GroupStore", Store)
     monkeypatch.setattr("orchestrator.runtime.engine.connect", lambda: client)
     monkeypatch.setattr(
-        "orchestrator.image.agent.agent_image_ref", lambda c, image: f"ref of {image}"
+        "orchestrator.image.agent.agent_image_ref",
+        lambda c, image: f"ref of {image}" if c is client else "another client",
     )
     monkeypatch.setattr("orchestrator.image.group.build_group_image", build)
     return client, calls

@@ -252,7 +252,10 @@ def test_requirements_resolve_to_wheels_and_their_hashes(monkeypatch: pytest.Mon
     assert PythonLock(("b", "a"), ()).digest() == (
         "c66c063146afac0e703d38b677d9919096fe2e5c8f79dccf6dd1e11876abf4ed"
     )
-    assert resolve_python([]) == PythonLock((), ()) and len(pip.calls) == 1
+    said.clear()
+    resolve_python(["rich", "six"], said.append)
+    assert said[0] == "resolving rich, six to wheels for Python 3.11"
+    assert resolve_python([]) == PythonLock((), ()) and len(pip.calls) == 2
     monkeypatch.setattr(
         "orchestrator.groups.packages.subprocess.run", FakePip({"rich-1.0.tar.gz": b"sdist"})
     )

@@ -234,6 +234,7 @@ def test_every_bad_entry_is_named_and_the_walk_goes_on(
     (folder / "a\x1bname").write_text("x")
     (folder / "b-link").symlink_to("SKILL.md")
     (folder / "c-gone").write_text("x")
+    (folder / "d-link").symlink_to("SKILL.md")
     real_lstat = os.lstat
 
     def lstat(path: Any, *args: Any, **kw: Any) -> os.stat_result:
@@ -247,6 +248,8 @@ def test_every_bad_entry_is_named_and_the_walk_goes_on(
         "  - b-link: is a symlink (to SKILL.md); a skill may hold no symlinks: replace it "
         "with the file itself",
         "  - c-gone: cannot be read (No such file or directory)",
+        "  - d-link: is a symlink (to SKILL.md); a skill may hold no symlinks: replace it "
+        "with the file itself",
     ]
 
 

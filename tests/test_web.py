@@ -724,3 +724,20 @@ def test_each_address_of_an_answer_is_checked_unless_opened() -> None:
         with pytest.raises(Refused) as caught:
             check(url, rules, dns)
         assert str(caught.value) == said, url
+
+
+def test_a_literal_address_in_brackets_and_a_scoped_answer() -> None:
+    import ipaddress
+
+    from orchestrator.web.guard import literal_address
+
+    assert literal_address("[::1]") == ipaddress.ip_address("::1")
+    assert literal_address("[127.1]") == ipaddress.ip_address("127.0.0.1")
+    assert literal_address("X1") is None  # a name, not a number
+    dns = FakeDNS({"scoped.example.org": [["fe80::1%eth0"]]})
+    with pytest.raises(Refused) as caught:
+        check("http://scoped.example.org/", RULES, dns)
+    assert str(caught.value) == (
+        "scoped.example.org resolves to fe80::1, a link-local address (where cloud metadata "
+        "lives): refused"
+    )
