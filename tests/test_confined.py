@@ -373,3 +373,18 @@ def test_remove_tree_looks_again_at_a_swapped_entry_and_gives_up_on_other_errors
         monkeypatch.setattr(os, "unlink", refused)
         with pytest.raises(PermissionError):
             d.remove_tree("h")
+
+
+def test_unsafe_path_carries_its_words_and_kind_of_names_each_type() -> None:
+    from orchestrator.confined import kind_of
+
+    refused = UnsafePath("g/x", "is a FIFO", kind="a FIFO")
+    assert (refused.errno, refused.strerror, str(refused)) == (
+        errno.EPERM,
+        "g/x: is a FIFO",
+        "g/x: is a FIFO",
+    )
+    assert [kind_of(m) for m in (stat.S_IFREG, stat.S_IFDIR, stat.S_IFLNK, stat.S_IFIFO,
+                                 stat.S_IFSOCK, stat.S_IFCHR)] == [
+        "a regular file", "a folder", "a symlink", "a FIFO", "a socket", "a device file",
+    ]  # fmt: skip

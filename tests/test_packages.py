@@ -329,3 +329,10 @@ def test_the_lock_file_is_written_readable_and_read_back(tmp_path: Path) -> None
     assert read_lock(tmp_path) == lock
     (tmp_path / "packages.lock").write_text('{"requirements": []}')
     assert read_lock(tmp_path) is None
+
+
+def test_a_refused_debian_name_says_what_is_expected() -> None:
+    assert debian_problem("Jq") == (
+        "got 'Jq'; expected a Debian package name: lowercase letters, digits, '+', '-' and '.', "
+        "at least two characters, starting with a letter or digit"
+    )
