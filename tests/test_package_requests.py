@@ -129,3 +129,142 @@ def test_an_approval_replaces_a_project_however_its_name_is_spelled(tmp_path: Pa
         ("six", "1.16.0"),
         ("typing_extensions", "4.12.2"),
     ]
+
+
+def _held(content: dict[str, Any], group: str = "fam") -> Any:
+    from orchestrator.store.held import HeldRequest
+
+    return HeldRequest(
+        7, group, "packages", json.dumps(content), "0" * 64, "cli", "c", None, "bob", "m1", True,
+        0, 1e12,
+    )  # fmt: skip
+
+
+def test_an_approval_locks_the_files_and_hashes_shown_and_logs_who_approved(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from orchestrator.groups import GroupStore
+    from orchestrator.groups.config import GroupConfig
+    from orchestrator.groups.packages import LockedWheel, read_lock
+    from orchestrator.home import Home
+    from orchestrator.relay.package_requests import apply_held
+
+    group = GroupStore(Home(tmp_path)).add(GroupConfig(name="fam"))
+    asked = {
+        "debian": ["tree"],
+        "python": ["rich==13.7.1"],
+        "wheels": [{"file": "rich-13.7.1-py3-none-any.whl", "sha256": "d" * 64}],
+    }
+    with caplog.at_level("INFO", logger="orchestrator.packages"):
+        result = apply_held(tmp_path / "groups", group.path.name, _held(asked), "alice")
+    assert result == (True, "its packages are in group.yaml; the group's image is being built")
+    lock = read_lock(group.path)
+    assert lock is not None
+    assert lock.wheels == (LockedWheel("rich", "13.7.1", "rich-13.7.1-py3-none-any.whl", "d" * 64),)
+    assert load_group_config(group.config_file).packages.debian == ("tree",)
+    assert [r.getMessage() for r in caplog.records if r.name == "orchestrator.packages"] == [
+        f"group {group.path.name}: package request 7 (tree, rich==13.7.1) approved by 'alice'"
+    ]
+
+
+def test_the_build_after_an_approval_runs_in_the_background_and_tells_the_chat(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from orchestrator.relay.package_requests import build_after_approval
+
+    told: list[tuple[str, list[str]]] = []
+
+    class Queue:
+        def add_host_notices(self, message_id: str, notices: list[str]) -> None:
+            told.append((message_id, notices))
+
+    monkeypatch.setattr(
+        "orchestrator.relay.package_requests._build",
+        lambda groups_dir, folder: f"built {folder} in {groups_dir}",
+    )
+    thread = build_after_approval(Queue(), Path("groups"), _held({}))  # type: ignore[arg-type]
+    assert thread is not None and thread.name == "packages-fam" and thread.daemon
+    thread.join(10)
+    assert told == [("m1", ["[orchestrator] Request 7: built fam in groups"])]
+    assert build_after_approval(Queue(), Path("g"), _held({}), background=False) is None  # type: ignore[arg-type]
+    assert len(told) == 2
+
+
+class _Client:
+    closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _fake_build(monkeypatch: pytest.MonkeyPatch, outcome: Any) -> tuple[_Client, list[Any]]:
+    from types import SimpleNamespace
+
+    client = _Client()
+    calls: list[Any] = []
+    config = SimpleNamespace(image="agent:img", project="proj", debian_mirror="http://mirror")
+
+    def load_config(home: Any) -> Any:
+        calls.append(("config", home.root))
+        return config
+
+    class Store:
+        def __init__(self, home: Any) -> None:
+            calls.append(("store", home.root))
+
+        def load(self, folder: str) -> str:
+            return f"group {folder}"
+
+    def build(client_: Any, project: str, group: str, agent: str, *, mirror: str) -> Any:
+        calls.append(("build", client_ is client, project, group, agent, mirror))
+        if isinstance(outcome, Exception):
+            raise outcome
+        return SimpleNamespace(tag=outcome)
+
+    monkeypatch.setattr("orchestrator.config.load_config", load_config)
+    monkeypatch.setattr("orchestrator.groups.GroupStore", Store)
+    monkeypatch.setattr("orchestrator.runtime.engine.connect", lambda: client)
+    monkeypatch.setattr(
+        "orchestrator.image.agent.agent_image_ref",
+        lambda c, image: f"ref of {image}" if c is client else "another client",
+    )
+    monkeypatch.setattr("orchestrator.image.group.build_group_image", build)
+    return client, calls
+
+
+def test_the_build_says_where_the_packages_are_or_why_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from orchestrator.errors import OrchestratorError
+    from orchestrator.relay.package_requests import _build
+
+    client, calls = _fake_build(monkeypatch, "orchestrator-fam:abc")
+    groups = tmp_path / "groups"
+    with caplog.at_level("INFO", logger="orchestrator.packages"):
+        said = _build(groups, "fam")
+    assert said == (
+        "the packages are installed in the group's image (orchestrator-fam:abc); the group "
+        "moves to it between turns, within a minute"
+    )
+    assert calls == [
+        ("config", tmp_path),
+        ("store", tmp_path),
+        ("build", True, "proj", "group fam", "ref of agent:img", "http://mirror"),
+    ]
+    assert client.closed
+    assert "group fam: image orchestrator-fam:abc ready for its packages" in caplog.messages
+    caplog.clear()
+    client, _ = _fake_build(monkeypatch, OrchestratorError("no space left"))
+    with caplog.at_level("INFO", logger="orchestrator.packages"):
+        said = _build(groups, "fam")
+    assert said == "the group's image could not be built: no space left; it keeps its image"
+    assert client.closed
+    assert caplog.messages == ["group fam: the image for its packages failed: no space left"]
+    caplog.clear()
+    client, _ = _fake_build(monkeypatch, RuntimeError("engine gone"))
+    with caplog.at_level("INFO", logger="orchestrator.packages"):
+        said = _build(groups, "fam")
+    assert said == "the group's image could not be built: engine gone; it keeps its image"
+    assert client.closed
+    assert caplog.messages == ["group fam: the image for its packages failed"]
+    assert caplog.records[0].exc_info is not None

