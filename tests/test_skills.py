@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from orchestrator.agent.providers.base import Completion, Provider, ToolCall
 from orchestrator.agent.runner import Runner
@@ -351,6 +353,52 @@ def test_warnings_read_the_first_256_kib_of_text_once_per_kind(
     checked = check_folder(folder)
     assert "a.bin" not in checked.scripts  # unreadable: no shebang seen
     assert checked.warnings[1] == "b.txt:2: installs Python packages: \ufffd pip install x"
+
+
+# The patterns as they were, which took time quadratic in a line's length: what the
+# warnings find is still what these find.
+QUADRATIC = {
+    "fetches code and runs it": (
+        r"\b(curl|wget|fetch)\b[^\n|]*\|\s*(sudo\s+)?(ba|z|da|k)?sh\b",
+        r"\b(curl|wget)\b[^\n|]*\|\s*(sudo\s+)?python[0-9.]*\b",
+    ),
+    "decodes code and runs it": (r"base64\s+(-d|--decode)[^\n]*\|\s*(ba|z)?sh\b",),
+    "reads .env files": (r"(^|[\s\"'/])\.env\b|\w+\.env\b",),
+}
+
+
+@given(
+    st.lists(
+        st.sampled_from(
+            ["curl", "wget", "fetch", "base64", " -d", " --decode", "|", " ", "sh", "bash",
+             "sudo ", "python3", ".env", "x", "my", "-", ";", "\t", "CURL", "Sh", "é"]
+        ),
+        max_size=14,
+    ).map("".join)
+)  # fmt: skip
+def test_the_linear_patterns_find_what_the_quadratic_ones_found(line: str) -> None:
+    import re
+
+    for what, patterns in QUADRATIC.items():
+        before = any(re.search(p, line, re.IGNORECASE) for p in patterns)
+        now = any(p.search(line) for p, said in validate.RISKS if said == what)
+        assert now == before, (what, line)
+
+
+def test_a_line_as_long_as_the_scan_reads_is_checked_whole(tmp_path: Path) -> None:
+    """A 256 KiB line made to take the patterns' worst path (each of these took minutes
+    when a pattern was quadratic in the line) is read, and a risk at its end found."""
+    folder = make_skill(tmp_path)
+    limit = 256 * 1024
+    (folder / "a.txt").write_text("a" * (limit - 20) + " x.env\n")
+    (folder / "b.txt").write_text(("curl " * (limit // 5 - 3))[: limit - 12] + " | sh\n")
+    (folder / "c.txt").write_text(("base64 -d " * (limit // 10))[: limit - 12] + " | sh\n")
+    warnings = check_folder(folder).warnings
+    assert [w.split(": ")[0:2] for w in warnings] == [
+        ["a.txt:1", "reads .env files"],
+        ["b.txt:1", "fetches code and runs it"],
+        ["c.txt:1", "decodes code and runs it"],
+    ]
 
 
 # install, clash, remove

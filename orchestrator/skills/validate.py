@@ -36,15 +36,21 @@ SCAN_MAX_BYTES = 256 * 1024  # of one file, looked at for warnings
 WARNINGS_MAX = 40
 
 # what a script does that the operator should read before installing
+# Each pattern takes time linear in the line (a line may be 256 KiB): a pipe is found
+# from the segment it ends, at the first fetch of that segment (atomic, so no other is
+# tried: a later one has the same pipe ahead of it), and a decode from the line's first.
 RISKS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(pattern, re.IGNORECASE), what)
     for pattern, what in (
         (
-            r"\b(curl|wget|fetch)\b[^\n|]*\|\s*(sudo\s+)?(ba|z|da|k)?sh\b",
+            r"(?:^|\|)(?>[^|\n]*?\b(?:curl|wget|fetch)\b)[^|\n]*+\|\s*(sudo\s+)?(ba|z|da|k)?sh\b",
             "fetches code and runs it",
         ),
-        (r"\b(curl|wget)\b[^\n|]*\|\s*(sudo\s+)?python[0-9.]*\b", "fetches code and runs it"),
-        (r"base64\s+(-d|--decode)[^\n]*\|\s*(ba|z)?sh\b", "decodes code and runs it"),
+        (
+            r"(?:^|\|)(?>[^|\n]*?\b(?:curl|wget)\b)[^|\n]*+\|\s*(sudo\s+)?python[0-9.]*\b",
+            "fetches code and runs it",
+        ),
+        (r"^(?>.*?base64\s+(?:-d|--decode))[^\n]*\|\s*(ba|z)?sh\b", "decodes code and runs it"),
         (r"\b(pip[0-9.]*|uv\s+pip|pipx)\s+install\b", "installs Python packages"),
         (r"\b(npm|pnpm|yarn)\s+(install|add|i)\b|\bnpx\s", "installs or runs npm packages"),
         (r"\b(apt|apt-get|apk|dnf|yum)\s+(install|add)\b", "installs system packages"),
@@ -57,7 +63,7 @@ RISKS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
             r"\.netrc|\.docker/config\.json|\.kube/config|\.gnupg|\.git-credentials",
             "reads credential files",
         ),
-        (r"(^|[\s\"'/])\.env\b|\w+\.env\b", "reads .env files"),
+        (r"(^|[\s\"'/])\.env\b|\w\.env\b", "reads .env files"),
         (
             r"/secrets?\b|\bsecrets?/|\bsecrets?\.(json|ya?ml|toml|txt|env)\b",
             "reads a secrets file",
