@@ -250,6 +250,11 @@ def test_the_policy_is_off_by_default_and_read_with_its_keys() -> None:
         ("web:\n  allow: ['http://x.org']\n", "web.allow[0]: got 'http://x.org'; expected a host"),
         ("web:\n  ports: [0]\n", "web.ports: got [0]; expected a list of ports"),
         ("web:\n  allow_addresses: ['localhost']\n", "web.allow_addresses[0]: got 'localhost'"),
+        (  # the guard would never match it: brackets are for IPv6
+            "web:\n  allow_addresses: ['[127.0.0.1]:8080']\n",
+            "web.allow_addresses[0]: got '[127.0.0.1]:8080'; brackets are for an IPv6 "
+            "address only: 127.0.0.1:8080",
+        ),
         ("web:\n  max_fetches_per_hour: 0\n", "web.max_fetches_per_hour: got 0"),
         ("web:\n  proxy: x\n", "web.proxy: unknown key"),
         (

@@ -115,9 +115,12 @@ def _address_problem(item: str) -> str | None:
     expected = f"got {item!r}; expected HOST:PORT, such as 127.0.0.1:8080 or [::1]:8080"
     if not sep or not port.isdigit() or not 1 <= int(port) <= 65535:
         return expected
-    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    bracketed = host.startswith("[") and host.endswith("]")
+    bare = host[1:-1] if bracketed else host
     try:
-        ipaddress.ip_address(bare)
+        address = ipaddress.ip_address(bare)
+        if bracketed and address.version != 6:
+            return f"got {item!r}; brackets are for an IPv6 address only: {bare}:{port}"
     except ValueError:
         if not re.fullmatch(r"[a-z0-9.-]{1,253}", host):
             return expected
