@@ -53,7 +53,7 @@ def test_the_agent_image_stays_valid_when_another_build_reimports_the_base(
 ) -> None:  # type: ignore[no-untyped-def]
     from orchestrator.config import DEFAULT_IMAGE_REPOSITORY
     from orchestrator.image.agent import agent_image_ref, current_agent_image
-    from orchestrator.image.base import base_tag
+    from orchestrator.image.recipe import base_tag
 
     base = base_tag()
     original = docker_client.images.get(base).id
@@ -108,6 +108,64 @@ def test_a_build_with_nothing_to_do_is_known_from_its_record_and_one_inspect(
     # an image that is not the recorded one (gone, or another id) needs the full check
     assert recorded_noop(DEFAULT_IMAGE_REPOSITORY, lambda ref: None) is None
     assert recorded_noop(DEFAULT_IMAGE_REPOSITORY, lambda ref: {"Id": "sha256:other"}) is None
+
+
+def test_the_console_answers_a_build_with_nothing_to_do_without_loading_the_cli(
+    agent_image, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    """`image build --offline` with nothing to do prints the CLI's line without importing
+    click, YAML or the engine's SDK; a home's orchestrator.yaml counts only as it was when
+    the CLI last read it whole, so a change to it (even one the CLI refuses) is the CLI's."""
+    import os
+    import subprocess
+    import sys
+
+    from orchestrator.image import noop
+
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in noop._CONFIG_ENV}
+    env["ORCHESTRATOR_HOME"] = str(home)
+
+    def build() -> tuple[int, str, str, set[str]]:
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-X",
+                "importtime",
+                "-m",
+                "orchestrator",
+                "image",
+                "build",
+                "--offline",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        imported = {
+            line.rsplit("|", 1)[1].strip()
+            for line in run.stderr.splitlines()
+            if line.startswith("import time:") and "|" in line
+        }
+        errors = [line for line in run.stderr.splitlines() if not line.startswith("import time:")]
+        return run.returncode, run.stdout, "\n".join(errors), imported
+
+    line = f"{agent_image} is up to date"
+    code, out, _, imported = build()
+    assert (code, out.startswith(line)) == (0, True), out
+    assert not {"click", "yaml", "docker"} & imported
+    config = home / "orchestrator.yaml"
+    config.write_text("image: orchestrator-agent\n")
+    code, out, _, imported = build()  # never read whole: the CLI reads it
+    assert (code, out.startswith(line), "click" in imported) == (0, True, True), out
+    code, out, _, imported = build()  # read whole just now, unchanged since
+    assert (code, out.startswith(line)) == (0, True), out
+    assert not {"click", "yaml", "docker"} & imported
+    config.write_text("image: orchestrator-agent\nbogus: 1\n")
+    code, out, err, imported = build()
+    assert code != 0 and "bogus" in err and "click" in imported, (code, out, err)
 
 
 def test_a_build_prunes_its_own_checkouts_older_images_only(docker_client, test_project) -> None:  # type: ignore[no-untyped-def]

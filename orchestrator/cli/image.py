@@ -10,6 +10,7 @@ import click
 from orchestrator.cli import CliContext
 from orchestrator.cli.output import print_json
 from orchestrator.config import load_config
+from orchestrator.home import Home
 
 pass_cli = click.make_pass_decorator(CliContext)
 
@@ -55,6 +56,7 @@ def build(
     config = load_config(obj.home)
     started = time.monotonic()
     progress = (lambda line: click.echo(line, err=True)) if as_json else click.echo
+    _remember_home(obj.home, config.image)
     result = _recorded_noop(config.image) if offline and not (base or force or daemon) else None
     daemon_result = None
     if result is None:
@@ -102,6 +104,15 @@ def build(
     if daemon_result is not None:
         state = "built" if daemon_result.built else "is up to date"
         click.echo(f"daemon image {daemon_result.tag} {state} (also orchestrator-daemon:latest)")
+
+
+def _remember_home(home: Home, repository: str) -> None:
+    """Remember the image repository the home's orchestrator.yaml, read whole and valid
+    just now, names: the next build with nothing to do is then answered without the CLI
+    (orchestrator.image.noop)."""
+    from orchestrator.image.noop import remember_home
+
+    remember_home(str(home.root), repository)
 
 
 def _recorded_noop(repository: str) -> Any:

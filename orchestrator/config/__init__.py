@@ -45,7 +45,7 @@ HTTP_LISTEN_ENV = "ORCHESTRATOR_HTTP_LISTEN"
 DEFAULT_PROJECT = "orchestrator"
 # No '.': container names are <project>.<folder>, and neither part may hold the dot.
 PROJECT_PATTERN = r"[a-z0-9][a-z0-9_-]{0,39}"
-DEFAULT_IMAGE_REPOSITORY = "orchestrator-agent"
+DEFAULT_IMAGE_REPOSITORY = "orchestrator-agent"  # also orchestrator.image.noop's
 DEFAULT_ALLOWLIST = Path("~/.config/orchestrator/mount-allowlist.yaml")
 
 
@@ -62,7 +62,7 @@ class OrchestratorConfig:
     http_listen: str = DEFAULT_HTTP_LISTEN
     http_token: str | None = None
     http_allow_remote: bool = False  # may http.listen be on a non-loopback address
-    concurrency: int | None = None  # turns at once across groups; None: the CPU count
+    concurrency: int | None = None  # turns at once across groups; None: limits.default_concurrency
     per_group_concurrency: int | None = None  # turns one group may run; None: half
     providers: Mapping[str, ProviderDef] = field(default_factory=dict)
     secrets_file: Path | None = None

@@ -13,7 +13,6 @@ never reaches the network: wheels are downloaded on the host and installed with
 from __future__ import annotations
 
 import hashlib
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import orchestrator
 from orchestrator.errors import ImageBuildFailed, OrchestratorError
+from orchestrator.image import inputs, noop
 from orchestrator.image.base import (
     INPUTS_LABEL,
     ROLE_LABEL,
@@ -29,7 +29,7 @@ from orchestrator.image.base import (
     VERSION_LABEL,
     ensure_offline_base,
 )
-from orchestrator.image.inputs import InputsCache, Recorded
+from orchestrator.image.inputs import PYTHON_VERSION, InputsCache, Recorded
 from orchestrator.limits import BASE_PULL_TIMEOUT_SECONDS
 from orchestrator.runtime.engine import call_engine
 
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 Progress = Callable[[str], None]
 
 REGISTRY_BASE = "python:3.11-slim-bookworm"
-PYTHON_VERSION = "3.11"
 _PLATFORMS = {
     "x86_64": ("manylinux_2_28_x86_64", "manylinux2014_x86_64", "manylinux_2_17_x86_64"),
     "aarch64": ("manylinux_2_28_aarch64", "manylinux2014_aarch64", "manylinux_2_17_aarch64"),
@@ -66,56 +65,14 @@ def source_root() -> Path:
     return root
 
 
-def input_files(root: Path) -> list[Path]:
-    files = [root / "pyproject.toml"]
-    for folder in (root / "images/agent", root / "orchestrator"):
-        files.extend(
-            p
-            for p in folder.rglob("*")
-            if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")
-        )
-    return sorted(files)
-
-
-def inputs_hash(root: Path, base_identity: str) -> str:
-    """The hash the agent image is tagged by: its base, the Python version, and every
-    input file (each file's digest read again only when its status changed)."""
-    cache = InputsCache(root)
-    digest = hashlib.sha256()
-    digest.update(f"base={base_identity}\npython={PYTHON_VERSION}\n".encode())
-    files = input_files(root)
-    for path in files:
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
-        digest.update(cache.digest(path))
-    cache.forget_missing(files)
-    cache.save()
-    return digest.hexdigest()
-
-
-def _offline_request(repository: str) -> str:
-    """How a build asked for is remembered: its repository, the offline base, the engine."""
-    engine = os.environ.get("DOCKER_HOST") or "default"
-    return f"{repository} offline {engine}"
-
-
 def recorded_noop(
     repository: str, inspect: Callable[[str], dict[str, Any] | None]
 ) -> BuildResult | None:
     """An offline build with nothing to do, known from the last one recorded and one
     ``inspect`` of its tag (the inputs hashed from their stats, the base's recipe
     computed here): its result, or None when a full build check is needed."""
-    from orchestrator.image.base import recipe_hash
-
-    root = source_root()
-    found = InputsCache(root).recorded(_offline_request(repository))
+    found = noop.recorded(str(source_root()), repository, inspect)
     if found is None:
-        return None
-    if inputs_hash(root, f"offline:{recipe_hash()}") != found.inputs_hash:
-        return None
-    attrs = inspect(found.tag)
-    if not attrs or attrs.get("Id") != found.image_id:
-        return None
-    if f"{repository}:latest" not in (attrs.get("RepoTags") or []):
         return None
     return BuildResult(found.tag, found.image_id, found.inputs_hash, found.base, built=False)
 
@@ -124,7 +81,7 @@ def _record(root: Path, repository: str, offline: bool, result: BuildResult) -> 
     if offline:
         cache = InputsCache(root)
         cache.record(
-            _offline_request(repository),
+            noop.offline_request(repository),
             Recorded(result.inputs_hash, result.tag, result.image_id, result.base),
         )
         cache.save()
@@ -299,7 +256,7 @@ def agent_tag(repository: str, digest: str) -> str:
 def base_identity(client: docker.DockerClient, ref: str) -> str:
     """What the base image is made of: the offline base's recipe, or a registry
     reference with its digest when the engine knows one."""
-    from orchestrator.image.base import BASE_REPOSITORY, recipe_hash
+    from orchestrator.image.recipe import BASE_REPOSITORY, recipe_hash
 
     if ref.startswith(BASE_REPOSITORY + ":"):
         return f"offline:{recipe_hash()}"
@@ -320,12 +277,12 @@ def current_agent_image(
     built on, or None). Looks only at images already present: never pulls, builds or
     reaches the network. The base image itself need not be present any more."""
     root = source_root()
-    from orchestrator.image.base import base_tag
+    from orchestrator.image.recipe import base_tag
 
     candidates = [REGISTRY_BASE] if _image_id(client, REGISTRY_BASE) else []
     candidates.append(base_tag())
     for base in candidates:
-        tag = agent_tag(repository, inputs_hash(root, base_identity(client, base)))
+        tag = agent_tag(repository, inputs.inputs_hash(root, base_identity(client, base)))
         if _image_id(client, tag):
             return tag, base
     present = [b for b in candidates if _image_id(client, b)]
@@ -382,7 +339,7 @@ def build_agent_image(
     base_ref = resolve_base(client, base=base, offline=offline, progress=progress, mirror=mirror)
     if _image_id(client, base_ref) is None:
         raise ImageBuildFailed(f"base image {base_ref} vanished during the build")
-    digest = inputs_hash(root, base_identity(client, base_ref))
+    digest = inputs.inputs_hash(root, base_identity(client, base_ref))
     tag = agent_tag(repository, digest)
     existing = _image_id(client, tag)
     if existing and not force:
@@ -503,7 +460,7 @@ DAEMON_REPOSITORY = "orchestrator-daemon"
 
 def daemon_inputs_hash(root: Path, base_identity_: str) -> str:
     digest = hashlib.sha256(b"daemon\n")
-    digest.update(inputs_hash(root, base_identity_).encode())
+    digest.update(inputs.inputs_hash(root, base_identity_).encode())
     digest.update(hashlib.sha256((root / "images/daemon/Dockerfile").read_bytes()).digest())
     return digest.hexdigest()
 

@@ -7,8 +7,6 @@ debootstrap, from the Debian mirror in the host's apt sources.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
 from collections.abc import Callable
@@ -16,6 +14,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.errors import ImageBuildFailed
+from orchestrator.image.recipe import (
+    EXCLUDES,
+    IMPORT_CHANGES,
+    PACKAGES,
+    SUITE,
+    base_tag,
+    recipe_hash,
+)
 from orchestrator.runtime.engine import call_engine
 
 if TYPE_CHECKING:
@@ -23,48 +29,6 @@ if TYPE_CHECKING:
 
 Progress = Callable[[str], None]
 
-SUITE = "bookworm"
-# What the agent's shell has (bash, coreutils, findutils, grep, sed and diffutils are
-# Debian's essential set): Python and its standard library; gawk for awk scripts; file
-# to tell what a file is; less; git for versioned work (it brings perl); jq for JSON;
-# ripgrep for fast search; sqlite3 for queries over data; zip, unzip and xz-utils for
-# archives; procps for ps and kill by name; ca-certificates for Python's TLS.
-PACKAGES = (
-    "python3",
-    "ca-certificates",
-    "gawk",
-    "file",
-    "less",
-    "git",
-    "jq",
-    "ripgrep",
-    "sqlite3",
-    "zip",
-    "unzip",
-    "xz-utils",
-    "procps",
-    # the shell reaches the web only through the egress gate (HTTP_PROXY), when the
-    # group's policy allows it
-    "curl",
-)
-# Left out of the image: documentation, and what cannot work without a network (git's
-# transports, daemon and mail sender) or builds perl extensions (perl's C headers).
-EXCLUDES = (
-    "/usr/share/doc/*",
-    "/usr/share/man/*",
-    "/usr/share/locale/*",
-    "/usr/lib/git-core/git-remote-http*",
-    "/usr/lib/git-core/git-remote-ftp*",
-    "/usr/lib/git-core/git-http-*",
-    "/usr/lib/git-core/git-daemon",
-    "/usr/lib/git-core/git-imap-send",
-    "/usr/lib/git-core/git-shell",
-    "/usr/lib/git-core/scalar",
-    "/usr/bin/scalar",
-    "/usr/bin/git-shell",
-    "/usr/lib/*/perl/*/CORE/*",
-)
-BASE_REPOSITORY = "orchestrator-base"
 ROLE_LABEL = "org.orchestrator.role"
 INPUTS_LABEL = "org.orchestrator.inputs"
 # the checkout an agent image was built from: a build removes its own checkout's older
@@ -74,26 +38,6 @@ SOURCE_LABEL = "org.orchestrator.source"
 VERSION_LABEL = "org.opencontainers.image.version"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 MIRROR_ENV = "ORCHESTRATOR_DEBIAN_MIRROR"
-_IMPORT_CHANGES = (
-    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-    "ENV LANG=C.UTF-8",
-    'CMD ["python3"]',
-)
-
-
-def recipe_hash(extra: tuple[str, ...] = ()) -> str:
-    """The offline base's recipe; ``extra`` packages (a group's) make another base."""
-    recipe = {
-        "suite": SUITE,
-        "packages": sorted({*PACKAGES, *extra}),
-        "excludes": EXCLUDES,
-        "changes": _IMPORT_CHANGES,
-    }
-    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
-
-
-def base_tag(extra: tuple[str, ...] = ()) -> str:
-    return f"{BASE_REPOSITORY}:{SUITE}-{recipe_hash(extra)[:12]}"
 
 
 def find_mirror(configured: str | None = None) -> str:
@@ -227,7 +171,7 @@ def ensure_offline_base(
         size_mb = tarball.stat().st_size / 1024**2
         progress(f"importing {size_mb:.0f} MB root filesystem as {tag}")
         changes = [
-            *_IMPORT_CHANGES,
+            *IMPORT_CHANGES,
             f"LABEL {ROLE_LABEL}=base {INPUTS_LABEL}={recipe_hash(extra)}",
         ]
         call_engine(

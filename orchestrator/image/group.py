@@ -80,7 +80,7 @@ def group_inputs(
     # The agent image's tag is the hash of its own inputs (the sources and its base), so
     # it stands for them here: nothing is walked again on this path, which reconcile and
     # status take for every group with packages.
-    from orchestrator.image.base import recipe_hash
+    from orchestrator.image.recipe import recipe_hash
 
     digest = hashlib.sha256(b"group\n")
     digest.update(f"agent:{agent_base}\n".encode())

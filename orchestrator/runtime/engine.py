@@ -13,15 +13,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from orchestrator.errors import EngineError, EngineUnreachable
 from orchestrator.limits import ENGINE_RETRY_ATTEMPTS, ENGINE_RETRY_MAX_WAIT_SECONDS
+from orchestrator.runtime.direct import DEFAULT_SOCKET
 
 if TYPE_CHECKING:
     import docker
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 API_TIMEOUT_SECONDS = 60
-INSPECT_ANSWER_MAX_BYTES = 4 * 1024 * 1024  # an image's inspect is a few KiB
 
 
 def engine_endpoint() -> str:
@@ -148,43 +147,13 @@ def _explain(exc: Any) -> str:
 
 
 def inspect_image_directly(ref: str, timeout: float = 10.0) -> dict[str, Any] | None:
-    """``GET /images/<ref>/json`` straight over the engine's Unix socket, for a command
-    whose whole work is one inspect (a build with nothing to do): neither the SDK nor an
-    HTTP library is imported (HTTP/1.0: the engine answers and closes). None when the
-    engine says the image is missing; EngineUnreachable when the engine is not on a Unix
-    socket or does not answer as it should (the caller then takes the SDK's path)."""
-    import json
-    import socket
-    from urllib.parse import quote
+    """``GET /images/<ref>/json`` straight over the engine's Unix socket (see
+    ``orchestrator.runtime.direct``). None when the engine says the image is missing;
+    EngineUnreachable when the engine is not on a Unix socket or does not answer as it
+    should (the caller then takes the SDK's path)."""
+    from orchestrator.runtime.direct import DirectFailed, inspect_image
 
-    host = os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET
-    if not host.startswith("unix://"):
-        raise unreachable("not a Unix socket")
-    request = f"GET /images/{quote(ref, safe='')}/json HTTP/1.0\r\nHost: docker\r\n\r\n"
-    chunks = []
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(timeout)
-            sock.connect(host.removeprefix("unix://"))
-            sock.sendall(request.encode())
-            while chunk := sock.recv(65536):
-                chunks.append(chunk)
-                if sum(map(len, chunks)) > INSPECT_ANSWER_MAX_BYTES:
-                    raise unreachable("the answer is too large")
-    except OSError as exc:
+        return inspect_image(ref, timeout)
+    except DirectFailed as exc:
         raise unreachable(exc) from None
-    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
-    status = head.split(b"\r\n", 1)[0].split(b" ")
-    if len(status) < 2 or not status[0].startswith(b"HTTP/"):
-        raise unreachable("not an HTTP answer")
-    if status[1] == b"404":
-        return None
-    if status[1] != b"200":
-        raise unreachable(f"HTTP {status[1].decode(errors='replace')}")
-    try:
-        found = json.loads(body)
-    except ValueError as exc:
-        raise unreachable(exc) from None
-    if not isinstance(found, dict):
-        raise unreachable("not an image")
-    return found
