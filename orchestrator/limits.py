@@ -187,6 +187,21 @@ DELIVERY_BACKOFF_FIRST_SECONDS = 0.5  # doubling after each failed delivery
 DELIVERY_BACKOFF_MAX_SECONDS = 30.0
 # Kept in state/ and released when its disk fills, so the queue can still commit.
 STATE_RESERVE_BYTES = 16 * 1024**2
+# Turns running at once across groups when `concurrency` is not set: a turn spends most
+# of its time waiting (on its container, on a model's answer over the network, seconds a
+# call), not on the host's CPU, so the default is a few per CPU and never fewer than
+# DEFAULT_CONCURRENCY_MIN: with one worker per CPU, two slow model calls on a 2-core host
+# made every other group wait.
+DEFAULT_CONCURRENCY_PER_CPU = 4
+DEFAULT_CONCURRENCY_MIN = 8
+
+
+def default_concurrency(cpus: int | None) -> int:
+    """Turns at once when none is configured, for a host of ``cpus`` CPUs (None:
+    unknown, counted as one)."""
+    return max(DEFAULT_CONCURRENCY_MIN, DEFAULT_CONCURRENCY_PER_CPU * (cpus or 1))
+
+
 # One turn in a container, from delivery to replies (group.yaml `turn_timeout`): the
 # daemon's deadline for the whole turn, however the runner paces its bytes.
 DEFAULT_TURN_TIMEOUT_SECONDS = 300

@@ -1410,15 +1410,15 @@ def test_a_listener_that_fails_is_logged_and_the_others_still_hear(
     assert caplog.messages == ["a message listener failed"]
 
 
-def test_the_worker_count_defaults_to_the_cpus(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_worker_count_defaults_to_four_a_cpu_and_at_least_eight(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import os
 
-    monkeypatch.setattr(os, "cpu_count", lambda: 3)
-    with unstarted(home, concurrency=None) as daemon:  # type: ignore[arg-type]
-        assert daemon.concurrency == 3
-    monkeypatch.setattr(os, "cpu_count", lambda: None)  # unknown: one
-    with unstarted(home, concurrency=None) as daemon:  # type: ignore[arg-type]
-        assert daemon.concurrency == 1
+    for cpus, workers in ((3, 12), (2, 8), (1, 8), (None, 8), (16, 64)):  # None: unknown
+        monkeypatch.setattr(os, "cpu_count", lambda cpus=cpus: cpus)
+        with unstarted(home, concurrency=None) as daemon:  # type: ignore[arg-type]
+            assert (daemon.concurrency, daemon.per_group) == (workers, workers // 2)
 
 
 def test_a_new_daemon_is_wired_to_its_home(home: Path) -> None:

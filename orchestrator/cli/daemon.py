@@ -32,7 +32,7 @@ _OUTPUT = threading.Lock()  # one writer to the terminal at a time
     type=click.IntRange(min=1),
     default=None,
     help="Turns running at once across groups (default: `concurrency` in "
-    "orchestrator.yaml, else the CPU count).",
+    "orchestrator.yaml, else 4 per CPU and at least 8: turns mostly wait on models).",
 )
 @pass_cli
 def serve(obj: CliContext, log_format: str, concurrency: int | None) -> None:

@@ -55,6 +55,7 @@ from orchestrator.limits import (
     RECONCILE_INTERVAL_SECONDS,
     SCHEDULER_TICK_SECONDS,
     SENDER_ID_MAX_CHARS,
+    default_concurrency,
 )
 from orchestrator.mcp.tools import source_name
 from orchestrator.media.inbox import StoredFile
@@ -204,7 +205,7 @@ class Daemon:
         self.config = config
         self.runtime = runtime
         self.queue = queue
-        self.concurrency = concurrency or max(1, os.cpu_count() or 1)
+        self.concurrency = concurrency or default_concurrency(os.cpu_count())
         self.per_group = group_share(self.concurrency, config.per_group_concurrency)
         self.cond = threading.Condition()
         self.busy: set[tuple[str, str]] = set()
