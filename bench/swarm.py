@@ -164,10 +164,11 @@ def _clean(client: Any, project: str, network: str) -> None:
         with contextlib.suppress(NotFound):
             client.api.remove_service(service["ID"])
     for each in (label, f"{label}-unix"):
-        for container in client.containers.list(all=True, filters={"label": each}):
-            container.remove(force=True)
+        for row in client.api.containers(all=True, filters={"label": each}):
+            with contextlib.suppress(NotFound):  # a task's container the swarm removed
+                client.api.remove_container(row["Id"], force=True)
     deadline = time.monotonic() + 60
-    while client.containers.list(all=True, filters={"label": label}):
+    while client.api.containers(all=True, filters={"label": label}):
         if time.monotonic() > deadline:
             break
         time.sleep(0.5)
@@ -220,9 +221,7 @@ def inside(home_path: str, rounds: int) -> None:
             time.sleep(0.02)
         took = time.perf_counter() - started
         client.api.remove_service(made["ID"])
-        while client.containers.list(
-            filters={"label": f"com.docker.swarm.service.id={made['ID']}"}
-        ):
+        while client.api.containers(filters={"label": f"com.docker.swarm.service.id={made['ID']}"}):
             time.sleep(0.05)
         return took
 

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from orchestrator.cli import cli
+from tests.engineclean import remove_containers
 
 TEST_LABEL = "org.orchestrator.test"
 
@@ -56,8 +57,7 @@ def docker_client(test_project: str):  # type: ignore[no-untyped-def]
     # Containers this run made carry TEST_LABEL=<this run's project> or its project
     # label: remove those left behind, and nothing of another run on the same engine.
     for label in (f"{TEST_LABEL}={test_project}", f"org.orchestrator.project={test_project}"):
-        for container in client.containers.list(all=True, filters={"label": label}):
-            container.remove(force=True)
+        remove_containers(client, label)
     client.close()
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from orchestrator.image.group import remove_group_images
 from orchestrator.runtime.base import LABEL_PROJECT
+from tests.engineclean import remove_containers
 from tests.fakeproviders import FakeProvider
 
 ROOT = Path(__file__).parent.parent
@@ -34,10 +35,7 @@ def docker_home(
     groups = root / "groups"
     for folder in sorted(p.name for p in groups.iterdir()) if groups.is_dir() else []:
         remove_group_images(docker_client, test_project, folder)
-    for c in docker_client.containers.list(
-        all=True, filters={"label": f"{LABEL_PROJECT}={test_project}"}
-    ):
-        c.remove(force=True)
+    remove_containers(docker_client, f"{LABEL_PROJECT}={test_project}")
 
 
 def cli(home: Path, project: str, *args: str) -> subprocess.CompletedProcess[str]:

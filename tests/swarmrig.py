@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from orchestrator.runtime.base import LABEL_PROJECT
+from tests.engineclean import labelled_containers
 
 ROOT = Path(__file__).parent.parent
 TOKEN = "swarm-test-token-0123456789"
@@ -206,9 +207,9 @@ class Deployment:
                 self.client.api.remove_service(service["ID"])
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            if not self.client.containers.list(
-                all=True, filters={"label": f"com.docker.stack.namespace={self.project}"}
-            ) and not self.client.containers.list(all=True, filters={"label": label}):
+            if not labelled_containers(
+                self.client, f"com.docker.stack.namespace={self.project}"
+            ) and not labelled_containers(self.client, label):
                 break
             time.sleep(0.5)
         for secret in self.client.api.secrets(filters={"label": label}):

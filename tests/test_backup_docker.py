@@ -21,6 +21,7 @@ from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
 from orchestrator.service import control_request
 from orchestrator.store.messages import MessageQueue
+from tests.engineclean import remove_containers
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).parent.parent
@@ -110,10 +111,8 @@ def test_a_backup_under_load_restores_a_home_that_answers_from_the_same_memory(
             sender.join()
         assert "backup written" in made.stdout
         _cli(home, test_project, "down", "--all")
-        for container in docker_client.containers.list(
-            all=True, filters={"label": f"org.orchestrator.project={test_project}"}
-        ):
-            container.remove(force=True)  # the restored home's containers take the names
+        # the restored home's containers take the names
+        remove_containers(docker_client, f"org.orchestrator.project={test_project}")
         checked = _cli(tmp_path, test_project, "backup", "--verify", str(archive))
         assert f"{archive}: ok" in checked.stdout
 
@@ -144,7 +143,4 @@ def test_a_backup_under_load_restores_a_home_that_answers_from_the_same_memory(
                      "down"], capture_output=True, timeout=120,
                     env={**os.environ, "ORCHESTRATOR_PROJECT": test_project},
                 )  # fmt: skip
-        for container in docker_client.containers.list(
-            all=True, filters={"label": f"org.orchestrator.project={test_project}"}
-        ):
-            container.remove(force=True)
+        remove_containers(docker_client, f"org.orchestrator.project={test_project}")

@@ -21,6 +21,7 @@ import pytest
 from orchestrator.groups import GroupStore
 from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
+from tests.engineclean import remove_containers
 from tests.test_daemon_docker import _free_port
 
 pytestmark = pytest.mark.docker
@@ -70,10 +71,7 @@ def deployment(
         yield deployment
     finally:
         subprocess.run([*compose, "down"], env=env, capture_output=True, timeout=120)
-        for c in docker_client.containers.list(
-            all=True, filters={"label": f"org.orchestrator.project={test_project}"}
-        ):
-            c.remove(force=True)
+        remove_containers(docker_client, f"org.orchestrator.project={test_project}")
 
 
 def _up(d: dict[str, Any]) -> None:

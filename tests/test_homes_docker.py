@@ -15,6 +15,7 @@ from orchestrator.home import Home
 from orchestrator.runtime.base import LABEL_HOME
 from orchestrator.runtime.docker import DockerBackend
 from orchestrator.runtime.lifecycle import GroupRuntime, default_skills_root
+from tests.engineclean import remove_containers
 
 pytestmark = pytest.mark.docker
 
@@ -41,10 +42,7 @@ def homes(tmp_path: Path, agent_image, docker_client, monkeypatch) -> Iterator[l
         yield runtimes
     finally:
         for runtime in runtimes:
-            for c in docker_client.containers.list(
-                all=True, filters={"label": f"{LABEL_HOME}={runtime.home.identity}"}
-            ):
-                c.remove(force=True)
+            remove_containers(docker_client, f"{LABEL_HOME}={runtime.home.identity}")
 
 
 def test_two_homes_run_the_same_folder_side_by_side(homes) -> None:  # type: ignore[no-untyped-def]

@@ -34,6 +34,7 @@ from orchestrator.runtime.base import LABEL_PROJECT
 from orchestrator.runtime.docker import DockerBackend
 from orchestrator.runtime.lifecycle import GroupRuntime, default_skills_root
 from orchestrator.service import down
+from tests.engineclean import remove_containers
 from tests.hostile import SWAP_SCRIPT, fingerprint
 from tests.test_daemon_docker import TOKEN, DaemonProcess, _free_port
 
@@ -185,10 +186,7 @@ def served(tmp_path: Path, agent_image, test_project, docker_client) -> Iterator
         yield proc
     finally:
         proc.stop()
-        for c in docker_client.containers.list(
-            all=True, filters={"label": f"{LABEL_PROJECT}={test_project}"}
-        ):
-            c.remove(force=True)
+        remove_containers(docker_client, f"{LABEL_PROJECT}={test_project}")
 
 
 def add_group(home: Path, name: str, turn_timeout: str | None = None) -> Group:
@@ -396,7 +394,4 @@ def test_a_group_filling_the_disk_is_paused_and_nothing_is_lost(  # type: ignore
         assert proc.request(op="status")["counts"].get("inflight", 0) == 0
     finally:
         proc.stop()
-        for c in docker_client.containers.list(
-            all=True, filters={"label": f"{LABEL_PROJECT}={test_project}"}
-        ):
-            c.remove(force=True)
+        remove_containers(docker_client, f"{LABEL_PROJECT}={test_project}")

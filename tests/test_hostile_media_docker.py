@@ -19,6 +19,7 @@ from orchestrator.home import Home
 from orchestrator.runtime.base import LABEL_PROJECT
 from orchestrator.store.chats import ChatStore
 from orchestrator.store.messages import open_queue
+from tests.engineclean import remove_containers
 from tests.faketelegram import FakeTelegram
 from tests.mediafiles import jpeg_with_exif, speech, stretched_ogg, zip_bomb
 from tests.test_daemon_docker import DaemonProcess, _free_port
@@ -60,10 +61,7 @@ def served(  # type: ignore[no-untyped-def]
     finally:
         proc.stop()
         telegram.close()
-        for c in docker_client.containers.list(
-            all=True, filters={"label": f"{LABEL_PROJECT}={test_project}"}
-        ):
-            c.remove(force=True)
+        remove_containers(docker_client, f"{LABEL_PROJECT}={test_project}")
 
 
 def _evil_messages(home: Home) -> list[Any]:

@@ -22,6 +22,7 @@ from orchestrator.groups import Group, GroupStore
 from orchestrator.groups.config import GroupConfig
 from orchestrator.protocol import session_key
 from orchestrator.runtime.base import LABEL_PROJECT
+from tests.engineclean import remove_containers
 from tests.test_daemon_docker import TOKEN, DaemonProcess, _free_port
 from tests.test_hostile_docker import container_of, inside, runtime_for
 
@@ -96,10 +97,7 @@ def proc(tmp_path: Path, agent_image, test_project, docker_client) -> Iterator[D
     finally:
         daemon.stop()
         os.environ.pop("BRIDGE_TOKEN", None)
-        for c in docker_client.containers.list(
-            all=True, filters={"label": f"{LABEL_PROJECT}={test_project}"}
-        ):
-            c.remove(force=True)
+        remove_containers(docker_client, f"{LABEL_PROJECT}={test_project}")
 
 
 def family(proc: DaemonProcess) -> Group:

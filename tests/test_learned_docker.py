@@ -15,6 +15,7 @@ from orchestrator.groups import GroupStore
 from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
 from orchestrator.runtime.base import LABEL_PROJECT
+from tests.engineclean import remove_containers
 from tests.test_daemon_docker import DaemonProcess, _free_port
 
 pytestmark = pytest.mark.docker
@@ -33,10 +34,7 @@ def served(tmp_path: Path, agent_image, test_project, docker_client) -> Iterator
         yield proc
     finally:
         proc.stop()
-        for c in docker_client.containers.list(
-            all=True, filters={"label": f"{LABEL_PROJECT}={test_project}"}
-        ):
-            c.remove(force=True)
+        remove_containers(docker_client, f"{LABEL_PROJECT}={test_project}")
 
 
 def replies(proc: DaemonProcess, text: str, sender: str = "operator", chat: str = "c") -> list[str]:

@@ -16,6 +16,7 @@ from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
 from orchestrator.store.chats import ChatStore
 from orchestrator.store.messages import MessageQueue
+from tests.engineclean import remove_containers
 from tests.homeserver import Homeserver, User
 from tests.serveproc import Serve, wait_for
 
@@ -79,10 +80,7 @@ def test_matrix_through_the_real_daemon_killed_mid_sync(
         queue.close()
     finally:
         daemon.stop()
-        for container in docker_client.containers.list(
-            all=True, filters={"label": f"org.orchestrator.project={test_project}"}
-        ):
-            container.remove(force=True)
+        remove_containers(docker_client, f"org.orchestrator.project={test_project}")
     for path in home.rglob("*"):
         if path.is_file() and not path.is_symlink():
             assert bot.token.encode() not in path.read_bytes(), f"the token is in {path}"

@@ -28,6 +28,7 @@ from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
 from orchestrator.media.outbox import ReplyFile
 from orchestrator.store.messages import MessageQueue, new_message, open_queue
+from tests.engineclean import remove_containers
 from tests.serveproc import Serve
 
 pytestmark = pytest.mark.docker
@@ -230,10 +231,7 @@ def test_the_api_keeps_its_description_for_the_operator_and_a_bridge(
             queue.close()
     finally:
         daemon.stop()
-        for container in docker_client.containers.list(
-            all=True, filters={"label": f"org.orchestrator.project={test_project}"}
-        ):
-            container.remove(force=True)
+        remove_containers(docker_client, f"org.orchestrator.project={test_project}")
 
     for who, run in runs.items():
         cases = run["test_cases"]

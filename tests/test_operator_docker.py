@@ -11,6 +11,7 @@ from orchestrator.groups import GroupStore
 from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
 from orchestrator.runtime.base import LABEL_PROJECT
+from tests.engineclean import remove_containers
 from tests.test_daemon_docker import DaemonProcess, _free_port
 
 pytestmark = pytest.mark.docker
@@ -38,7 +39,4 @@ def test_down_reports_containers_left_running_and_all_stops_them(  # type: ignor
         assert daemon.process is not None and daemon.process.wait(10) == 0
     finally:
         daemon.stop()
-        for c in docker_client.containers.list(
-            all=True, filters={"label": f"{LABEL_PROJECT}={test_project}"}
-        ):
-            c.remove(force=True)
+        remove_containers(docker_client, f"{LABEL_PROJECT}={test_project}")

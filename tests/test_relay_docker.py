@@ -15,6 +15,7 @@ from orchestrator.groups import GroupStore
 from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
 from orchestrator.runtime.base import LABEL_PROJECT
+from tests.engineclean import remove_containers
 from tests.fakeproviders import FakeProvider, Text, ToolUse
 from tests.test_daemon_docker import DaemonProcess, _free_port
 
@@ -51,10 +52,7 @@ def served(
         yield proc
     finally:
         proc.stop()
-        for c in docker_client.containers.list(
-            all=True, filters={"label": f"{LABEL_PROJECT}={test_project}"}
-        ):
-            c.remove(force=True)
+        remove_containers(docker_client, f"{LABEL_PROJECT}={test_project}")
 
 
 def test_a_tool_call_and_two_replies_through_the_relay(served, provider, docker_client) -> None:  # type: ignore[no-untyped-def]

@@ -18,6 +18,7 @@ from orchestrator.groups.config import GroupConfig, ToolSettings
 from orchestrator.home import Home
 from orchestrator.runtime.base import LABEL_PROJECT
 from orchestrator.skills import catalog
+from tests.engineclean import remove_containers
 from tests.fakeproviders import FakeProvider, Text, ToolUse
 from tests.test_daemon_docker import DaemonProcess, _free_port
 
@@ -74,10 +75,7 @@ def served(
         yield proc
     finally:
         proc.stop()
-        for c in docker_client.containers.list(
-            all=True, filters={"label": f"{LABEL_PROJECT}={test_project}"}
-        ):
-            c.remove(force=True)
+        remove_containers(docker_client, f"{LABEL_PROJECT}={test_project}")
 
 
 def ask(proc: DaemonProcess, text: str) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from orchestrator.groups import GroupStore
 from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
 from orchestrator.store.messages import MessageQueue
+from tests.engineclean import remove_containers
 from tests.fakeslack import TEAM, FakeSlack
 from tests.serveproc import Serve, no_secret_under, wait_for
 
@@ -78,9 +79,6 @@ def test_slack_through_the_real_daemon_and_engine(
     finally:
         daemon.stop()
         server.close()
-        for container in docker_client.containers.list(
-            all=True, filters={"label": f"org.orchestrator.project={test_project}"}
-        ):
-            container.remove(force=True)
+        remove_containers(docker_client, f"org.orchestrator.project={test_project}")
     assert " DEBUG " in daemon.log.read_text(), "the daemon ran at DEBUG"
     no_secret_under(home, BOT_TOKEN, APP_TOKEN)

@@ -25,6 +25,7 @@ from orchestrator.home import Home
 from orchestrator.runtime.base import LABEL_CONFIG_HASH, LABEL_GROUP, LABEL_HOME
 from orchestrator.runtime.swarm.credentials import Authority
 from orchestrator.runtime.swarm.service import CREDENTIAL_PATH, LABEL_CREDENTIAL
+from tests.engineclean import labelled_containers, remove_containers
 from tests.swarmrig import ROOT, Deployment, forged_credential, inside, unavailable
 
 pytestmark = [pytest.mark.docker, pytest.mark.swarm]
@@ -445,10 +446,8 @@ def test_a_home_moves_from_docker_to_swarm_and_back_keeping_everything(
         assert done.returncode == 0, done.stderr
         return done.stdout
 
-    def containers() -> list[Any]:
-        return list(
-            swarm_engine.containers.list(all=True, filters={"label": f"{HOME_LABEL}={identity}"})
-        )
+    def containers() -> list[str]:
+        return labelled_containers(swarm_engine, f"{HOME_LABEL}={identity}")
 
     try:
         # on the docker backend: the daemon on the host, a container for the group
@@ -476,12 +475,9 @@ def test_a_home_moves_from_docker_to_swarm_and_back_keeping_everything(
         for service in swarm_engine.api.services(filters={"label": f"{HOME_LABEL}={identity}"}):
             swarm_engine.api.remove_service(service["ID"])
         deadline = time.monotonic() + 60
-        while swarm_engine.api.tasks(filters={"label": f"{HOME_LABEL}={identity}"}) or any(
-            t
-            for t in swarm_engine.containers.list(
-                filters={"label": f"com.docker.stack.namespace={project}"}
-            )
-        ):
+        while swarm_engine.api.tasks(
+            filters={"label": f"{HOME_LABEL}={identity}"}
+        ) or labelled_containers(swarm_engine, f"com.docker.stack.namespace={project}", all=False):
             assert time.monotonic() < deadline
             time.sleep(0.5)
         for secret in swarm_engine.api.secrets(filters={"label": f"{HOME_LABEL}={identity}"}):
@@ -510,6 +506,5 @@ def test_a_home_moves_from_docker_to_swarm_and_back_keeping_everything(
             capture_output=True,
             timeout=300,
         )
-        for container in containers():
-            container.remove(force=True)
+        remove_containers(swarm_engine, f"{HOME_LABEL}={identity}")
         moving.down()

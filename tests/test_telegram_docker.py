@@ -18,6 +18,7 @@ from orchestrator.groups import GroupStore
 from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
 from orchestrator.store.messages import MessageQueue
+from tests.engineclean import remove_containers
 from tests.faketelegram import FakeTelegram
 from tests.serveproc import Serve, wait_for
 
@@ -91,10 +92,7 @@ def test_telegram_through_the_real_daemon_and_engine(
     finally:
         daemon.stop()
         server.close()
-        for container in docker_client.containers.list(
-            all=True, filters={"label": f"org.orchestrator.project={test_project}"}
-        ):
-            container.remove(force=True)
+        remove_containers(docker_client, f"org.orchestrator.project={test_project}")
     log = daemon.log.read_text()
     assert " DEBUG " in log, "the daemon ran at DEBUG"
     for path in home.rglob("*"):

@@ -38,6 +38,7 @@ from orchestrator.daemon.upgrade import LAYOUT_STEPS
 from orchestrator.store.schema import JOURNAL_FROM, LATEST, MIGRATIONS
 from orchestrator.versions import EARLIEST, RELEASE
 from tests.changelog import Release, previous_release
+from tests.engineclean import remove_containers
 from tests.fakeproviders import FakeProvider, Hold, Text
 from tests.faketelegram import FakeTelegram
 
@@ -298,7 +299,4 @@ def test_an_upgrade_from_the_previous_release_loses_nothing(
         held.release.set()
         telegram.close()
         provider.close()
-        for container in docker_client.containers.list(
-            all=True, filters={"label": f"org.orchestrator.project={test_project}"}
-        ):
-            container.remove(force=True)
+        remove_containers(docker_client, f"org.orchestrator.project={test_project}")
