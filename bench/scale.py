@@ -16,6 +16,7 @@ Goals: cold first reply p99 <= 1 s, warm p99 <= 50 ms, daemon RSS <= 100 MiB, st
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -95,6 +96,8 @@ def _timed(run: object) -> float:
 
 
 def run(quick: bool) -> Result:
+    from docker.errors import NotFound
+
     from orchestrator.config import DEFAULT_IMAGE_REPOSITORY
     from orchestrator.image.agent import build_agent_image
     from orchestrator.runtime.engine import connect
@@ -184,10 +187,11 @@ def run(quick: bool) -> Result:
                     daemon.wait(timeout=60)
                 except subprocess.TimeoutExpired:
                     daemon.kill()
-            for container in client.containers.list(
+            for row in client.api.containers(
                 all=True, filters={"label": f"org.orchestrator.project={project}"}
             ):
-                container.remove(force=True)
+                with contextlib.suppress(NotFound):  # gone meanwhile
+                    client.api.remove_container(row["Id"], force=True)
             client.close()
     return Result(
         NAME,

@@ -25,6 +25,7 @@ from orchestrator.home import Home
 from orchestrator.limits import TURN_TIMEOUT_SECONDS
 from orchestrator.service import control_request
 from orchestrator.store.messages import MessageQueue
+from tests.engineclean import remove_containers
 
 pytestmark = pytest.mark.docker
 TOKEN = "test-token-0123456789abcdef"
@@ -106,10 +107,7 @@ def daemon(tmp_path: Path, agent_image, test_project, docker_client) -> Iterator
         yield proc
     finally:
         proc.stop()
-        for c in docker_client.containers.list(
-            all=True, filters={"label": f"org.orchestrator.project={test_project}"}
-        ):
-            c.remove(force=True)
+        remove_containers(docker_client, f"org.orchestrator.project={test_project}")
 
 
 def _free_port() -> int:
@@ -370,6 +368,77 @@ def test_cli_send_and_refused_sender(daemon) -> None:  # type: ignore[no-untyped
     )
     assert chat.exit_code == 0, chat.output
     assert "the sky is blue" in chat.stdout.lower() and "queue:" in chat.stdout
+
+
+def test_status_rows_come_from_the_running_daemon_as_the_command_computes_them(daemon) -> None:  # type: ignore[no-untyped-def]
+    """With the daemon running, `status` and `group list` take the groups' rows from it
+    (`status` does not even import the engine's SDK); with none, the commands compute
+    the same rows."""
+    store = GroupStore(daemon.home)
+    store.add(GroupConfig(name="Fam", creators=("operator",)))
+    store.add(GroupConfig(name="Quiet", creators=("operator",)))
+    broken = daemon.home.groups_dir / "broken"
+    broken.mkdir()
+    (broken / "group.yaml").write_text("name: Broken\nmodel: [\n")
+    daemon.start()
+    daemon.send("fam", "hello", wait=True)
+
+    command = ["--home", str(daemon.home.root), "status", "--json"]
+
+    def status() -> tuple[dict[str, Any], str]:
+        done = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "orchestrator", *command],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "ORCHESTRATOR_PROJECT": daemon.project},
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        imported = [line.split("|")[-1].strip() for line in done.stderr.splitlines()]
+        return json.loads(done.stdout), " ".join(imported)
+
+    def group_list() -> Any:
+        done = subprocess.run(
+            [sys.executable, "-m", "orchestrator", *command[:2], "group", "list", "--json"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "ORCHESTRATOR_PROJECT": daemon.project},
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout)
+
+    served, imported = status()
+    assert served["daemon"] is not None
+    assert "docker" not in imported.split()  # no engine connection of its own
+    listed = group_list()
+    assert daemon.request(op="listing")["groups"] == listed  # the daemon's rows
+    os.replace(broken / "group.yaml", broken / "aside.yaml")  # the daemon reads them anew
+    assert [g["valid"] for g in group_list()] == [False, True, True]
+    os.replace(broken / "aside.yaml", broken / "group.yaml")
+    daemon.stop()
+    computed, imported = status()
+    assert computed["daemon"] is None and "docker" in imported.split()
+    assert group_list() == listed
+    assert [(g["folder"], g["valid"], g["name"]) for g in listed] == [
+        ("broken", False, None),
+        ("fam", True, "Fam"),
+        ("quiet", True, "Quiet"),
+    ]
+    assert listed[1]["path"] == str(daemon.home.groups_dir / "fam")
+
+    def steady(row: dict[str, Any]) -> dict[str, Any]:  # what a second later still holds
+        return {k: v for k, v in row.items() if k not in ("uptime_seconds", "memory_bytes")}
+
+    rows = {row["folder"]: row for row in served["groups"]}
+    assert sorted(rows) == ["fam", "quiet"]
+    assert rows["fam"]["state"] == "running" and rows["fam"]["memory_bytes"] > 0
+    assert rows["fam"]["disk_bytes"] > 0 and rows["fam"]["drift"] is False
+    assert rows["quiet"]["state"] == "absent" and rows["quiet"]["memory_bytes"] is None
+    assert [steady(r) for r in served["groups"]] == [steady(r) for r in computed["groups"]]
+    assert served["invalid_groups"] == computed["invalid_groups"]
+    assert [i["folder"] for i in served["invalid_groups"]] == ["broken"]
+    assert "broken/group.yaml" in served["invalid_groups"][0]["problem"]
 
 
 def test_a_reminder_set_in_a_chat_arrives_in_that_chat(daemon) -> None:  # type: ignore[no-untyped-def]

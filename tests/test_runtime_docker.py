@@ -324,3 +324,24 @@ def test_status_reads_memory_from_the_cgroup_without_the_engine(runtime) -> None
     assert 1024**2 < from_cgroup < 512 * 1024**2
     [row] = runtime.status()
     assert row.memory_bytes is not None and row.memory_bytes > 1024**2
+
+
+def test_a_listing_inspects_each_container_and_leaves_out_one_removed_meanwhile(
+    runtime, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """The listing's inspects run a few at a time; one whose container is gone by then
+    is left out, not an error."""
+    for name in ("Fam", "Work", "Club"):
+        runtime.ensure_running(runtime.store.add(GroupConfig(name=name)))
+    backend = runtime.backend
+    listed = backend.client.api.containers
+    monkeypatch.setattr(
+        backend.client.api,
+        "containers",
+        lambda **kwargs: [*listed(**kwargs), {"Id": "0" * 64}],  # removed in between
+    )
+    found = backend.list(runtime.project_labels)
+    assert sorted(c.name for c in found) == sorted(
+        runtime.container_name(g) for g in runtime.store.groups()
+    )
+    assert all(c.running and c.started_at for c in found)

@@ -211,6 +211,15 @@ class ControlChannel(Channel):
                     return {"ok": False, "error": "max_results must be 1 to 50", "exit": 2}
                 hits = daemon.relay.search(group, query, limit, fresh=True)
                 return {"ok": True, "group": group.folder, "results": [h.to_dict() for h in hits]}
+            if op == "listing":  # `orchestrator group list`'s rows
+                return {
+                    "ok": True,
+                    "groups": [item.to_dict() for item in daemon.runtime.store.listing()],
+                }
+            if op == "groups":
+                # `orchestrator status`'s rows: the daemon's engine connection is open and
+                # its groups' configurations parsed, where a command would do both again
+                return {"ok": True, **daemon.groups_status()}
             if op == "status":
                 return {
                     "ok": True,

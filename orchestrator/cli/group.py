@@ -123,33 +123,49 @@ def add(
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @pass_cli
 def list_(obj: CliContext, as_json: bool) -> None:
-    """List groups, including folders under groups/ whose group.yaml is missing or invalid."""
-    listing = GroupStore(obj.home).listing()
+    """List groups, including folders under groups/ whose group.yaml is missing or invalid.
+
+    With the daemon running, the list comes from it (its configurations parsed)."""
+    listing = _listing_from_daemon(obj)
+    if listing is None:
+        listing = [item.to_dict() for item in GroupStore(obj.home).listing()]
     if as_json:
-        print_json(
-            [
-                {
-                    "folder": item.folder,
-                    "path": str(item.path),
-                    "valid": item.group is not None,
-                    "name": item.group.config.name if item.group else None,
-                    "provider": item.group.config.provider if item.group else None,
-                    "problem": item.problem,
-                }
-                for item in listing
-            ]
-        )
+        print_json(listing)
         return
     if not listing:
         click.echo(f"no groups in {obj.home.groups_dir}; add one with: orchestrator group add NAME")
         return
     rows = []
     for item in listing:
-        if item.group:
-            rows.append((item.folder, item.group.config.name, item.group.config.provider, "ok"))
+        if item["valid"]:
+            rows.append((item["folder"], item["name"], item["provider"], "ok"))
         else:
-            rows.append((item.folder, "-", "-", f"INVALID: {item.problem}"))
+            rows.append((item["folder"], "-", "-", f"INVALID: {item['problem']}"))
     print_table(("FOLDER", "NAME", "PROVIDER", "STATUS"), rows)
+
+
+LISTING_KEYS = ("folder", "path", "valid", "name", "provider", "problem")
+
+
+def _listing_from_daemon(obj: CliContext) -> list[dict[str, Any]] | None:
+    """``group list``'s rows from the running daemon; None when none runs or it cannot
+    give them (an older release), and the command reads every group.yaml itself."""
+    from orchestrator.errors import OrchestratorError
+    from orchestrator.service.client import control_request, daemon_facts
+
+    if daemon_facts(obj.home) is None:
+        return None
+    try:
+        answer = control_request(obj.home, {"op": "listing"}, timeout=60)
+    except OrchestratorError:
+        return None
+    found = answer.get("groups") if answer.get("ok") else None
+    if not isinstance(found, list) or not all(
+        isinstance(item, dict) and tuple(item) == LISTING_KEYS for item in found
+    ):
+        return None
+    # the path as this command sees it (a daemon in a container sees its own mount)
+    return [{**item, "path": str(obj.home.groups_dir / str(item["folder"]))} for item in found]
 
 
 @group.command("show")

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import click
 
@@ -14,7 +15,7 @@ from orchestrator.units import human_bytes, human_seconds
 from orchestrator.versions import EARLIEST, RELEASE
 
 if TYPE_CHECKING:
-    from orchestrator.runtime.lifecycle import GroupRuntime
+    from orchestrator.runtime.lifecycle import GroupRuntime, GroupStatus
 
 pass_cli = click.make_pass_decorator(CliContext)
 
@@ -97,23 +98,17 @@ def status(obj: CliContext, as_json: bool) -> None:
     container state, uptime, memory and disk use, config drift, last activity, today's
     cost (the group's day, in orchestrator.yaml's currency; "-" when nothing priced was
     spent), pauses (a money cap's among them); then dead letters and the free disk space."""
-    from orchestrator.groups.disk import free_space, group_disk_usage
+    from orchestrator.groups.disk import free_space
     from orchestrator.memory.history import History
 
     daemon = _daemon_summary(obj)
-    runtime = open_runtime(obj)
-    listing = runtime.store.listing()  # once: each pass reads every group.yaml
-    groups = [item.group for item in listing if item.group is not None]
-    rows = runtime.status(groups)
-    invalid = [item for item in listing if item.group is None]
+    served = _groups_from_daemon(obj) if daemon is not None else None
+    rows, invalid, limits, disk, zones = served or _groups_here(obj)
     queue = _queue_summary(obj)
-    limits = {g.folder: g.config.container.disk_bytes for g in groups}
-    disk = {r.folder: group_disk_usage(obj.home.groups_dir, r.folder) for r in rows}
     paused = {p["group"]: p for p in (queue or {}).get("pauses", [])}
     spaces = [s for s in (free_space(obj.home.groups_dir), free_space(obj.home.state_dir)) if s]
     gaps = {r.folder: History(obj.home.groups_dir, r.folder).gap() for r in rows}
     recreated = _runner_recreations(obj) if daemon is not None else {}
-    zones = {g.folder: g.config.timezone for g in groups}
     costs = _costs_today(obj, zones)
     currency = _currency(obj)
     if as_json:
@@ -232,6 +227,66 @@ def status(obj: CliContext, as_json: bool) -> None:
         if line not in seen:
             seen.add(line)
             click.echo(f"disk: {line} ({space.path})")
+
+
+class _Invalid(NamedTuple):
+    folder: str
+    problem: str | None
+
+
+# a status row, the folders with an invalid group.yaml, and per folder: the disk limit,
+# the disk use, the time zone
+_Groups = tuple[list["GroupStatus"], list[_Invalid], dict[str, int], dict[str, int], dict[str, str]]
+
+
+def _groups_here(obj: CliContext) -> _Groups:
+    """The groups' status rows computed by this command: every group.yaml read and
+    validated, the engine asked."""
+    from orchestrator.groups.disk import group_disk_usage
+
+    runtime = open_runtime(obj)
+    listing = runtime.store.listing()  # once: each pass reads every group.yaml
+    groups = [item.group for item in listing if item.group is not None]
+    rows = runtime.status(groups)
+    return (
+        rows,
+        [_Invalid(item.folder, item.problem) for item in listing if item.group is None],
+        {g.folder: g.config.container.disk_bytes for g in groups},
+        {r.folder: group_disk_usage(obj.home.groups_dir, r.folder) for r in rows},
+        {g.folder: g.config.timezone for g in groups},
+    )
+
+
+def _groups_from_daemon(obj: CliContext) -> _Groups | None:
+    """The groups' status rows as the running daemon computes them (its engine connection
+    open, its configurations parsed); None when it cannot answer them (an older daemon,
+    or none), and the command computes them itself."""
+    from orchestrator.errors import OrchestratorError
+    from orchestrator.runtime.lifecycle import GroupStatus
+    from orchestrator.service.client import control_request
+
+    try:
+        answer = control_request(obj.home, {"op": "groups"}, timeout=60)
+    except OrchestratorError:
+        return None
+    if not answer.get("ok"):
+        return None
+    try:
+        fields = [f.name for f in dataclasses.fields(GroupStatus)]
+        rows: list[GroupStatus] = []
+        limits: dict[str, int] = {}
+        disk: dict[str, int] = {}
+        zones: dict[str, str] = {}
+        for item in answer["groups"]:
+            row = GroupStatus(**{name: item[name] for name in fields})
+            rows.append(row)
+            limits[row.folder] = int(item["disk_limit_bytes"])
+            disk[row.folder] = int(item["disk_bytes"])
+            zones[row.folder] = str(item["timezone"])
+        invalid = [_Invalid(str(i["folder"]), i["problem"]) for i in answer["invalid"]]
+    except (KeyError, TypeError, ValueError):
+        return None  # not the answer this release gives: computed here instead
+    return rows, invalid, limits, disk, zones
 
 
 def _costs_today(obj: CliContext, zones: dict[str, str]) -> dict[str, float]:

@@ -125,6 +125,17 @@ class GroupListing:
     group: Group | None
     problem: str | None
 
+    def to_dict(self) -> dict[str, object]:
+        """The row ``orchestrator group list --json`` prints."""
+        return {
+            "folder": self.folder,
+            "path": str(self.path),
+            "valid": self.group is not None,
+            "name": self.group.config.name if self.group else None,
+            "provider": self.group.config.provider if self.group else None,
+            "problem": self.problem,
+        }
+
 
 def memory_usage(group: Group) -> Usage:
     """Files and bytes under the group's memory/, through the confined file layer."""

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 RECONNECT_DELAY_SECONDS = 1.0
+# inspects a listing makes at once (the SDK keeps 10 connections to the engine)
+LIST_INSPECTS_AT_ONCE = 8
 
 
 def _parse_time(value: str | None) -> float | None:
@@ -122,13 +125,22 @@ class DockerBackend(ContainerBackend):
         return _info(container) if container is not None else None
 
     def list(self, labels: Mapping[str, str | None]) -> list[ContainerInfo]:
+        """The containers with ``labels``, each inspected (the listing alone has no start
+        time): the inspects run a few at a time, and a container removed between the
+        listing and its inspect is left out."""
         filters: dict[str, str | list[str] | bool] = {
             "label": [k if v is None else f"{k}={v}" for k, v in labels.items()]
         }
-        containers = call_engine(
-            "list containers", lambda: self.client.containers.list(all=True, filters=filters)
+        listed = call_engine(
+            "list containers", lambda: self.client.api.containers(all=True, filters=filters)
         )
-        return [_info(c) for c in containers]
+        ids = [str(row["Id"]) for row in listed]
+        if len(ids) > 1:
+            with ThreadPoolExecutor(min(LIST_INSPECTS_AT_ONCE, len(ids))) as pool:
+                found = list(pool.map(self._get, ids))
+        else:
+            found = [self._get(i) for i in ids]
+        return [_info(c) for c in found if c is not None]
 
     def logs(self, name: str, *, follow: bool = False, tail: int | None = None) -> Iterator[str]:
         since: float | None = None
