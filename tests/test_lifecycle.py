@@ -49,6 +49,21 @@ def test_ensure_running_prepares_host_then_creates_and_starts(runtime: GroupRunt
     assert runtime.activity.last("fam") is not None
 
 
+def test_a_cold_start_asks_the_engine_about_the_container_twice(
+    runtime: GroupRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once before (is there one?) and once when its runner answered (the info returned):
+    a container made here is started without asking whether it runs, and a runner that
+    answers within its first polls is not checked for having died."""
+    group = runtime.store.load("fam")
+    asked: list[str] = []
+    inspect = fake(runtime).inspect
+    monkeypatch.setattr(fake(runtime), "inspect", lambda name: asked.append(name) or inspect(name))
+    info = runtime.ensure_running(group)
+    assert info.running and asked == ["t.fam", "t.fam"]
+    assert fake(runtime).calls == [("create", "t.fam"), ("start", "t.fam")]
+
+
 def test_ensure_running_is_a_no_op_when_current(runtime: GroupRuntime) -> None:
     group = runtime.store.load("fam")
     runtime.ensure_running(group)

@@ -369,11 +369,14 @@ class GroupRuntime:
             try:
                 self.backend.create(spec)
             except EngineError:
-                # Lost a race with another ensure-running of the same group: use theirs.
-                if self.backend.inspect(spec.name) is None:
+                # Lost a race with another ensure-running of the same group: use theirs,
+                # started unless it runs already.
+                info = self.backend.inspect(spec.name)
+                if info is None:
                     raise
-            info = self.backend.inspect(spec.name)
-            if info is not None and not info.running:
+                if not info.running:
+                    self.backend.start(spec.name)
+            else:  # made here, so not running yet
                 self.backend.start(spec.name)
             self._count_start(group.folder, made_for if step == START_CREATE else "drifted")
         elif step == START_START:
@@ -430,7 +433,8 @@ class GroupRuntime:
                 if info is not None and info.running:
                     self._answered[group.folder] = info.id
                     return info
-            if polls % READY_INSPECT_EVERY == 0:
+            # (not at once: a container started a moment ago is running)
+            if polls % READY_INSPECT_EVERY == READY_INSPECT_EVERY - 1:
                 info = self.backend.inspect(name)
                 if info is None or info.state in ("exited", "dead"):
                     tail = "\n".join(list(self.backend.logs(name, tail=5))) if info else ""
