@@ -19,7 +19,11 @@ Invites: the bot joins a room when the inviter is one of the account's
 ``allow_inviters``, or the room is bound already. Any other invite is refused, with the
 pairing code as the refusal's reason (the only way to answer without joining): the
 operator approves it with ``orchestrator pair CODE GROUP`` and the inviter invites the
-bot again. A joined room that is not bound gets the code once, in the room.
+bot again. The inviter is the sender of the last event of the invite's state about the
+bot's membership (the invite event, which the homeserver puts after the state the
+inviting server describes the room with); an invite whose event nio cannot read is not
+answered, and one whose state nio fails on is left out of the sync it came in
+(``read_sync``). A joined room that is not bound gets the code once, in the room.
 
 Outbound: replies are ``m.notice`` events (bots should not set off other bots), with a
 plain ``body`` and the Markdown rendered as ``formatted_body``, rich replies to the
@@ -38,6 +42,8 @@ never acts there (nothing from it is routed, no reply is sent into it).
 from __future__ import annotations
 
 import asyncio
+import copy
+import functools
 import json
 import logging
 import re
@@ -116,6 +122,58 @@ def notice_content(text: str, thread: str | None, reply_to: str | None) -> dict[
     return content
 
 
+def read_sync(answer: Any) -> Any:
+    """nio's reading of a ``/sync`` answer (a fresh one: nio changes what it reads) that
+    it failed on, without the invites it cannot read (each logged): an invite's state is
+    what the inviting user's server sent, and one event nio fails on (an ``unsigned``
+    that is not an object) failed every sync, so the account read nothing more until
+    the invite was withdrawn. Raises as nio does when the rest cannot be read."""
+    import nio
+
+    rooms = answer.get("rooms") if isinstance(answer, dict) else None
+    if isinstance(rooms, dict) and isinstance(rooms.get("invite"), dict):
+        kept = {}
+        for room_id, invite in rooms["invite"].items():
+            alone = {"next_batch": "", "rooms": {"invite": {room_id: copy.deepcopy(invite)}}}
+            try:
+                readable = isinstance(nio.SyncResponse.from_dict(alone), nio.SyncResponse)
+            except Exception:
+                readable = False
+            if readable:
+                kept[room_id] = invite
+            else:
+                log.warning("Matrix: the invite to %s could not be read; left out", room_id)
+        answer = {**answer, "rooms": {**rooms, "invite": kept}}
+    return nio.SyncResponse.from_dict(answer)
+
+
+@functools.cache
+def client_class() -> type[nio.AsyncClient]:
+    """nio's client, reading a ``/sync`` answer it fails on with read_sync()."""
+    import nio
+
+    class Client(nio.AsyncClient):  # type: ignore[misc]  # nio has no type hints
+        async def create_matrix_response(
+            self,
+            response_class: type,
+            transport_response: Any,
+            data: tuple[Any, ...] | None = None,
+            save_to: Any = None,
+        ) -> Any:
+            try:
+                return await super().create_matrix_response(
+                    response_class, transport_response, data, save_to
+                )
+            except Exception:
+                if response_class is not nio.SyncResponse:
+                    raise
+                response = read_sync(await self.parse_body(transport_response))
+                response.transport_response = transport_response
+                return response
+
+    return Client
+
+
 class MatrixAdapter(AdapterBase):
     """One bot user: its sync loop, its invites and its sends."""
 
@@ -143,7 +201,7 @@ class MatrixAdapter(AdapterBase):
     async def connect(self) -> str:
         import nio
 
-        client = nio.AsyncClient(self.options.homeserver, self.user_id)
+        client = client_class()(self.options.homeserver, self.user_id)
         client.access_token = account_token(self.core.account, self.core.daemon.config.secrets_file)
         who = await client.whoami()
         if not isinstance(who, nio.WhoamiResponse):
@@ -228,19 +286,30 @@ class MatrixAdapter(AdapterBase):
         import nio
 
         chats = self.core.chats
-        inviter = None
+        membership = None
         title = None
         for event in info.invite_state:
-            if (
-                isinstance(event, nio.InviteMemberEvent)
-                and event.state_key == self.user_id
-                and event.membership == "invite"
+            # The last event about the bot's membership says it: the homeserver appends
+            # the invite event after the stripped state the inviting server sent, which
+            # may claim anything (nio gives a BadEvent for one it cannot read).
+            source = getattr(event, "source", None)
+            if isinstance(source, dict) and (source.get("type"), source.get("state_key")) == (
+                "m.room.member",
+                self.user_id,
             ):
-                inviter = event.sender
+                membership = event
             if isinstance(event, nio.InviteNameEvent):
                 title = event.name
-        if inviter is None:
+        if membership is not None and not isinstance(membership, nio.InviteMemberEvent):
+            log.info(
+                "Matrix account %s: the invite to %s could not be read; not answered",
+                self.name,
+                room_id,
+            )
             return
+        if membership is None or membership.membership != "invite":
+            return
+        inviter = membership.sender
         bound = await asyncio.to_thread(chats.binding, self.name, room_id)
         if inviter in self.options.allow_inviters or bound is not None:
             assert self.client is not None
