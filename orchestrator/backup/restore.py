@@ -278,6 +278,7 @@ class _Writer:
         self.progress = progress
         self.dirs: list[Member] = []
         self.files = 0
+        self._written: set[str] = set()  # the names of the files written so far
         self._parent: tuple[str, ConfinedDir] | None = None
         self._said = time.monotonic()
 
@@ -290,7 +291,17 @@ class _Writer:
         self._parent = (name, folder)
         return folder
 
+    def _twice(self, name: str) -> BackupInvalid:
+        return BackupInvalid(
+            f"{self.archive}: holds {name!r} twice (two files, or a file and "
+            "the folder of other members)"
+        )
+
     def member(self, member: Member, stream: BinaryIO | None) -> None:
+        parts = member.name.split("/")
+        for end in range(1, len(parts)):
+            if (above := "/".join(parts[:end])) in self._written:
+                raise self._twice(above)  # a file, then members inside it
         try:
             if stream is None:
                 self._folder(member.name)
@@ -304,12 +315,10 @@ class _Writer:
                 os.fchmod(out.fileno(), member.mode)
                 os.utime(out.fileno(), (member.mtime, member.mtime))
         except FileExistsError:
-            raise BackupInvalid(
-                f"{self.archive}: holds {member.name!r} twice (two files, or a file and "
-                "the folder of other members)"
-            ) from None
+            raise self._twice(member.name) from None
         except OSError as exc:
             raise RestoreFailed(f"cannot write {member.name}: {exc}") from None
+        self._written.add(member.name)
         self.files += 1
         now = time.monotonic()
         if now - self._said >= BACKUP_PROGRESS_SECONDS:
