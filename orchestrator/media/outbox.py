@@ -107,7 +107,11 @@ def copy_to_outbox(
     except FileNotFoundError:
         raise NotSendable(f"{relative}: no such file") from None
     except UnsafePath as exc:
-        raise NotSendable(f"{exc}; not sent") from None
+        # named inside the group's folder: the answer goes back to the container, which
+        # has no business knowing where the host keeps it
+        inside = f"{groups_root / group}/"
+        shown = exc.shown[len(inside) :] if exc.shown.startswith(inside) else relative
+        raise NotSendable(f"{shown}: {exc.reason}; not sent") from None
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)

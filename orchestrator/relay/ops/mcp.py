@@ -188,8 +188,8 @@ class McpRequest(FixedCap):
         entry.pop("tools")
         try:
             check_mcp_server(group.config_file, server, entry)
-        except InvalidConfig as exc:
-            return f"NOT_REQUESTED: {exc.message}"
+        except InvalidConfig as exc:  # named as the group knows it, not by the host's path
+            return "NOT_REQUESTED: " + exc.message.replace(str(group.config_file), "group.yaml")
         content = json.dumps(
             {"server": server, **entry, "asked by": message.sender, "reason": reason.strip()},
             indent=2,
