@@ -11,6 +11,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from bench.harness import Result, interleaved
 
@@ -99,7 +100,9 @@ def run(quick: bool) -> Result:
                     warmup=CHATS,  # each chat's fresh context (and its hooks) is set up first
                 )
                 calls = sum(counts.values()) // 2 + CHATS
-                bare = _bare_round_trips(fake.base_url, calls_seen[0], 200 if quick else 1000)
+                bare = _bare_round_trips(
+                    fake.base_url, adapter, calls_seen[0], 200 if quick else 1000
+                )
             finally:
                 daemon.drain(5)
                 daemon.relay.close()
@@ -134,24 +137,19 @@ def run(quick: bool) -> Result:
     )
 
 
-def _bare_round_trips(base_url: str, call: object, rounds: int) -> list[float]:
-    """The same request as the adapter's last, sent ``rounds`` times by http.client on one
-    kept-alive connection and read whole: the part of a call that is the server's."""
+def _bare_round_trips(base_url: str, adapter: Any, call: Any, rounds: int) -> list[float]:
+    """The same request as the adapter's last (its body built by the adapter's own
+    function), sent ``rounds`` times by http.client on one kept-alive connection and read
+    whole: the part of a call that is the server's."""
     import http.client
     import json
     import urllib.parse
 
-    from orchestrator.relay.providers.openai import to_openai
+    from orchestrator.relay.providers.openai import request_body
 
-    body = json.dumps(
-        {
-            "model": "m",
-            "max_tokens": 1024,
-            **to_openai(call),  # type: ignore[arg-type]
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-    ).encode()
+    stream = adapter.definition.stream
+    made = request_body(call, model="m", max_tokens=adapter.max_tokens(call), stream=stream)
+    body = json.dumps(made).encode()
     url = urllib.parse.urlsplit(base_url)
     connection = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port, timeout=30)
     headers = {
@@ -166,7 +164,10 @@ def _bare_round_trips(base_url: str, call: object, rounds: int) -> list[float]:
             answer = connection.getresponse()
             text = answer.read()
             out.append(time.perf_counter() - start)
-            assert answer.status == 200 and b"[DONE]" in text, (answer.status, text[:200])
+            assert answer.status == 200 and (b"[DONE]" in text or not stream), (
+                answer.status,
+                text[:200],
+            )
     finally:
         connection.close()
     return out

@@ -106,6 +106,15 @@ def to_openai(call: ModelCall) -> dict[str, Any]:
     return body
 
 
+def request_body(call: ModelCall, *, model: str, max_tokens: int, stream: bool) -> dict[str, Any]:
+    """The body of the chat completions request for ``call``; a stream's asks for the
+    usage in its last chunk."""
+    body = {"model": model, "max_tokens": max_tokens, **to_openai(call)}
+    if stream:
+        body |= {"stream": True, "stream_options": {"include_usage": True}}
+    return body
+
+
 def _image_part(image: dict[str, str]) -> dict[str, Any]:
     """An image the host re-encoded, as a Chat Completions ``image_url`` part (a data
     URL: the only form every OpenAI-compatible server takes)."""
@@ -322,14 +331,15 @@ class OpenAIProvider(HostProvider):
         from openai.types.chat import ChatCompletion
 
         sdk = self.sdk
-        body = {"model": model, "max_tokens": self.max_tokens(call), **to_openai(call)}
+        streaming = self.definition.stream
+        body = request_body(call, model=model, max_tokens=self.max_tokens(call), stream=streaming)
         # The SDK's documented low-level post(): the body we built goes out as it is.
         # create() would first walk every message through its typed-parameter transform,
         # about 0.4 ms a message: 250 ms a call for a long conversation.
         # the call's timeout as a request option: with_options() would copy the client
         client = self.client
         try:
-            if not self.definition.stream:
+            if not streaming:
                 whole = client.post(
                     "/chat/completions",
                     body=body,
@@ -337,7 +347,6 @@ class OpenAIProvider(HostProvider):
                     cast_to=ChatCompletion,
                 )
                 return read_completion(whole.model_dump(), call)
-            body |= {"stream": True, "stream_options": {"include_usage": True}}
             # Chunks as plain dicts: no model object built (and dumped again) per chunk.
             stream = client.post(
                 "/chat/completions",
