@@ -131,16 +131,23 @@ def test_a_reference_names_an_environment_variable_or_a_secret_not_both() -> Non
         parse_secret_ref(_reader("key_secret: Upper\n"), "key_env", "key_secret", required=True)
 
 
+@pytest.fixture
+def secrets_file(tmp_path: Path) -> Path:
+    """A private secrets file naming one key: a, one-value."""
+    path = tmp_path / "secrets.yaml"
+    path.write_text("a: one-value\n")
+    path.chmod(0o600)
+    return path
+
+
 def test_the_environment_wins_and_an_empty_variable_is_missing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    secrets_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from orchestrator.secrets import MissingSecret, SecretRef
 
-    secrets = tmp_path / "secrets.yaml"
-    secrets.write_text("k: from-the-file-1\n")
-    secrets.chmod(0o600)
+    secrets = secrets_file
     monkeypatch.setenv("TEST_REDACT_KEY", "from-the-env-1")
-    ref = SecretRef("TEST_REDACT_KEY", "k")
+    ref = SecretRef("TEST_REDACT_KEY", "a")
     assert ref.resolve("p", secrets) == "from-the-env-1"
     assert ref.describe() == "env TEST_REDACT_KEY"
     monkeypatch.setenv("TEST_REDACT_KEY", "")
@@ -150,28 +157,21 @@ def test_the_environment_wins_and_an_empty_variable_is_missing(
     assert caught.value.hint == "export TEST_REDACT_KEY=... for the daemon, or use key_secret"
     assert SecretRef().resolve("p", secrets) is None
     with pytest.raises(MissingSecret) as caught:
-        SecretRef(None, "k").resolve("provider p", None)
-    assert caught.value.message == "provider p names secret 'k' but no secrets_file is configured"
+        SecretRef(None, "a").resolve("provider p", None)
+    assert caught.value.message == "provider p names secret 'a' but no secrets_file is configured"
     assert caught.value.hint == "set secrets_file in orchestrator.yaml"
-    secrets.write_text("k: ''\n")
-    with pytest.raises(MissingSecret, match="has no entry 'k'"):
-        SecretRef(None, "k").resolve("p", secrets)
+    secrets.write_text("a: ''\n")
+    with pytest.raises(MissingSecret, match="has no entry 'a'"):
+        SecretRef(None, "a").resolve("p", secrets)
     with pytest.raises(MissingSecret, match=r"^p names neither key_env nor key_secret$"):
         SecretRef().require("p", secrets)
 
 
-def test_the_secrets_file_must_be_a_private_regular_mapping_of_text(tmp_path: Path) -> None:
+def test_the_secrets_file_must_be_a_private_regular_mapping_of_text(secrets_file: Path) -> None:
     from orchestrator.errors import BadInput
     from orchestrator.secrets import MissingSecret, read_secrets
 
-    path = tmp_path / "secrets.yaml"
-    with pytest.raises(MissingSecret, match=f"^secrets file {path} does not exist$"):
-        read_secrets(path)
-    path.mkdir()
-    with pytest.raises(BadInput, match="is not a regular file"):
-        read_secrets(path)
-    path.rmdir()
-    path.write_text("a: one-value\n")
+    path = secrets_file
     for mode in (0o640, 0o604, 0o601, 0o610):
         path.chmod(mode)
         with pytest.raises(BadInput) as caught:
@@ -189,18 +189,22 @@ def test_the_secrets_file_must_be_a_private_regular_mapping_of_text(tmp_path: Pa
         path.write_text(bad)
         with pytest.raises(BadInput, match="must be a mapping of names to text keys"):
             read_secrets(path)
+    path.unlink()
+    with pytest.raises(MissingSecret, match=f"^secrets file {path} does not exist$"):
+        read_secrets(path)
+    path.mkdir()
+    with pytest.raises(BadInput, match="is not a regular file"):
+        read_secrets(path)
 
 
 def test_the_secrets_file_is_parsed_again_only_when_its_bytes_change(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    secrets_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import yaml
 
     from orchestrator.secrets import read_secrets
 
-    path = tmp_path / "secrets.yaml"
-    path.write_text("a: one-value\n")
-    path.chmod(0o600)
+    path = secrets_file
     calls: list[str] = []
     real = yaml.safe_load
 
