@@ -111,6 +111,10 @@ class ForcingProxy:
         self.force: str | None = None
         self.forced = 0
         self.requests: list[dict[str, Any]] = []
+        # when set, a streamed answer's events after its first text are passed on each
+        # ``hold`` seconds apart: the real server's text, made as slow as a test needs
+        self.hold: float | None = None
+        self.held = 0  # events passed on late
         self.loop = asyncio.new_event_loop()
         self.port = free_port()
         started = threading.Event()
@@ -152,9 +156,15 @@ class ForcingProxy:
                     },
                 )
                 await response.prepare(request)
-                async for chunk in upstream.content.iter_any():
-                    await response.write(chunk)
-                await response.write_eof()
+                try:
+                    if self.hold is not None and request.path.endswith("/chat/completions"):
+                        await self._held(response, upstream.content, self.hold)
+                    else:
+                        async for chunk in upstream.content.iter_any():
+                            await response.write(chunk)
+                    await response.write_eof()
+                except ConnectionResetError:  # the daemon closed the stream (its deadline)
+                    pass
                 return response
 
         app = web.Application(client_max_size=64 * 1024**2)
@@ -166,6 +176,23 @@ class ForcingProxy:
         self.runner = runner
         started.set()
         self.loop.run_forever()
+
+    async def _held(self, response: Any, content: Any, hold: float) -> None:
+        """The upstream's server-sent events, each after the first with text ``hold``
+        seconds after the one before."""
+        buffer = b""
+        texted = False
+        async for chunk in content.iter_any():
+            buffer += chunk
+            while b"\n\n" in buffer:
+                event, buffer = buffer.split(b"\n\n", 1)
+                if texted:
+                    await asyncio.sleep(hold)
+                    self.held += 1
+                await response.write(event + b"\n\n")
+                texted = texted or _has_text(event)
+        if buffer:
+            await response.write(buffer)
 
     async def _forced_call(self, request: Any, data: dict[str, Any], tool: str) -> Any:
         from aiohttp import web
@@ -215,3 +242,13 @@ class ForcingProxy:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
         self.loop.close()
+
+
+def _has_text(event: bytes) -> bool:
+    """Whether one server-sent event of a streamed chat completion carries text."""
+    data = event.strip().removeprefix(b"data:").strip()
+    try:
+        choices = json.loads(data).get("choices") or []
+    except (ValueError, AttributeError):
+        return False
+    return any((c.get("delta") or {}).get("content") for c in choices)

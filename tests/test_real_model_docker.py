@@ -24,6 +24,7 @@ from orchestrator.groups import GroupStore
 from orchestrator.groups.config import ContextBudget, GroupConfig, ModelLimits
 from orchestrator.home import Home
 from orchestrator.runtime.base import LABEL_PROJECT
+from tests.engineclean import remove_containers
 from tests.llmserver import MODEL, ForcingProxy, LlamaServer
 from tests.test_daemon_docker import DaemonProcess, _free_port
 
@@ -77,7 +78,9 @@ def served(
         ("whole", "whole", {}),
         ("anth", "messages", {}),
         ("small", "llama", {"context_budget": ContextBudget(max_chars=7_000)}),
-        ("slow", "llama", {"limits": ModelLimits(max_tokens=1500), "turn_timeout_seconds": 15}),
+        # time enough to read the prompt on a loaded machine; its answer is held back by
+        # the proxy after its first text, so the deadline comes in the middle of it
+        ("slow", "llama", {"limits": ModelLimits(max_tokens=1500), "turn_timeout_seconds": 45}),
         # the same context as slow's with time enough and a short answer: it reads the
         # prompt into the server's cache for slow
         ("warm", "llama", {"limits": ModelLimits(max_tokens=16), "turn_timeout_seconds": 900}),
@@ -97,10 +100,7 @@ def served(
         yield proc
     finally:
         proc.stop()
-        for c in docker_client.containers.list(
-            all=True, filters={"label": f"{LABEL_PROJECT}={test_project}"}
-        ):
-            c.remove(force=True)
+        remove_containers(docker_client, f"{LABEL_PROJECT}={test_project}")
 
 
 def ask(proc: DaemonProcess, group: str, text: str, chat: str = "c") -> dict[str, Any]:
@@ -196,16 +196,23 @@ def test_a_compaction_asks_for_a_summary_and_gets_a_bounded_one(served: DaemonPr
 
 
 def test_a_slow_stream_is_cut_at_the_deadline_and_not_delivered_again(
-    served: DaemonProcess,
+    served: DaemonProcess, proxy: ForcingProxy
 ) -> None:
     # the same prompt read first by a group alike but for its time and answer's length
-    # (the server's prompt cache keeps it): the cut turn's text starts at once however
-    # slow this machine is at reading a prompt
+    # (the server's prompt cache keeps it): the cut turn's text starts soon however slow
+    # this machine is at reading a prompt
     story_prompt = "Write a very long story about a dragon and a castle."
     warm = ask(served, "warm", story_prompt)
     assert warm["state"] == "done", warm
-    message = ask(served, "slow", story_prompt)
+    # the real server's answer, passed on 5 s an event after its first text: slower than
+    # the deadline allows however fast this machine is at writing one
+    proxy.hold = 5.0
+    try:
+        message = ask(served, "slow", story_prompt)
+    finally:
+        proxy.hold = None
     assert message["state"] == "done", message
+    assert proxy.held >= 1  # the deadline came while the stream was going
     *story, notice = message["replies"]
     assert notice.startswith("[This answer was cut off"), message["replies"]
     assert story and all(not r.startswith("[This answer") for r in story), (  # kept, once
