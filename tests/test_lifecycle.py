@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import replace
@@ -16,7 +17,7 @@ from orchestrator.groups.config import GroupConfig, set_option
 from orchestrator.home import Home
 from orchestrator.runtime.base import LABEL_HOME
 from orchestrator.runtime.fake import FakeBackend
-from orchestrator.runtime.lifecycle import GroupRuntime
+from orchestrator.runtime.lifecycle import GroupRuntime, GroupsOverview
 
 
 @pytest.fixture
@@ -133,6 +134,29 @@ def test_status(runtime: GroupRuntime) -> None:
     (row,) = runtime.status()
     assert (row.state, row.drift, row.memory_bytes) == ("running", False, 1024 * 1024)
     assert row.uptime_seconds is not None and row.last_activity is not None
+
+
+def test_the_overview_holds_each_group_once_and_survives_the_wire(runtime: GroupRuntime) -> None:
+    """What the daemon sends ``orchestrator status`` is what the command would compute."""
+    GroupStore(runtime.home).add(GroupConfig(name="Work", timezone="Europe/Paris"))
+    broken = runtime.home.groups_dir / "broken"
+    broken.mkdir()
+    (broken / "group.yaml").write_text("name: [unclosed\n")
+    runtime.ensure_running(runtime.store.load("work"))
+    (runtime.home.groups_dir / "work" / "files" / "big").write_bytes(b"x" * 65536)
+    overview = runtime.overview()
+    assert [(r.folder, r.state) for r in overview.rows] == [("fam", "absent"), ("work", "running")]
+    assert [i.folder for i in overview.invalid] == ["broken"]
+    assert overview.invalid[0].problem  # says what is wrong
+    assert overview.timezones["work"] == "Europe/Paris"
+    assert overview.disk_bytes["work"] >= 65536 > overview.disk_bytes["fam"]
+    work = runtime.store.load("work")
+    assert overview.disk_limits["work"] == work.config.container.disk_bytes
+    sent = json.loads(json.dumps(overview.to_dict()))
+    assert GroupsOverview.from_dict(sent) == overview
+    del sent["groups"][1]["timezone"]
+    with pytest.raises(KeyError):  # a daemon of another release: the command computes it
+        GroupsOverview.from_dict(sent)
 
 
 def test_rootless_engine_runs_as_root_inside(home: Path) -> None:

@@ -219,7 +219,11 @@ class ControlChannel(Channel):
             if op == "groups":
                 # `orchestrator status`'s rows: the daemon's engine connection is open and
                 # its groups' configurations parsed, where a command would do both again
-                return {"ok": True, **daemon.groups_status()}
+                return {
+                    "ok": True,
+                    **daemon.runtime.overview().to_dict(),
+                    "runner_recreations": dict(daemon.runtime.dead_sockets),
+                }
             if op == "status":
                 return {
                     "ok": True,

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,7 +14,7 @@ from orchestrator.units import human_bytes, human_seconds
 from orchestrator.versions import EARLIEST, RELEASE
 
 if TYPE_CHECKING:
-    from orchestrator.runtime.lifecycle import GroupRuntime, GroupStatus
+    from orchestrator.runtime.lifecycle import GroupRuntime, GroupsOverview
 
 pass_cli = click.make_pass_decorator(CliContext)
 
@@ -103,12 +102,17 @@ def status(obj: CliContext, as_json: bool) -> None:
 
     daemon = _daemon_summary(obj)
     served = _groups_from_daemon(obj) if daemon is not None else None
-    rows, invalid, limits, disk, zones = served or _groups_here(obj)
+    if served is not None:
+        overview, recreated = served
+    else:
+        overview = open_runtime(obj).overview()
+        recreated = _runner_recreations(obj) if daemon is not None else {}
+    rows, invalid = overview.rows, overview.invalid
+    limits, disk, zones = overview.disk_limits, overview.disk_bytes, overview.timezones
     queue = _queue_summary(obj)
     paused = {p["group"]: p for p in (queue or {}).get("pauses", [])}
     spaces = [s for s in (free_space(obj.home.groups_dir), free_space(obj.home.state_dir)) if s]
     gaps = {r.folder: History(obj.home.groups_dir, r.folder).gap() for r in rows}
-    recreated = _runner_recreations(obj) if daemon is not None else {}
     costs = _costs_today(obj, zones)
     currency = _currency(obj)
     if as_json:
@@ -229,40 +233,13 @@ def status(obj: CliContext, as_json: bool) -> None:
             click.echo(f"disk: {line} ({space.path})")
 
 
-class _Invalid(NamedTuple):
-    folder: str
-    problem: str | None
-
-
-# a status row, the folders with an invalid group.yaml, and per folder: the disk limit,
-# the disk use, the time zone
-_Groups = tuple[list["GroupStatus"], list[_Invalid], dict[str, int], dict[str, int], dict[str, str]]
-
-
-def _groups_here(obj: CliContext) -> _Groups:
-    """The groups' status rows computed by this command: every group.yaml read and
-    validated, the engine asked."""
-    from orchestrator.groups.disk import group_disk_usage
-
-    runtime = open_runtime(obj)
-    listing = runtime.store.listing()  # once: each pass reads every group.yaml
-    groups = [item.group for item in listing if item.group is not None]
-    rows = runtime.status(groups)
-    return (
-        rows,
-        [_Invalid(item.folder, item.problem) for item in listing if item.group is None],
-        {g.folder: g.config.container.disk_bytes for g in groups},
-        {r.folder: group_disk_usage(obj.home.groups_dir, r.folder) for r in rows},
-        {g.folder: g.config.timezone for g in groups},
-    )
-
-
-def _groups_from_daemon(obj: CliContext) -> _Groups | None:
-    """The groups' status rows as the running daemon computes them (its engine connection
-    open, its configurations parsed); None when it cannot answer them (an older daemon,
-    or none), and the command computes them itself."""
+def _groups_from_daemon(obj: CliContext) -> tuple[GroupsOverview, dict[str, int]] | None:
+    """The groups' overview as the running daemon computes it (its engine connection
+    open), and per group how often it recreated the container for a dead runner socket;
+    None when it cannot answer them (an older daemon, or none), and the command computes
+    them itself."""
     from orchestrator.errors import OrchestratorError
-    from orchestrator.runtime.lifecycle import GroupStatus
+    from orchestrator.runtime.lifecycle import GroupsOverview
     from orchestrator.service.client import control_request
 
     try:
@@ -272,21 +249,10 @@ def _groups_from_daemon(obj: CliContext) -> _Groups | None:
     if not answer.get("ok"):
         return None
     try:
-        fields = [f.name for f in dataclasses.fields(GroupStatus)]
-        rows: list[GroupStatus] = []
-        limits: dict[str, int] = {}
-        disk: dict[str, int] = {}
-        zones: dict[str, str] = {}
-        for item in answer["groups"]:
-            row = GroupStatus(**{name: item[name] for name in fields})
-            rows.append(row)
-            limits[row.folder] = int(item["disk_limit_bytes"])
-            disk[row.folder] = int(item["disk_bytes"])
-            zones[row.folder] = str(item["timezone"])
-        invalid = [_Invalid(str(i["folder"]), i["problem"]) for i in answer["invalid"]]
+        overview = GroupsOverview.from_dict(answer)
     except (KeyError, TypeError, ValueError):
         return None  # not the answer this release gives: computed here instead
-    return rows, invalid, limits, disk, zones
+    return overview, _recreations(answer)
 
 
 def _costs_today(obj: CliContext, zones: dict[str, str]) -> dict[str, float]:
@@ -336,6 +302,11 @@ def _runner_recreations(obj: CliContext) -> dict[str, int]:
         answer = control_request(obj.home, {"op": "status"}, timeout=5)
     except OrchestratorError:
         return {}
+    return _recreations(answer)
+
+
+def _recreations(answer: dict[str, Any]) -> dict[str, int]:
+    """A daemon's answer's recreations for a dead runner socket, per group."""
     found = answer.get("runner_recreations")
     if not isinstance(found, dict):
         return {}

@@ -1186,32 +1186,6 @@ class Daemon:
             done[folder] = day
             write_atomic(self.home.state_dir / CONSOLIDATED_FILE, json.dumps(done, indent=1))
 
-    def groups_status(self) -> dict[str, Any]:
-        """Every group's status row as ``orchestrator status`` shows it, with its disk use
-        and limit and its time zone, and the folders whose group.yaml is invalid: from
-        this daemon's engine connection and its parsed configurations, so that the
-        command neither connects to the engine nor validates each group.yaml itself."""
-        listing = self.runtime.store.listing()
-        groups = [item.group for item in listing if item.group is not None]
-        rows = self.runtime.status(groups)
-        root = self.runtime.store.root
-        return {
-            "groups": [
-                {
-                    **row.to_dict(),
-                    "disk_bytes": group_disk_usage(root, row.folder),
-                    "disk_limit_bytes": group.config.container.disk_bytes,
-                    "timezone": group.config.timezone,
-                }
-                for row, group in zip(rows, groups, strict=True)
-            ],
-            "invalid": [
-                {"folder": item.folder, "problem": item.problem}
-                for item in listing
-                if item.group is None
-            ],
-        }
-
     def check_disk(self, folder: str) -> bool:
         """Pause ``folder`` (refusing new messages) while it is over its disk limit, and
         resume it once it is under; True when it is over."""

@@ -15,12 +15,14 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orchestrator
 from orchestrator.config import OrchestratorConfig
 from orchestrator.confined import INHERIT, ConfinedDir, Owner, UnsafePath, kind_of
 from orchestrator.errors import BadInput, EngineError, InvalidConfig, OrchestratorError
 from orchestrator.groups import Group, GroupStore
+from orchestrator.groups.disk import group_disk_usage
 from orchestrator.home import Home
 from orchestrator.limits import CONTAINER_READY_TIMEOUT_SECONDS, RUNNER_DEAD_SOCKET_SECONDS
 from orchestrator.memory.scaffold import scaffold_memory
@@ -120,6 +122,58 @@ class GroupStatus:
 
     def to_dict(self) -> dict[str, object]:
         return self.__dict__.copy()
+
+
+@dataclass(frozen=True)
+class InvalidGroup:
+    folder: str
+    problem: str | None
+
+
+@dataclass(frozen=True)
+class GroupsOverview:
+    """What ``orchestrator status`` shows of the groups: every valid group's status row
+    with its disk use, disk limit and time zone, and the folders whose group.yaml is
+    invalid. The running daemon computes it and sends it as ``to_dict()``; the command
+    computes it itself when no daemon answers."""
+
+    rows: list[GroupStatus]
+    invalid: list[InvalidGroup]
+    disk_bytes: dict[str, int]  # per folder
+    disk_limits: dict[str, int]
+    timezones: dict[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "groups": [
+                {
+                    **row.to_dict(),
+                    "disk_bytes": self.disk_bytes[row.folder],
+                    "disk_limit_bytes": self.disk_limits[row.folder],
+                    "timezone": self.timezones[row.folder],
+                }
+                for row in self.rows
+            ],
+            "invalid": [{"folder": i.folder, "problem": i.problem} for i in self.invalid],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> GroupsOverview:
+        """The overview ``to_dict()`` gave; KeyError, TypeError or ValueError when
+        ``data`` is not that form."""
+        fields = [f.name for f in dataclasses.fields(GroupStatus)]
+        rows: list[GroupStatus] = []
+        disk: dict[str, int] = {}
+        limits: dict[str, int] = {}
+        zones: dict[str, str] = {}
+        for item in data["groups"]:
+            row = GroupStatus(**{name: item[name] for name in fields})
+            rows.append(row)
+            disk[row.folder] = int(item["disk_bytes"])
+            limits[row.folder] = int(item["disk_limit_bytes"])
+            zones[row.folder] = str(item["timezone"])
+        invalid = [InvalidGroup(str(i["folder"]), i["problem"]) for i in data["invalid"]]
+        return cls(rows, invalid, disk, limits, zones)
 
 
 class ActivityLog:
@@ -539,6 +593,19 @@ class GroupRuntime:
         actions = self.plan()
         apply_plan(actions, self)
         return actions
+
+    def overview(self) -> GroupsOverview:
+        """Every group's status row, disk use, disk limit and time zone, and the invalid
+        folders (each group.yaml read once)."""
+        listing = self.store.listing()
+        groups = [item.group for item in listing if item.group is not None]
+        return GroupsOverview(
+            rows=self.status(groups),
+            invalid=[InvalidGroup(i.folder, i.problem) for i in listing if i.group is None],
+            disk_bytes={g.folder: group_disk_usage(self.store.root, g.folder) for g in groups},
+            disk_limits={g.folder: g.config.container.disk_bytes for g in groups},
+            timezones={g.folder: g.config.timezone for g in groups},
+        )
 
     def status(self, groups: list[Group] | None = None) -> list[GroupStatus]:
         """Each group's row (``groups``, or every valid group of the home). Drift is
