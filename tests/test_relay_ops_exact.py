@@ -55,6 +55,14 @@ def _file(served: dict[str, Any], name: str = "report.txt", data: str = "numbers
     return files / name
 
 
+@pytest.fixture
+def turn(served: dict[str, Any]) -> TurnRelay:
+    """What a send_file test starts from: a turn of fam's relay, with files/report.txt
+    ("numbers\\n", 8 bytes) in fam's folder."""
+    _file(served)
+    return _turn(served)
+
+
 def test_send_limit_is_the_apps_own_or_the_hosts() -> None:
     from orchestrator.limits import DISCORD_FILE_MAX_BYTES
 
@@ -85,9 +93,8 @@ def test_send_file_needs_path_and_caption_as_text(served: dict[str, Any], frame:
 
 def test_send_file_stores_the_file_with_its_caption_stripped_and_cut(
     served: dict[str, Any],
+    turn: TurnRelay,
 ) -> None:
-    _file(served)
-    turn = _turn(served)
     first = turn.next_seq
     caption = "  " + "c" * (FILE_CAPTION_MAX_CHARS + 5) + "  "
     answer = SendFile().handle(
@@ -112,18 +119,16 @@ def test_send_file_stores_the_file_with_its_caption_stripped_and_cut(
     assert turn.files_sent == 1 and len(queue.replies_of(turn.message.id)) == 2
 
 
-def test_send_file_without_a_caption_says_what_the_file_is(served: dict[str, Any]) -> None:
-    _file(served)
-    turn = _turn(served)
+def test_send_file_without_a_caption_says_what_the_file_is(
+    served: dict[str, Any], turn: TurnRelay
+) -> None:
     answer = SendFile().handle(turn, {"seq": 0, "path": "files/report.txt", "caption": "   "})
     line = "[file: report.txt (text/plain, 8 B)]"
     assert answer == {"ok": True, "stored": True, "name": "report.txt", "size": 8, "text": line}
     assert served["daemon"].queue.replies_of(turn.message.id)[-1][1] == line
 
 
-def test_send_file_takes_at_most_ten_files_a_turn(served: dict[str, Any]) -> None:
-    _file(served)
-    turn = _turn(served)
+def test_send_file_takes_at_most_ten_files_a_turn(turn: TurnRelay) -> None:
     turn.files_sent = FILES_SENT_PER_TURN_MAX - 1
     assert SendFile().handle(turn, {"seq": 0, "path": "files/report.txt"})["stored"] is True
     assert turn.files_sent == FILES_SENT_PER_TURN_MAX
@@ -135,10 +140,8 @@ def test_send_file_takes_at_most_ten_files_a_turn(served: dict[str, Any]) -> Non
 
 
 def test_send_file_without_an_outbox_says_so(
-    served: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    turn: TurnRelay, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _file(served)
-    turn = _turn(served)
     monkeypatch.setattr(turn.context, "state_dir", None)
     assert SendFile().handle(turn, {"seq": 0, "path": "files/report.txt"}) == {
         "ok": False,

@@ -8,7 +8,10 @@ from typing import Any
 import pytest
 
 from orchestrator.relay.ops.send_file import SendFile, send_limit
-from tests.test_relay_ops_exact import _file, _turn
+from orchestrator.relay.turn import TurnRelay
+from tests import test_relay_ops_exact
+
+turn = test_relay_ops_exact.turn  # the fixture: a turn of fam with files/report.txt
 
 # file.send
 
@@ -21,9 +24,8 @@ def test_send_limit_takes_the_app_from_before_the_first_colon() -> None:
 
 def test_send_file_without_a_caption_in_the_frame_says_what_the_file_is(
     served: dict[str, Any],
+    turn: TurnRelay,
 ) -> None:
-    _file(served)
-    turn = _turn(served)
     line = "[file: report.txt (text/plain, 8 B)]"
     assert SendFile().handle(turn, {"seq": 0, "path": "files/report.txt"}) == {
         "ok": True,
@@ -37,11 +39,10 @@ def test_send_file_without_a_caption_in_the_frame_says_what_the_file_is(
 
 def test_send_file_copies_the_file_to_the_outbox_named_by_message_and_reply(
     served: dict[str, Any],
+    turn: TurnRelay,
 ) -> None:
     from orchestrator.media.outbox import ReplyFile, outbox_dir
 
-    _file(served)
-    turn = _turn(served)
     first = turn.next_seq
     SendFile().handle(turn, {"seq": 5, "path": "files/report.txt", "caption": "the numbers"})
     copy = outbox_dir(turn.context.state_dir, "fam") / f"{turn.message.id}.{first}.txt"
@@ -52,10 +53,8 @@ def test_send_file_copies_the_file_to_the_outbox_named_by_message_and_reply(
 
 
 def test_send_file_tells_the_chat_of_the_message_answered(
-    served: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    turn: TurnRelay, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _file(served)
-    turn = _turn(served)
     told: list[str] = []
     monkeypatch.setattr(turn.context, "notify", told.append)
     SendFile().handle(turn, {"seq": 0, "path": "files/report.txt"})
