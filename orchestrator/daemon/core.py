@@ -574,8 +574,10 @@ class Daemon:
         delivery = self.active[message.id]
         outcome = "failed"
         recorded = marked = False
+        group: Group | None = None  # loaded once: the turn and its record use it
         try:
-            answer = self._turn(message, delivery.cancel)
+            group = self.runtime.store.load(message.group)
+            answer = self._turn(message, group, delivery.cancel)
             if not answer.get("ok"):
                 raise DeliveryFailed(str(answer.get("error", "the runner refused the turn")))
             try:
@@ -596,7 +598,7 @@ class Daemon:
                 # counted as it is answered: its latency is the reply's, not the record's
                 self.metrics.turn_done(message.group, outcome, time.monotonic() - started)
                 self._changed(message.id)
-                self._record_turn(message)
+                self._record_turn(message, group)
                 recorded = True
         except Exception as exc:
             if delivery.cancel.cancelled and self.stopping.is_set():
@@ -614,7 +616,7 @@ class Daemon:
             if not delivery.answered:
                 self.metrics.turn_done(message.group, outcome, time.monotonic() - started)
             if not recorded:
-                self._record_turn(message)
+                self._record_turn(message, group)
             with self.cond:
                 if marked:
                     self._recorded(message.group)
@@ -659,11 +661,11 @@ class Daemon:
                 log.warning("memory history of %s not held after a turn: %s", folder, exc)
             yield
 
-    def _record_turn(self, message: Message) -> None:
+    def _record_turn(self, message: Message, group: Group | None) -> None:
         """Record what the turn changed in memory, attributed to its message (and to the
         other turns of the group in flight at that moment: turns of one group may
         overlap, and a change is never attributed to fewer turns than could have made
-        it)."""
+        it). ``group``: as the turn loaded it (None when it could not: loaded here)."""
         try:
             with self.cond:
                 also = tuple(
@@ -671,7 +673,8 @@ class Daemon:
                     for d in self.active.values()
                     if d.message.group == message.group and d.message.id != message.id
                 )
-            group = self.runtime.store.load(message.group)
+            if group is None:
+                group = self.runtime.store.load(message.group)
             self.history(message.group).record(
                 Provenance.of_turn(TURN, message, group.config, also=also)
             )
@@ -759,8 +762,7 @@ class Daemon:
             "delivery of %s to %s failed (%s); now %s", message.id, message.group, reason, state
         )
 
-    def _turn(self, message: Message, cancel: Cancel) -> dict[str, Any]:
-        group = self.runtime.store.load(message.group)
+    def _turn(self, message: Message, group: Group, cancel: Cancel) -> dict[str, Any]:
         timeout = float(group.config.turn_timeout_seconds)
         deadline = time.monotonic() + timeout
         client = self.runtime.runner(group)
