@@ -691,7 +691,9 @@ def test_housekeeping_checks_the_groups_that_ran_or_every_group(setup, monkeypat
 
     daemon, _runners = setup
     checked: list[str] = []
-    monkeypatch.setattr(daemon, "check_disk", lambda folder: checked.append(folder) or False)
+    monkeypatch.setattr(
+        daemon, "check_disk", lambda folder, disk_paused: checked.append(folder) or False
+    )
     monkeypatch.setattr(daemon_module, "group_disk_usage", lambda root, folder: 0)
     with daemon.cond:
         daemon.disk_dirty = {"good"}

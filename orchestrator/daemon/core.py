@@ -1084,9 +1084,9 @@ class Daemon:
         folders = {g.folder for g in self.runtime.store.groups()} if all_groups else dirty
         # a group paused for its disk is looked at every round: it resumes soon after
         # space is freed
-        folders |= {p.group for p in self.queue.pauses() if p.holder == DISK_HOLDER}
-        for folder in sorted(folders):
-            self.check_disk(folder)
+        disk_paused = self._disk_paused()
+        for folder in sorted(folders | disk_paused):
+            self.check_disk(folder, disk_paused)
         if all_groups:
             self.consolidate_due()
             expired = HeldRequests(self.queue).prune()
@@ -1214,16 +1214,22 @@ class Daemon:
             ],
         }
 
-    def check_disk(self, folder: str) -> bool:
+    def _disk_paused(self) -> set[str]:
+        """The groups holding a pause for their disk."""
+        return {p.group for p in self.queue.pauses() if p.holder == DISK_HOLDER}
+
+    def check_disk(self, folder: str, disk_paused: set[str] | None = None) -> bool:
         """Pause ``folder`` (refusing new messages) while it is over its disk limit, and
-        resume it once it is under; True when it is over."""
+        resume it once it is under; True when it is over. ``disk_paused``: the groups
+        holding a disk pause, when the caller has read them (a round of housekeeping
+        reads them once for all its groups)."""
         try:
             group = self.runtime.store.load(folder)
         except OrchestratorError:
             return False
         used = group_disk_usage(self.runtime.store.root, folder)
         limit = group.config.container.disk_bytes
-        paused = any(p.holder == DISK_HOLDER for p in self.queue.pauses(folder))
+        paused = folder in (self._disk_paused() if disk_paused is None else disk_paused)
         if used > limit and not paused:
             reason = over_limit_reason(folder, used, limit)
             self.queue.pause(folder, DISK_HOLDER, reason, refuse_new=True)
