@@ -572,7 +572,7 @@ def test_retry_watch_and_listeners(setup) -> None:  # type: ignore[no-untyped-de
     assert message.id in seen
     assert list(daemon.watch("no-such-id", 30)) == []
     assert daemon.retry(message.id) is False  # only a dead letter can be retried
-    with daemon.cond:
+    with daemon.watch_lock:
         assert daemon.watchers == {}  # every watcher cleaned up
 
 
@@ -875,7 +875,7 @@ def test_a_watch_yields_each_change_until_its_timeout(idle: Daemon) -> None:
     assert second.replies == ("working",)
     rest = list(watch)  # then nothing changes: it ends at the timeout
     assert all(s.replies == ("working",) for s in rest)
-    with idle.cond:
+    with idle.watch_lock:
         assert idle.watchers == {}
 
 

@@ -229,7 +229,10 @@ class Daemon:
         self.pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="turn")
         self.threads: list[threading.Thread] = []
         self.listeners: list[Listener] = []
+        # message id -> the events of its watchers; a lock of their own, so that telling
+        # them of a change never waits for a dispatch pass (which holds the condition)
         self.watchers: dict[str, set[threading.Event]] = {}
+        self.watch_lock = threading.Lock()
         self.disk_dirty: set[str] = set()
         self.consolidating: set[str] = set()  # groups whose nightly consolidation runs
         self.consolidated_lock = threading.Lock()
@@ -242,6 +245,7 @@ class Daemon:
             state_dir=home.state_dir,
         )
         self.histories: dict[str, History] = {}  # memory history per group, opened lazily
+        self.histories_lock = threading.Lock()
         self.tasks = TaskStore(queue)
         self.chats = ChatStore(queue)
         self.scheduler = Scheduler(
@@ -385,7 +389,7 @@ class Daemon:
         is done or dead or ``timeout`` passes. Ends at once for an unknown id."""
         deadline = time.monotonic() + timeout
         changed = threading.Event()
-        with self.cond:
+        with self.watch_lock:
             self.watchers.setdefault(message_id, set()).add(changed)
         try:
             while True:
@@ -399,7 +403,7 @@ class Daemon:
                     return
                 changed.wait(remaining)
         finally:
-            with self.cond:
+            with self.watch_lock:
                 waiting = self.watchers.get(message_id)
                 if waiting is not None:
                     waiting.discard(changed)
@@ -416,7 +420,7 @@ class Daemon:
             self.listeners.remove(listener)
 
     def _changed(self, message_id: str) -> None:
-        with self.cond:
+        with self.watch_lock:
             for event in self.watchers.get(message_id, ()):
                 event.set()
         for listener in list(self.listeners):
@@ -632,7 +636,7 @@ class Daemon:
             self._changed(message.id)
 
     def history(self, folder: str) -> History:
-        with self.cond:
+        with self.histories_lock:
             found = self.histories.get(folder)
             if found is None:
                 found = self.histories[folder] = History(
