@@ -572,7 +572,7 @@ def test_retry_watch_and_listeners(setup) -> None:  # type: ignore[no-untyped-de
     assert message.id in seen
     assert list(daemon.watch("no-such-id", 30)) == []
     assert daemon.retry(message.id) is False  # only a dead letter can be retried
-    with daemon.cond:
+    with daemon.watch_lock:
         assert daemon.watchers == {}  # every watcher cleaned up
 
 
@@ -636,7 +636,7 @@ def test_failures_are_logged_with_their_reason(setup, monkeypatch, caplog) -> No
         _until(lambda: "now queued" in caplog.text)
     assert f"delivery of {message.id} to good failed (boom); now queued" in caplog.messages
 
-    def broken_turn(message, cancel):  # type: ignore[no-untyped-def]
+    def broken_turn(message, group, cancel):  # type: ignore[no-untyped-def]
         raise ValueError("not a frame")
 
     monkeypatch.setattr(daemon, "_turn", broken_turn)
@@ -691,7 +691,9 @@ def test_housekeeping_checks_the_groups_that_ran_or_every_group(setup, monkeypat
 
     daemon, _runners = setup
     checked: list[str] = []
-    monkeypatch.setattr(daemon, "check_disk", lambda folder: checked.append(folder) or False)
+    monkeypatch.setattr(
+        daemon, "check_disk", lambda folder, disk_paused: checked.append(folder) or False
+    )
     monkeypatch.setattr(daemon_module, "group_disk_usage", lambda root, folder: 0)
     with daemon.cond:
         daemon.disk_dirty = {"good"}
@@ -873,7 +875,7 @@ def test_a_watch_yields_each_change_until_its_timeout(idle: Daemon) -> None:
     assert second.replies == ("working",)
     rest = list(watch)  # then nothing changes: it ends at the timeout
     assert all(s.replies == ("working",) for s in rest)
-    with idle.cond:
+    with idle.watch_lock:
         assert idle.watchers == {}
 
 
@@ -916,7 +918,7 @@ def test_a_turns_memory_changes_are_also_attributed_to_its_groups_other_turns(
             recorded.append(provenance)
 
     monkeypatch.setattr(idle, "history", lambda folder: Recorder())
-    idle._record_turn(mine)
+    idle._record_turn(mine, idle.runtime.store.load("good"))
     [provenance] = recorded
     assert (provenance.message_id, provenance.also) == (mine.id, (same_group.id,))
     assert provenance.sender == "op" and provenance.chat == "a"
@@ -940,7 +942,7 @@ def test_a_history_that_fails_is_logged_and_never_fails_the_turn(
     monkeypatch.setattr(idle, "history", lambda folder: Broken())
     message = idle.submit("good", "one", chat="a", sender="op", channel="cli")
     with caplog.at_level("WARNING", logger="orchestrator.daemon"):
-        idle._record_turn(message)
+        idle._record_turn(message, None)  # as after a turn whose group could not be loaded
         idle._record_outside("good", "t-good")
     assert caplog.messages == [
         "memory history of good not recorded after a turn (not recording since 1970-01-01 "
@@ -968,7 +970,9 @@ def test_a_delivery_passes_its_cancel_to_the_turn_and_counts_the_outcome(
     delivery = _in_flight(idle, message)
     given: list[Any] = []
     monkeypatch.setattr(
-        idle, "_turn", lambda m, cancel: given.append(cancel) or {"ok": True, "replies": ["x"]}
+        idle,
+        "_turn",
+        lambda m, group, cancel: given.append(cancel) or {"ok": True, "replies": ["x"]},
     )
     idle._deliver(message)
     assert given == [delivery.cancel]
@@ -985,7 +989,7 @@ def test_a_delivery_passes_its_cancel_to_the_turn_and_counts_the_outcome(
 def test_a_failure_while_stopping_is_a_failure_unless_the_turn_was_cancelled(
     idle: Daemon, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def fails(message: Message, cancel: Any) -> dict[str, Any]:
+    def fails(message: Message, group: Any, cancel: Any) -> dict[str, Any]:
         raise OSError("the runner went away")
 
     monkeypatch.setattr(idle, "_turn", fails)
@@ -1044,8 +1048,8 @@ def test_a_turn_sends_its_cancel_and_frame_limit_and_starts_an_unavailable_runne
     message = idle.submit("good", "hello", chat="c", sender="op", channel="cli")
     cancel = Cancel()
     with caplog.at_level("INFO", logger="orchestrator.daemon"):
-        assert idle._turn(message, cancel) == {"ok": True, "replies": ["hi"]}
-    group = idle.runtime.store.load("good")
+        group = idle.runtime.store.load("good")
+        assert idle._turn(message, group, cancel) == {"ok": True, "replies": ["hi"]}
     name = idle.runtime.container_name(group)
     assert inspected == [name] and outside == [f"info of {name}"]  # changes made outside a turn
     assert ensured == ["good"] and set(idle.group_locks) == {"good"}
@@ -1115,8 +1119,9 @@ def test_a_turns_time_runs_from_its_delivery_not_from_its_containers_start(
     monkeypatch.setattr(idle.runtime, "runner", lambda group: Late())
     monkeypatch.setattr(idle.runtime, "ensure_running", slow_start)
     message = idle.submit("good", "hello", chat="c", sender="op", channel="cli")
-    timeout = idle.runtime.store.load("good").config.turn_timeout_seconds
-    assert idle._turn(message, Cancel()) == {"ok": True, "replies": ["hi"]}
+    group = idle.runtime.store.load("good")
+    timeout = group.config.turn_timeout_seconds
+    assert idle._turn(message, group, Cancel()) == {"ok": True, "replies": ["hi"]}
     assert given == [(timeout, timeout), (timeout, timeout)]
 
 

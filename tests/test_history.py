@@ -431,9 +431,9 @@ def test_the_reply_goes_out_before_the_record_and_nothing_overtakes_the_record(
     monkeypatch.setattr(history, "record", slow_record)
     real_turn = daemon._turn
 
-    def turn(message, cancel):  # type: ignore[no-untyped-def]
+    def turn(message, group, cancel):  # type: ignore[no-untyped-def]
         events.append(f"turn of {message.chat} starts")
-        return real_turn(message, cancel)
+        return real_turn(message, group, cancel)
 
     monkeypatch.setattr(daemon, "_turn", turn)
     first = daemon.submit("fam", "remember that Ada studies in Lisbon", chat="k", sender="bob",

@@ -229,7 +229,10 @@ class Daemon:
         self.pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="turn")
         self.threads: list[threading.Thread] = []
         self.listeners: list[Listener] = []
+        # message id -> the events of its watchers; a lock of their own, so that telling
+        # them of a change never waits for a dispatch pass (which holds the condition)
         self.watchers: dict[str, set[threading.Event]] = {}
+        self.watch_lock = threading.Lock()
         self.disk_dirty: set[str] = set()
         self.consolidating: set[str] = set()  # groups whose nightly consolidation runs
         self.consolidated_lock = threading.Lock()
@@ -242,6 +245,7 @@ class Daemon:
             state_dir=home.state_dir,
         )
         self.histories: dict[str, History] = {}  # memory history per group, opened lazily
+        self.histories_lock = threading.Lock()
         self.tasks = TaskStore(queue)
         self.chats = ChatStore(queue)
         self.scheduler = Scheduler(
@@ -385,7 +389,7 @@ class Daemon:
         is done or dead or ``timeout`` passes. Ends at once for an unknown id."""
         deadline = time.monotonic() + timeout
         changed = threading.Event()
-        with self.cond:
+        with self.watch_lock:
             self.watchers.setdefault(message_id, set()).add(changed)
         try:
             while True:
@@ -399,7 +403,7 @@ class Daemon:
                     return
                 changed.wait(remaining)
         finally:
-            with self.cond:
+            with self.watch_lock:
                 waiting = self.watchers.get(message_id)
                 if waiting is not None:
                     waiting.discard(changed)
@@ -416,7 +420,7 @@ class Daemon:
             self.listeners.remove(listener)
 
     def _changed(self, message_id: str) -> None:
-        with self.cond:
+        with self.watch_lock:
             for event in self.watchers.get(message_id, ()):
                 event.set()
         for listener in list(self.listeners):
@@ -574,8 +578,10 @@ class Daemon:
         delivery = self.active[message.id]
         outcome = "failed"
         recorded = marked = False
+        group: Group | None = None  # loaded once: the turn and its record use it
         try:
-            answer = self._turn(message, delivery.cancel)
+            group = self.runtime.store.load(message.group)
+            answer = self._turn(message, group, delivery.cancel)
             if not answer.get("ok"):
                 raise DeliveryFailed(str(answer.get("error", "the runner refused the turn")))
             try:
@@ -596,7 +602,7 @@ class Daemon:
                 # counted as it is answered: its latency is the reply's, not the record's
                 self.metrics.turn_done(message.group, outcome, time.monotonic() - started)
                 self._changed(message.id)
-                self._record_turn(message)
+                self._record_turn(message, group)
                 recorded = True
         except Exception as exc:
             if delivery.cancel.cancelled and self.stopping.is_set():
@@ -614,7 +620,7 @@ class Daemon:
             if not delivery.answered:
                 self.metrics.turn_done(message.group, outcome, time.monotonic() - started)
             if not recorded:
-                self._record_turn(message)
+                self._record_turn(message, group)
             with self.cond:
                 if marked:
                     self._recorded(message.group)
@@ -630,7 +636,7 @@ class Daemon:
             self._changed(message.id)
 
     def history(self, folder: str) -> History:
-        with self.cond:
+        with self.histories_lock:
             found = self.histories.get(folder)
             if found is None:
                 found = self.histories[folder] = History(
@@ -659,11 +665,11 @@ class Daemon:
                 log.warning("memory history of %s not held after a turn: %s", folder, exc)
             yield
 
-    def _record_turn(self, message: Message) -> None:
+    def _record_turn(self, message: Message, group: Group | None) -> None:
         """Record what the turn changed in memory, attributed to its message (and to the
         other turns of the group in flight at that moment: turns of one group may
         overlap, and a change is never attributed to fewer turns than could have made
-        it)."""
+        it). ``group``: as the turn loaded it (None when it could not: loaded here)."""
         try:
             with self.cond:
                 also = tuple(
@@ -671,7 +677,8 @@ class Daemon:
                     for d in self.active.values()
                     if d.message.group == message.group and d.message.id != message.id
                 )
-            group = self.runtime.store.load(message.group)
+            if group is None:
+                group = self.runtime.store.load(message.group)
             self.history(message.group).record(
                 Provenance.of_turn(TURN, message, group.config, also=also)
             )
@@ -759,8 +766,7 @@ class Daemon:
             "delivery of %s to %s failed (%s); now %s", message.id, message.group, reason, state
         )
 
-    def _turn(self, message: Message, cancel: Cancel) -> dict[str, Any]:
-        group = self.runtime.store.load(message.group)
+    def _turn(self, message: Message, group: Group, cancel: Cancel) -> dict[str, Any]:
         timeout = float(group.config.turn_timeout_seconds)
         deadline = time.monotonic() + timeout
         client = self.runtime.runner(group)
@@ -1082,9 +1088,9 @@ class Daemon:
         folders = {g.folder for g in self.runtime.store.groups()} if all_groups else dirty
         # a group paused for its disk is looked at every round: it resumes soon after
         # space is freed
-        folders |= {p.group for p in self.queue.pauses() if p.holder == DISK_HOLDER}
-        for folder in sorted(folders):
-            self.check_disk(folder)
+        disk_paused = self._disk_paused()
+        for folder in sorted(folders | disk_paused):
+            self.check_disk(folder, disk_paused)
         if all_groups:
             self.consolidate_due()
             expired = HeldRequests(self.queue).prune()
@@ -1186,16 +1192,22 @@ class Daemon:
             done[folder] = day
             write_atomic(self.home.state_dir / CONSOLIDATED_FILE, json.dumps(done, indent=1))
 
-    def check_disk(self, folder: str) -> bool:
+    def _disk_paused(self) -> set[str]:
+        """The groups holding a pause for their disk."""
+        return {p.group for p in self.queue.pauses() if p.holder == DISK_HOLDER}
+
+    def check_disk(self, folder: str, disk_paused: set[str] | None = None) -> bool:
         """Pause ``folder`` (refusing new messages) while it is over its disk limit, and
-        resume it once it is under; True when it is over."""
+        resume it once it is under; True when it is over. ``disk_paused``: the groups
+        holding a disk pause, when the caller has read them (a round of housekeeping
+        reads them once for all its groups)."""
         try:
             group = self.runtime.store.load(folder)
         except OrchestratorError:
             return False
         used = group_disk_usage(self.runtime.store.root, folder)
         limit = group.config.container.disk_bytes
-        paused = any(p.holder == DISK_HOLDER for p in self.queue.pauses(folder))
+        paused = folder in (self._disk_paused() if disk_paused is None else disk_paused)
         if used > limit and not paused:
             reason = over_limit_reason(folder, used, limit)
             self.queue.pause(folder, DISK_HOLDER, reason, refuse_new=True)

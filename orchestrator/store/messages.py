@@ -297,23 +297,21 @@ class MessageQueue(StateDB):
         )
 
     def runnable(self, now: float | None = None) -> list[Message]:
-        """The oldest pending message of each session, when it may be delivered now."""
+        """The oldest pending message of each session, when it may be delivered now: its
+        group has no pause in force (read in the same query: one read of the database
+        per call)."""
         now = time.time() if now is None else now
-        paused = set(self.paused_groups(now))
         with self._lock:
             rows = self._db.execute(
                 f"SELECT {_COLUMNS}, not_before FROM messages WHERE state IN (?, ?, ?)"
-                " ORDER BY seq",
-                PENDING,
+                " AND group_folder NOT IN (SELECT group_folder FROM pauses"
+                " WHERE expires IS NULL OR expires>?) ORDER BY seq",
+                (*PENDING, now),
             ).fetchall()
         heads: dict[tuple[str, str], tuple[object, ...]] = {}
         for row in rows:
             heads.setdefault((str(row[1]), str(row[2])), row)
-        return [
-            _row(r[:-1])
-            for r in heads.values()
-            if r[9] == QUEUED and real(r[-1]) <= now and r[1] not in paused
-        ]
+        return [_row(r[:-1]) for r in heads.values() if r[9] == QUEUED and real(r[-1]) <= now]
 
     def next_wakeup(self) -> float | None:
         """When the earliest message in backoff becomes deliverable."""
