@@ -681,6 +681,7 @@ def test_anthropic_stream_tool_calls_and_blocks_by_index() -> None:
         block(7, type="other"),
         text(None, "B"),  # no index: block 0
         text(8, "C"),  # a block that never started is text
+        {"type": "content_block_delta", "index": 8, "delta": {"type": "text_delta"}},
         {"type": "content_block_delta", "index": 8, "delta": {"type": "odd", "text": "X"}},
         {"type": "content_block_delta", "index": 9, "delta": None},
         *end("tool_use"),
@@ -746,13 +747,14 @@ def test_anthropic_stream_cut_at_its_deadline() -> None:
         block(1, type="text", text="B"),
         block(0, type="text", text="A"),
         block(2, type="tool_use", id="t", name="f"),
+        block(3, type="text"),
         text(0, "a"),
         *end(),
     ])  # fmt: skip
-    deadline = Deadline(3600, Steps(0, 0, 0, 0, 3600))
+    deadline = Deadline(3600, Steps(0, 0, 0, 0, 0, 3600))
     got = anthropic.read_stream(events, deadline=deadline)
     assert got == answer("AaB", [], (5, 1), STOP_CUT, cache=(2, 3))
-    assert events.read == 5
+    assert events.read == 6
     # not cut once the message has stopped
     got = anthropic.read_stream(Chunks([start(), *end()]), deadline=Deadline(10, Steps(0, 0, 11)))
     assert got == answer(None, [], (0, 0), STOP_END)
@@ -800,6 +802,12 @@ def test_anthropic_whole_message() -> None:
     )
     assert message["content"][1] == {"type": "tool_use", "id": "t1", "name": "f", "input": {"é": 1}}
     assert anthropic.read_message({"content": None}) == answer(None, [], (0, 0), None)
+    # a tool call's input goes through its JSON as a streamed one's would: not an object,
+    # it is kept as text
+    odd = {"content": [{"type": "tool_use", "id": "t", "name": "f", "input": [1]}]}
+    assert anthropic.read_message(odd).tool_calls == [
+        {"id": "t", "name": "f", "arguments": {"_unparsed_arguments": "[1]"}}
+    ]
 
 
 # ---------------------------------------------------------------- the adapters on the wire
@@ -936,3 +944,121 @@ def test_a_malformed_or_cut_answer_on_the_wire(
     ending = "answer did" if server.kind == "openai" else "message did"
     assert failure(caught) == (f"the stream ended before the {ending}", None, None, True, False)
     assert caught.value.__cause__ is None
+
+
+# ---------------------------------------------------------------- the adapters' HTTP, in process
+
+
+def mocked(kind: str, answer_with: Any, *, stream: bool) -> tuple[HostProvider, list[Any]]:
+    """An adapter whose client sends its requests to ``answer_with`` (a handler of its
+    SDK's HTTP package), and the requests it sent."""
+    httpx = http_of(kind)
+    sent: list[Any] = []
+
+    def handler(request: Any) -> Any:
+        sent.append(request)
+        return answer_with(request)
+
+    url = "http://model.test" + ("/v1" if kind == "openai" else "")
+    definition = ProviderDef("p", kind, base_url=url, key_env="K", max_tokens=100, stream=stream)
+    provider: Any = adapter_for(definition, KEY)
+    provider.client.close()
+    provider.client = provider.client.with_options(
+        http_client=httpx.Client(transport=httpx.MockTransport(handler))
+    )
+    return provider, sent
+
+
+def http_of(kind: str) -> Any:
+    """The HTTP package the kind's SDK uses (Anthropic's has its own fork of httpx)."""
+    import importlib
+
+    return importlib.import_module("httpx" if kind == "openai" else "httpx2")
+
+
+def sse(kind: str, *events: str) -> Any:
+    httpx = http_of(kind)
+    # Anthropic's events are named (the SDK reads those it knows), OpenAI's are not
+    named = (f"event: {json.loads(e)['type']}\n" if kind == "anthropic" else "" for e in events)
+    body = "".join(f"{n}data: {e}\n\n" for n, e in zip(named, events, strict=True)).encode()
+    return lambda _: httpx.Response(
+        200, headers={"content-type": "text/event-stream"}, content=body
+    )
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
+def test_an_openai_answer_without_usage_is_estimated_from_the_call(stream: bool) -> None:
+    httpx = http_of("openai")
+    if stream:
+        chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+        handler = sse(
+            "openai",
+            json.dumps({**chunk, "choices": [{"index": 0, "delta": {"content": "hello"}}]}),
+            json.dumps({**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+            "[DONE]",
+        )
+    else:
+        whole = {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "hello"},
+                    "finish_reason": "stop",
+                }
+            ],
+        }
+        handler = lambda _: httpx.Response(200, json=whole)  # noqa: E731
+    call = ModelCall("s ✓", [{"role": "user", "content": "ü" * 7}])
+    provider, sent = mocked("openai", handler, stream=stream)
+    try:
+        got = provider.complete(call, model="m", timeout=12.5)
+    finally:
+        provider.close()
+    estimate = -(-len(json.dumps(openai.to_openai(call), ensure_ascii=False)) // 4)
+    assert got == answer("hello", [], (estimate, 2), STOP_END)
+    assert sent[0].extensions["timeout"]["read"] == 12.5
+    assert json.loads(sent[0].content) == openai.request_body(
+        call, model="m", max_tokens=100, stream=stream
+    )
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
+def test_an_anthropic_call_has_its_own_timeout(stream: bool) -> None:
+    httpx = http_of("anthropic")
+    usage = {"input_tokens": 3, "output_tokens": 2}
+    message = {
+        "id": "m1",
+        "type": "message",
+        "role": "assistant",
+        "model": "m",
+        "content": [{"type": "text", "text": "hi"}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": usage,
+    }
+    if stream:
+        handler = sse(
+            "anthropic",
+            json.dumps({"type": "message_start", "message": {**message, "content": []}}),
+            json.dumps({"type": "content_block_start", "index": 0,
+                        "content_block": {"type": "text", "text": "hi"}}),
+            json.dumps({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                        "usage": {"output_tokens": 2}}),
+            json.dumps({"type": "message_stop"}),
+        )  # fmt: skip
+    else:
+        handler = lambda _: httpx.Response(200, json=message)  # noqa: E731
+    call = ModelCall("s", [{"role": "user", "content": "q"}])
+    provider, sent = mocked("anthropic", handler, stream=stream)
+    try:
+        got = provider.complete(call, model="m", timeout=12.5)
+    finally:
+        provider.close()
+    assert got == answer("hi", [], (3, 2), STOP_END)
+    assert sent[0].extensions["timeout"]["read"] == 12.5
+    expected = {"model": "m", "max_tokens": 100, **anthropic.to_anthropic(call)}
+    assert json.loads(sent[0].content) == ({**expected, "stream": True} if stream else expected)
