@@ -361,6 +361,10 @@ def test_openai_stream_cut_at_its_deadline() -> None:
     got = openai.read_stream(chunks, call, deadline=deadline, on_text=shown.append)
     assert got == answer("abcde", [], (estimate, 2), STOP_CUT, 3.0)
     assert chunks.read == 2 and shown == ["abcde"]
+    # the text so far is its pieces joined
+    two = Chunks([delta("ab"), delta("cd"), delta("e", "stop")])
+    got = openai.read_stream(two, deadline=Deadline(3600, Steps(0, 3600)))
+    assert got == answer("abcd", [], (0, 1), STOP_CUT)
     # a deadline passed once the answer has finished does not cut it
     deadline = Deadline(10, Steps(11))
     got = openai.read_stream(Chunks([delta("a", "stop"), usage(1, 1)]), deadline=deadline)
@@ -441,11 +445,15 @@ class Network:
 
 
 def test_the_rest_of_a_stream_is_read_only_where_its_wait_is_bounded() -> None:
+    from orchestrator.relay.providers.base import CLOSER
+
     left, right = socket.socketpair()
     try:
         events = iter([1, 2, 3])
+        before = set(CLOSER._closes)
         openai._drain(events, SimpleNamespace(extensions={"network_stream": Network(left)}))
         assert list(events) == []
+        assert set(CLOSER._closes) - before == set()  # its timer is cancelled once read
         for extensions in ({}, {"network_stream": Network("not a socket")}):
             events = iter([1, 2, 3])
             openai._drain(events, SimpleNamespace(extensions=extensions))
@@ -1062,3 +1070,35 @@ def test_an_anthropic_call_has_its_own_timeout(stream: bool) -> None:
     assert sent[0].extensions["timeout"]["read"] == 12.5
     expected = {"model": "m", "max_tokens": 100, **anthropic.to_anthropic(call)}
     assert json.loads(sent[0].content) == ({**expected, "stream": True} if stream else expected)
+
+
+def test_anthropic_events_out_of_the_usual_order() -> None:
+    # no message_start: the counts are none
+    assert anthropic.read_stream(Chunks(end())) == answer(None, [], (0, 0), STOP_END)
+    got = anthropic.read_stream(Chunks([text(0, "a"), {"type": "message_stop"}]))
+    assert got == answer("a", [], (0, 0), None)
+    # a delta without an index is the first block's, whatever follows it
+    events = [
+        start(),
+        block(0, type="text", text="A"),
+        block(1, type="text", text="Z"),
+        text(None, "B"),
+        *end(),
+    ]
+    assert anthropic.read_stream(Chunks(events)).text == "ABZ"
+    # JSON for a block that never started goes to a text block, and is not text
+    assert anthropic.read_stream(Chunks([start(), json_piece(3, '{"a": 1}'), *end()])) == (
+        answer(None, [], (0, 0), STOP_END)
+    )
+    # a JSON delta without its piece adds nothing
+    events = [
+        start(),
+        block(0, type="tool_use", id="t", name="f"),
+        json_piece(0, '{"a": 1'),
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta"}},
+        json_piece(0, "}"),
+        *end("tool_use"),
+    ]
+    assert anthropic.read_stream(Chunks(events)).tool_calls == [
+        {"id": "t", "name": "f", "arguments": {"a": 1}}
+    ]
