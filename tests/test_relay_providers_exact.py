@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -464,6 +465,16 @@ def test_the_rest_of_a_stream_is_read_only_where_its_wait_is_bounded() -> None:
             raise OSError("gone")
 
         openai._drain(failing(), SimpleNamespace(extensions={"network_stream": Network(left)}))
+
+        due: list[float] = []
+
+        def looking() -> Iterator[int]:  # the drain's timer, as set before the first read
+            due.append(max(CLOSER._due, key=lambda entry: entry[1])[0])
+            yield 1
+
+        now = time.monotonic()
+        openai._drain(looking(), SimpleNamespace(extensions={"network_stream": Network(left)}))
+        assert due[0] >= now + openai.DRAIN_SECONDS  # from the drain's start, not before it
 
         def waiting() -> Iterator[int]:  # reads until the socket is shut
             while left.recv(1):
