@@ -92,6 +92,14 @@ def test_a_replace_answers_how_many_characters_and_when_they_apply(groups: Path)
     assert learned.read_bytes() == b"" and store.read() == ""
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root gives files to another owner")
+def test_the_store_stays_the_hosts_whatever_the_folders_owner(groups: Path) -> None:
+    os.chown(groups / "fam", 4321, 4321)
+    assert store_of(groups).replace("x").persisted
+    learned = (groups / "fam" / LEARNED_FILE).stat()
+    assert (learned.st_uid, learned.st_gid) == (os.geteuid(), os.getegid())
+
+
 def test_the_lock_file_is_private_and_stays(groups: Path) -> None:
     store_of(groups).replace("x")
     lock = groups / "fam" / LOCK_FILE
