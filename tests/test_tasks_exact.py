@@ -509,3 +509,21 @@ def test_only_notices_are_taken_for_a_notice(store: TaskStore, queue: MessageQue
         text="hi", channel="cli",
     )  # fmt: skip
     assert store.told_since("fam", 0) is False
+
+
+def test_a_resumed_cron_task_moves_to_its_next_time_in_its_own_zone(store: TaskStore) -> None:
+    task = add(store, "cron", "0 8 * * *", tz="Asia/Tokyo")  # 08:00 in Tokyo is 23:00 UTC
+    assert task.next_run == NOW + 15 * 3600
+    store.set_state(task.id, PAUSED, now=NOW)
+    resumed = store.set_state(task.id, ACTIVE, now=NOW + 15 * 3600)
+    assert resumed.next_run == NOW + 15 * 3600 + 86400
+
+
+def test_a_run_leaves_the_task_active_whatever_state_the_caller_last_saw(
+    store: TaskStore,
+) -> None:
+    paused = store.set_state(add(store).id, PAUSED, now=NOW)
+    store.set_state(paused.id, ACTIVE, now=NOW)  # resumed since
+    store.record_run(paused, NOW + 300, NOW + 301, NOW + 600, None, "queued")
+    after = store.require(paused.id)
+    assert (after.state, after.next_run) == (ACTIVE, NOW + 600)
