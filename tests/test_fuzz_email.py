@@ -9,7 +9,6 @@ decodes back to itself.
 
 from __future__ import annotations
 
-import time
 from email.message import EmailMessage
 
 from hypothesis import example, given
@@ -97,7 +96,6 @@ def nested(depth: int) -> bytes:
 @example(raw=b"Content-Type: text/html\r\n\r\n<html><blockquote>" * 300)
 @example(raw=b"Subject: " + b"=?utf-8?b?" * 500 + b"\r\n\r\nx")
 def test_any_mail_is_read_and_judged(raw: bytes) -> None:
-    started = time.monotonic()
     mail = read_mail(raw)
     assert isinstance(mail, Mail)
     reason = automatic_reason(mail)
@@ -111,7 +109,6 @@ def test_any_mail_is_read_and_judged(raw: bytes) -> None:
     again = ReplyTarget.decode(encoded)
     assert again is not None
     assert again.message_id == target.message_id and again.subject == target.subject
-    assert time.monotonic() - started < 10
 
 
 @fuzz(200)

@@ -6,13 +6,13 @@ host's ``memory lint`` in orchestrator/memory/lint.py) and a skill's SKILL.md
 split_frontmatter "never raises" (its docstring) and its offsets describe the text;
 ``memory lint --fix`` repairs what it calls fixable so that a second lint finds it
 fixed. A SKILL.md parses to a Manifest or raises ManifestError ("the message names the
-key and says what would be valid"), in bounded time.
+key and says what would be valid"), in bounded time: the alias bombs below name 9**10
+values, and a reader that walked them would run into the suite's per-test timeout.
 """
 
 from __future__ import annotations
 
 import tempfile
-import time
 from pathlib import Path
 
 from hypothesis import example, given
@@ -58,7 +58,6 @@ texts = st.one_of(mutated_text(OKF_SEEDS, max_edits=8), st.text(max_size=60))
 @example(text="---\n? [a]\n: b\n---\n").via("complex key")
 @example(text="---\ntype: x\n---").via("closing at the end")
 def test_frontmatter_is_split_without_raising(text: str) -> None:
-    started = time.monotonic()
     front = split_frontmatter(text)
     assert front.status in ("none", "ok", "invalid")
     assert 0 <= front.raw_start <= front.block_end <= len(text)
@@ -70,7 +69,6 @@ def test_frontmatter_is_split_without_raising(text: str) -> None:
     _check_file("people/alice.md", text, report)
     for finding in report.findings:
         assert finding.message
-    assert time.monotonic() - started < 5
 
 
 @fuzz(300)
@@ -116,11 +114,9 @@ SKILL_SEEDS = [SKILL, (Path(__file__).parents[1] / "skills/migrate-memory/SKILL.
 @example(text="---\nname: pdf\ndescription: " + "[" * 5000 + "\n---\n", folder=None)
 @example(text="---\nname: pdf\ndescription: x\nhost: *h\n---\n", folder=None)
 def test_a_skill_manifest_parses_or_is_refused_clearly(text: str, folder: str | None) -> None:
-    started = time.monotonic()
     try:
         manifest = parse(text, folder)
     except ManifestError as exc:
         assert str(exc) and len(str(exc)) < 2000, str(exc)[:200]
     else:
         assert isinstance(manifest, Manifest) and manifest.description.strip()
-    assert time.monotonic() - started < 5

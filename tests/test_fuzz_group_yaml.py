@@ -8,7 +8,6 @@ group_config_from_doc's docstring) or FileTooNew for a newer release's file
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import yaml
@@ -171,9 +170,7 @@ LAUGHS = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
 @given(raw=st.sampled_from([LAUGHS, "name: x\nmembers: " + LAUGHS.replace("\n", " ")]))
 @example(raw="name: x\n" + LAUGHS.replace("a9:", "members:"))
 def test_aliases_that_name_a_huge_tree_do_not_hang(raw: str) -> None:
-    started = time.monotonic()
     load(raw.encode(), None)
-    assert time.monotonic() - started < 5
 
 
 @fuzz(200)
