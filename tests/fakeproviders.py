@@ -24,6 +24,25 @@ from typing import Any
 from aiohttp import BodyPartReader, web
 
 
+class QuietStream:
+    """A stream as an SDK reads it, for the adapters' read loops: it sends ``chunks``, then
+    goes quiet until it is closed (as an SDK stream's read ends when its response is
+    closed) and fails; AssertionError when nobody closes it within a minute."""
+
+    def __init__(self, chunks: list[dict[str, Any]]) -> None:
+        self.chunks = chunks
+        self.closed = threading.Event()
+
+    def __iter__(self) -> Any:
+        yield from self.chunks
+        if not self.closed.wait(60):
+            raise AssertionError("never closed")
+        raise OSError("the response was closed")
+
+    def close(self) -> None:
+        self.closed.set()
+
+
 @dataclass
 class Text:
     text: str

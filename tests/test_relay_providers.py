@@ -23,6 +23,7 @@ from tests.fakeproviders import (
     Hold,
     Linger,
     Malformed,
+    QuietStream,
     Text,
     ToolUse,
 )
@@ -267,26 +268,6 @@ def test_a_server_without_a_key_and_without_usage(kind: str) -> None:
         fake.close()
 
 
-class _QuietStream:
-    """A stream that sends its first chunks, then goes quiet until it is closed (as an
-    SDK stream's read ends when its response is closed)."""
-
-    def __init__(self, chunks: list[dict[str, object]]) -> None:
-        import threading
-
-        self.chunks = chunks
-        self.closed = threading.Event()
-
-    def __iter__(self) -> Iterator[dict[str, object]]:
-        yield from self.chunks
-        if not self.closed.wait(30):
-            raise AssertionError("never closed")
-        raise OSError("the response was closed")
-
-    def close(self) -> None:
-        self.closed.set()
-
-
 def test_a_stream_that_goes_quiet_is_cut_at_the_deadline_with_its_text_so_far() -> None:
     import time
 
@@ -304,7 +285,7 @@ def test_a_stream_that_goes_quiet_is_cut_at_the_deadline_with_its_text_so_far() 
         (openai.read_stream, openai_chunks),
         (anthropic.read_stream, anthropic_events),
     ):
-        stream = _QuietStream(chunks)
+        stream = QuietStream(chunks)
         shown: list[str] = []
         answer = read(stream, deadline=Deadline(time.monotonic() + 0.3), on_text=shown.append)
         assert stream.closed.is_set()  # closed at the deadline, not waited out
@@ -314,7 +295,7 @@ def test_a_stream_that_goes_quiet_is_cut_at_the_deadline_with_its_text_so_far() 
             ["The capital "],
         )
     # before its deadline a failing stream fails as it did
-    stream = _QuietStream(openai_chunks)
+    stream = QuietStream(openai_chunks)
     stream.close()
     with pytest.raises(OSError):
         openai.read_stream(stream, deadline=Deadline(time.monotonic() + 60))

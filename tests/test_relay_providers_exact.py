@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -29,7 +28,7 @@ from orchestrator.relay.providers.base import (
     ModelCall,
     ProviderFailure,
 )
-from tests.fakeproviders import Cut, Error, FakeProvider, Malformed, Text, ToolUse
+from tests.fakeproviders import Cut, Error, FakeProvider, Malformed, QuietStream, Text, ToolUse
 
 KEY = "sk-test-0123456789abcdefghij"
 IMAGE = {"media_type": "image/png", "base64": "iVBORw0KGgo="}
@@ -64,23 +63,6 @@ class Chunks:
             yield chunk
         if self.error is not None:
             raise self.error
-
-
-class Quiet:
-    """A stream that sends ``chunks``, then waits until it is closed and fails."""
-
-    def __init__(self, chunks: list[dict[str, Any]]) -> None:
-        self.chunks = chunks
-        self.closed = threading.Event()
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        yield from self.chunks
-        if not self.closed.wait(60):
-            raise AssertionError("never closed")
-        raise OSError("closed")
-
-    def close(self) -> None:
-        self.closed.set()
 
 
 def answer(
@@ -390,7 +372,7 @@ def test_openai_stream_whose_read_fails_near_its_deadline_is_cut() -> None:
 
 def test_openai_stream_is_closed_at_its_deadline() -> None:
     """The stream's own close() is what ends a read waiting at the deadline."""
-    quiet = Quiet([delta("so far")])
+    quiet = QuietStream([delta("so far")])
     # due at once, not passed between chunks, and 0.1 s left when the read fails
     got = openai.read_stream(quiet, deadline=Deadline(10, Steps(10, 0, 9.9)))
     assert quiet.closed.is_set() and got == answer("so far", [], (0, 2), STOP_CUT)
@@ -794,7 +776,7 @@ def test_anthropic_stream_whose_read_fails_near_its_deadline_is_cut() -> None:
 
 
 def test_anthropic_stream_is_closed_at_its_deadline() -> None:
-    quiet = Quiet([start({"input_tokens": 4}), block(0, type="text", text="so far")])
+    quiet = QuietStream([start({"input_tokens": 4}), block(0, type="text", text="so far")])
     got = anthropic.read_stream(quiet, deadline=Deadline(10, Steps(10, 0, 0, 9.9)))
     assert quiet.closed.is_set() and got == answer("so far", [], (4, 0), STOP_CUT)
 

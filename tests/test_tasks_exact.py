@@ -28,6 +28,7 @@ from orchestrator.store.tasks import (
     Task,
     TaskStore,
 )
+from tests.test_tasks import add as add_task
 
 NOW = 1_800_000_000.0  # a fixed moment; the store never reads the clock when given one
 SETTINGS = TaskSettings()
@@ -46,20 +47,9 @@ def store(queue: MessageQueue) -> TaskStore:
 
 
 def add(store: TaskStore, kind: str = "every", spec: str = "5m", **kw: Any) -> Task:
-    fields: dict[str, Any] = {
-        "group": "fam",
-        "chat": "kitchen",
-        "thread": None,
-        "channel": "cli",
-        "text": "water the plants",
-        "tz": "UTC",
-        "author": "bob",
-        "author_trust": "member",
-        "settings": SETTINGS,
-        "now": NOW,
-    }
-    fields.update(kw)
-    return store.add(kind=kind, spec=spec, **fields)
+    """A task as test_tasks adds one (the same fields), in UTC and at NOW unless told."""
+    kw.setdefault("tz", "UTC")
+    return add_task(store, kind, spec, kw.pop("now", NOW), **kw)
 
 
 def refusal(call: Any) -> tuple[str, str | None]:
