@@ -1268,6 +1268,77 @@ def test_dispatch_counts_each_groups_running_turns(
         assert len(started) == 2
 
 
+def test_a_message_not_claimed_after_the_read_gives_its_slot_back(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The queue is read without the condition held: a group paused between the read and
+    the claim takes no turn, and the slot held for its message is free again."""
+    with unstarted(home, concurrency=4) as daemon:
+        started: list[str] = []
+        monkeypatch.setattr(daemon.pool, "submit", lambda fn, message: started.append(message.id))
+        message = daemon.submit("good", "hi", chat="c", sender="op", channel="cli")
+        read = daemon.queue.runnable
+
+        def read_then_pause() -> list[Message]:
+            found = read()
+            daemon.queue.pause("good", "operator", "hold")
+            return found
+
+        monkeypatch.setattr(daemon.queue, "runnable", read_then_pause)
+        told = daemon.changes
+        daemon._dispatch_once()
+        assert started == []
+        assert (daemon.active, daemon.busy, daemon.running) == ({}, set(), {"good": 0})
+        assert daemon.changes == told + 1  # the slot given back is told of
+        assert daemon.queue.get(message.id).state == QUEUED  # type: ignore[union-attr]
+
+
+def test_a_claim_that_cannot_commit_gives_back_every_slot_of_its_pass(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sqlite3
+
+    with unstarted(home, concurrency=4) as daemon:
+        started: list[str] = []
+        monkeypatch.setattr(daemon.pool, "submit", lambda fn, message: started.append(message.id))
+        first = daemon.submit("good", "one", chat="a", sender="op", channel="cli")
+        second = daemon.submit("good", "two", chat="b", sender="op", channel="cli")
+        claim = daemon.queue.claim
+
+        def claim_once(message_id: str) -> bool:
+            if message_id != first.id:
+                raise sqlite3.OperationalError("disk I/O error")
+            return claim(message_id)
+
+        monkeypatch.setattr(daemon.queue, "claim", claim_once)
+        with pytest.raises(sqlite3.OperationalError):
+            daemon._dispatch_once()
+        assert started == [first.id]  # claimed before the failure: it runs
+        assert set(daemon.active) == {first.id} and daemon.running == {"good": 1}
+        assert daemon.busy == {("good", first.session)}
+        assert daemon.queue.get(second.id).state == QUEUED  # type: ignore[union-attr]
+
+
+def test_a_change_told_while_the_queue_is_read_starts_the_next_pass_at_once(
+    idle: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    waits: list[float | None] = []
+    monkeypatch.setattr(idle.cond, "wait", lambda timeout=None: waits.append(timeout))
+    read = idle.queue.runnable
+
+    def read_then_wake() -> list[Message]:
+        found = read()
+        idle.wake()  # as a message queued by another thread meanwhile
+        return found
+
+    monkeypatch.setattr(idle.queue, "runnable", read_then_wake)
+    idle._dispatch_once()
+    assert waits == []  # the pass did not wait: the next one reads again
+    monkeypatch.setattr(idle.queue, "runnable", read)
+    idle._dispatch_once()
+    assert waits == [1.0]  # nothing told since its read: it waits
+
+
 class _Ticks(threading.Event):
     """A stopping event whose wait returns at once: not set for ``rounds`` waits, then
     set. Each wait's timeout is noted."""

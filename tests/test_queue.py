@@ -40,6 +40,39 @@ def test_wal_and_durable_settings(queue: MessageQueue) -> None:
     assert queue._db.execute("PRAGMA busy_timeout").fetchone()[0] == 30_000
 
 
+def test_the_dispatchers_reads_do_not_wait_for_a_transaction_in_progress(
+    queue: MessageQueue,
+) -> None:
+    """runnable, next_wakeup, get and pauses read on a connection of their own: another
+    thread's write transaction (its commit's sync included) does not hold them up, and
+    they see what was committed before it."""
+    import threading
+
+    message = put(queue)
+    writing, done = threading.Event(), threading.Event()
+    released: list[bool] = []
+
+    def write(db) -> None:  # type: ignore[no-untyped-def]
+        db.execute("UPDATE messages SET text='changed' WHERE id=?", (message.id,))
+        writing.set()
+        released.append(done.wait(60))  # False: the reads below waited for the writer
+
+    writer = threading.Thread(target=queue.transaction, args=(write,))
+    writer.start()
+    try:
+        assert writing.wait(60)
+        assert [m.id for m in queue.runnable()] == [message.id]
+        assert queue.next_wakeup() is None
+        assert queue.pauses() == []
+        found = queue.get(message.id)
+        assert found is not None and found.text == "hi"  # not the uncommitted change
+    finally:
+        done.set()
+        writer.join()
+    assert released == [True]
+    assert queue.get(message.id).text == "changed"  # type: ignore[union-attr]
+
+
 def test_one_at_a_time_per_session_in_order(queue: MessageQueue) -> None:
     a1, a2 = put(queue, session="a", text="1"), put(queue, session="a", text="2")
     b1 = put(queue, session="b")

@@ -208,6 +208,9 @@ class Daemon:
         self.concurrency = concurrency or default_concurrency(os.cpu_count())
         self.per_group = group_share(self.concurrency, config.per_group_concurrency)
         self.cond = threading.Condition()
+        # counts what the dispatcher is told of (see _notify): a pass that read the queue
+        # without the condition held knows whether something changed meanwhile
+        self.changes = 0
         self.busy: set[tuple[str, str]] = set()
         # groups whose container reconcile makes again or stops (their turns wait)
         self.reconciling: set[str] = set()
@@ -370,7 +373,7 @@ class Daemon:
     def wake(self) -> None:
         """Look for runnable messages now (one was queued or became runnable)."""
         with self.cond:
-            self.cond.notify_all()
+            self._notify()
 
     def pause_of(self, folder: str) -> Pause | None:
         """The pause in force for a group, refusing ones first."""
@@ -432,7 +435,7 @@ class Daemon:
     def retry(self, message_id: str) -> bool:
         ok = self.queue.retry(message_id)
         with self.cond:
-            self.cond.notify_all()
+            self._notify()
         self._changed(message_id)
         return ok
 
@@ -478,7 +481,7 @@ class Daemon:
         self.per_group = group_share(self.concurrency, config.per_group_concurrency)
         self.check_credentials()
         with self.cond:
-            self.cond.notify_all()
+            self._notify()
 
     def check_credentials(self) -> list[str]:
         """Log (and return) a line for each provider a group uses whose key cannot be
@@ -505,7 +508,7 @@ class Daemon:
         deadline = time.monotonic() + timeout
         with self.cond:
             self.stopping.set()
-            self.cond.notify_all()
+            self._notify()
             while self.active and time.monotonic() < deadline:
                 if stop_now is not None and stop_now.is_set():
                     break
@@ -536,13 +539,27 @@ class Daemon:
                 log.exception("dispatch failed; trying again")
                 self.stopping.wait(1.0)
 
+    def _notify(self) -> None:
+        """Wake the dispatcher and every waiter: something it reads changed (called with
+        the condition held)."""
+        self.changes += 1
+        self.cond.notify_all()
+
     def _dispatch_once(self) -> None:
+        """One pass: read the queue, take what may start in the slots that are free, and
+        start it. The queue is read and claimed without the condition held (the state
+        database's reads and commits never hold up a finishing turn); a change told
+        meanwhile (``changes``) makes the next pass start at once instead of waiting."""
+        with self.cond:
+            seen = self.changes
+            free = self.concurrency - len(self.active)
+        runnable = self.queue.runnable() if free > 0 else []
         with self.cond:
             free = self.concurrency - len(self.active)
             candidates = (
                 [
                     m
-                    for m in self.queue.runnable()
+                    for m in runnable
                     if (m.group, m.session) not in self.busy
                     and m.group not in self.reconciling
                     and m.group not in self.recording
@@ -550,28 +567,48 @@ class Daemon:
                 if free > 0
                 else []
             )
-            chosen: list[Message] = []
-            for message in choose(
+            chosen = choose(
                 candidates,
                 free=free,
                 per_group=self.per_group,
                 running=self.running,
                 last_served=self.last_served,
-            ):
-                if self.queue.claim(message.id):
-                    chosen.append(message)
-                    self.busy.add((message.group, message.session))
-                    self.active[message.id] = Delivery(message, Cancel())
-                    self.running[message.group] = self.running.get(message.group, 0) + 1
-                    self.last_served[message.group] = time.monotonic()
-            if not chosen:
-                wake = self.queue.next_wakeup()
-                wait = 1.0 if wake is None else max(0.01, min(1.0, wake - time.time()))
-                self.cond.wait(wait)
-                return
-        for message in chosen:
+            )
+            for message in chosen:  # held for it while it is claimed
+                self.busy.add((message.group, message.session))
+                self.active[message.id] = Delivery(message, Cancel())
+                self.running[message.group] = self.running.get(message.group, 0) + 1
+                self.last_served[message.group] = time.monotonic()
+        if not chosen:
+            wake = self.queue.next_wakeup()
+            with self.cond:
+                if self.changes == seen:  # nothing told since the read: wait for news
+                    wait = 1.0 if wake is None else max(0.01, min(1.0, wake - time.time()))
+                    self.cond.wait(wait)
+            return
+        # Claimed one by one: a message claimed elsewhere meanwhile, or whose group was
+        # paused since the read, is not claimed (the claim checks both) and its slot is
+        # given back; a claim that cannot commit gives back its slot and the rest.
+        for n, message in enumerate(chosen):
+            try:
+                claimed = self.queue.claim(message.id)
+            except BaseException:
+                for left in chosen[n:]:
+                    self._release(left)
+                raise
+            if not claimed:
+                self._release(message)
+                continue
             self.pool.submit(self._deliver, message)
             self._changed(message.id)  # in flight now: a chat app shows it is typing
+
+    def _release(self, message: Message) -> None:
+        """Give back the slot held for ``message``, which was not claimed."""
+        with self.cond:
+            self.busy.discard((message.group, message.session))
+            self.active.pop(message.id, None)
+            self.running[message.group] -= 1
+            self._notify()
 
     def _deliver(self, message: Message) -> None:
         started = time.monotonic()
@@ -632,7 +669,7 @@ class Daemon:
                 elif outcome == "failed":
                     self.stats.failed += 1
                 self.disk_dirty.add(message.group)
-                self.cond.notify_all()
+                self._notify()
             self._changed(message.id)
 
     def history(self, folder: str) -> History:
@@ -903,7 +940,7 @@ class Daemon:
         finally:
             with self.cond:
                 self.reconciling.discard(group.folder)
-                self.cond.notify_all()
+                self._notify()
 
     def _window(self, group: Group) -> tuple[int | None, int | None]:
         """The context window of the group's model and its answer's room, in tokens
@@ -952,7 +989,7 @@ class Daemon:
         finally:
             with self.cond:
                 self.reconciling.difference_update(held)
-                self.cond.notify_all()
+                self._notify()
         for action in actions:
             if action.kind not in (ADOPT, KEEP_IDLE):  # nothing changed for these
                 log.info("reconcile: %s %s (%s)", action.kind, action.container, action.reason)
@@ -1056,7 +1093,7 @@ class Daemon:
         queued = [r for r in self.scheduler.tick(now) if r.message_id is not None]
         if queued:
             with self.cond:
-                self.cond.notify_all()
+                self._notify()
         return len(queued)
 
     def _housekeeping_loop(self) -> None:
@@ -1082,7 +1119,7 @@ class Daemon:
         if released:
             log.warning("%d messages left in flight by a failed commit are queued again", released)
             with self.cond:
-                self.cond.notify_all()
+                self._notify()
         if self.queue.reserve is not None:
             self.queue.reserve.ensure()
         folders = {g.folder for g in self.runtime.store.groups()} if all_groups else dirty
@@ -1216,7 +1253,7 @@ class Daemon:
             self.queue.resume(folder, DISK_HOLDER)
             log.info("resumed %s: its disk use is under its limit again", folder)
             with self.cond:
-                self.cond.notify_all()
+                self._notify()
         return used > limit
 
 

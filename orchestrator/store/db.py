@@ -79,6 +79,10 @@ class StateDB:
         self.reserve = reserve
         self.synchronous = synchronous
         self._lock = threading.RLock()
+        # reads that must not wait behind a write's sync have a connection of their own
+        # (opened at the first such read, once the schema is up to date)
+        self._reader: sqlite3.Connection | None = None
+        self._read_lock = threading.Lock()
         self.migrated: list[Migration] = []  # what opening it applied
         try:
             self._db = connect(path, synchronous)
@@ -101,6 +105,26 @@ class StateDB:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+        with self._read_lock:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
+
+    @contextmanager
+    def reading(self) -> Iterator[sqlite3.Connection]:
+        """The reader's connection, for what runs inside: one snapshot of what was
+        committed when its first read began. In WAL mode a reader never waits for the
+        writer, so a read here does not wait behind another thread's synced commit (the
+        writer's connection, under its lock, does). Not for reads inside a transaction:
+        they would not see its uncommitted writes."""
+        with self._read_lock:
+            if self._reader is None:
+                self._reader = connect(self.path, self.synchronous)
+            self._reader.execute("BEGIN")
+            try:
+                yield self._reader
+            finally:
+                self._reader.execute("COMMIT")  # ends the read: nothing was written
 
     @contextmanager
     def _tx(self, durable: bool = True) -> Iterator[sqlite3.Connection]:

@@ -162,6 +162,19 @@ def _row_values(m: Message) -> tuple[object, ...]:
     )
 
 
+def _files(db: sqlite3.Connection, message_id: str) -> dict[int, ReplyFile]:
+    """The files of a message's replies, by reply seq."""
+    return {
+        int(r[0]): ReplyFile(whole(r[0]), text(r[1]), text(r[2]), whole(r[3]), text(r[4]),
+                             text(r[5]))
+        for r in db.execute(
+            "SELECT seq, name, mime, size, kind, path FROM reply_files WHERE message_id=?"
+            " ORDER BY seq",
+            (message_id,),
+        )
+    }  # fmt: skip
+
+
 def _row(row: Row, replies: tuple[str, ...] = (), files: tuple[ReplyFile, ...] = ()) -> Message:
     return Message(
         text(row[0]),
@@ -301,8 +314,8 @@ class MessageQueue(StateDB):
         group has no pause in force (read in the same query: one read of the database
         per call)."""
         now = time.time() if now is None else now
-        with self._lock:
-            rows = self._db.execute(
+        with self.reading() as db:
+            rows = db.execute(
                 f"SELECT {_COLUMNS}, not_before FROM messages WHERE state IN (?, ?, ?)"
                 " AND group_folder NOT IN (SELECT group_folder FROM pauses"
                 " WHERE expires IS NULL OR expires>?) ORDER BY seq",
@@ -315,8 +328,8 @@ class MessageQueue(StateDB):
 
     def next_wakeup(self) -> float | None:
         """When the earliest message in backoff becomes deliverable."""
-        with self._lock:
-            row = self._db.execute(
+        with self.reading() as db:
+            row = db.execute(
                 "SELECT MIN(not_before) FROM messages WHERE state=? AND not_before > ?",
                 (QUEUED, time.time()),
             ).fetchone()
@@ -455,37 +468,28 @@ class MessageQueue(StateDB):
         )
 
     def get(self, message_id: str) -> Message | None:
-        with self._lock:
-            row = self._db.execute(
+        """The message with its replies and their files, as one snapshot (read on the
+        reader's connection: a watcher's read does not wait behind a synced commit)."""
+        with self.reading() as db:
+            row = db.execute(
                 f"SELECT {_COLUMNS} FROM messages WHERE id=?", (message_id,)
             ).fetchone()
             if row is None:
                 return None
-            rows = self._db.execute(
+            rows = db.execute(
                 "SELECT seq, text FROM replies WHERE message_id=? ORDER BY seq", (message_id,)
             ).fetchall()
             replies = tuple(text(r[1]) for r in rows)
             places = {whole(r[0]): n for n, r in enumerate(rows)}
             files = tuple(
-                replace(f, reply=places.get(f.seq, -1)) for f in self._files(message_id).values()
+                replace(f, reply=places.get(f.seq, -1)) for f in _files(db, message_id).values()
             )
         return _row(row, replies, files)
-
-    def _files(self, message_id: str) -> dict[int, ReplyFile]:
-        return {
-            int(r[0]): ReplyFile(whole(r[0]), text(r[1]), text(r[2]), whole(r[3]), text(r[4]),
-                                 text(r[5]))
-            for r in self._db.execute(
-                "SELECT seq, name, mime, size, kind, path FROM reply_files WHERE message_id=?"
-                " ORDER BY seq",
-                (message_id,),
-            )
-        }  # fmt: skip
 
     def files_of(self, message_id: str) -> dict[int, ReplyFile]:
         """The files of a message's replies, by reply seq."""
         with self._lock:
-            return self._files(message_id)
+            return _files(self._db, message_id)
 
     def add_file_reply(self, message_id: str, text_: str, file: ReplyFile) -> bool:
         """Store a reply that carries a file (its text: the caption, or a line naming the
@@ -825,8 +829,8 @@ class MessageQueue(StateDB):
         if group is not None:
             query += " WHERE group_folder=?"
             args = (group,)
-        with self._lock:
-            rows = self._db.execute(query + " ORDER BY created", args).fetchall()
+        with self.reading() as db:  # an inbound message's check: not behind a sync
+            rows = db.execute(query + " ORDER BY created", args).fetchall()
         return [
             Pause(text(r[0]), text(r[1]), text(r[2]), flag(r[3]), real(r[4]), opt_real(r[5]))
             for r in rows
