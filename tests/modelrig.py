@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.groups.config import ModelLimits
 from orchestrator.relay.ops import model
 from orchestrator.relay.providers.base import ModelAnswer, ModelCall
 from orchestrator.relay.turn import TurnRelay
@@ -113,3 +114,25 @@ def configure(turn: TurnRelay, **changes: Any) -> None:
 
 def turn_frame(**more: Any) -> dict[str, Any]:
     return {"system": "s", "messages": [{"role": "user", "content": "hi"}], **more}
+
+
+ZONE = "Pacific/Auckland"  # the capped group's time zone
+
+
+class Costs(Usage):
+    """The usage store with what the group spent today and this month."""
+
+    def __init__(self, today: float = 0.0, month: float = 0.0) -> None:
+        super().__init__()
+        self.today, self.month = today, month
+
+    def cost_since(self, group: str, since: float) -> float:
+        from orchestrator.money import day_start
+
+        self.asked.append(("cost_since", group, since))
+        return self.today if since == day_start(NOW, ZONE) else self.month
+
+
+def capped(turn: TurnRelay, **caps: float) -> None:
+    configure(turn, timezone=ZONE, limits=ModelLimits(**caps))
+    turn.context.usage = Costs()  # type: ignore[assignment]

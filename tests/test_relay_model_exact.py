@@ -18,7 +18,7 @@ from orchestrator.relay.ops import model
 from orchestrator.relay.ops.model import ModelComplete, parse_call
 from orchestrator.relay.providers.base import ModelAnswer, ModelCall, ProviderFailure
 from orchestrator.relay.turn import TurnRelay
-from tests.modelrig import NOW, Usage, configure, model_turn, turn_frame
+from tests.modelrig import NOW, ZONE, Costs, capped, configure, model_turn, turn_frame
 from tests.relayrig import provider, setup  # noqa: F401  (fixtures)
 
 # the frame
@@ -348,26 +348,6 @@ def test_each_failed_attempt_is_recorded(turn: TurnRelay) -> None:
 # the money caps
 
 
-ZONE = "Pacific/Auckland"
-
-
-class _Costs(Usage):
-    def __init__(self, today: float = 0.0, month: float = 0.0) -> None:
-        super().__init__()
-        self.today, self.month = today, month
-
-    def cost_since(self, group: str, since: float) -> float:
-        from orchestrator.money import day_start
-
-        self.asked.append(("cost_since", group, since))
-        return self.today if since == day_start(NOW, ZONE) else self.month
-
-
-def _capped(turn: TurnRelay, **caps: float) -> None:
-    configure(turn, timezone=ZONE, limits=ModelLimits(**caps))
-    turn.context.usage = _Costs()  # type: ignore[assignment]
-
-
 def _notices(turn: TurnRelay) -> list[str]:
     from orchestrator.limits import HOST_NOTICE_SEQ
 
@@ -386,7 +366,7 @@ def test_a_call_under_the_caps_goes_ahead_and_asks_the_day_and_months_spending(
 ) -> None:
     from orchestrator.money import day_start, month_start
 
-    _capped(turn, cost_per_day=1.0, cost_per_month=5.0)
+    capped(turn, cost_per_day=1.0, cost_per_month=5.0)
     assert model._money_cap(turn, turn_frame(), 100, NOW, _prices(), "EUR") is None
     assert [a for a in turn.context.usage.asked if a[0] == "cost_since"] == [  # type: ignore[attr-defined]
         ("cost_since", "fam", day_start(NOW, ZONE)),
@@ -400,7 +380,7 @@ def test_the_worst_cost_counts_the_whole_prompt_as_written(turn: TurnRelay) -> N
 
     from orchestrator.money import worst_cost
 
-    _capped(turn, cost_per_day=0.0001)
+    capped(turn, cost_per_day=0.0001)
     tools = [{"name": "t", "description": "ü" * 500, "parameters": {}}]
     frame = {"system": "é" * 3000, "messages": [{"role": "user", "content": "ö" * 2000}],
              "tools": tools}  # fmt: skip
@@ -426,7 +406,7 @@ def test_a_call_past_the_day_cap_pauses_the_group_to_its_midnight_and_tells_the_
     from orchestrator.money import local_time, next_day
     from orchestrator.relay.ops.model import BUDGET_HOLDER
 
-    _capped(turn, cost_per_day=0.0001)
+    capped(turn, cost_per_day=0.0001)
     told: list[str] = []
     monkeypatch.setattr(turn.context, "notify", told.append)
     with caplog.at_level(logging.WARNING, logger="orchestrator.relay"):
@@ -453,7 +433,7 @@ def test_a_call_past_the_day_cap_pauses_the_group_to_its_midnight_and_tells_the_
 def test_a_call_past_the_month_cap_pauses_the_group_to_the_next_month(turn: TurnRelay) -> None:
     from orchestrator.money import local_time, next_month
 
-    _capped(turn, cost_per_day=100.0, cost_per_month=0.0001)
+    capped(turn, cost_per_day=100.0, cost_per_month=0.0001)
     found = model._money_cap(turn, turn_frame(), 100, NOW, _prices(), "EUR")
     assert found is not None and " a month (" in found
     [lease] = turn.context.queue.pauses("fam", now=NOW)
@@ -468,9 +448,9 @@ def test_a_call_past_the_month_cap_pauses_the_group_to_the_next_month(turn: Turn
 def test_a_pause_taken_in_the_periods_last_second_lasts_a_second(turn: TurnRelay) -> None:
     from orchestrator.money import next_day
 
-    _capped(turn, cost_per_day=0.0001)
+    capped(turn, cost_per_day=0.0001)
     now = next_day(NOW, ZONE) - 0.5
-    turn.context.usage = _Costs()  # type: ignore[assignment]
+    turn.context.usage = Costs()  # type: ignore[assignment]
     assert model._money_cap(turn, turn_frame(), 100, now, _prices(), "EUR") is not None
     [lease] = turn.context.queue.pauses("fam", now=NOW)
     assert lease.expires == NOW + 1.0
@@ -479,7 +459,7 @@ def test_a_pause_taken_in_the_periods_last_second_lasts_a_second(turn: TurnRelay
 def test_a_model_without_prices_cannot_keep_a_cap_and_waits_a_day(turn: TurnRelay) -> None:
     from orchestrator.money import next_day
 
-    _capped(turn, cost_per_month=10.0)
+    capped(turn, cost_per_month=10.0)
     found = model._money_cap(turn, turn_frame(), 100, NOW, None, "EUR")
     assert found == (
         "budget: the model has no prices in orchestrator.yaml, so this group's money cap "
@@ -491,7 +471,7 @@ def test_a_model_without_prices_cannot_keep_a_cap_and_waits_a_day(turn: TurnRela
 
 
 def test_caps_the_operator_lifted_let_every_call_go(turn: TurnRelay) -> None:
-    _capped(turn, cost_per_day=0.0001)
+    capped(turn, cost_per_day=0.0001)
     turn.context.queue.lift_budget("fam", until=NOW + 60)
     assert model._money_cap(turn, turn_frame(), 100, NOW, _prices(), "EUR") is None
     assert model._money_cap(turn, turn_frame(), 100, NOW, None, "EUR") is None
@@ -499,7 +479,7 @@ def test_caps_the_operator_lifted_let_every_call_go(turn: TurnRelay) -> None:
 
 
 def test_a_call_a_cap_stops_waits_and_is_recorded_as_refused(turn: TurnRelay) -> None:
-    _capped(turn, cost_per_day=0.0001)
+    capped(turn, cost_per_day=0.0001)
     answer = ModelComplete().handle(turn, turn_frame())
     # group fam's model has no prices: the cap cannot be kept
     reason = (
