@@ -31,7 +31,7 @@ from orchestrator.backup.archive import (
     supported_versions,
 )
 from orchestrator.errors import BadInput
-from orchestrator.limits import BACKUP_HEAD_MAX_BYTES
+from orchestrator.limits import BACKUP_HEAD_MAX_BYTES, BACKUP_SPOOL_BYTES
 from orchestrator.versions import RELEASE, FileTooNew
 
 HEAD_1 = Head(1, "1.2.3", 5.75, {"layout": 2, "schema": 7}, {"path": "/h/é"}, True,
@@ -327,6 +327,31 @@ def test_a_file_is_archived_up_to_its_limit(tmp_path: Path) -> None:
     assert [(m.name, data) for m, data in seen] == [
         ("home/big", data[: CHUNK + 4]), ("home/short", b"abc"), ("home/none", b""),
     ]  # fmt: skip
+
+
+def test_a_file_past_what_is_held_in_memory_is_spooled_in_the_spool_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tempfile
+
+    spooled: list[Any] = []
+    real = tempfile.TemporaryFile
+
+    def spool(*args: Any, **kwargs: Any) -> Any:
+        spooled.append(kwargs["dir"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", spool)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "spool").mkdir()
+    with (tmp_path / "b.tar").open("wb") as out:
+        writer = ArchiveWriter(out, gzipped=False, spool_dir=tmp_path / "spool")
+        size = BACKUP_SPOOL_BYTES
+        writer.add_file("home/held", io.BytesIO(bytes(size)), size, 0o644, 1.0)
+        assert spooled == []
+        writer.add_file("home/spooled", io.BytesIO(bytes(size + 1)), size + 1, 0o644, 1.0)
+        assert spooled == [str(tmp_path / "spool")]
+        writer.finish(HEAD_1)
 
 
 def test_a_name_is_archived_once(tmp_path: Path) -> None:
