@@ -390,6 +390,32 @@ def test_a_reader_hands_each_member_on_and_gives_the_head_and_manifest(
     assert read_archive(path, heads.append) == (HEAD_1, writer.manifest)
 
 
+def test_a_member_is_hashed_in_chunks_never_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "b.tar"
+    data = bytes(2 * CHUNK + 1)
+    _tar(path, _file(HEAD, HEAD_BYTES), _file("home/a", data), _manifest({"home/a": data}))
+    asked: list[int | None] = []
+    extract = tarfile.TarFile.extractfile
+
+    def extractfile(self: tarfile.TarFile, member: Any) -> Any:
+        stream = extract(self, member)
+        read = stream.read  # type: ignore[union-attr]
+
+        def counted(size: int | None = -1) -> bytes:
+            if member.name == "home/a":
+                asked.append(size)
+            return read(size)
+
+        stream.read = counted  # type: ignore[union-attr, method-assign]
+        return stream
+
+    monkeypatch.setattr(tarfile.TarFile, "extractfile", extractfile)
+    read_archive(path, lambda head: None)
+    assert asked == [CHUNK, CHUNK, CHUNK, CHUNK]  # the last two: 1 byte, then none
+
+
 def test_a_member_keeps_only_its_permission_bits(tmp_path: Path) -> None:
     path = tmp_path / "b.tar"
     info, data = _file("home/a", b"x")
