@@ -144,3 +144,11 @@ def test_a_priced_call_past_a_cap_waits_saying_its_worst_cost(priced: TurnRelay)
     assert (call.outcome, call.started, call.error, call.cost, call.currency) == (
         "refused", NOW, why, 0.0, currency,
     )  # fmt: skip
+
+
+def test_the_provider_is_given_the_time_left_before_the_deadline(turn: TurnRelay) -> None:
+    ModelComplete().handle(turn, turn_frame())
+    [options] = turn.adapter.calls  # type: ignore[attr-defined]
+    # what is left of the turn's 100 seconds less the margin (the retries' clock is real)
+    assert isinstance(options["timeout"], float) and options["timeout"] <= 99.0
+    assert options["model"] == "m-1"
