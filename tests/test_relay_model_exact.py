@@ -5,9 +5,7 @@ provider, and what each outcome records and answers. The provider is a fake adap
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -20,10 +18,8 @@ from orchestrator.relay.ops import model
 from orchestrator.relay.ops.model import ModelComplete, parse_call
 from orchestrator.relay.providers.base import ModelAnswer, ModelCall, ProviderFailure
 from orchestrator.relay.turn import TurnRelay
+from tests.modelrig import NOW, ZONE, Costs, capped, configure, model_turn, turn_frame
 from tests.relayrig import provider, setup  # noqa: F401  (fixtures)
-
-NOW = 1_800_000_000.0  # the relay's clock
-
 
 # the frame
 
@@ -90,117 +86,26 @@ def test_the_images_of_a_message_may_be_at_most_sixteen() -> None:
 # one call
 
 
-class _Usage:
-    """The usage store as model.complete sees it: counts it is given, and the calls."""
-
-    def __init__(self) -> None:
-        self.requests = 0
-        self.turn_tokens = 0
-        self.day_tokens = 0
-        self.failures = 0
-        self.asked: list[tuple[str, Any, Any]] = []
-        self.calls: list[Any] = []
-
-    def requests_since(self, group: str, since: float) -> int:
-        self.asked.append(("requests_since", group, since))
-        return self.requests
-
-    def tokens_of_message(self, message_id: str) -> int:
-        self.asked.append(("tokens_of_message", message_id, None))
-        return self.turn_tokens
-
-    def tokens_since(self, group: str, since: float) -> int:
-        self.asked.append(("tokens_since", group, since))
-        return self.day_tokens
-
-    def failures_of_message(self, message_id: str) -> int:
-        return self.failures
-
-    def record(self, call: Any) -> None:
-        self.calls.append(call)
-
-
-class _Adapter:
-    """A provider that answers what its script says, in order, and keeps each call."""
-
-    def __init__(self) -> None:
-        self.script: list[Any] = []
-        self.calls: list[dict[str, Any]] = []
-
-    def complete(self, call: ModelCall, **options: Any) -> ModelAnswer:
-        self.calls.append({"call": call, **options})
-        step = self.script.pop(0) if self.script else ModelAnswer("hello", [], 10, 5)
-        if isinstance(step, Exception):
-            raise step
-        if options["on_text"] is not None and step.text:
-            options["on_text"](step.text)
-        return step
-
-
-class _Time:
-    """The model op's clock: time() fixed, monotonic() a second later at each reading
-    (from the real one when made: the retries wait on the real one)."""
-
-    def __init__(self) -> None:
-        self.base = time.monotonic()
-        self.mono = self.base
-
-    def time(self) -> float:
-        return NOW
-
-    def monotonic(self) -> float:
-        self.mono += 1
-        return self.mono
-
-
 @pytest.fixture
 def turn(setup: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Iterator[TurnRelay]:  # noqa: F811
-    """A member's turn of group fam (provider fake, model m-1) with a fake usage store,
-    adapter and clocks; 100 seconds of the turn left."""
-    daemon = setup["daemon"]
-    message = daemon.queue.record_done(
-        group="fam", session="cli.chat-c", chat="c", thread=None, sender="bob",
-        trust="member", text="x", channel="cli", reply="y",
-    )  # fmt: skip
-    clock = _Time()
-    relay = TurnRelay(daemon.relay, message, setup["runtime"].store.load("fam"), clock.base + 100)
-    adapter = _Adapter()
-    asked: list[str] = []
-    context = relay.context
-    kept = (context.usage, context.clock)
-    context.usage = _Usage()  # type: ignore[assignment]
-    context.clock = lambda: NOW
-    monkeypatch.setattr(context, "adapter", lambda name: asked.append(name) or adapter)
-    monkeypatch.setattr(model, "time", clock)
-    relay.adapter = adapter  # type: ignore[attr-defined]
-    relay.adapters_asked = asked  # type: ignore[attr-defined]
-    relay.clock_base = clock.base  # type: ignore[attr-defined]
-    yield relay
-    context.usage, context.clock = kept
-
-
-def _configure(turn: TurnRelay, **changes: Any) -> None:
-    turn.group = replace(turn.group, config=replace(turn.group.config, **changes))
-
-
-def _frame(**more: Any) -> dict[str, Any]:
-    return {"system": "s", "messages": [{"role": "user", "content": "hi"}], **more}
+    with model_turn(setup, monkeypatch) as relay:
+        yield relay
 
 
 def test_a_flush_outside_a_turn_asks_only_for_flush_calls(turn: TurnRelay) -> None:
     turn.housekeeping = True
     with pytest.raises(RelayViolation) as raised:
-        ModelComplete().handle(turn, _frame())
+        ModelComplete().handle(turn, turn_frame())
     assert str(raised.value) == "model.complete: a flush outside a turn asks for flush calls"
-    assert ModelComplete().handle(turn, _frame(purpose="flush"))["ok"] is True
+    assert ModelComplete().handle(turn, turn_frame(purpose="flush"))["ok"] is True
 
 
 def test_a_group_whose_model_runs_in_its_container_asks_the_host_for_none(
     turn: TurnRelay,
 ) -> None:
-    _configure(turn, provider="offline")
+    configure(turn, provider="offline")
     with pytest.raises(RelayViolation) as raised:
-        ModelComplete().handle(turn, _frame())
+        ModelComplete().handle(turn, turn_frame())
     assert str(raised.value) == "this group's provider runs inside its container"
 
 
@@ -222,9 +127,9 @@ def test_each_purpose_uses_its_own_pair(
         flush=ModelChoice("fake", "m-flush") if flush else None,
         tasks=ModelChoice("fake", "m-tasks"),
     )
-    _configure(turn, models=models)
+    configure(turn, models=models)
     turn.task_run = task_run
-    assert ModelComplete().handle(turn, _frame(purpose=purpose))["ok"] is True
+    assert ModelComplete().handle(turn, turn_frame(purpose=purpose))["ok"] is True
     assert turn.adapter.calls[0]["model"] == model_used  # type: ignore[attr-defined]
     assert turn.adapters_asked == ["fake"]  # type: ignore[attr-defined]
     [call] = turn.context.usage.calls  # type: ignore[attr-defined]
@@ -232,8 +137,8 @@ def test_each_purpose_uses_its_own_pair(
 
 
 def test_a_provider_the_daemon_does_not_define_is_an_error(turn: TurnRelay) -> None:
-    _configure(turn, provider="gone")
-    assert ModelComplete().handle(turn, _frame()) == {
+    configure(turn, provider="gone")
+    assert ModelComplete().handle(turn, turn_frame()) == {
         "ok": False,
         "error": "provider 'gone' is not defined in the daemon's configuration",
     }
@@ -244,8 +149,8 @@ def test_a_provider_the_daemon_does_not_define_is_an_error(turn: TurnRelay) -> N
 def test_an_answer_is_at_most_the_groups_max_tokens(
     turn: TurnRelay, asked: int | None, used: int
 ) -> None:
-    _configure(turn, limits=ModelLimits(max_tokens=300))
-    frame = _frame() if asked is None else _frame(max_tokens=asked)
+    configure(turn, limits=ModelLimits(max_tokens=300))
+    frame = turn_frame() if asked is None else turn_frame(max_tokens=asked)
     ModelComplete().handle(turn, frame)
     assert turn.adapter.calls[0]["call"].max_tokens == used  # type: ignore[attr-defined]
 
@@ -255,7 +160,7 @@ def test_the_budgets_are_asked_of_the_last_minute_the_turn_and_the_utc_day(
 ) -> None:
     from orchestrator.store.usage import utc_midnight
 
-    ModelComplete().handle(turn, _frame())
+    ModelComplete().handle(turn, turn_frame())
     assert turn.context.usage.asked == [  # type: ignore[attr-defined]
         ("requests_since", "fam", NOW - 60),
         ("tokens_of_message", turn.message.id, None),
@@ -282,14 +187,14 @@ def test_a_budget_used_up_answers_with_its_sentence_and_is_recorded(
 ) -> None:
     from orchestrator.store.usage import Call
 
-    _configure(
+    configure(
         turn,
         limits=ModelLimits(tokens_per_day=1000, tokens_per_turn=500, requests_per_minute=3),
     )
     for name, value in counts.items():
         setattr(turn.context.usage, name, value)
     with caplog.at_level(logging.WARNING, logger="orchestrator.relay"):
-        answer = ModelComplete().handle(turn, _frame())
+        answer = ModelComplete().handle(turn, turn_frame())
     assert answer == {"ok": False, "budget": True, "error": why}
     assert turn.context.usage.calls == [  # type: ignore[attr-defined]
         Call.priced(turn.message.id, "fam", "fake", "m-1", "turn", NOW, 0.0, None, "refused",
@@ -302,7 +207,7 @@ def test_a_budget_used_up_answers_with_its_sentence_and_is_recorded(
 def test_a_message_that_failed_every_attempt_is_not_tried_again(turn: TurnRelay) -> None:
     turn.context.usage.failures = RELAY_PROVIDER_ATTEMPTS  # type: ignore[attr-defined]
     error = f"the model failed {RELAY_PROVIDER_ATTEMPTS} times for this message; not tried again"
-    assert ModelComplete().handle(turn, _frame()) == {"ok": False, "error": error}
+    assert ModelComplete().handle(turn, turn_frame()) == {"ok": False, "error": error}
     assert turn.final_error == error
     assert turn.adapter.calls == []  # type: ignore[attr-defined]
 
@@ -312,7 +217,7 @@ def test_the_attempts_left_are_what_earlier_deliveries_did_not_use(turn: TurnRel
     turn.adapter.script.extend(  # type: ignore[attr-defined]
         [ProviderFailure("busy", status=503, retryable=True), ModelAnswer("late", [], 1, 1)]
     )
-    assert ModelComplete().handle(turn, _frame()) == {"ok": False, "error": "busy"}
+    assert ModelComplete().handle(turn, turn_frame()) == {"ok": False, "error": "busy"}
     assert len(turn.adapter.calls) == 1  # type: ignore[attr-defined]
 
 
@@ -325,7 +230,7 @@ def test_a_missing_key_is_final_and_recorded(
         raise MissingSecret("provider fake: FAKE_KEY is not set")
 
     monkeypatch.setattr(turn.context, "adapter", missing)
-    assert ModelComplete().handle(turn, _frame()) == {
+    assert ModelComplete().handle(turn, turn_frame()) == {
         "ok": False,
         "error": "provider fake: FAKE_KEY is not set",
     }
@@ -343,7 +248,7 @@ def test_an_answer_is_recorded_with_its_tokens_and_time(turn: TurnRelay) -> None
         ModelAnswer("hi there", [], 10, 5, "end", 12.5, 3, 2)
     )
     turn.server_ms = 1.0
-    answer = ModelComplete().handle(turn, _frame())
+    answer = ModelComplete().handle(turn, turn_frame())
     assert answer == {
         "ok": True, "text": "hi there", "tool_calls": [],
         "usage": {"input_tokens": 15, "output_tokens": 5}, "stop_reason": "end", "shown": False,
@@ -358,7 +263,7 @@ def test_an_answer_is_recorded_with_its_tokens_and_time(turn: TurnRelay) -> None
 
 
 def test_an_answer_without_the_servers_time_adds_none(turn: TurnRelay) -> None:
-    ModelComplete().handle(turn, _frame())
+    ModelComplete().handle(turn, turn_frame())
     assert turn.server_ms == 0.0
 
 
@@ -367,14 +272,14 @@ def test_the_provider_has_the_turns_deadline_less_a_margin(
     turn: TurnRelay, left: float, margin: float
 ) -> None:
     turn.deadline = turn.clock_base + 1 + left  # type: ignore[attr-defined]  # its first reading
-    ModelComplete().handle(turn, _frame())
+    ModelComplete().handle(turn, turn_frame())
     [options] = turn.adapter.calls  # type: ignore[attr-defined]
     assert options["deadline"].at == pytest.approx(turn.deadline - margin)
 
 
 def test_a_shown_answer_streams_into_the_chat(turn: TurnRelay) -> None:
     turn.adapter.script.append(ModelAnswer("the whole answer", [], 1, 1))  # type: ignore[attr-defined]
-    answer = ModelComplete().handle(turn, _frame(show=True))
+    answer = ModelComplete().handle(turn, turn_frame(show=True))
     assert answer["shown"] is True
     replies = turn.context.queue.replies_of(turn.message.id)
     assert replies[-1][1] == "the whole answer"
@@ -383,7 +288,7 @@ def test_a_shown_answer_streams_into_the_chat(turn: TurnRelay) -> None:
 @pytest.mark.parametrize("frame", [{"show": "yes"}, {"show": True, "purpose": "flush"}])
 def test_only_a_turns_answer_asked_to_show_is_shown(turn: TurnRelay, frame: dict[str, Any]) -> None:
     before = turn.context.queue.replies_of(turn.message.id)
-    answer = ModelComplete().handle(turn, _frame(**frame))
+    answer = ModelComplete().handle(turn, turn_frame(**frame))
     assert answer["shown"] is False
     assert turn.adapter.calls[0]["on_text"] is None  # type: ignore[attr-defined]
     assert turn.context.queue.replies_of(turn.message.id) == before
@@ -395,14 +300,14 @@ def test_an_overflow_is_said_and_final_only_the_second_time(
     over = ProviderFailure("too long", status=400, overflow=True)
     turn.adapter.script.extend([over, over, over])  # type: ignore[attr-defined]
     with caplog.at_level(logging.WARNING, logger="orchestrator.relay"):
-        first = ModelComplete().handle(turn, _frame())
+        first = ModelComplete().handle(turn, turn_frame())
     assert first == {"ok": False, "overflow": True, "error": "too long"}
     assert (turn.overflows, turn.final_error) == (1, None)
     assert caplog.messages == ["group fam: model call failed: too long"]
     # a flush's overflow is the runner's to skip: it does not count
-    ModelComplete().handle(turn, _frame(purpose="flush"))
+    ModelComplete().handle(turn, turn_frame(purpose="flush"))
     assert (turn.overflows, turn.final_error) == (1, None)
-    ModelComplete().handle(turn, _frame())
+    ModelComplete().handle(turn, turn_frame())
     assert turn.overflows == 2
     assert turn.final_error == "too long (still over the window after compacting)"
 
@@ -410,11 +315,11 @@ def test_an_overflow_is_said_and_final_only_the_second_time(
 def test_a_refusal_is_final_and_a_passing_failure_is_not(turn: TurnRelay) -> None:
     turn.context.usage.failures = RELAY_PROVIDER_ATTEMPTS - 1  # type: ignore[attr-defined]
     turn.adapter.script.append(ProviderFailure("busy", status=503, retryable=True))  # type: ignore[attr-defined]
-    assert ModelComplete().handle(turn, _frame()) == {"ok": False, "error": "busy"}
+    assert ModelComplete().handle(turn, turn_frame()) == {"ok": False, "error": "busy"}
     assert turn.final_error is None  # five failures so far: one attempt is left
     turn.context.usage.failures = 0  # type: ignore[attr-defined]
     turn.adapter.script.append(ProviderFailure("HTTP 400: bad", status=400))  # type: ignore[attr-defined]
-    assert ModelComplete().handle(turn, _frame()) == {"ok": False, "error": "HTTP 400: bad"}
+    assert ModelComplete().handle(turn, turn_frame()) == {"ok": False, "error": "HTTP 400: bad"}
     assert turn.final_error == "HTTP 400: bad"
 
 
@@ -425,7 +330,7 @@ def test_a_passing_failure_that_spent_the_attempts_is_final(
     counts = iter([RELAY_PROVIDER_ATTEMPTS - 1, RELAY_PROVIDER_ATTEMPTS])
     monkeypatch.setattr(usage, "failures_of_message", lambda message_id: next(counts))
     turn.adapter.script.append(ProviderFailure("busy", status=503, retryable=True))  # type: ignore[attr-defined]
-    assert ModelComplete().handle(turn, _frame()) == {"ok": False, "error": "busy"}
+    assert ModelComplete().handle(turn, turn_frame()) == {"ok": False, "error": "busy"}
     assert turn.final_error == "busy"
 
 
@@ -433,7 +338,7 @@ def test_each_failed_attempt_is_recorded(turn: TurnRelay) -> None:
     turn.adapter.script.extend(  # type: ignore[attr-defined]
         [ProviderFailure("HTTP 400: bad", status=400)]
     )
-    ModelComplete().handle(turn, _frame())
+    ModelComplete().handle(turn, turn_frame())
     [call] = turn.context.usage.calls  # type: ignore[attr-defined]
     assert (call.outcome, call.started, call.latency_ms, call.error, call.input_tokens) == (
         "failed", NOW, 1000.0, "HTTP 400: bad", 0,
@@ -441,26 +346,6 @@ def test_each_failed_attempt_is_recorded(turn: TurnRelay) -> None:
 
 
 # the money caps
-
-
-ZONE = "Pacific/Auckland"
-
-
-class _Costs(_Usage):
-    def __init__(self, today: float = 0.0, month: float = 0.0) -> None:
-        super().__init__()
-        self.today, self.month = today, month
-
-    def cost_since(self, group: str, since: float) -> float:
-        from orchestrator.money import day_start
-
-        self.asked.append(("cost_since", group, since))
-        return self.today if since == day_start(NOW, ZONE) else self.month
-
-
-def _capped(turn: TurnRelay, **caps: float) -> None:
-    _configure(turn, timezone=ZONE, limits=ModelLimits(**caps))
-    turn.context.usage = _Costs()  # type: ignore[assignment]
 
 
 def _notices(turn: TurnRelay) -> list[str]:
@@ -481,8 +366,8 @@ def test_a_call_under_the_caps_goes_ahead_and_asks_the_day_and_months_spending(
 ) -> None:
     from orchestrator.money import day_start, month_start
 
-    _capped(turn, cost_per_day=1.0, cost_per_month=5.0)
-    assert model._money_cap(turn, _frame(), 100, NOW, _prices(), "EUR") is None
+    capped(turn, cost_per_day=1.0, cost_per_month=5.0)
+    assert model._money_cap(turn, turn_frame(), 100, NOW, _prices(), "EUR") is None
     assert [a for a in turn.context.usage.asked if a[0] == "cost_since"] == [  # type: ignore[attr-defined]
         ("cost_since", "fam", day_start(NOW, ZONE)),
         ("cost_since", "fam", month_start(NOW, ZONE)),
@@ -495,7 +380,7 @@ def test_the_worst_cost_counts_the_whole_prompt_as_written(turn: TurnRelay) -> N
 
     from orchestrator.money import worst_cost
 
-    _capped(turn, cost_per_day=0.0001)
+    capped(turn, cost_per_day=0.0001)
     tools = [{"name": "t", "description": "ü" * 500, "parameters": {}}]
     frame = {"system": "é" * 3000, "messages": [{"role": "user", "content": "ö" * 2000}],
              "tools": tools}  # fmt: skip
@@ -521,11 +406,11 @@ def test_a_call_past_the_day_cap_pauses_the_group_to_its_midnight_and_tells_the_
     from orchestrator.money import local_time, next_day
     from orchestrator.relay.ops.model import BUDGET_HOLDER
 
-    _capped(turn, cost_per_day=0.0001)
+    capped(turn, cost_per_day=0.0001)
     told: list[str] = []
     monkeypatch.setattr(turn.context, "notify", told.append)
     with caplog.at_level(logging.WARNING, logger="orchestrator.relay"):
-        found = model._money_cap(turn, _frame(), 100, NOW, _prices(), "EUR")
+        found = model._money_cap(turn, turn_frame(), 100, NOW, _prices(), "EUR")
     assert found is not None and found.endswith("a day (0.0000 EUR spent so far)")
     ends = next_day(NOW, ZONE)
     [lease] = turn.context.queue.pauses("fam", now=NOW)
@@ -541,15 +426,15 @@ def test_a_call_past_the_day_cap_pauses_the_group_to_its_midnight_and_tells_the_
         f"group fam paused until {local}: {found} (lift it: orchestrator group resume fam --budget)"
     ]
     # asked again while paused: the same reason, and the chat is not told again
-    assert model._money_cap(turn, _frame(), 100, NOW, _prices(), "EUR") == found
+    assert model._money_cap(turn, turn_frame(), 100, NOW, _prices(), "EUR") == found
     assert len(_notices(turn)) == 1 and told == [turn.message.id]
 
 
 def test_a_call_past_the_month_cap_pauses_the_group_to_the_next_month(turn: TurnRelay) -> None:
     from orchestrator.money import local_time, next_month
 
-    _capped(turn, cost_per_day=100.0, cost_per_month=0.0001)
-    found = model._money_cap(turn, _frame(), 100, NOW, _prices(), "EUR")
+    capped(turn, cost_per_day=100.0, cost_per_month=0.0001)
+    found = model._money_cap(turn, turn_frame(), 100, NOW, _prices(), "EUR")
     assert found is not None and " a month (" in found
     [lease] = turn.context.queue.pauses("fam", now=NOW)
     assert lease.expires == next_month(NOW, ZONE)
@@ -563,10 +448,10 @@ def test_a_call_past_the_month_cap_pauses_the_group_to_the_next_month(turn: Turn
 def test_a_pause_taken_in_the_periods_last_second_lasts_a_second(turn: TurnRelay) -> None:
     from orchestrator.money import next_day
 
-    _capped(turn, cost_per_day=0.0001)
+    capped(turn, cost_per_day=0.0001)
     now = next_day(NOW, ZONE) - 0.5
-    turn.context.usage = _Costs()  # type: ignore[assignment]
-    assert model._money_cap(turn, _frame(), 100, now, _prices(), "EUR") is not None
+    turn.context.usage = Costs()  # type: ignore[assignment]
+    assert model._money_cap(turn, turn_frame(), 100, now, _prices(), "EUR") is not None
     [lease] = turn.context.queue.pauses("fam", now=NOW)
     assert lease.expires == NOW + 1.0
 
@@ -574,8 +459,8 @@ def test_a_pause_taken_in_the_periods_last_second_lasts_a_second(turn: TurnRelay
 def test_a_model_without_prices_cannot_keep_a_cap_and_waits_a_day(turn: TurnRelay) -> None:
     from orchestrator.money import next_day
 
-    _capped(turn, cost_per_month=10.0)
-    found = model._money_cap(turn, _frame(), 100, NOW, None, "EUR")
+    capped(turn, cost_per_month=10.0)
+    found = model._money_cap(turn, turn_frame(), 100, NOW, None, "EUR")
     assert found == (
         "budget: the model has no prices in orchestrator.yaml, so this group's money cap "
         "cannot be kept"
@@ -586,16 +471,16 @@ def test_a_model_without_prices_cannot_keep_a_cap_and_waits_a_day(turn: TurnRela
 
 
 def test_caps_the_operator_lifted_let_every_call_go(turn: TurnRelay) -> None:
-    _capped(turn, cost_per_day=0.0001)
+    capped(turn, cost_per_day=0.0001)
     turn.context.queue.lift_budget("fam", until=NOW + 60)
-    assert model._money_cap(turn, _frame(), 100, NOW, _prices(), "EUR") is None
-    assert model._money_cap(turn, _frame(), 100, NOW, None, "EUR") is None
+    assert model._money_cap(turn, turn_frame(), 100, NOW, _prices(), "EUR") is None
+    assert model._money_cap(turn, turn_frame(), 100, NOW, None, "EUR") is None
     assert turn.context.queue.pauses("fam", now=NOW) == []
 
 
 def test_a_call_a_cap_stops_waits_and_is_recorded_as_refused(turn: TurnRelay) -> None:
-    _capped(turn, cost_per_day=0.0001)
-    answer = ModelComplete().handle(turn, _frame())
+    capped(turn, cost_per_day=0.0001)
+    answer = ModelComplete().handle(turn, turn_frame())
     # group fam's model has no prices: the cap cannot be kept
     reason = (
         "budget: the model has no prices in orchestrator.yaml, so this group's money cap "
