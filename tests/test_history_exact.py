@@ -715,3 +715,58 @@ def test_open_history_is_the_groups(home: Path) -> None:
         4 * 1024 * 1024,
     )
     assert opened.path == home / "groups/fam/.history"
+
+
+# what another tool wrote, and text that is not UTF-8
+
+
+def test_a_commit_without_provenance_is_unattributed(history: History) -> None:
+    write(history, "memory/a.md", "a\n")
+    history.record(turn("bob"))
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "--git-dir", str(history.path), *args],
+            input="",
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "GIT_AUTHOR_NAME": "x", "GIT_AUTHOR_EMAIL": "x@x",
+                 "GIT_COMMITTER_NAME": "x", "GIT_COMMITTER_EMAIL": "x@x"},
+        ).stdout.strip()  # fmt: skip
+
+    tree = git("rev-parse", "HEAD^{tree}")
+    plain = git("commit-tree", tree, "-p", "HEAD", "-m", "made by git\n\nwith a body")
+    empty = git("commit-tree", tree, "-p", plain)  # the message read from no input
+    git("update-ref", "refs/heads/main", empty)
+    changes = history.log()
+    assert [(c.provenance.kind, c.provenance.note) for c in changes[:3]] == [
+        (UNATTRIBUTED, ""),
+        (UNATTRIBUTED, "made by git"),
+        (TURN, ""),
+    ]
+    assert changes[0].paths == changes[1].paths == () and changes[0].hashed_only == ()
+
+
+def test_text_that_is_not_utf8_is_shown_with_replacements(history: History) -> None:
+    target = history.groups_dir / "fam/memory/raw.md"
+    target.write_bytes(b"caf\xe9\n")
+    history.record(turn("bob"))
+    target.write_bytes(b"caf\xc3\xa9\n")
+    history.record(turn("ann"))
+    assert history.diff().endswith("-caf\ufffd\n+caf\u00e9\n")
+    assert [(t, c.provenance.sender) for t, c in history.blame("memory/raw.md")] == [
+        ("caf\u00e9", "ann")
+    ]
+
+
+def test_records_inside_a_hold_do_not_wait_for_it(history: History) -> None:
+    with history.hold(), history.hold():
+        write(history, "memory/a.md", "a\n")
+        assert history.record(turn("bob")) is not None
+        assert [c.provenance.sender for c in history.log()][:1] == ["bob"]
+        assert history._flock_depth == 2
+    assert history._flock_depth == 0
+    with history.held():
+        assert history._flock_depth == 1
+    assert history._open_repo is None
