@@ -45,6 +45,8 @@ def test_links_to_the_web_to_mail_and_within_the_site_are_kept(url: str) -> None
         "data:text/html,x",
         "file:///etc/passwd",
         "ftp://example.org",
+        "FTP://example.org",
+        "Https:example.org",
         "a+b.c-d:x",
         "https:example.org",
         "http:/example.org",
