@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator.dashboard import render
 from orchestrator.dashboard.render import Bar, _markdown, bar_chart, render_markdown
+
+
+@pytest.fixture(autouse=True)
+def _a_parser_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test renders with a parser configured afresh, not one an earlier test made."""
+    monkeypatch.setattr(render, "_MD", None)
 
 
 def kept(url: str) -> bool:
