@@ -302,6 +302,7 @@ def test_an_unchanged_file_keeps_its_blob_and_a_vanished_one_is_left_out(
     write(history, "memory/a.md", "a2\n")
     write(history, "memory/b.md", "b2\n")
     scanned = history.scan()
+    scanned = {"memory/a.md": scanned.pop("memory/a.md"), **scanned}  # read first
     (history.groups_dir / "fam/memory/a.md").unlink()  # after the scan, before the read
     monkeypatch.setattr(History, "scan", lambda self: scanned)
     change = history.record(turn("bob"))
@@ -388,6 +389,8 @@ def test_who_made_a_change_found_outside_a_turn(history: History) -> None:
     resnap(history, container_running=False, time=None)
     assert outside_turn(history, container("exited", 0.0)).kind == UNATTRIBUTED
     assert host(outside_turn(history, None))
+    resnap(history, time=0.5)  # a start time not known is no start since
+    assert host(outside_turn(history, container("exited", None)))
 
 
 def test_outside_a_turn_with_no_snapshot_is_the_baseline(bare: History) -> None:
@@ -704,7 +707,11 @@ def test_a_quiet_record_logs_its_failure(
         assert record_quietly(history.groups_dir, "fam", Provenance(HOST)) is None
     [logged] = caplog.records
     assert logged.name == "orchestrator.history"
-    assert logged.getMessage().startswith("memory history of fam not recorded (host): ")
+    try:
+        json.loads("{broken")
+    except ValueError as exc:
+        why = str(exc)
+    assert logged.getMessage() == f"memory history of fam not recorded (host): {why}"
 
 
 def test_open_history_is_the_groups(home: Path) -> None:
@@ -770,3 +777,136 @@ def test_records_inside_a_hold_do_not_wait_for_it(history: History) -> None:
     with history.held():
         assert history._flock_depth == 1
     assert history._open_repo is None
+
+
+# the edges: a file gone between the listing and the read, the snapshot's cache, what
+# older or foreign commits hold
+
+
+def test_a_file_gone_between_the_listing_and_its_status_is_left_out(
+    history: History, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.confined import ConfinedDir
+
+    write(history, "memory/a.md", "a\n")
+    write(history, "memory/b.md", "b\n")
+    listed = ConfinedDir.walk
+    gone: list[str] = []
+
+    def walk(self: ConfinedDir, **options: Any) -> Any:
+        for rel, folder, entries in listed(self, **options):
+            if rel == "" and not gone:
+                first = next(e for e in entries if e.is_file(follow_symlinks=False))
+                os.unlink(history.groups_dir / "fam/memory" / first.name)
+                gone.append(f"memory/{first.name}")
+            yield rel, folder, entries
+
+    monkeypatch.setattr(ConfinedDir, "walk", walk)
+    scanned = history.scan()
+    monkeypatch.undo()
+    expected = {"memory/a.md", "memory/b.md", "memory/index.md"} - set(gone)
+    assert {p for p in scanned if p.count("/") == 1} == expected
+
+
+def test_a_file_gone_before_it_is_read_is_left_out_of_memory_now(
+    history: History, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(history, "memory/a.md", "a\n")
+    history.record(turn("bob"))
+    scanned = {"memory/vanished.md": (1, 1, 1), **history.scan()}
+    monkeypatch.setattr(History, "scan", lambda self: scanned)
+    assert history.diff("HEAD", "now") == ""
+
+
+def test_the_check_compares_what_it_is_given(history: History) -> None:
+    assert history.changed({}) is True
+    assert history.changed(history.scan()) is False
+    assert history.changed({**history.scan(), "memory/new.md": (1, 1, 1)}) is True
+    resnap(history, files=None)  # a snapshot that names no files
+    assert history.changed() is True
+
+
+def test_a_gap_already_gone_ends_quietly(bare: History) -> None:
+    bare.path.mkdir()
+    bare._end_gap(Gap(1.0, "r", 1.0))
+    assert bare.gap() is None
+
+
+def test_a_revert_or_prune_by_a_fresh_history_notes_the_container_may_run(
+    history: History,
+) -> None:
+    assert snapshot(history)["container_running"] is False
+    fresh = History(history.groups_dir, "fam")
+    write(history, "memory/a.md", "a\n")
+    fresh.apply({"memory/a.md": b"b\n"}, Provenance("revert"))
+    assert snapshot(history)["container_running"] is True
+    resnap(history, container_running=False)
+    History(history.groups_dir, "fam").prune(time.time() + 60)
+    assert snapshot(history)["container_running"] is True
+
+
+def test_the_snapshot_is_read_again_after_each_write(
+    history: History, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Even when the written file has the size and the time of the one read before."""
+    written = history_module.write_atomic
+
+    def same_time(path: Path, data: Any, mode: int = 0o644) -> None:
+        written(path, data, mode=mode)
+        os.utime(path, ns=(1, 1))
+
+    monkeypatch.setattr(history_module, "write_atomic", same_time)
+    clock(monkeypatch, 5.0)
+    head = history.log()[0].rev.encode()
+    history._save_snapshot(head, {"memory/x.md": [1, 2, 3, "a"]})
+    assert history._files() == {"memory/x.md": [1, 2, 3, "a"]}
+    history._save_snapshot(head, {"memory/y.md": [1, 2, 3, "a"]})
+    assert history._files() == {"memory/y.md": [1, 2, 3, "a"]}
+
+
+def test_prune_frees_what_the_folded_changes_held(history: History) -> None:
+    def disk() -> int:
+        return sum(
+            os.lstat(os.path.join(folder, name)).st_blocks * 512
+            for folder, _dirs, names in os.walk(history.path)
+            for name in names
+        )
+
+    for n in range(3):
+        write(history, "memory/a.md", f"{n}\n" * 1000)
+        history.record(Provenance(TURN, sender=f"s{n}", time=100.0 + n))
+    before = disk()
+    folded, freed = history.prune(1000.0)
+    assert (folded, freed) == (4, before - disk())
+
+
+def test_a_read_that_finds_no_history_leaves_nothing_open_to_others(bare: History) -> None:
+    with pytest.raises(HistoryError):
+        bare.show("HEAD")
+    assert mode(bare.path) == 0o700
+
+
+def test_what_older_and_foreign_commits_hold_is_read(history: History) -> None:
+    made = Provenance(TURN, sender="bob", also=("m0", "m1"), time=3.5)
+    write(history, "memory/a.md", "a\n")
+    history.record(made)
+    assert history.log()[0].provenance == made
+
+    def commit(message: bytes) -> None:
+        from dulwich.repo import Repo
+
+        repo = Repo(str(history.path))
+        try:
+            head = repo[repo.refs[b"refs/heads/main"]]
+            made = head.copy()
+            made.parents, made.message = [head.id], message
+            repo.object_store.add_object(made)
+            repo.refs[b"refs/heads/main"] = made.id
+        finally:
+            repo.close()
+
+    commit(b'older\n\nOrchestrator-Provenance: {"kind": "host", "time": 2.0}\n')
+    older = history.log()[0]
+    assert (older.provenance, older.hashed_only) == (Provenance(HOST, time=2.0), ())
+    commit(b"caf\xe9 by hand\n")
+    assert history.log()[0].provenance.note == "caf\ufffd by hand"
