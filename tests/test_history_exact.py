@@ -269,26 +269,26 @@ def test_a_file_of_the_limit_is_kept_and_one_over_it_by_hash(history: History) -
     limit = 1 + max(size for size, *_ in snapshot(history)["files"].values())
     small = History(history.groups_dir, history.folder, max_file_bytes=limit)
     write(history, "memory/at.md", "x" * limit)
-    write(history, "memory/over.md", "y" * (limit + 1))
+    write(history, "memory/over.md", "y" * (limit + 5))
     change = small.record(turn("bob"))
     assert change is not None and change.hashed_only == ("memory/over.md",)
     assert change.paths == ("memory/at.md", "memory/over.md")
     assert small.show("HEAD", "memory/at.md") == b"x" * limit
-    digest = hashlib.sha256(b"y" * (limit + 1)).hexdigest()
+    digest = hashlib.sha256(b"y" * (limit + 5)).hexdigest()
     assert small.show("HEAD", "memory/over.md") == (
-        POINTER + f"sha256 {digest}; {limit + 1} bytes\n".encode()
+        POINTER + f"sha256 {digest}; {limit + 5} bytes\n".encode()
     )
     # memory now, as diff reads it, holds the same: no difference
     assert small.diff("HEAD", "now") == ""
-    write(history, "memory/over.md", "z" * (limit + 1))
+    write(history, "memory/over.md", "z" * (limit + 5))
     write(history, "memory/at.md", "w" * limit)
-    changed = hashlib.sha256(b"z" * (limit + 1)).hexdigest()
+    changed = hashlib.sha256(b"z" * (limit + 5)).hexdigest()
     assert small.diff("HEAD", "now") == (
         "--- a/memory/at.md\n+++ b/memory/at.md\n@@ -1 +1 @@\n"
         f"-{'x' * limit}\n+{'w' * limit}\n"
         "--- a/memory/over.md\n+++ b/memory/over.md\n@@ -1,2 +1,2 @@\n"
         " orchestrator-history: not recorded, over the size limit\n"
-        f"-sha256 {digest}; {limit + 1} bytes\n+sha256 {changed}; {limit + 1} bytes\n"
+        f"-sha256 {digest}; {limit + 5} bytes\n+sha256 {changed}; {limit + 5} bytes\n"
     )
 
 
@@ -873,7 +873,9 @@ def test_prune_frees_what_the_folded_changes_held(history: History) -> None:
         )
 
     for n in range(3):
-        write(history, "memory/a.md", f"{n}\n" * 1000)
+        # content that does not compress: its objects take more blocks than a folder
+        noise = b"".join(hashlib.sha256(bytes([n, i % 256, i // 256])).digest() for i in range(700))
+        (history.groups_dir / "fam/memory/a.bin").write_bytes(noise)
         history.record(Provenance(TURN, sender=f"s{n}", time=100.0 + n))
     before = disk()
     folded, freed = history.prune(1000.0)
