@@ -11,6 +11,10 @@ import pytest
 from click.testing import CliRunner, Result
 
 from orchestrator.cli import cli
+from orchestrator.groups import GroupStore
+from orchestrator.groups.config import GroupConfig
+from orchestrator.home import Home
+from orchestrator.memory.history import History
 from tests.engineclean import remove_containers
 
 TEST_LABEL = "org.orchestrator.test"
@@ -29,6 +33,15 @@ def served(home: Path):  # type: ignore[no-untyped-def]
     from tests.served import serve_fam
 
     yield from serve_fam(home)
+
+
+@pytest.fixture
+def history(home: Path) -> History:
+    """Group fam's memory history, its baseline recorded (tests/histories.py)."""
+    group = GroupStore(Home(home)).add(GroupConfig(name="fam"))
+    made = History(group.path.parent, group.folder)
+    assert made.record_outside(None) is not None  # the baseline
+    return made
 
 
 @pytest.fixture

@@ -26,27 +26,8 @@ from orchestrator.memory.history import (
     Provenance,
 )
 from orchestrator.runtime.base import ContainerInfo
+from tests.histories import turn, write
 from tests.served import say
-
-
-@pytest.fixture
-def history(home: Path) -> History:
-    group = GroupStore(Home(home)).add(GroupConfig(name="fam"))
-    made = History(group.path.parent, group.folder)
-    assert made.record_outside(None) is not None  # the baseline
-    return made
-
-
-def write(history: History, path: str, text: str) -> None:
-    target = history.groups_dir / history.folder / path
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text)
-
-
-def turn(sender: str, trust: str = "member", message_id: str = "m") -> Provenance:
-    return Provenance(
-        TURN, sender=sender, trust=trust, message_id=message_id, channel="cli", chat="c"
-    )
 
 
 def test_a_turn_that_writes_is_one_change_and_one_that_does_not_is_none(served) -> None:  # type: ignore[no-untyped-def]
