@@ -37,6 +37,8 @@ def kept(url: str) -> bool:
         "#top",
         "?q=1",
         "./a:b",
+        "-//x",  # a path on this site: a leading "-" is no control character
+        "-notes.md",
     ],
 )
 def test_links_to_the_web_to_mail_and_within_the_site_are_kept(url: str) -> None:

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt
 
+# what a browser skips at the start of a URL: C0 controls and the space
+CONTROL_AND_SPACE = "".join(map(chr, range(0x21)))
 _FRONT = re.compile(r"\A---\n(.*?)\n---\n?", re.DOTALL)
 
 
@@ -30,7 +32,7 @@ def _markdown() -> MarkdownIt:
         # Browsers drop tabs and newlines from a URL and read a backslash as a slash, so
         # "//host", "/\\host" and "/\t/host" all leave the site: refused, as is
         # "https:host" (off-site from a page served over http).
-        clean = re.sub(r"[\t\n\r]", "", url).lstrip(" \x00-\x1f")
+        clean = re.sub(r"[\t\n\r]", "", url).lstrip(CONTROL_AND_SPACE)
         if re.match(r"[/\\]{2}", clean):
             return False
         scheme = re.match(r"([a-zA-Z][a-zA-Z0-9+.-]*):", clean)
