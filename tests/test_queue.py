@@ -10,6 +10,7 @@ import pytest
 from orchestrator.daemon.core import classify_sender, fair_order
 from orchestrator.groups.config import GroupConfig
 from orchestrator.limits import HOST_NOTICE_SEQ, MAX_DELIVERY_ATTEMPTS
+from orchestrator.media.outbox import ReplyFile
 from orchestrator.store.held import HeldRequests
 from orchestrator.store.messages import DEAD, DONE, INFLIGHT, QUEUED, MessageQueue
 
@@ -43,12 +44,14 @@ def test_wal_and_durable_settings(queue: MessageQueue) -> None:
 def test_the_dispatchers_reads_do_not_wait_for_a_transaction_in_progress(
     queue: MessageQueue,
 ) -> None:
-    """runnable, next_wakeup, get and pauses read on a connection of their own: another
+    """runnable, next_wakeup, get, files_of and pauses read on a connection of their own: another
     thread's write transaction (its commit's sync included) does not hold them up, and
     they see what was committed before it."""
     import threading
 
     message = put(queue)
+    report = ReplyFile(0, "report.txt", "text/plain", 5, "document", "/outbox/report.txt")
+    assert queue.add_file_reply(message.id, "the report", report)
     writing, done = threading.Event(), threading.Event()
     released: list[bool] = []
 
@@ -66,6 +69,7 @@ def test_the_dispatchers_reads_do_not_wait_for_a_transaction_in_progress(
         assert queue.pauses() == []
         found = queue.get(message.id)
         assert found is not None and found.text == "hi"  # not the uncommitted change
+        assert queue.files_of(message.id) == {0: report}
     finally:
         done.set()
         writer.join()

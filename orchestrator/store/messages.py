@@ -487,9 +487,10 @@ class MessageQueue(StateDB):
         return _row(row, replies, files)
 
     def files_of(self, message_id: str) -> dict[int, ReplyFile]:
-        """The files of a message's replies, by reply seq."""
-        with self._lock:
-            return _files(self._db, message_id)
+        """The files of a message's replies, by reply seq (read on the reader's
+        connection, as ``get``: a chat's delivery does not wait behind a synced commit)."""
+        with self.reading() as db:
+            return _files(db, message_id)
 
     def add_file_reply(self, message_id: str, text_: str, file: ReplyFile) -> bool:
         """Store a reply that carries a file (its text: the caption, or a line naming the
