@@ -4,7 +4,9 @@ A home with N registered groups (1,000; --quick 100), registered by the CLI 4 at
 the daemon as its own process (``orchestrator serve``) with the HTTP API; the first
 message of each of M active groups (50; --quick 10) sent 4 at a time (each a cold
 start: no container yet), then W messages (400; --quick 80) over those groups with 8 in
-flight, each timed from its POST to its reply (a long poll). The floor: the same
+flight, each timed from its POST to its reply (a long poll); the first message of each
+group's chats c1 and c2 among them opens a fresh context (its session-start hook runs),
+so the same W messages are sent again once every chat is open. The floor: the same
 message path, one message at a time to a warm group, in the same run; the ratio is what
 load adds to a message's median. Also printed: the registration time, the cold first
 replies (p50, p99), the warm p99 and rate, the daemon's memory, and how long ``status``
@@ -161,6 +163,16 @@ def run(quick: bool) -> Result:
                     pool.map(lambda n: api.say(chosen[n % active], f"c{n % 3}"), range(warm))
                 )
             rate = warm / (time.perf_counter() - started)
+            # The same load again, every chat now open: each message continues a context.
+            # (Above, the first message of chats c1 and c2 in each group opened a fresh
+            # context, running the session-start hook: a process each.)
+            opened = Series(f"a message among {warm}, 8 in flight, every chat open")
+            started = time.perf_counter()
+            with ThreadPoolExecutor(8) as pool:
+                opened.samples.extend(
+                    pool.map(lambda n: api.say(chosen[n % active], f"c{n % 3}"), range(warm))
+                )
+            open_rate = warm / (time.perf_counter() - started)
             status = statistics.median(_timed(lambda: _cli(home, env, "status")) for _ in range(3))
             listing = statistics.median(
                 _timed(lambda: _cli(home, env, "group", "list", "--json")) for _ in range(3)
@@ -176,6 +188,10 @@ def run(quick: bool) -> Result:
                 "cold_p99_ms": round(_p(cold, 0.99) * 1000, 1),
                 "warm_p99_ms": round(target.p99 * 1000, 1),
                 "messages_per_second": round(rate, 1),
+                "fresh_contexts_in_warm": active * 2,
+                "open_chats_p50_ms": round(opened.median * 1000, 1),
+                "open_chats_p99_ms": round(opened.p99 * 1000, 1),
+                "open_chats_messages_per_second": round(open_rate, 1),
                 "daemon_rss_mib": round(rss_kib / 1024, 1),
                 "status_seconds": round(status, 3),
                 "group_list_json_seconds": round(listing, 3),

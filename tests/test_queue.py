@@ -77,6 +77,68 @@ def test_the_dispatchers_reads_do_not_wait_for_a_transaction_in_progress(
     assert queue.get(message.id).text == "changed"  # type: ignore[union-attr]
 
 
+def test_a_read_outside_a_transaction_does_not_wait_for_one_in_progress(
+    queue: MessageQueue,
+) -> None:
+    """read and read_one (every store's reads) run on the reader's connection: another
+    thread's write transaction does not hold them up, and they see what was committed."""
+    import threading
+
+    message = put(queue)
+    writing, done = threading.Event(), threading.Event()
+    released: list[bool] = []
+
+    def write(db) -> None:  # type: ignore[no-untyped-def]
+        db.execute("UPDATE messages SET text='changed' WHERE id=?", (message.id,))
+        writing.set()
+        released.append(done.wait(60))  # False: the reads below waited for the writer
+
+    writer = threading.Thread(target=queue.transaction, args=(write,))
+    writer.start()
+    try:
+        assert writing.wait(60)
+        sql = "SELECT text FROM messages WHERE id=?"
+        assert queue.read(sql, (message.id,)) == [("hi",)]
+        assert queue.read_one(sql, (message.id,)) == ("hi",)
+        assert queue.in_flight("g") == 0
+    finally:
+        done.set()
+        writer.join()
+    assert released == [True]
+    assert queue.read_one("SELECT text FROM messages WHERE id=?", (message.id,)) == ("changed",)
+
+
+def test_a_read_inside_a_transaction_sees_its_uncommitted_writes(queue: MessageQueue) -> None:
+    message = put(queue)
+    seen: list[object] = []
+
+    def work(db) -> None:  # type: ignore[no-untyped-def]
+        db.execute("UPDATE messages SET text='changed' WHERE id=?", (message.id,))
+        seen.append(queue.read_one("SELECT text FROM messages WHERE id=?", (message.id,)))
+        seen.append(queue.read("SELECT text FROM messages WHERE id=?", (message.id,)))
+        raise RuntimeError("rolled back")
+
+    with pytest.raises(RuntimeError):
+        queue.transaction(work)
+    assert seen == [("changed",), [("changed",)]]
+    assert queue.read_one("SELECT text FROM messages WHERE id=?", (message.id,)) == ("hi",)
+
+
+def test_a_closed_store_reads_nothing_and_makes_no_file(tmp_path: Path) -> None:
+    """After close, a read fails as the writer's connection would: the reader's is not
+    opened again (the file may have been moved aside, and opening would make a new one)."""
+    import sqlite3
+
+    queue = MessageQueue(tmp_path / "queue.db")
+    queue.close()
+    (tmp_path / "queue.db").rename(tmp_path / "aside.db")
+    with pytest.raises(sqlite3.ProgrammingError):
+        queue.read("SELECT 1")
+    with pytest.raises(sqlite3.ProgrammingError):
+        queue.read_one("SELECT 1")
+    assert not (tmp_path / "queue.db").exists()
+
+
 def test_one_at_a_time_per_session_in_order(queue: MessageQueue) -> None:
     a1, a2 = put(queue, session="a", text="1"), put(queue, session="a", text="2")
     b1 = put(queue, session="b")

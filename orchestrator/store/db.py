@@ -82,7 +82,8 @@ class StateDB:
         # reads that must not wait behind a write's sync have a connection of their own
         # (opened at the first such read, once the schema is up to date)
         self._reader: sqlite3.Connection | None = None
-        self._read_lock = threading.Lock()
+        self._read_lock = threading.RLock()
+        self._closed = False
         self.migrated: list[Migration] = []  # what opening it applied
         try:
             self._db = connect(path, synchronous)
@@ -106,6 +107,7 @@ class StateDB:
         with self._lock:
             self._db.close()
         with self._read_lock:
+            self._closed = True
             if self._reader is not None:
                 self._reader.close()
                 self._reader = None
@@ -118,13 +120,20 @@ class StateDB:
         writer's connection, under its lock, does). Not for reads inside a transaction:
         they would not see its uncommitted writes."""
         with self._read_lock:
-            if self._reader is None:
-                self._reader = connect(self.path, self.synchronous)
-            self._reader.execute("BEGIN")
+            reader = self._open_reader()
+            reader.execute("BEGIN")
             try:
-                yield self._reader
+                yield reader
             finally:
-                self._reader.execute("COMMIT")  # ends the read: nothing was written
+                reader.execute("COMMIT")  # ends the read: nothing was written
+
+    def _open_reader(self) -> sqlite3.Connection:
+        """The reader's connection, opened at its first use (under ``_read_lock``)."""
+        if self._closed:  # never made again: the file may have been moved aside
+            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+        if self._reader is None:
+            self._reader = connect(self.path, self.synchronous)
+        return self._reader
 
     @contextmanager
     def _tx(self, durable: bool = True) -> Iterator[sqlite3.Connection]:
@@ -169,13 +178,30 @@ class StateDB:
         raise AssertionError("unreachable")
 
     def read(self, sql: str, args: tuple[object, ...] = ()) -> list[Row]:
-        with self._lock:
-            return list(self._db.execute(sql, args).fetchall())
+        """The rows of one query. Outside the writer's lock it runs on the reader's
+        connection (what was committed, without waiting behind a write's sync); a thread
+        holding the lock (in a transaction, or between reads that must agree) reads on
+        the writer's, and sees its own writes."""
+        with self._reading_connection() as db:
+            return list(db.execute(sql, args).fetchall())
 
     def read_one(self, sql: str, args: tuple[object, ...] = ()) -> Row | None:
-        with self._lock:
-            row: Row | None = self._db.execute(sql, args).fetchone()
+        """The first row of one query (or None), read as ``read`` reads."""
+        with self._reading_connection() as db:
+            cursor = db.execute(sql, args)
+            try:
+                row: Row | None = cursor.fetchone()
+            finally:
+                cursor.close()  # the statement ends here, and with it the read
             return row
+
+    @contextmanager
+    def _reading_connection(self) -> Iterator[sqlite3.Connection]:
+        if self._lock._is_owned():  # type: ignore[attr-defined]  # (threading.Condition's test)
+            yield self._db
+            return
+        with self._read_lock:
+            yield self._open_reader()
 
 
 class Reserve:
