@@ -10,6 +10,7 @@ import os
 import re
 import sqlite3
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,14 @@ def test_a_chunk_holds_2000_characters_with_its_newlines() -> None:
     assert chunk_lines(f"{first}\n{second}") == [(1, 2, f"{first}\n{second}")]
     # one more character: the second line starts a chunk of its own
     assert chunk_lines(f"{first}\n{second}b") == [(1, 1, first), (2, 2, second + "b")]
+    # every line counts with its newline, in every chunk
+    third = "c" * 1000
+    assert chunk_lines(f"{'a' * 500}\n{'b' * 500}\n{third}") == [
+        (1, 2, f"{'a' * 500}\n{'b' * 500}"),
+        (3, 3, third),
+    ]
+    after_a_heading = f"# A\none\n# B\n{'a' * 995}\n{'b' * 1000}"
+    assert [(a, b) for a, b, _ in chunk_lines(after_a_heading)] == [(1, 2), (3, 5)]
     # a single line longer than the limit is a chunk by itself, whole
     long = "c" * 5000
     assert chunk_lines(f"x\n{long}\ny") == [(1, 1, "x"), (2, 2, long), (3, 3, "y")]
@@ -91,6 +100,8 @@ def test_a_heading_starts_a_chunk_once_the_chunk_has_two_lines_of_its_own() -> N
     # one line of its own (a heading alone, blank lines not counted): no cut
     assert chunk_lines("# A\n\n\n# B\ntwo") == [(1, 5, "# A\n\n\n# B\ntwo")]
     assert chunk_lines("# A\n# B\n# C") == [(1, 2, "# A\n# B"), (3, 3, "# C")]
+    # a chunk cut at a heading counts its own lines from that heading
+    assert chunk_lines("# A\none\n# B\n# C") == [(1, 2, "# A\none"), (3, 4, "# B\n# C")]
     # what is not a heading: seven marks, no space after them, an indented mark
     assert chunk_lines("# A\none\n####### B\n#C\n  # D") == [
         (1, 5, "# A\none\n####### B\n#C\n  # D")
@@ -103,6 +114,8 @@ def test_the_frontmatter_stays_with_the_first_heading() -> None:
     assert chunk_lines(text) == [(1, 6, text)]
     # a frontmatter block closed on its second line
     assert chunk_lines("---\n---\n# T\nbody") == [(1, 4, "---\n---\n# T\nbody")]
+    # the closing line is not a line of the chunk's own
+    assert chunk_lines("---\n---\nx\n# T") == [(1, 4, "---\n---\nx\n# T")]
     # the closing line may have spaces around it
     assert chunk_lines("---\na: 1\n  ---  \n# T\nbody") == [(1, 5, "---\na: 1\n  ---  \n# T\nbody")]
     # without a closing line there is no frontmatter: its lines are the chunk's own
@@ -154,6 +167,7 @@ def test_the_frontmatter_of_an_index_does_not_count() -> None:
     assert map_weight("p/index.md", f"---\nx: 1\ny: 2\n---\n{links}") == MAP_WEIGHT
     # no closing line: the lines are counted as text
     assert map_weight("p/index.md", f"---\nx: 1\ny: 2\n{links}") == 1.0
+    assert map_weight("p/index.md", "---\n- [a](a.md)\ntext") == 1.0
 
 
 # queries
@@ -305,14 +319,28 @@ def test_an_older_index_is_deleted_and_a_damaged_one_set_aside_with_a_stamp(
     other.commit()
     other.close()
     fresh = MemoryIndex(index.dir.parent, memory.parent.parent, "fam")
-    with caplog.at_level(logging.INFO, logger="orchestrator.memory.search"):
-        report = fresh.update()
+    # the stamp is in UTC, whatever the local zone (here five and a half hours ahead)
+    zone = os.environ.get("TZ")
+    os.environ["TZ"] = "IST-05:30"
+    time.tzset()
+    try:
+        before = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        with caplog.at_level(logging.INFO, logger="orchestrator.memory.search"):
+            report = fresh.update()
+        after = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    finally:
+        if zone is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = zone
+        time.tzset()
     assert report.rebuilt and report.added == 1
     assert caplog.messages == [
         f"search index {index.path} is unusable (schema version -1); rebuilding it"
     ]
     [aside] = [p.name for p in index.dir.iterdir() if ".corrupt-" in p.name]
     assert re.fullmatch(r"fam\.sqlite\.corrupt-\d{8}T\d{6}Z", aside)
+    assert before <= aside.removeprefix("fam.sqlite.corrupt-") <= after
     fresh.close()
 
 
@@ -328,6 +356,122 @@ def test_a_file_without_a_version_that_kept_version_1_in_meta_is_rebuilt(
     assert index.search("x") == [] and index.rebuilt
     assert not [p for p in index.dir.iterdir() if ".corrupt-" in p.name]
     assert index.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_a_meta_table_without_a_version_is_set_aside_and_version_1_is_logged(
+    index: MemoryIndex, memory: Path, caplog
+) -> None:  # type: ignore[no-untyped-def]
+    index.dir.mkdir(parents=True)
+    old = sqlite3.connect(index.path)
+    old.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    old.commit()
+    old.close()
+    assert index.search("x") == [] and index.rebuilt
+    assert len([p for p in index.dir.iterdir() if ".corrupt-" in p.name]) == 1
+    index.close()
+    index.path.unlink()
+    old = sqlite3.connect(index.path)
+    old.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    old.execute("INSERT INTO meta VALUES ('schema', '1')")
+    old.commit()
+    old.close()
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="orchestrator.memory.search"):
+        index.search("x")
+    assert caplog.messages == [
+        f"search index {index.path} was built by an older release (schema version 1); rebuilding it"
+    ]
+
+
+def test_a_search_makes_the_private_folder_of_a_new_index(tmp_path: Path, memory: Path) -> None:
+    made = MemoryIndex(tmp_path / "state/deeper", tmp_path / "groups", "fam")
+    assert made.search("anything") == []
+    assert stat.S_IMODE(os.stat(made.dir).st_mode) == 0o700
+    assert made.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    made.close()
+    again = MemoryIndex(tmp_path / "state/deeper", tmp_path / "groups", "fam")
+    assert again.search("anything") == [] and not again.rebuilt
+    again.close()
+
+
+def _damage_an_index_page(index: MemoryIndex) -> None:
+    """Garbage over the page of the chunks' path index: the file opens at the current
+    version, and only PRAGMA quick_check finds the damage."""
+    db = sqlite3.connect(index.path)
+    size = db.execute("PRAGMA page_size").fetchone()[0]
+    [page] = db.execute("SELECT rootpage FROM sqlite_master WHERE name='chunks_by_path'")
+    db.close()
+    with open(index.path, "r+b") as f:
+        f.seek((page[0] - 1) * size)
+        f.write(b"\xff" * size)
+
+
+def test_a_damaged_index_found_by_quick_check_is_set_aside(
+    index: MemoryIndex, memory: Path, caplog
+) -> None:  # type: ignore[no-untyped-def]
+    write(memory, {f"f{i}.md": f"# F{i}\n\nword{i}\n" for i in range(5)})
+    index.update()
+    index.close()
+    _damage_an_index_page(index)
+    fresh = MemoryIndex(index.dir.parent, memory.parent.parent, "fam")
+    with caplog.at_level(logging.INFO, logger="orchestrator.memory.search"):
+        assert fresh.search("word1") == []
+    assert fresh.rebuilt
+    [message] = caplog.messages
+    assert message.startswith(
+        f"search index {index.path} is unusable (quick_check: *** in database main ***\n"
+    )
+    assert message.endswith("); rebuilding it")
+    assert fresh.update().added == 5
+    assert paths(fresh, "word1") == ["memory/f1.md"]
+    fresh.close()
+
+
+def test_quick_check_runs_once_for_an_index_object(index: MemoryIndex, memory: Path) -> None:
+    write(memory, {f"f{i}.md": f"# F{i}\n\nword{i}\n" for i in range(5)})
+    index.update()
+    index.close()
+    _damage_an_index_page(index)
+    # the same object connects again without the check (it ran when the file was sound)
+    assert paths(index, "word1") == ["memory/f1.md"] and not index.rebuilt
+
+
+def test_the_write_ahead_log_of_a_set_aside_index_goes_with_it(
+    index: MemoryIndex, memory: Path
+) -> None:
+    index.dir.mkdir(parents=True)
+    other = sqlite3.connect(index.path, isolation_level=None)
+    other.execute("PRAGMA journal_mode=WAL")
+    other.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    other.execute("INSERT INTO meta VALUES ('schema', '9')")
+    assert (index.dir / "fam.sqlite-wal").exists() and (index.dir / "fam.sqlite-shm").exists()
+    assert index.search("x") == [] and index.rebuilt
+    aside = sorted(p.name for p in index.dir.iterdir() if ".corrupt-" in p.name)
+    stamp = aside[0].removeprefix("fam.sqlite.corrupt-")
+    assert aside == [
+        f"fam.sqlite.corrupt-{stamp}",
+        f"fam.sqlite.corrupt-{stamp}-shm",
+        f"fam.sqlite.corrupt-{stamp}-wal",
+    ]
+    other.close()
+    index.close()
+
+
+def test_the_write_ahead_log_of_an_older_index_is_deleted_with_it(
+    index: MemoryIndex, memory: Path
+) -> None:
+    write(memory, {"a.md": "# A\n\nalpha\n"})
+    index.update()
+    index.close()
+    other = sqlite3.connect(index.path, isolation_level=None)
+    other.execute("PRAGMA wal_autocheckpoint=0")
+    other.execute("PRAGMA user_version = 2")  # in the log, not yet in the file
+    assert (index.dir / "fam.sqlite-wal").stat().st_size > 0
+    assert index.search("alpha") == [] and index.rebuilt
+    other.close()
+    assert index.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert index.update().added == 1
+    assert paths(index, "alpha") == ["memory/a.md"]
 
 
 def test_an_index_is_rebuilt_after_an_error_in_the_middle_of_an_update(
@@ -437,6 +581,14 @@ def test_an_update_counts_each_file_once(index: MemoryIndex, memory: Path) -> No
         "memory/c/d.md",
         "memory/e.md",
     ]
+
+
+def test_an_update_reports_the_time_it_took(index: MemoryIndex, memory: Path) -> None:
+    write(memory, {"a.md": "# A\n\nalpha\n"})
+    before = time.perf_counter()
+    report = index.update()
+    took = time.perf_counter() - before
+    assert 0 < report.seconds <= took
 
 
 def test_freshness_counts_the_files_added_changed_and_removed_since(
@@ -735,6 +887,11 @@ def test_the_hybrid_score_blends_the_best_bm25_and_the_cosine(tmp_path: Path, me
     half = hybrid(tmp_path, WordBag(), 0.5)
     [best, *_] = half.search("lynx lynx")
     assert (best.path, best.score) == ("memory/a.md", 0.9444)
+    # a chunk found by its vector alone: half its cosine
+    query, text = WordBag().embed(["lynx lynx", "memory/c.md\ntapir"])
+    cosine = float(query @ text)
+    by_path = {h.path: h.score for h in half.search("lynx lynx", 50)}
+    assert by_path["memory/c.md"] == round(0.5 * max(cosine, 0.0), 4)
     for made in (zero, plain, one, half):
         made.close()
 
@@ -752,6 +909,7 @@ def test_a_hit_by_meaning_alone_shows_the_start_of_its_chunk(tmp_path: Path, mem
     assert by_path["memory/long.md"].snippet == text[:200] + " ..."
     assert by_path["memory/short.md"].snippet == "dentist of the family"
     assert all(h.score >= 0 for h in by_path.values())
+    assert (by_path["memory/long.md"].start_line, by_path["memory/long.md"].end_line) == (1, 3)
     assert len(made.search("molars", 1)) == 1
     made.close()
 
@@ -783,9 +941,85 @@ def test_vectors_are_read_again_after_an_update(tmp_path: Path, memory: Path) ->
 def test_an_empty_tree_with_an_embedder_finds_nothing(tmp_path: Path, memory: Path) -> None:
     pytest.importorskip("numpy")
     made = hybrid(tmp_path, WordBag(), 0.5)
+    assert made.search("anything") == []  # never updated
     made.update()
     assert made.search("anything") == []
     made.close()
+
+
+def test_a_snippet_of_201_characters_is_cut_at_200(tmp_path: Path, memory: Path) -> None:
+    pytest.importorskip("numpy")
+    text = "dentist " + "x" * 193
+    write(memory, {"a.md": text})
+    made = hybrid(tmp_path, WordBag({"molars": "dentist"}), 0.9)
+    made.update()
+    [hit] = made.search("molars", 1)
+    assert hit.snippet == text[:200] + " ..."
+    made.close()
+
+
+def test_the_candidates_by_meaning_are_the_50_nearest_chunks_or_8_per_result(
+    tmp_path: Path, memory: Path
+) -> None:
+    """One file of 50 chunks nearer the query than any other file fills the pool of
+    candidates by meaning: the next file is found only when more results are asked for."""
+    pytest.importorskip("numpy")
+    crowd = "\n".join(f"# Part {i}\ndentist dentist dentist" for i in range(50))
+    clinic = "dentist " + " ".join(f"other{i}" for i in range(20))
+    write(memory, {"crowd.md": crowd, "clinic.md": clinic, **FILLER})
+    made = hybrid(tmp_path, WordBag({"molars": "dentist"}), 1.0)
+    made.update()
+    assert made.db.execute("SELECT COUNT(*) FROM chunks WHERE path='crowd.md'").fetchone() == (50,)
+    assert paths(made, "molars", 6) == ["memory/crowd.md"]
+    # 7 results asked for: the 56 nearest chunks
+    found = paths(made, "molars", 7)
+    assert found[:2] == ["memory/crowd.md", "memory/clinic.md"] and len(found) == 7
+    made.close()
+
+
+def test_a_chunk_without_a_vector_counts_as_dissimilar(tmp_path: Path, memory: Path) -> None:
+    pytest.importorskip("numpy")
+    write(memory, {"a.md": "lynx lynx", **FILLER})
+    made = hybrid(tmp_path, WordBag(), 0.5)
+    made.update()
+    write(memory, {"b.md": "lynx and more words here"})
+    plain = MemoryIndex(tmp_path / "state", tmp_path / "groups", "fam")
+    plain.update()  # b.md indexed, not embedded
+    bm25 = {h.path: h.score for h in plain.search("lynx")}
+    scores = {h.path: h.score for h in made.search("lynx", 3)}
+    assert scores["memory/b.md"] == round(0.5 * bm25["memory/b.md"] / bm25["memory/a.md"], 4)
+    made.close()
+    plain.close()
+
+
+class Float64(WordBag):
+    """WordBag, its vectors as lists of Python floats."""
+
+    def embed(self, texts: list[str]):  # type: ignore[no-untyped-def]
+        return [[float(x) for x in row] for row in super().embed(texts)]
+
+
+class OneShort(WordBag):
+    """WordBag, one vector short."""
+
+    def embed(self, texts: list[str]):  # type: ignore[no-untyped-def]
+        return super().embed(texts)[:-1]
+
+
+def test_vectors_are_stored_as_float32_and_one_per_chunk(tmp_path: Path, memory: Path) -> None:
+    pytest.importorskip("numpy")
+    write(memory, {"a.md": "# A\n\nalpha\n", "b.md": "# B\n\nbeta\n"})
+    made = hybrid(tmp_path, Float64(), 0.5)
+    made.update()
+    assert made.db.execute("SELECT length(v) FROM vectors").fetchall() == [(4096,), (4096,)]
+    assert paths(made, "alpha")[0] == "memory/a.md"
+    made.close()
+    short = hybrid(tmp_path, OneShort(), 0.5)
+    short.name = "one-short"  # type: ignore[attr-defined]
+    short.embedder.name = "one-short"  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="shorter"):
+        short.update(force=True)
+    short.close()
 
 
 # around the index
@@ -796,6 +1030,23 @@ def test_index_for_passes_the_settings_on(tmp_path: Path) -> None:
     assert (made.folder, made.embedder, made.vector_weight) == ("fam", None, 0.3)
     assert made.path == tmp_path / "state/index/fam.sqlite"
     assert index_for(tmp_path / "state", tmp_path / "groups", "fam").vector_weight == 0.5
+
+
+def test_index_for_loads_the_named_embedder(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import orchestrator.memory.embeddings as embeddings
+
+    bag = WordBag()
+    asked: list[tuple[str, Path]] = []
+
+    def load(name: str, state_dir: Path) -> WordBag:
+        asked.append((name, state_dir))
+        return bag
+
+    monkeypatch.setattr(embeddings, "load_embedder", load)
+    made = index_for(tmp_path / "state", tmp_path / "groups", "fam", "bag", 0.2)
+    assert asked == [("bag", tmp_path / "state")]
+    assert (made.embedder, made.vector_weight, made.folder) == (bag, 0.2, "fam")
+    assert made.groups_dir == tmp_path / "groups"
 
 
 def test_removing_an_index_deletes_its_files_and_lock_only(tmp_path: Path) -> None:
@@ -886,3 +1137,76 @@ def test_the_context_report_adds_the_recent_notes(tmp_path: Path) -> None:
     (daily / f"{today:%Y-%m-%d}.md").rmdir()
     quiet = context_report(groups, "fam", recent=recent)[-1]
     assert quiet.problem is None  # a missing note is no problem
+
+
+def test_the_context_report_reads_standing_files_up_to_their_limit(tmp_path: Path) -> None:
+    from orchestrator.limits import LEARNED_READ_MAX_BYTES
+
+    groups = tmp_path / "groups"
+    (groups / "fam/memory").mkdir(parents=True)
+    (groups / "fam/learned-behaviors.md").write_text("l" * (LEARNED_READ_MAX_BYTES + 10))
+    (groups / "fam/instructions.prepend.md").write_bytes(b"ok \xff\n")
+    report = {i.name: i for i in context_report(groups, "fam")}
+    learned = report["learned-behaviors.md"]
+    assert (learned.raw_chars, learned.truncated, learned.problem) == (
+        LEARNED_READ_MAX_BYTES,
+        True,
+        None,
+    )
+    instructions = report["instructions.prepend.md"]
+    # a byte that is not UTF-8 is one replacement character
+    assert (instructions.raw_chars, instructions.injected_chars) == (5, 4)
+    assert (instructions.truncated, instructions.problem) == (False, None)
+    missing = report["memory/index.md"]
+    assert (missing.raw_chars, missing.truncated, missing.problem) == (0, False, "missing")
+
+
+def test_the_context_report_says_why_a_file_could_not_be_read(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import errno
+
+    from orchestrator.confined import ConfinedDir
+
+    groups = tmp_path / "groups"
+    (groups / "fam/memory").mkdir(parents=True)
+    (groups / "fam/learned-behaviors.md").write_text("- Be brief.\n")
+    (groups / "fam/instructions.prepend.md").write_text("Hello.\n")
+    (tmp_path / "elsewhere.md").write_text("secret")
+    (groups / "fam/memory/index.md").symlink_to(tmp_path / "elsewhere.md")
+    real = ConfinedDir.read_bytes
+
+    def failing(self: ConfinedDir, relative: str, limit: int, **kwargs: Any) -> bytes:
+        if relative == "learned-behaviors.md":
+            raise OSError(errno.EIO, "Input/output error")
+        if relative == "instructions.prepend.md":
+            raise OSError("no reason given")
+        return real(self, relative, limit, **kwargs)
+
+    monkeypatch.setattr(ConfinedDir, "read_bytes", failing)
+    report = {i.name: i for i in context_report(groups, "fam")}
+    learned = report["learned-behaviors.md"]
+    assert (learned.raw_chars, learned.injected_chars, learned.truncated) == (0, 0, False)
+    assert learned.problem == "unreadable: Input/output error"
+    assert report["instructions.prepend.md"].problem == "unreadable: no reason given"
+    assert report["instructions.prepend.md"].injected_chars == 0
+    index_md = report["memory/index.md"]
+    assert index_md.problem is not None and index_md.problem.startswith("refused: ")
+    assert index_md.raw_chars == 0
+
+
+def test_the_problems_of_both_recent_notes_are_joined(tmp_path: Path) -> None:
+    from datetime import datetime, timedelta
+    from zoneinfo import ZoneInfo
+
+    groups = tmp_path / "groups"
+    daily = groups / "fam/memory/daily"
+    daily.mkdir(parents=True)
+    today = datetime.now(ZoneInfo("UTC")).date()
+    days = [f"{today - timedelta(days=1):%Y-%m-%d}", f"{today:%Y-%m-%d}"]
+    for day in days:
+        (daily / f"{day}.md").mkdir()
+    entry = context_report(groups, "fam", recent=lambda texts: (0, False))[-1]
+    assert entry.problem is not None
+    first, second = entry.problem.split("; ")
+    assert first.startswith(f"daily/{days[0]}.md refused: ")
+    assert second.startswith(f"daily/{days[1]}.md refused: ")
+    assert (entry.raw_chars, entry.injected_chars, entry.truncated) == (0, 0, False)
