@@ -709,6 +709,12 @@ def test_a_compound_nobody_wrote_is_found_by_its_parts(index: MemoryIndex, memor
     assert paths(index, "Xylophontermin") == []  # one part alone is no cut
 
 
+def test_each_long_word_of_a_query_brings_its_compounds(index: MemoryIndex, memory: Path) -> None:
+    write(memory, {"a.md": "# Krankenversicherung\n", "b.md": "# Zahnarzttermin\n", **FILLER})
+    index.update()
+    assert sorted(paths(index, "Versicherung Zahnarzt")) == ["memory/a.md", "memory/b.md"]
+
+
 # searching
 
 
