@@ -672,6 +672,66 @@ def test_a_file_gone_between_the_scan_and_its_reading_is_reported(
     assert (report.added, report.removed) == (1, 0)
 
 
+def test_a_read_error_without_a_reason_is_reported_by_its_text(
+    index: MemoryIndex, memory: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    write(memory, {"a.md": "# A\n\nalpha\n", "b.md": "# B\n\nbeta\n"})
+    real = search._FolderReader.read_bytes
+
+    def failing(self: Any, path: str, limit: int) -> bytes:
+        if path == "b.md":
+            raise OSError("the disk said no")
+        return real(self, path, limit)
+
+    monkeypatch.setattr(search._FolderReader, "read_bytes", failing)
+    report = index.update()
+    assert report.skipped == ["memory/b.md: the disk said no"]
+
+
+def test_files_in_several_folders_are_each_read_from_their_own(
+    index: MemoryIndex, memory: Path
+) -> None:
+    write(
+        memory,
+        {
+            "top.md": "# Top\n\nanchovy\n",
+            "p/x.md": "# X\n\nbarracuda\n",
+            "p/deeper/z.md": "# Z\n\ncuttlefish\n",
+            "q/y.md": "# Y\n\ndogfish\n",
+        },
+    )
+    report = index.update()
+    assert (report.added, report.skipped) == (4, [])
+    assert sorted(paths(index, "anchovy barracuda cuttlefish dogfish")) == [
+        "memory/p/deeper/z.md",
+        "memory/p/x.md",
+        "memory/q/y.md",
+        "memory/top.md",
+    ]
+
+
+def test_text_that_is_not_utf8_is_indexed_with_replacement_characters(
+    index: MemoryIndex, memory: Path
+) -> None:
+    (memory / "a.md").write_bytes(b"# Caf\xe9\n\nespresso\n")
+    assert index.update().added == 1
+    [hit] = index.search("espresso")
+    assert hit.snippet == "# Caf\ufffd\n\n**espresso**"
+
+
+def test_an_update_of_more_than_500_chunks_goes_in_batches(
+    index: MemoryIndex, memory: Path
+) -> None:
+    big = "\n".join(f"# Part {i}\nline {i}" for i in range(500))
+    write(memory, {"big.md": big, "small.md": "# Small\n\nwalrus\n"})
+    report = index.update()
+    assert report.added == 2
+    assert index.freshness().chunks == 501
+    assert paths(index, "walrus") == ["memory/small.md"]
+    [hit] = index.search("part 499")
+    assert (hit.path, hit.start_line, hit.end_line) == ("memory/big.md", 999, 1000)
+
+
 def test_words_leave_the_vocabulary_with_the_last_chunk_that_held_them(
     index: MemoryIndex, memory: Path
 ) -> None:
@@ -842,6 +902,10 @@ def test_chunks_are_embedded_with_their_path_in_batches_of_256(
     (memory / "f000.md").unlink()
     made.update()
     assert made.db.execute("SELECT COUNT(*) FROM vectors").fetchone()[0] == 256
+    assert len(bag.texts) == 2  # nothing new to embed
+    write(memory, {"new.md": "# New\n\nnarwhal\n"})
+    made.update()
+    assert bag.texts[2:] == [["memory/new.md\n# New\n\nnarwhal"]]
     made.close()
 
 
