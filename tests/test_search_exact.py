@@ -966,6 +966,39 @@ def test_the_hybrid_score_blends_the_best_bm25_and_the_cosine(tmp_path: Path, me
         made.close()
 
 
+def test_a_hybrid_hit_is_the_best_chunk_of_its_file(tmp_path: Path, memory: Path) -> None:
+    pytest.importorskip("numpy")
+    write(
+        memory,
+        {"two.md": "# One\nlynx lynx lynx\n# Two\nlynx and other words here", **FILLER},
+    )
+    made = hybrid(tmp_path, WordBag(), 0.0)
+    made.update()
+    [hit] = made.search("lynx", 1)
+    assert (hit.path, hit.start_line, hit.end_line, hit.score) == ("memory/two.md", 1, 2, 1.0)
+    hits = made.search("lynx", 50)
+    assert [h.path for h in hits].count("memory/two.md") == 1
+    assert (hits[0].path, hits[0].start_line, hits[0].score) == ("memory/two.md", 1, 1.0)
+    made.close()
+
+
+def test_a_match_past_the_keyword_candidates_shows_the_start_of_its_chunk(
+    tmp_path: Path, memory: Path
+) -> None:
+    """The 50 best keyword hits have their words in bold; a chunk that holds the words
+    too but is found by its vector alone shows its start, as any hit by meaning."""
+    pytest.importorskip("numpy")
+    far = "lynx " + " ".join(["feline"] * 40)
+    write(memory, {f"k{i:02}.md": f"# K{i}\n\nlynx\n" for i in range(50)})
+    write(memory, {"far.md": far})
+    made = hybrid(tmp_path, WordBag({"feline": "lynx"}), 1.0)
+    made.update()
+    [hit] = made.search("lynx", 1)
+    assert hit.path == "memory/far.md"
+    assert hit.snippet == far[:200] + " ..."
+    made.close()
+
+
 def test_a_hit_by_meaning_alone_shows_the_start_of_its_chunk(tmp_path: Path, memory: Path) -> None:
     pytest.importorskip("numpy")
     long = " ".join(["dentist"] + [f"w{i:03}" for i in range(60)])
