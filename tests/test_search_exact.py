@@ -5,6 +5,7 @@ retries on a busy database, and the context report's problems."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -60,6 +61,22 @@ def index(tmp_path: Path, memory: Path) -> Iterator[MemoryIndex]:
 
 # files no query here matches: BM25 gives a word that half the files hold no weight
 FILLER = {f"filler/{i}.md": f"# Filler {i}\n\nunrelated text number {i}\n" for i in range(8)}
+
+
+@contextlib.contextmanager
+def host_zone(name: str) -> Iterator[None]:
+    """The process's local time zone set to ``name`` for a while."""
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = name
+    time.tzset()
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = before
+        time.tzset()
 
 
 def paths(index: MemoryIndex, query: str, count: int = 6) -> list[str]:
@@ -320,20 +337,11 @@ def test_an_older_index_is_deleted_and_a_damaged_one_set_aside_with_a_stamp(
     other.close()
     fresh = MemoryIndex(index.dir.parent, memory.parent.parent, "fam")
     # the stamp is in UTC, whatever the local zone (here five and a half hours ahead)
-    zone = os.environ.get("TZ")
-    os.environ["TZ"] = "IST-05:30"
-    time.tzset()
-    try:
+    with host_zone("IST-05:30"):
         before = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         with caplog.at_level(logging.INFO, logger="orchestrator.memory.search"):
             report = fresh.update()
         after = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    finally:
-        if zone is None:
-            del os.environ["TZ"]
-        else:
-            os.environ["TZ"] = zone
-        time.tzset()
     assert report.rebuilt and report.added == 1
     assert caplog.messages == [
         f"search index {index.path} is unusable (schema version -1); rebuilding it"
@@ -1197,6 +1205,13 @@ def test_the_context_report_says_what_is_missing_refused_or_cut(tmp_path: Path) 
         None,
     )
     assert report["instructions.prepend.md"].truncated
+    notice = (
+        "\n[truncated: instructions.prepend.md is longer than 16,000 characters and only"
+        " its beginning was loaded]"
+    )
+    assert report["instructions.prepend.md"].injected_chars == STANDING_TEXT_BUDGET_CHARS + len(
+        notice
+    )
     index_md = report["memory/index.md"]
     assert (index_md.raw_chars, index_md.truncated) == (MEMORY_FILE_BUDGET_CHARS + 2, False)
     definition = report["memory/system/definition.md"]
@@ -1243,6 +1258,28 @@ def test_the_context_report_adds_the_recent_notes(tmp_path: Path) -> None:
     (daily / f"{today:%Y-%m-%d}.md").rmdir()
     quiet = context_report(groups, "fam", recent=recent)[-1]
     assert quiet.problem is None  # a missing note is no problem
+
+
+def test_the_recent_notes_are_those_of_the_groups_own_day(tmp_path: Path) -> None:
+    from datetime import datetime, timedelta
+    from zoneinfo import ZoneInfo
+
+    groups = tmp_path / "groups"
+    daily = groups / "fam/memory/daily"
+    daily.mkdir(parents=True)
+    # the group 14 hours ahead of UTC, the host 12 hours behind: never the same date
+    given: list[list[str]] = []
+
+    def recent(texts: list[str]) -> tuple[int, bool]:
+        given.append(texts)
+        return 0, False
+
+    with host_zone("Etc/GMT+12"):
+        today = datetime.now(ZoneInfo("Etc/GMT-14")).date()
+        for day in (today - timedelta(days=1), today):
+            (daily / f"{day:%Y-%m-%d}.md").write_text(f"- {day}\n")
+        context_report(groups, "fam", zone="Etc/GMT-14", recent=recent)
+    assert given == [[f"- {today - timedelta(days=1)}\n", f"- {today}\n"]]
 
 
 def test_the_context_report_reads_standing_files_up_to_their_limit(tmp_path: Path) -> None:
