@@ -340,6 +340,23 @@ def test_a_failed_sync_is_reported_with_a_backoff_reset_by_a_good_one(
     ]
 
 
+def test_a_sync_that_raises_is_reported_as_failed(server: FakeHomeserver, chats: ChatStore) -> None:
+    async def body(made: MatrixAdapter, core: StubCore) -> list[Any]:
+        assert made.client is not None
+
+        async def down(**_: Any) -> Any:
+            raise OSError("Connection refused")
+
+        made.client.sync = down  # type: ignore[method-assign]
+        await run_until(made.receive(), lambda: len(core.failed) >= 2)
+        return core.failed
+
+    assert drive(server, chats, body)[:2] == [
+        ("sync", "Connection refused", 1.0),
+        ("sync", "Connection refused", 2.0),
+    ]
+
+
 def test_a_sync_the_queue_does_not_take_is_read_again(
     server: FakeHomeserver, chats: ChatStore
 ) -> None:
@@ -583,10 +600,24 @@ def room_of(members: int, name: str | None = "Family") -> nio.MatrixRoom:
 
 
 def event_in(
-    made: MatrixAdapter, core: StubCore, data: dict[str, Any], room: nio.MatrixRoom | None
+    made: MatrixAdapter, core: StubCore, data: Any, room: nio.MatrixRoom | None
 ) -> list[Received]:
-    asyncio.run(made._event(ROOM, room, nio.Event.parse_event(data)))
+    event = nio.Event.parse_event(data) if isinstance(data, dict) else data
+    asyncio.run(made._event(ROOM, room, event))
     return core.routed
+
+
+def encrypted_image() -> nio.RoomEncryptedImage:
+    """A file in an encrypted room (nio reads one only from a decrypted event)."""
+    key = {"kty": "oct", "alg": "A256CTR", "ext": True, "k": "a", "key_ops": ["decrypt"]}
+    content = {
+        "msgtype": "m.image",
+        "body": "a.jpg",
+        "file": {"url": "mxc://x/y", "key": key, "iv": "i", "hashes": {"sha256": "h"}, "v": "v2"},
+    }
+    made = nio.RoomEncryptedImage.from_dict({**message(), "content": content})
+    assert isinstance(made, nio.RoomEncryptedImage)
+    return made
 
 
 def test_a_message_is_received_with_its_ids_text_and_room(chats: ChatStore) -> None:
@@ -651,18 +682,7 @@ def test_own_encrypted_and_other_events_start_nothing(chats: ChatStore) -> None:
         },
         room,
     )
-    media = {
-        "msgtype": "m.image",
-        "body": "a.jpg",
-        "file": {
-            "url": "mxc://x/y",
-            "key": {"kty": "oct", "alg": "A256CTR", "ext": True, "k": "a", "key_ops": ["decrypt"]},
-            "iv": "i",
-            "hashes": {"sha256": "h"},
-            "v": "v2",
-        },
-    }
-    event_in(made, core, {**message(), "content": media}, room)
+    event_in(made, core, encrypted_image(), room)
     assert core.routed == [] and core.notices == []
     megolm = {
         "type": "m.room.encrypted",
@@ -1036,3 +1056,119 @@ def test_typing_is_held_for_thirty_seconds_and_released(
     made, _ = make("https://example.org", chats)
     asyncio.run(made.typing(ROOM, None, True))  # not connected: nothing
     asyncio.run(made.close())
+
+
+# what the operator reads in the log
+
+
+def logged(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "orchestrator.channels.matrix"]
+
+
+def test_invites_answered_are_logged(
+    server: FakeHomeserver, chats: ChatStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    chats.bind("fuzzbot", "!bound:x", "fam")
+    for n in range(20):  # the account's pairing codes all wait: no more are given
+        chats.request_pairing("fuzzbot", f"!wait{n}:x", title=None, requested_by=None)
+    with caplog.at_level(logging.INFO, logger="orchestrator.channels.matrix"):
+        answered(
+            server,
+            chats,
+            {
+                ROOM: invite_state(OPERATOR),
+                "!bound:x": invite_state(EVE),
+                "!new:x": invite_state(EVE),
+            },
+        )
+    assert logged(caplog) == [
+        f"Matrix account fuzzbot: joined {ROOM}, invited by {OPERATOR} (an allowed inviter)",
+        f"Matrix account fuzzbot: joined !bound:x, invited by {EVE} (the room is bound)",
+        f"Matrix account fuzzbot: invite to !new:x by {EVE} refused (too many pairing codes wait)",
+    ]
+    assert server.of("POST", "/leave$")[0].body == {}
+
+
+def test_a_pairing_code_issued_is_logged(
+    server: FakeHomeserver, chats: ChatStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="orchestrator.channels.matrix"):
+        answered(server, chats, {ROOM: invite_state(EVE)})
+    code = chats.pairings()[0].code
+    assert logged(caplog) == [
+        f"Matrix account fuzzbot: invite to {ROOM} by {EVE} refused; pairing code {code} "
+        f"issued (approve: orchestrator pair {code} GROUP)"
+    ]
+
+
+def test_events_that_start_nothing_are_logged(
+    chats: ChatStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    made, core = make("https://example.org", chats)
+    room = room_of(3)
+    megolm = {
+        "type": "m.room.encrypted",
+        "event_id": "$x",
+        "sender": OPERATOR,
+        "origin_server_ts": 1,
+        "content": {
+            "algorithm": "m.megolm.v1.aes-sha2",
+            "ciphertext": "c",
+            "sender_key": "k",
+            "device_id": "D",
+            "session_id": "s",
+        },
+    }
+    with caplog.at_level(logging.DEBUG, logger="orchestrator.channels.matrix"):
+        event_in(made, core, encrypted_image(), room)
+        event_in(
+            made,
+            core,
+            {
+                "type": "m.room.topic",
+                "event_id": "$t",
+                "sender": OPERATOR,
+                "origin_server_ts": 1,
+                "state_key": "",
+                "content": {"topic": "x"},
+            },
+            room,
+        )
+        event_in(
+            made,
+            core,
+            message("* e", **{"m.relates_to": {"rel_type": "m.replace", "event_id": "$r"}}),
+            room,
+        )
+        event_in(made, core, megolm, room)
+        event_in(made, core, megolm, room)
+    assert logged(caplog) == [
+        f"Matrix account fuzzbot: an encrypted file in {ROOM} starts no turn",
+        f"Matrix account fuzzbot: RoomTopicEvent in {ROOM} starts no turn",
+        f"Matrix account fuzzbot: an edit in {ROOM} starts no turn",
+        f"Matrix account fuzzbot: {ROOM} is end-to-end encrypted; the bot does not act there",
+    ]
+    assert len(core.notices) == 1
+
+
+def test_a_download_that_failed_and_typing_refused_are_logged(
+    server: FakeHomeserver, chats: ChatStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.answer("PUT", "/typing/", 403, {"errcode": "M_FORBIDDEN", "error": "not in room"})
+    server.answer("PUT", "/typing/", 403, {"errcode": "M_FORBIDDEN", "error": "not in room"})
+    (tmp_path / "fam").mkdir()
+
+    async def body(made: MatrixAdapter, core: StubCore) -> None:
+        await made.attachment(said("x", msgtype="m.file", url="mxc://x/missing"), "fam")
+        await made.typing(ROOM, None, True)
+        await made.typing(ROOM, None, False)  # a release refused is not worth a line
+
+    with caplog.at_level(logging.DEBUG, logger="orchestrator.channels.matrix"):
+        drive(server, chats, body, tmp_path)
+    lines = [line for line in logged(caplog) if "account" in line]
+    assert lines[0] == (
+        "Matrix account fuzzbot: mxc://x/missing not downloaded: the homeserver refused the "
+        "download: HTTP 404"
+    )
+    assert lines[1].startswith("Matrix account fuzzbot: typing refused: RoomTypingError")
+    assert len(lines) == 2

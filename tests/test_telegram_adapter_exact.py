@@ -679,6 +679,9 @@ def test_a_bot_unknown_or_without_a_username_is_not_mentioned(
     replied = received(made, message(GROUP_CHAT, text="hi", reply_to_message=reply(FROM_BOT)))
     assert made.addressed(replied) is False
     assert made.mention_forms(replied) == ()
+    fresh = TelegramAdapter(made.core)  # not connected: it knows no bot yet
+    assert (fresh.me, fresh.bot) == (None, None)
+    assert fresh.addressed(replied) is False and fresh.mention_forms(replied) == ()
 
 
 # files received
@@ -1089,3 +1092,60 @@ def test_a_failed_send_is_classified_by_whether_it_may_have_arrived(
     bare: tuple[TelegramAdapter, StubCore], exc: BaseException, outcome: str
 ) -> None:
     assert bare[0].classify(exc) == outcome
+
+
+# what the operator reads in the log
+
+
+def logged(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "orchestrator.channels.telegram"]
+
+
+def test_edits_moves_and_membership_changes_are_logged(
+    bare: tuple[TelegramAdapter, StubCore],
+    chats: ChatStore,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    made, core = bare
+    chats.bind("fuzzbot", "-555", "fam")
+    old = {"id": -555, "type": "group", "title": "F"}
+    with caplog.at_level(logging.DEBUG, logger="orchestrator.channels.telegram"):
+        handled(made, core, {"edited_message": {**message(PRIVATE, text="e"), "edit_date": 2}})
+        handled(made, core, {"message": message(old, migrate_to_chat_id=-100999)})
+        handled(made, core, {"message": message(old, migrate_to_chat_id=-100998)})
+        handled(made, core, member_change(GROUP_CHAT, "member", "left"))
+    assert logged(caplog) == [
+        f"Telegram account fuzzbot: message 42 in chat {ALICE} was edited; edits start no turn",
+        "Telegram account fuzzbot: chat -555 is now -100999; its binding follows",
+        "Telegram account fuzzbot: chat -555 is now -100998",
+        "Telegram account fuzzbot: the bot is now left in chat -100555",
+    ]
+
+
+def test_waits_moves_and_plain_text_sends_are_logged(
+    server: FakeTelegram,
+    chats: ChatStore,
+    waits: list[float],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server.fail("getUpdates", 429, retry_after(7))
+    server.say(PRIVATE, ALICE, "after")
+    server.fail("sendMessage", 429, retry_after(3))
+    server.migrated[-556] = -100998
+
+    async def body(made: TelegramAdapter, core: StubCore) -> None:
+        await run_until(made.receive(), lambda: core.routed)
+        await made.send(str(ALICE), None, None, "a", "k")
+        await made.send("-556", None, None, "b", "k")
+        server.reject_entities = 1
+        await made.send(str(ALICE), None, None, "c", "k")
+
+    with caplog.at_level(logging.INFO, logger="orchestrator.channels.telegram"):
+        drive(server, chats, body)
+    assert logged(caplog) == [
+        "Telegram account fuzzbot: getUpdates asked to wait 7s",
+        "Telegram account fuzzbot: rate-limited; waiting 3s",
+        "Telegram account fuzzbot: chat -556 moved to -100998",
+        "Telegram account fuzzbot: the formatted reply was refused (Can't parse entities: "
+        "can't find end of the entity starting at byte offset 12); sent as plain text",
+    ]
