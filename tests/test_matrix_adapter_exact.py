@@ -984,6 +984,7 @@ def test_a_file_is_uploaded_once_and_sent_with_the_key(
     [upload] = server.of("POST", "/upload")
     assert upload.body == b"%PDF" and upload.query["filename"] == "r.pdf"
     assert upload.headers["Content-Type"] == "application/pdf"
+    assert upload.headers["Content-Length"] == "4"
     assert chats.get_state("fuzzbot", "upload:k") == "mxc://fake.example/up1"
     (path1, content), (path2, caption) = sent(server)[:2]
     assert path1.endswith("/send/m.room.message/k") and path2.endswith("/k.caption")
