@@ -24,7 +24,7 @@ class StubCore(RecordingCore):
         self.daemon.config = SimpleNamespace(secrets_file=None)
         self.chats = chats  # type: ignore[assignment]
         self.failed: list[tuple[str, str, float]] = []  # (what, error, backoff's wait)
-        self.unqueued: list[tuple[str, str]] = []
+        self.unqueued: list[tuple[str, str, float]] = []  # (what, error, backoff's wait)
         self.errors: list[str] = []
         self.polls = 0
         self.saves = 0
@@ -43,8 +43,11 @@ class StubCore(RecordingCore):
         backoff.seconds *= 2  # as the backoff's wait would, without the wait
         await asyncio.sleep(0)
 
+    async def notice(self, *args: Any, **kwargs: Any) -> None:
+        self.notices.append((*args, kwargs.get("key")))
+
     async def not_queued(self, what: str, exc: Any, backoff: Any) -> None:
-        self.unqueued.append((what, exc.message))
+        self.unqueued.append((what, exc.message, backoff.seconds))
         await asyncio.sleep(0.01)
 
 

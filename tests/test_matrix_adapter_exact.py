@@ -377,7 +377,7 @@ def test_a_sync_the_queue_does_not_take_is_read_again(
 
     tries, unqueued = drive(server, chats, body)
     assert tries == ["full disk", "full disk"]
-    assert unqueued == [("events", "the disk is full")]
+    assert unqueued == [("events", "the disk is full", 1.0)]
     assert [q["since"] for q in syncs(server)[:2]] == ["s1", "s1"]
 
 
@@ -432,8 +432,8 @@ def test_an_encrypted_room_is_told_once_and_never_read(
 
     routed, notices, may, other = drive(server, chats, body)
     assert routed == [] and (may, other) == (False, True)
-    [(room, thread, reply_to, text)] = notices
-    assert (room, thread, reply_to) == (ROOM, None, None)
+    [(room, thread, reply_to, text, key)] = notices
+    assert (room, thread, reply_to, key) == (ROOM, None, None, f"orch.e2e.{ROOM}")
     assert text == NOTICE + "and I will not answer here. Talk to me in a room without encryption."
     assert chats.get_state("fuzzbot", f"e2e-notice:{ROOM}")
 
@@ -586,6 +586,7 @@ def test_the_forms_a_mention_takes(chats: ChatStore) -> None:
     made.client = cast(Any, type("Client", (), {"rooms": {ROOM: room}})())
     assert made.mention_forms(said("x")) == (BOT, "@helper", "Family Helper")
     assert made.may_send(ROOM) is True
+    assert make("https://example.org", chats)[0].may_send(ROOM) is True  # not connected
 
 
 # events into messages
@@ -1042,13 +1043,15 @@ def test_a_refused_upload_or_file_send_fails_the_reply(
 
 
 def test_typing_is_held_for_thirty_seconds_and_released(
-    server: FakeHomeserver, chats: ChatStore
+    server: FakeHomeserver, chats: ChatStore, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def body(made: MatrixAdapter, core: StubCore) -> None:
         await made.typing(ROOM, None, True)
         await made.typing(ROOM, None, False)
 
-    drive(server, chats, body)
+    with caplog.at_level(logging.DEBUG, logger="orchestrator.channels.matrix"):
+        drive(server, chats, body)
+    assert not [r for r in caplog.records if "typing refused" in r.getMessage()]
     typed = server.of("PUT", "/typing/")
     assert typed[0].path == (
         "/_matrix/client/v3/rooms/!family:example.org/typing/@helper:example.org"
@@ -1173,3 +1176,45 @@ def test_a_download_that_failed_and_typing_refused_are_logged(
     )
     assert lines[1].startswith("Matrix account fuzzbot: typing refused: RoomTypingError")
     assert len(lines) == 2
+
+
+def test_a_media_id_with_a_slash_is_one_path_segment(
+    server: FakeHomeserver, chats: ChatStore, tmp_path: Path
+) -> None:
+    server.media["example.org/a%2Fb"] = b"data"
+    got = fetched(server, chats, tmp_path, {"msgtype": "m.file", "url": "mxc://example.org/a/b"})
+    assert got.size == 4
+    [download] = server.of("GET", "/media/download/")
+    assert download.path == "/_matrix/client/v1/media/download/example.org/a%2Fb"
+
+
+@pytest.mark.parametrize(("limit", "taken"), [(200_000, True), (100_000, False)])
+def test_a_download_in_many_chunks_is_measured_and_joined_whole(
+    server: FakeHomeserver, chats: ChatStore, tmp_path: Path, limit: int, taken: bool
+) -> None:
+    data = bytes(range(256)) * 600  # 153,600 bytes: more than one chunk of 64 KiB
+    server.media["x/m"] = data
+    server.chunked.add("x/m")
+    got = fetched(server, chats, tmp_path, {"msgtype": "m.file", "url": "mxc://x/m"}, limit)
+    if taken:
+        assert (tmp_path / "fam" / "files" / "inbox" / got.name).read_bytes() == data
+    else:
+        assert got == Refusal("Sorry, that file is 97.7 KiB; I take files up to 97.7 KiB.")
+
+
+def test_a_file_in_a_thread_and_its_caption_go_to_the_room_and_thread(
+    server: FakeHomeserver, chats: ChatStore, tmp_path: Path
+) -> None:
+    path = tmp_path / "f.txt"
+    path.write_bytes(b"x")
+    file = OutgoingFile(path, "f.txt", "text/plain", 1, "document", "words")
+
+    async def body(made: MatrixAdapter, core: StubCore) -> Any:
+        return await made.send_file(ROOM, "$t", "$asked", file, "k")
+
+    assert drive(server, chats, body) == ["$event2", "$event3"]
+    room = "/_matrix/client/v3/rooms/!family:example.org/send/m.room.message"
+    (path1, content), (path2, caption) = sent(server)
+    assert (path1, path2) == (f"{room}/k", f"{room}/k.caption")
+    assert content["m.relates_to"] == module.relation("$t", "$asked")
+    assert caption["m.relates_to"] == module.relation("$t", None)
