@@ -17,7 +17,7 @@ from typing import Any, cast
 import httpx
 import pytest
 from telegram import Update
-from telegram.error import NetworkError, RetryAfter, TelegramError, TimedOut
+from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError, TimedOut
 
 from orchestrator.channels.chatapp.adapter import RETRY, OutgoingFile, Received, Refusal
 from orchestrator.channels.telegram import adapter as module
@@ -1084,6 +1084,7 @@ def caused(exc: BaseException, cause: BaseException) -> BaseException:
         (caused(TimedOut(), httpx.ReadTimeout("late")), UNKNOWN),
         (TimedOut(), UNKNOWN),
         (NetworkError("reset"), UNKNOWN),
+        (BadRequest("chat not found"), FAILED),  # a NetworkError to the library
         (TelegramError("other"), FAILED),
         (ValueError("else"), UNKNOWN),
     ],
