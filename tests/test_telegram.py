@@ -702,3 +702,19 @@ def test_clear_with_the_bots_name_starts_a_fresh_context(served_rig: Rig) -> Non
     )
     wait_for(lambda: rig.server.sent(group_id))
     assert rig.server.sent(group_id)[0].params["text"].startswith("Started a fresh context")
+
+
+def test_a_reply_telegram_refuses_as_a_bad_request_is_recorded_as_refused(rig: Rig) -> None:
+    """A 400 is Telegram's answer (python-telegram-bot's BadRequest is a NetworkError):
+    the reply was refused, not possibly delivered."""
+    bind(rig, PRIVATE)
+    refusal = {"ok": False, "error_code": 400, "description": "Bad Request: chat not found"}
+    for _ in range(2):  # the HTML form, then the plain text
+        rig.server.fail("sendMessage", 400, refusal)
+    rig.server.say(PRIVATE, ALICE, "hi")
+    [(message_id,)] = wait_for(lambda: rig.daemon.queue.read("SELECT id FROM messages"))
+    wait_for(lambda: rig.daemon.chats.sent(str(message_id)).get(0, ("",))[0] == "failed")
+    health = wait_for(
+        lambda: (h := rig.daemon.chats.health("fambot")) and h.get("last_error") and h
+    )
+    assert health["last_error"] == "Telegram refused the reply: BadRequest: Chat not found"

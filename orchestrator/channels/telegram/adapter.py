@@ -538,13 +538,14 @@ class TelegramAdapter(AdapterBase):
         made in time, or none free) surely delivered nothing; a timeout after it was
         sent may have; any other error of the Bot API is a refusal."""
         import httpx
-        from telegram.error import NetworkError, TelegramError
+        from telegram.error import BadRequest, NetworkError, TelegramError
 
         cause = exc.__cause__
         if isinstance(cause, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout):
             return RETRY
-        if isinstance(exc, NetworkError):  # TimedOut included: it may have arrived
-            return UNKNOWN
+        # a BadRequest (a 400: Telegram's answer) is a NetworkError to the library
+        if isinstance(exc, NetworkError) and not isinstance(exc, BadRequest):
+            return UNKNOWN  # TimedOut included: it may have arrived
         if isinstance(exc, TelegramError):
             return FAILED
         return UNKNOWN
