@@ -324,7 +324,11 @@ def test_an_update_that_fails_otherwise_is_skipped_and_committed(
             core.routed.append(r)
 
         core.route = route  # type: ignore[method-assign]
-        await run_until(made.receive(), lambda: core.routed)
+        # the offset is committed after the update is routed: wait for both
+        await run_until(
+            made.receive(),
+            lambda: core.routed and chats.get_state("fuzzbot", "offset") == str(first + 2),
+        )
         return [r.text for r in core.routed]
 
     with caplog.at_level(logging.ERROR, logger="orchestrator.channels.telegram"):
@@ -343,7 +347,11 @@ def test_a_batch_the_library_cannot_read_is_read_apart(
     server.fail("getUpdates", *ok(batch))
 
     async def body(made: TelegramAdapter, core: StubCore) -> list[str]:
-        await run_until(made.receive(), lambda: core.routed)
+        # the offset is committed after the batch is routed: wait for both
+        await run_until(
+            made.receive(),
+            lambda: core.routed and chats.get_state("fuzzbot", "offset") == "502",
+        )
         return [r.text for r in core.routed]
 
     with caplog.at_level(logging.WARNING, logger="orchestrator.channels.telegram"):
