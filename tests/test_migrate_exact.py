@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import stat
 from pathlib import Path
 
@@ -61,7 +62,7 @@ def actions(group: Group) -> list[dict[str, object]]:
         ("x" * 59 + "\u0915\u093f", "x" * 59),  # a letter and its mark are cut together
         ("x" * 58 + "\u0915\u093f", "x" * 58 + "\u0915\u093f"),
         ("\u00e9" * 61, "\u00e9" * 60),  # 120 bytes of UTF-8: the limit, kept
-        ("a" + "\u00e9" * 60, "a" + "\u00e9" * 59),  # 121 bytes: one letter less
+        ("x" + "\u9577" * 40, "x" + "\u9577" * 39),  # 121 bytes: one letter less
         ("\u0301abc", "abc"),  # a mark with no letter before it is dropped
         ("ab -\u0301 cd", "ab-cd"),  # so is one after a separator
         ("--Ab--", "ab"),
@@ -84,9 +85,9 @@ def test_the_inventory_lists_each_source_with_its_kind_size_files_and_destinatio
     (fam.path / "CLAUDE.md").write_text("# A\n")
     (fam.path / "provider-memory.md").write_text("fact\n")
     auto = fam.path / ".claude/memory"
-    (auto / "deep").mkdir(parents=True)
+    (auto / "a-deep").mkdir(parents=True)  # a folder listed before the files beside it
     (auto / "b.md").write_text("bb\n")
-    (auto / "deep/a.md").write_text("a\n")
+    (auto / "a-deep/a.md").write_text("a\n")
     (auto / "notes.txt").write_text("not markdown\n")
     sources, stops = migrate.inventory(fam.path)
     to_import = "memory/imported/ (concept files), role-like text to " + (
@@ -102,7 +103,7 @@ def test_the_inventory_lists_each_source_with_its_kind_size_files_and_destinatio
                [("provider-memory.md", "provider-memory.md")], to_import),
         Source(".claude/memory", "group", "folder", ".claude/memory", 5,
                [(".claude/memory/b.md", ".claude/memory/b.md"),
-                (".claude/memory/deep/a.md", ".claude/memory/deep/a.md")], to_import),
+                (".claude/memory/a-deep/a.md", ".claude/memory/a-deep/a.md")], to_import),
     ]  # fmt: skip
 
 
@@ -932,10 +933,10 @@ def test_a_from_file_that_grew_during_the_run_is_read_up_to_the_limit(
 
     def grow(what: str) -> None:
         if what.startswith("moved"):
-            single.write_bytes(b"y" * (LIMIT - 3) + b"\nz\nw\n")
+            single.write_bytes(b"y" * (LIMIT - 2) + b"\nzw\n")
 
     outcome = migrate.run(fam.path, (single,), step=grow)
-    assert outcome.rows[1][2:] == (2, 2)  # "y..." and "z": "w" is past the limit
+    assert outcome.rows[1][2:] == (2, 2)  # "y..." and "z": the limit falls after "z"
     folder = migrate.name_for(f"--from {single}")
     assert concepts(fam)[f"{folder}/notes.md"].endswith("y\nz\n\n````\n")
 
@@ -1013,9 +1014,173 @@ def test_the_tree_digest_sees_every_kind_of_change(tmp_path: Path) -> None:
         lambda: (root / "e").mkdir(),  # an empty folder
         lambda: ((root / "e").rmdir(), (root / "e").write_bytes(b"")),  # a file for it
         lambda: ((root / "e").unlink(), (root / "e").symlink_to("d")),  # a link for it
+        lambda: (root / "d/g").rename(root / "g"),  # a file into another folder
     ]
     for change in changes:
         change()
         digests.add(migrate.tree_digest(root))
     assert len(digests) == len(changes) + 1
     assert re.fullmatch(r"[0-9a-f]{64}", migrate.tree_digest(root))
+    # a copy elsewhere has the same digest: names are taken from the root down
+    shutil.copytree(root, tmp_path / "elsewhere" / "copy", symlinks=True)
+    assert migrate.tree_digest(tmp_path / "elsewhere" / "copy") == migrate.tree_digest(root)
+
+
+# the record a run keeps
+
+
+def test_the_manifest_is_indented_json_that_keeps_letters_as_they_are(fam: Group) -> None:
+    (fam.path / "CLAUDE.md").write_text("# Über uns\n\nWir wohnen in Köln.\n")
+    migrate.run(fam.path, today="2026-01-02")
+    text = (fam.path / ".memory-migration/manifest.json").read_text()
+    assert text.startswith('{\n  "version": 1,\n  "group": "fam",\n  "state": "staged",\n')
+    assert text.endswith("\n}\n")
+    assert '\n      "path": "memory/imported/claude-md/über-uns.md",\n' in text
+    manifest = json.loads(text)
+    assert isinstance(manifest["started"], float) and "approved" not in manifest
+
+
+def test_a_run_without_a_date_dates_its_files_today(fam: Group) -> None:
+    (fam.path / "CLAUDE.md").write_text("Ada likes tea.\n")
+    migrate.run(fam.path)
+    concept = concepts(fam)["claude-md/notes.md"]
+    assert re.search(r"\nimported: '\d{4}-\d{2}-\d{2}'\n", concept)
+    assert re.search(
+        r"migrate-memory from `CLAUDE.md` on \d{4}-\d{2}-\d{2}: data",
+        concepts(fam)["claude-md/index.md"],
+    )
+
+
+def test_role_lines_of_every_file_are_proposed_together(fam: Group) -> None:
+    (fam.path / "CLAUDE.md").write_text("You are Pip.\n")
+    (fam.path / "provider-memory.md").write_text("Ada likes tea.\nAlways be brief.\n")
+    outcome = migrate.run(fam.path, today="2026-01-02")
+    assert outcome.proposed == 2
+    assert "Role-like lines proposed for the instructions: 2 (in " in outcome.report
+    assert (
+        (fam.path / ".memory-migration/proposed-instructions.md")
+        .read_text()
+        .endswith(
+            "first to keep only what you want.\n\n"
+            "## From `CLAUDE.md`\n\n<!-- line 1 -->\nYou are Pip.\n\n"
+            "## From `provider-memory.md`\n\n<!-- line 2 -->\nAlways be brief.\n\n"
+        )
+    )
+
+
+def test_bytes_that_are_not_utf8_in_the_seed_and_the_index(fam: Group) -> None:
+    (fam.path / ".seed.md").write_bytes(b"Caf\xe9 first.\n")
+    (fam.path / "CLAUDE.md").write_text("Ada likes tea.\n")
+    index = b"# Memory \xff\n"
+    (fam.memory_dir / "index.md").write_bytes(index)
+    migrate.run(fam.path, today="2026-01-02")
+    assert (fam.path / "instructions.prepend.md").read_text() == "Caf\ufffd first.\n"
+    assert (fam.memory_dir / "index.md").read_text() == (
+        "# Memory \ufffd\n\n" + IMPORTED_LINK + "\n"
+    )
+    migrate.rollback(fam.path)
+    assert (fam.memory_dir / "index.md").read_bytes() == index
+    assert (fam.path / "instructions.prepend.md").read_bytes() == b""
+
+
+def test_a_seed_made_instructions_file_then_applied_to_is_removed_by_a_rollback(
+    fam: Group,
+) -> None:
+    (fam.path / "instructions.prepend.md").unlink()
+    (fam.path / ".seed.md").write_text("Be kind.\n")
+    (fam.path / "CLAUDE.md").write_text("You are Pip.\n")
+    migrate.run(fam.path)
+    migrate.apply_instructions(fam.path)
+    assert [a["op"] for a in actions(fam)][-3:] == ["create", "edit", "applied"]
+    undone = migrate.rollback(fam.path)
+    assert undone[0] == "restored instructions.prepend.md"
+    assert "removed instructions.prepend.md" in undone
+    assert not (fam.path / "instructions.prepend.md").exists()
+
+
+def test_a_source_gone_during_the_run_leaves_a_record_a_rollback_can_use(fam: Group) -> None:
+    (fam.path / "CLAUDE.md").write_text("Ada likes tea.\n")
+    (fam.path / "provider-memory.md").write_text("Bob likes trains.\n")
+    before = migrate.tree_digest(fam.path)
+
+    def remove(what: str) -> None:
+        if what.startswith("moved CLAUDE.md"):
+            (fam.path / "provider-memory.md").rename(fam.path.parent / "aside.md")
+
+    with pytest.raises(FileNotFoundError):
+        migrate.run(fam.path, step=remove)
+    manifest = json.loads((fam.path / ".memory-migration/manifest.json").read_text())
+    assert manifest["state"] == "running"
+    assert manifest["actions"] == [
+        {"op": "rename", "source": "CLAUDE.md", "target": ".memory-migration/staging/CLAUDE.md",
+         "done": True},
+        {"op": "rename", "source": "provider-memory.md",
+         "target": ".memory-migration/staging/provider-memory.md", "done": False},
+    ]  # fmt: skip
+    assert migrate.rollback(fam.path) == [
+        "moved .memory-migration/staging/CLAUDE.md back to CLAUDE.md"
+    ]
+    (fam.path.parent / "aside.md").rename(fam.path / "provider-memory.md")
+    assert migrate.tree_digest(fam.path) == before
+
+
+def test_a_staged_name_taken_gets_its_number_before_the_first_dot(fam: Group) -> None:
+    (fam.path / "CLAUDE.local.md").write_text("x\n")
+    (fam.path / ".memory-migration/staging").mkdir(parents=True)
+    (fam.path / ".memory-migration/staging/CLAUDE.local.md").write_text("left by hand\n")
+    outcome = migrate.run(fam.path)
+    assert outcome.moved == [("CLAUDE.local.md", ".memory-migration/staging/CLAUDE-2.local.md")]
+
+
+def test_a_report_the_run_could_not_write_is_not_in_its_record(fam: Group) -> None:
+    (fam.path / "CLAUDE.md").write_text("x\n")
+    (fam.path / ".memory-migration").mkdir()
+    (fam.path / ".memory-migration/report.md").write_text("an older report\n")
+    outcome = migrate.run(fam.path)
+    assert (fam.path / ".memory-migration/report.md").read_text() == "an older report\n"
+    assert outcome.report.startswith("# Memory migration of fam\n")
+    ops = [a["op"] for a in actions(fam)]  # no "create" of the report
+    assert ops == ["rename", "mkdir", "mkdir", "create", "create", "create", "edit"]
+    manifest = json.loads((fam.path / ".memory-migration/manifest.json").read_text())
+    assert (manifest["state"], manifest["made_migration_dir"]) == ("staged", False)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root gives files to another owner")
+def test_memory_belongs_to_the_groups_owner_and_the_record_to_the_host(fam: Group) -> None:
+    (fam.path / ".seed.md").write_text("You are Pip.\n")
+    (fam.path / "CLAUDE.md").write_text("You are Pip.\n")
+    (fam.path / "instructions.prepend.md").unlink()
+    for path in [fam.path, *fam.path.rglob("*")]:
+        os.chown(path, 4321, 4321)
+    migrate.run(fam.path)
+    owners = {str(p.relative_to(fam.path)): p.lstat().st_uid for p in fam.path.rglob("*")}
+    assert {k: v for k, v in owners.items() if k.startswith("memory/imported")} == {
+        "memory/imported": 4321,
+        "memory/imported/index.md": 4321,
+        "memory/imported/claude-md": 4321,
+        "memory/imported/claude-md/index.md": 4321,
+        "memory/imported/claude-md/notes.md": 4321,
+    }
+    assert {k: v for k, v in owners.items() if k.startswith(".memory-migration")} == {
+        ".memory-migration": 0,
+        ".memory-migration/staging": 0,
+        ".memory-migration/quarantine": 0,
+        ".memory-migration/originals": 0,
+        ".memory-migration/originals/memory--index.md": 0,
+        ".memory-migration/manifest.json": 0,
+        ".memory-migration/report.md": 0,
+        ".memory-migration/proposed-instructions.md": 0,
+        ".memory-migration/staging/.seed.md": 4321,  # moved, not made
+        ".memory-migration/staging/CLAUDE.md": 4321,
+    }
+    assert owners["instructions.prepend.md"] == 0  # the operator's, never the agent's
+    assert owners["memory/index.md"] == 4321
+    # the next run makes its record the host's even in a migration folder of another owner
+    migrate.approve(fam.path)
+    os.chown(fam.path / ".memory-migration", 4321, 4321)
+    (fam.path / "CLAUDE.md").write_text("More.\n")
+    migrate.run(fam.path)
+    migration = fam.path / ".memory-migration"
+    made = list(migration.iterdir())
+    assert sorted(p.name for p in made)[0].startswith("approved-")
+    assert {p.name: p.lstat().st_uid for p in made} == {p.name: 0 for p in made}
