@@ -1184,3 +1184,14 @@ def test_memory_belongs_to_the_groups_owner_and_the_record_to_the_host(fam: Grou
     made = list(migration.iterdir())
     assert sorted(p.name for p in made)[0].startswith("approved-")
     assert {p.name: p.lstat().st_uid for p in made} == {p.name: 0 for p in made}
+
+
+def test_a_run_over_a_source_at_the_size_limit_can_be_rolled_back(fam: Group) -> None:
+    (fam.path / "CLAUDE.md").write_bytes(b"x" * (LIMIT - 1) + b"\n")
+    before = migrate.tree_digest(fam.path)
+    outcome = migrate.run(fam.path, today="2026-01-02")
+    assert outcome.rows == [("CLAUDE.md", "memory/imported/claude-md/ (1 concepts)", 1, 1)]
+    concept = fam.memory_dir / "imported/claude-md/notes.md"
+    assert concept.stat().st_size > LIMIT + 1  # its frontmatter and fence come on top
+    assert "removed memory/imported/claude-md/notes.md" in migrate.rollback(fam.path)
+    assert migrate.tree_digest(fam.path) == before
