@@ -704,27 +704,30 @@ def test_the_next_run_after_approval_adds_to_the_imported_index(fam: Group) -> N
 
 def test_the_imported_index_is_not_edited_when_nothing_changes(fam: Group) -> None:
     (fam.path / "CLAUDE.md").write_text("x\n")
+    (fam.path / "provider-memory.md").write_text("y\n")
     (fam.memory_dir / "imported").mkdir()
-    (fam.memory_dir / "imported/index.md").write_text("# Mine\n")
+    (fam.memory_dir / "imported/index.md").write_text("# Mine \n")
     (fam.memory_dir / "index.md").write_text("# Memory\n\n- [I](imported/index.md)\n")
     outcome = migrate.run(fam.path, today="2026-01-02")
     assert outcome.edited == ["memory/imported/index.md"]
     assert (fam.memory_dir / "imported/index.md").read_text() == (
-        "# Mine\n- [CLAUDE.md](claude-md/index.md)\n"
+        "# Mine \n- [CLAUDE.md](claude-md/index.md)\n"
+        "- [provider-memory.md](provider-memory-md/index.md)\n"
     )
     assert (fam.memory_dir / "index.md").read_text() == "# Memory\n\n- [I](imported/index.md)\n"
     assert [a["op"] for a in actions(fam)] == [
-        "rename", "mkdir", "create", "create", "edit", "create"
+        "rename", "rename", "mkdir", "create", "create", "mkdir", "create", "create", "edit",
+        "create",
     ]  # fmt: skip
 
 
 def test_apply_instructions_appends_and_a_rollback_takes_both_edits_back(fam: Group) -> None:
-    (fam.path / ".seed.md").write_text("Be kind.\n\n")
+    (fam.path / ".seed.md").write_text("Be kind. \n\n")
     (fam.path / "CLAUDE.md").write_text("You are Pip.\n")
     migrate.run(fam.path, today="2026-01-02")
-    proposed = (fam.path / ".memory-migration/proposed-instructions.md").read_text()
+    (fam.path / ".memory-migration/proposed-instructions.md").write_bytes(b"Caf\xe9 first.\n")
     assert migrate.apply_instructions(fam.path) == "instructions.prepend.md"
-    assert (fam.path / "instructions.prepend.md").read_text() == "Be kind.\n\n" + proposed
+    assert (fam.path / "instructions.prepend.md").read_text() == ("Be kind. \n\nCaf\ufffd first.\n")
     assert actions(fam)[-1] == {"op": "applied", "done": True}
     with pytest.raises(migrate.MigrationError) as again:
         migrate.apply_instructions(fam.path)
@@ -812,8 +815,10 @@ def test_a_rollback_refuses_a_source_that_exists_again_or_a_concept_swapped(
     fam: Group, tmp_path: Path
 ) -> None:
     (fam.path / "CLAUDE.md").write_text("Ada likes tea.\n")
+    (fam.path / "provider-memory.md").write_text("Bob likes trains.\n")
     migrate.run(fam.path)
     (fam.path / "CLAUDE.md").write_text("new\n")
+    (fam.path / "provider-memory.md").write_text("new\n")
     concept = fam.memory_dir / "imported/claude-md/notes.md"
     concept.unlink()
     concept.symlink_to(tmp_path / "elsewhere")
@@ -823,6 +828,8 @@ def test_a_rollback_refuses_a_source_that_exists_again_or_a_concept_swapped(
     assert (refused.value.message, refused.value.hint) == (
         "the rollback changes nothing: files changed since the migration: "
         "memory/imported/claude-md/notes.md (made by the migration, changed since); "
+        "provider-memory.md (exists again; its staged copy is "
+        ".memory-migration/staging/provider-memory.md); "
         "CLAUDE.md (exists again; its staged copy is .memory-migration/staging/CLAUDE.md)",
         "put them back as the migration left them (see the manifest), or undo by hand",
     )
@@ -1071,12 +1078,12 @@ def test_role_lines_of_every_file_are_proposed_together(fam: Group) -> None:
 def test_bytes_that_are_not_utf8_in_the_seed_and_the_index(fam: Group) -> None:
     (fam.path / ".seed.md").write_bytes(b"Caf\xe9 first.\n")
     (fam.path / "CLAUDE.md").write_text("Ada likes tea.\n")
-    index = b"# Memory \xff\n"
+    index = b"# Memory \xff \n"
     (fam.memory_dir / "index.md").write_bytes(index)
     migrate.run(fam.path, today="2026-01-02")
     assert (fam.path / "instructions.prepend.md").read_text() == "Caf\ufffd first.\n"
     assert (fam.memory_dir / "index.md").read_text() == (
-        "# Memory \ufffd\n\n" + IMPORTED_LINK + "\n"
+        "# Memory \ufffd \n\n" + IMPORTED_LINK + "\n"
     )
     migrate.rollback(fam.path)
     assert (fam.memory_dir / "index.md").read_bytes() == index
@@ -1111,6 +1118,12 @@ def test_a_source_gone_during_the_run_leaves_a_record_a_rollback_can_use(fam: Gr
         migrate.run(fam.path, step=remove)
     manifest = json.loads((fam.path / ".memory-migration/manifest.json").read_text())
     assert manifest["state"] == "running"
+    with pytest.raises(migrate.MigrationError) as unfinished:
+        migrate.approve(fam.path)
+    assert (unfinished.value.message, unfinished.value.hint) == (
+        "the migration of fam did not finish (running); it can only be rolled back",
+        "orchestrator skill run migrate-memory NAME --rollback",
+    )
     assert manifest["actions"] == [
         {"op": "rename", "source": "CLAUDE.md", "target": ".memory-migration/staging/CLAUDE.md",
          "done": True},
