@@ -136,11 +136,18 @@ class Mailbox:
 
     def wait(self, seconds: float) -> bool:
         """IDLE until the server reports new mail or ``seconds`` pass; whether it did.
-        A mail that came after the caller's last search is reported by a NOOP first
-        (the server tells an IDLE only what it has not told already)."""
+        A mail that came after the caller's last search is reported first, by that
+        search's answer or by a NOOP (the server tells an IDLE only what it has not told
+        already)."""
         client = self._client()
+        # A mail that came while an earlier command ran (the search that found nothing
+        # new, say) was announced in that command's answer: imapclient leaves such an
+        # EXISTS among imaplib's stored responses, and neither the NOOP nor the IDLE
+        # tells it again.
+        stored = getattr(getattr(client, "_imap", None), "untagged_responses", None)
+        announced = isinstance(stored, dict) and bool(stored.pop("EXISTS", None))
         _, pending = client.noop()
-        if _announces_mail(pending):
+        if announced or _announces_mail(pending):
             return True
         client.idle()
         self.idling = True
