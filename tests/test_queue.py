@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -41,39 +43,48 @@ def test_wal_and_durable_settings(queue: MessageQueue) -> None:
     assert queue._db.execute("PRAGMA busy_timeout").fetchone()[0] == 30_000
 
 
+@contextmanager
+def _changing(queue: MessageQueue, message_id: str) -> Iterator[None]:
+    """Inside: another thread's write transaction, which changed the message's text to
+    'changed', is open (its commit waits for the block's end). The block's reads must not
+    wait for it: when they did, the writer's 60 s wait runs out and the check fails."""
+    import threading
+
+    writing, done = threading.Event(), threading.Event()
+    released: list[bool] = []
+
+    def write(db) -> None:  # type: ignore[no-untyped-def]
+        db.execute("UPDATE messages SET text='changed' WHERE id=?", (message_id,))
+        writing.set()
+        released.append(done.wait(60))  # False: the reads waited for the writer
+
+    writer = threading.Thread(target=queue.transaction, args=(write,))
+    writer.start()
+    try:
+        assert writing.wait(60)
+        yield
+    finally:
+        done.set()
+        writer.join()
+    assert released == [True]
+
+
 def test_the_dispatchers_reads_do_not_wait_for_a_transaction_in_progress(
     queue: MessageQueue,
 ) -> None:
     """runnable, next_wakeup, get, files_of and pauses read on a connection of their own: another
     thread's write transaction (its commit's sync included) does not hold them up, and
     they see what was committed before it."""
-    import threading
-
     message = put(queue)
     report = ReplyFile(0, "report.txt", "text/plain", 5, "document", "/outbox/report.txt")
     assert queue.add_file_reply(message.id, "the report", report)
-    writing, done = threading.Event(), threading.Event()
-    released: list[bool] = []
-
-    def write(db) -> None:  # type: ignore[no-untyped-def]
-        db.execute("UPDATE messages SET text='changed' WHERE id=?", (message.id,))
-        writing.set()
-        released.append(done.wait(60))  # False: the reads below waited for the writer
-
-    writer = threading.Thread(target=queue.transaction, args=(write,))
-    writer.start()
-    try:
-        assert writing.wait(60)
+    with _changing(queue, message.id):
         assert [m.id for m in queue.runnable()] == [message.id]
         assert queue.next_wakeup() is None
         assert queue.pauses() == []
         found = queue.get(message.id)
         assert found is not None and found.text == "hi"  # not the uncommitted change
         assert queue.files_of(message.id) == {0: report}
-    finally:
-        done.set()
-        writer.join()
-    assert released == [True]
     assert queue.get(message.id).text == "changed"  # type: ignore[union-attr]
 
 
@@ -82,29 +93,12 @@ def test_a_read_outside_a_transaction_does_not_wait_for_one_in_progress(
 ) -> None:
     """read and read_one (every store's reads) run on the reader's connection: another
     thread's write transaction does not hold them up, and they see what was committed."""
-    import threading
-
     message = put(queue)
-    writing, done = threading.Event(), threading.Event()
-    released: list[bool] = []
-
-    def write(db) -> None:  # type: ignore[no-untyped-def]
-        db.execute("UPDATE messages SET text='changed' WHERE id=?", (message.id,))
-        writing.set()
-        released.append(done.wait(60))  # False: the reads below waited for the writer
-
-    writer = threading.Thread(target=queue.transaction, args=(write,))
-    writer.start()
-    try:
-        assert writing.wait(60)
+    with _changing(queue, message.id):
         sql = "SELECT text FROM messages WHERE id=?"
         assert queue.read(sql, (message.id,)) == [("hi",)]
         assert queue.read_one(sql, (message.id,)) == ("hi",)
         assert queue.in_flight("g") == 0
-    finally:
-        done.set()
-        writer.join()
-    assert released == [True]
     assert queue.read_one("SELECT text FROM messages WHERE id=?", (message.id,)) == ("changed",)
 
 
