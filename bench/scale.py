@@ -156,23 +156,23 @@ def run(quick: bool) -> Result:
             floor = Series("one message at a time to a warm group (HTTP, long poll)")
             for n in range(20 if quick else 50):
                 floor.samples.append(api.say(chosen[n % len(chosen)], "c0"))
+
+            def load(series: Series) -> float:
+                """W messages over the active groups' chats c0..c2, 8 in flight: the rate."""
+                started = time.perf_counter()
+                with ThreadPoolExecutor(8) as pool:
+                    series.samples.extend(
+                        pool.map(lambda n: api.say(chosen[n % active], f"c{n % 3}"), range(warm))
+                    )
+                return warm / (time.perf_counter() - started)
+
             target = Series(f"a message among {warm}, 8 in flight over {active} groups")
-            started = time.perf_counter()
-            with ThreadPoolExecutor(8) as pool:
-                target.samples.extend(
-                    pool.map(lambda n: api.say(chosen[n % active], f"c{n % 3}"), range(warm))
-                )
-            rate = warm / (time.perf_counter() - started)
+            rate = load(target)
             # The same load again, every chat now open: each message continues a context.
             # (Above, the first message of chats c1 and c2 in each group opened a fresh
             # context, running the session-start hook: a process each.)
             opened = Series(f"a message among {warm}, 8 in flight, every chat open")
-            started = time.perf_counter()
-            with ThreadPoolExecutor(8) as pool:
-                opened.samples.extend(
-                    pool.map(lambda n: api.say(chosen[n % active], f"c{n % 3}"), range(warm))
-                )
-            open_rate = warm / (time.perf_counter() - started)
+            open_rate = load(opened)
             status = statistics.median(_timed(lambda: _cli(home, env, "status")) for _ in range(3))
             listing = statistics.median(
                 _timed(lambda: _cli(home, env, "group", "list", "--json")) for _ in range(3)
