@@ -874,6 +874,20 @@ def test_results_come_from_other_files_past_a_file_of_many_chunks(
     assert paths(index, "bison", 2) == ["memory/many.md", "memory/one.md"]
 
 
+def test_a_file_of_more_strong_chunks_than_four_per_result_leaves_room_for_the_others(
+    index: MemoryIndex, memory: Path
+) -> None:
+    # 12 chunks of bison.md outrank every chunk of the other files; a search for 2 files
+    # must still find 2 (the best chunk of each file, not the best 8 chunks)
+    chunks = "\n".join(f"# Part {i}\nbison bison bison\nmore" for i in range(12))
+    write(memory, {"bison.md": chunks, "z.md": "# Zed\n\nbison, and much else besides here\n"})
+    write(memory, {f"filler/{i}.md": f"# Filler {i}\n\nunrelated text {i}\n" for i in range(40)})
+    index.update()
+    found = index.search("bison", 2)
+    assert [h.path for h in found] == ["memory/bison.md", "memory/z.md"]
+    assert found[0].score > found[1].score > 0
+
+
 # hybrid
 
 

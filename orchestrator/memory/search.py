@@ -679,16 +679,19 @@ class MemoryIndex:
             vectors = self._vectors()
             if vectors is not None:
                 return self._hybrid(query, match, limit, *vectors)
+        # each file's best chunk (SQLite takes a bare column's value from the row that
+        # MIN() chose), so a file with many strong chunks cannot crowd out the others
+        # (MATERIALIZED: bm25() works only in the full-text query itself, which
+        # flattening the subquery into the grouping would undo)
         sql = (
-            "SELECT c.id, c.path, c.start_line, c.end_line,"
+            "WITH scored AS MATERIALIZED ("
+            " SELECT c.id, c.path, c.start_line, c.end_line,"
             f" bm25(fts, {PATH_WEIGHT}, {TEXT_WEIGHT}) * c.weight AS score"
-            " FROM fts JOIN chunks c ON c.id = fts.rowid"
-            " WHERE fts MATCH ? ORDER BY score LIMIT ?"
+            " FROM fts JOIN chunks c ON c.id = fts.rowid WHERE fts MATCH ?)"
+            " SELECT id, path, start_line, end_line, MIN(score) AS best FROM scored"
+            " GROUP BY path ORDER BY best, path LIMIT ?"
         )
-        rows = _retry_busy(lambda: self.db.execute(sql, (match, limit * 4)).fetchall())
-        best: dict[str, Any] = {}
-        for r in rows:
-            best.setdefault(str(r[1]), r)
+        rows = _retry_busy(lambda: self.db.execute(sql, (match, limit)).fetchall())
         return [
             Hit(
                 f"memory/{r[1]}",
@@ -697,7 +700,7 @@ class MemoryIndex:
                 self._snippet(int(r[0]), match),
                 round(-float(r[4]), 4),
             )
-            for r in list(best.values())[:limit]
+            for r in rows
         ]
 
     def _match(self, query: str) -> str | None:
