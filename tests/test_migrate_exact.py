@@ -255,6 +255,15 @@ def test_fences_hide_headings_until_a_matching_fence_closes_them() -> None:
     ]
 
 
+def test_a_heading_indented_by_up_to_three_spaces_is_a_heading() -> None:
+    text = "intro\n   ## Three\nx\n    # four spaces: code\n # One\n\t# a tab: not one\n"
+    assert sections_of(text) == [
+        ("Overview", 1, 1, ["intro"]),
+        ("Three", 2, 4, ["   ## Three", "x", "    # four spaces: code"]),
+        ("One", 5, 6, [" # One", "\t# a tab: not one"]),
+    ]
+
+
 def test_blank_lines_before_the_first_heading_make_no_overview() -> None:
     assert sections_of("\n  \n# A\nx\n") == [("A", 3, 4, ["# A", "x"])]
 

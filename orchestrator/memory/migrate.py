@@ -57,7 +57,7 @@ CONCEPT_TYPE = "imported-note"
 PAUSE_HOLDER = "migrate-memory"
 SOURCE_MAX_BYTES = 8 * 1024 * 1024  # one legacy file; larger ones stop the run
 STAGED, APPROVED = "staged", "approved"
-_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
+_HEADING = re.compile(r"^ {0,3}(#{1,6})\s+(.+?)\s*#*\s*$")  # CommonMark: up to 3 spaces
 _FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 _BULLET = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+\S")
 # The name a concept file or folder gets from a title: at most this many characters,
