@@ -305,6 +305,58 @@ def test_hooks_failures_are_skipped(tmp_path: Path) -> None:
     }
 
 
+def test_the_shipped_memory_hook_runs_in_process_with_the_commands_output(
+    settings: AgentSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = settings.agent_dir
+    (agent / "memory/index.md").write_text("# Index\n\n- [[pets]]: the cat is grey\n")
+    by_process = run_session_start([MEMORY_HOOK], source="startup", session_id="s", agent_dir=agent)
+    import subprocess
+
+    def no_process(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"a process was started: {args}")
+
+    monkeypatch.setattr(subprocess, "run", no_process)
+    (shipped,) = load_hooks()
+    for source in ("startup", "clear", "compact"):
+        assert (
+            run_session_start([shipped], source=source, session_id="s", agent_dir=agent)
+            == by_process
+        )
+    assert "the cat is grey" in by_process[0] and by_process[0].startswith("## Memory")
+    # a matcher that takes resume (the shipped one does not): the hook itself prints nothing
+    everything = CommandHook(".*", shipped.command)
+    assert run_session_start([everything], source="resume", session_id="s", agent_dir=agent) == []
+
+
+def test_a_failing_in_process_memory_hook_is_logged_and_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import orchestrator.memory.reading as reading
+
+    def broken(agent_dir: str) -> str:
+        raise ValueError("bad memory")
+
+    monkeypatch.setattr(reading, "render_memory", broken)
+    after = CommandHook("startup", (sys.executable, "-c", "print('next hook')"))
+    with caplog.at_level("WARNING"):
+        out = run_session_start(
+            [*load_hooks(), after], source="startup", session_id="s", agent_dir=tmp_path
+        )
+    assert out == ["next hook"]
+    assert caplog.messages == ["SessionStart hook orchestrator failed (bad memory); skipped"]
+
+
+def test_the_in_process_memory_hook_output_is_cut_at_64000_characters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import orchestrator.memory.reading as reading
+
+    monkeypatch.setattr(reading, "render_memory", lambda agent_dir: " " + "y" * 70000)
+    [output] = run_session_start(load_hooks(), source="startup", session_id="s", agent_dir=tmp_path)
+    assert output == "y" * 63_999
+
+
 def test_shipped_hooks_config() -> None:
     (hook,) = load_hooks()
     assert hook.command == ("orchestrator", "hook", "session-start")

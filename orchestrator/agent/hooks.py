@@ -12,6 +12,12 @@ Each hook gets the event as JSON on stdin, and its fields in the environment as 
 a hook that reads those needs no JSON parser, whose import is most of a short hook's
 start); its stdout joins the fresh context. A hook that fails, times out or cannot start
 is logged and skipped: the turn goes on.
+
+The shipped memory hook (exactly ``["orchestrator", "hook", "session-start"]``) is the
+runner's own code: it runs in the runner's process, with the same output as the command
+(``orchestrator.agent.memory_hook``), without the start of an interpreter at each fresh
+context. Its reads are bounded (two files, each read through the confined file layer up
+to its cap; a FIFO never blocks them), so it needs no timeout of its own.
 """
 
 from __future__ import annotations
@@ -75,6 +81,17 @@ def load_hooks(path: Path | None = None) -> list[CommandHook]:
     return hooks
 
 
+# the shipped memory hook's command: run in-process (see the module's docstring)
+BUILTIN_MEMORY_HOOK = ("orchestrator", "hook", "session-start")
+
+
+def _builtin_memory(source: str, agent_dir: Path) -> str:
+    """What ``orchestrator hook session-start`` prints for this event."""
+    from orchestrator.memory.reading import INJECT_SOURCES, render_memory
+
+    return render_memory(str(agent_dir)) if source in INJECT_SOURCES else ""
+
+
 def _resolve_command(command: tuple[str, ...]) -> list[str]:
     """Our own console script is found beside this Python when it is not on PATH."""
     import shutil
@@ -90,8 +107,29 @@ def run_session_start(
     hooks: list[CommandHook], *, source: str, session_id: str, agent_dir: Path
 ) -> list[str]:
     """Run the hooks matching ``source``; return the stdout of each that succeeded."""
+    outputs: list[str] = []
+    for hook in hooks:
+        if not hook.matches(source):
+            continue
+        if hook.command == BUILTIN_MEMORY_HOOK:
+            try:
+                printed = _builtin_memory(source, agent_dir)
+            except Exception as exc:  # as a failing hook process: logged, skipped
+                log.warning("SessionStart hook %s failed (%s); skipped", hook.command[0], exc)
+                continue
+        else:
+            printed = _run_command(hook, source=source, session_id=session_id, agent_dir=agent_dir)
+            if printed is None:
+                continue
+        if printed.strip():
+            outputs.append(printed[:HOOK_OUTPUT_MAX_CHARS].strip())
+    return outputs
+
+
+def _run_command(hook: CommandHook, *, source: str, session_id: str, agent_dir: Path) -> str | None:
+    """The stdout of one hook's process, or None (logged) when it failed."""
     import os
-    import subprocess  # only fresh contexts need it; keeps the runner's start light
+    import subprocess  # only a configured hook process needs it; keeps the runner light
 
     event = json.dumps({"source": source, "session_id": session_id, "agent_dir": str(agent_dir)})
     env = {
@@ -100,36 +138,30 @@ def run_session_start(
         "ORCHESTRATOR_SESSION_ID": session_id,
         AGENT_DIR_VARIABLE: str(agent_dir),
     }
-    outputs: list[str] = []
-    for hook in hooks:
-        if not hook.matches(source):
-            continue
-        try:
-            result = subprocess.run(
-                _resolve_command(hook.command),
-                input=event,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=hook.timeout,
-                errors="replace",
-            )
-        except subprocess.TimeoutExpired:
-            log.warning(
-                "SessionStart hook %s timed out after %.0fs; skipped", hook.command[0], hook.timeout
-            )
-            continue
-        except OSError as exc:
-            log.warning("SessionStart hook %s could not start (%s); skipped", hook.command[0], exc)
-            continue
-        if result.returncode != 0:
-            log.warning(
-                "SessionStart hook %s exited %d; skipped: %s",
-                hook.command[0],
-                result.returncode,
-                result.stderr.strip()[:200],
-            )
-            continue
-        if result.stdout.strip():
-            outputs.append(result.stdout[:HOOK_OUTPUT_MAX_CHARS].strip())
-    return outputs
+    try:
+        result = subprocess.run(
+            _resolve_command(hook.command),
+            input=event,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=hook.timeout,
+            errors="replace",
+        )
+    except subprocess.TimeoutExpired:
+        log.warning(
+            "SessionStart hook %s timed out after %.0fs; skipped", hook.command[0], hook.timeout
+        )
+        return None
+    except OSError as exc:
+        log.warning("SessionStart hook %s could not start (%s); skipped", hook.command[0], exc)
+        return None
+    if result.returncode != 0:
+        log.warning(
+            "SessionStart hook %s exited %d; skipped: %s",
+            hook.command[0],
+            result.returncode,
+            result.stderr.strip()[:200],
+        )
+        return None
+    return result.stdout
