@@ -9,8 +9,10 @@ group's chats c1 and c2 among them opens a fresh context (its session-start hook
 so the same W messages are sent again once every chat is open. The floor: the same
 message path, one message at a time to a warm group, in the same run; the ratio is what
 load adds to a message's median. Also printed: the registration time, the cold first
-replies (p50, p99), the warm p99 and rate, the daemon's memory, and how long ``status``
-and ``group list --json`` take with N groups.
+replies (p50, p99), the warm p99 and rate, the CPU time a message of the every-chat-open
+load costs the load's own HTTP clients, the daemon and the containers (the engine's own
+processes are not counted: they may run where this process cannot see them), the daemon's
+memory, and how long ``status`` and ``group list --json`` take with N groups.
 
 Goals: cold first reply p99 <= 1 s, warm p99 <= 50 ms, daemon RSS <= 100 MiB, status
 <= 0.5 s, group list --json <= 0.3 s.
@@ -89,6 +91,30 @@ def _cli(home: Path, env: dict[str, str], *args: str) -> subprocess.CompletedPro
         env=env,
         check=True,
     )
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process (every thread of it), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_of(client: object, project: str, daemon_pid: int) -> dict[str, float]:
+    """CPU seconds used so far by this process (the load's HTTP clients), the daemon, and
+    the project's containers together (the engine's own accounting of each)."""
+    api = client.api  # type: ignore[attr-defined]
+    rows = api.containers(filters={"label": f"org.orchestrator.project={project}"})
+    containers = sum(
+        api.stats(row["Id"], stream=False, one_shot=True)["cpu_stats"]["cpu_usage"][
+            "total_usage"
+        ]
+        for row in rows
+    )
+    return {
+        "load": time.process_time(),
+        "daemon": _cpu_seconds(daemon_pid),
+        "containers": containers / 1e9,
+    }
 
 
 def _timed(run: object) -> float:
@@ -172,7 +198,15 @@ def run(quick: bool) -> Result:
             # (Above, the first message of chats c1 and c2 in each group opened a fresh
             # context, running the session-start hook: a process each.)
             opened = Series(f"a message among {warm}, 8 in flight, every chat open")
+            before = _cpu_of(client, project, daemon.pid)
             open_rate = load(opened)
+            after = _cpu_of(client, project, daemon.pid)
+            # where a warm message's CPU goes (ms per message), measured as CPU time, so
+            # other work on the machine does not count in it
+            extra |= {
+                f"cpu_ms_per_message_{part}": round((after[part] - before[part]) * 1000 / warm, 2)
+                for part in before
+            }
             status = statistics.median(_timed(lambda: _cli(home, env, "status")) for _ in range(3))
             listing = statistics.median(
                 _timed(lambda: _cli(home, env, "group", "list", "--json")) for _ in range(3)

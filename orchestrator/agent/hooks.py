@@ -118,9 +118,10 @@ def run_session_start(
                 log.warning("SessionStart hook %s failed (%s); skipped", hook.command[0], exc)
                 continue
         else:
-            printed = _run_command(hook, source=source, session_id=session_id, agent_dir=agent_dir)
-            if printed is None:
+            ran = _run_command(hook, source=source, session_id=session_id, agent_dir=agent_dir)
+            if ran is None:
                 continue
+            printed = ran
         if printed.strip():
             outputs.append(printed[:HOOK_OUTPUT_MAX_CHARS].strip())
     return outputs
