@@ -105,9 +105,7 @@ def _cpu_of(client: object, project: str, daemon_pid: int) -> dict[str, float]:
     api = client.api  # type: ignore[attr-defined]
     rows = api.containers(filters={"label": f"org.orchestrator.project={project}"})
     containers = sum(
-        api.stats(row["Id"], stream=False, one_shot=True)["cpu_stats"]["cpu_usage"][
-            "total_usage"
-        ]
+        api.stats(row["Id"], stream=False, one_shot=True)["cpu_stats"]["cpu_usage"]["total_usage"]
         for row in rows
     )
     return {
