@@ -655,6 +655,20 @@ def test_a_server_message_is_a_group_chat_titled_by_server_and_channel(
     )
 
 
+def test_a_server_channel_the_client_does_not_know_has_no_channel_name_to_title(
+    server: FakeDiscord, chats: ChatStore
+) -> None:
+    """A channel missing from the client's cache (a partial one, without a name): the
+    title falls back to the sender's, with no "#None"."""
+    data = server.message("1200000000000000077", BOB, "from an unknown channel")
+    [got] = handled(server, chats, data)
+    assert (got.chat, got.group_chat, got.title) == (
+        "1200000000000000077",
+        True,
+        "direct messages with bob",
+    )
+
+
 def test_a_thread_is_a_thread_of_its_parent_channel(server: FakeDiscord, chats: ChatStore) -> None:
     thread = server.new_id()
     server.threads[thread] = TEXT_CHANNEL
