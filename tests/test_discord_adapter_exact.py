@@ -912,6 +912,7 @@ def test_a_voice_attachment_without_the_flag_is_a_voice_note_with_its_length(
     item = server.add_file("voice-message.ogg", "audio/ogg", b"OggS voice", DM)
     item.update(duration_secs=7.5, waveform="AAAA")
     plain = server.add_file("song.ogg", "audio/ogg", b"OggS song", DM)
+    plain.update(duration_secs=3.0)  # a length without a waveform: not a voice message
     voice, song = stored_files(server, chats, tmp_path, [item, plain])
     assert voice == StoredFile(voice.name, "audio/ogg", 10, "voice", 7.5, "voice-message.ogg",
                                "voice message")  # fmt: skip
