@@ -356,6 +356,20 @@ def test_the_events_queue_messages_and_report_the_connection(chats: ChatStore) -
     assert core.errors == ["the gateway connection closed; reconnecting"]
 
 
+def test_the_gateway_up_again_starts_the_login_backoff_over(chats: ChatStore) -> None:
+    made, _ = make(chats)
+
+    async def main() -> list[float]:
+        seen = []
+        for event in (made.on_ready, made.on_resumed):
+            made.backoff.seconds = 32.0  # after failed logins
+            await event()
+            seen.append(made.backoff.seconds)
+        return seen
+
+    assert asyncio.run(main()) == [1.0, 1.0]
+
+
 # the read loop
 
 

@@ -80,6 +80,8 @@ class DiscordAdapter(AdapterBase):
         self.client: discord.Client | None = None
         self.inbox: asyncio.Queue[discord.Message] = asyncio.Queue()
         self.gateway: asyncio.Task[None] | None = None
+        # the wait before logging in again; back to its start once the gateway is up
+        self.backoff = Backoff()
 
     @property
     def name(self) -> str:
@@ -147,9 +149,11 @@ class DiscordAdapter(AdapterBase):
 
     async def on_ready(self) -> None:
         self.core.polled()
+        self.backoff.reset()
 
     async def on_resumed(self) -> None:
         self.core.polled()
+        self.backoff.reset()
 
     async def on_disconnect(self) -> None:
         self.core.error("the gateway connection closed; reconnecting")
@@ -159,8 +163,9 @@ class DiscordAdapter(AdapterBase):
     async def receive(self) -> None:
         """The gateway (discord.py reconnects and resumes by itself); when it gives up
         (a token revoked, an intent refused) the error goes to the health and the bot
-        logs in again after a backoff."""
-        backoff = Backoff()
+        logs in again after a backoff, which starts again from its first wait once the
+        gateway is up (ready or resumed)."""
+        backoff = self.backoff
         while True:
             if self.client is None:
                 try:
