@@ -1217,3 +1217,13 @@ def test_a_run_over_a_source_at_the_size_limit_can_be_rolled_back(fam: Group) ->
     assert concept.stat().st_size > LIMIT + 1  # its frontmatter and fence come on top
     assert "removed memory/imported/claude-md/notes.md" in migrate.rollback(fam.path)
     assert migrate.tree_digest(fam.path) == before
+
+
+def test_a_tree_digest_tells_a_fifo_and_its_kind(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_text("x")
+    empty = migrate.tree_digest(tmp_path)
+    os.mkfifo(tmp_path / "pipe")
+    with_fifo = migrate.tree_digest(tmp_path)  # never opened: this does not block
+    (tmp_path / "pipe").unlink()
+    (tmp_path / "pipe").write_text("")
+    assert len({empty, with_fifo, migrate.tree_digest(tmp_path)}) == 3

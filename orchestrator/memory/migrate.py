@@ -964,7 +964,8 @@ def _mover(group: ConfinedDir, target: str, source: str) -> Callable[[], None]:
 
 
 def tree_digest(root: Path) -> str:
-    """A digest of every entry under ``root`` (names, kinds, bytes, link targets), for
+    """A digest of every entry under ``root`` (names, kinds, bytes, link targets; a
+    FIFO, socket or device by its kind alone, never opened), for
     checking that a dry run or a rollback left a tree exactly as it was."""
     digest = hashlib.sha256()
     for entry in sorted(_walk(root)):
@@ -984,3 +985,5 @@ def _walk(root: Path) -> Iterator[bytes]:
             elif stat.S_ISREG(st.st_mode):
                 with open(path, "rb") as handle:
                     yield f"f {rel}/{name} ".encode() + hashlib.sha256(handle.read()).digest()
+            elif not stat.S_ISDIR(st.st_mode):  # a FIFO, socket or device: its kind
+                yield f"o {rel}/{name} {stat.S_IFMT(st.st_mode):o}".encode()
