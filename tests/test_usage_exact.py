@@ -313,7 +313,19 @@ def test_by_day_takes_every_call_by_default(usage: UsageStore) -> None:
 def test_by_day_sorts_the_unkeyed_first(usage: UsageStore) -> None:
     usage.record(call(purpose=""))
     usage.record(call(purpose="a"))
-    assert [(d.key, d.requests) for d in usage.by_day(by="purpose")] == [(None, 1), ("a", 1)]
+    usage.record(call(purpose="A"))
+    assert [(d.key, d.requests) for d in usage.by_day(by="purpose")] == [
+        (None, 1),
+        ("A", 1),
+        ("a", 1),
+    ]
+
+
+def test_by_day_sums_the_cache_tokens_of_every_quarter(usage: UsageStore) -> None:
+    usage.record(call(started=10.0, cache_read_tokens=1, cache_write_tokens=10))
+    usage.record(call(started=5000.0, cache_read_tokens=100, cache_write_tokens=1000))
+    (day,) = usage.by_day()
+    assert (day.cache_read_tokens, day.cache_write_tokens) == (101, 1010)
 
 
 def test_by_day_rounds_means_and_costs(usage: UsageStore) -> None:
