@@ -434,7 +434,9 @@ def test_a_quiet_link_is_checked_every_ten_seconds(chats: ChatStore, checks: lis
     made.socket = cast(Any, link)
 
     async def main() -> None:
-        await run_until(made.receive(), lambda: core.saves >= 2)
+        # a check goes on reading: the loop returns only when cancelled
+        assert await run_until(made.receive(), lambda: core.saves >= 2) is None
+        assert core.saves >= 2 and len(checks) >= 2
         made.events.put_nowait(payload(event("after the checks")))
         await run_until(made.receive(), lambda: core.routed)
 
