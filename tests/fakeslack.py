@@ -467,6 +467,10 @@ class FakeSlack:
         if self._token(request) != self.bot_token:
             return web.Response(status=403, text="no access")
         file_id = request.match_info["file"].removeprefix(f"{TEAM}-")
+        if file_id == "F302":  # a redirect elsewhere, with a page of its own
+            return web.Response(
+                status=302, headers={"Location": "http://127.0.0.2:9/"}, text="moved"
+            )
         if file_id not in self.files:
             return web.Response(status=404)
         return web.Response(body=self.files[file_id], content_type="application/octet-stream")

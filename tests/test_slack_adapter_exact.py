@@ -937,6 +937,24 @@ def test_a_file_elsewhere_or_refused_is_not_fetched_and_the_sender_told(
     assert second.startswith(f"Slack account fuzzbot: file {missing} not fetched: 404, ")
 
 
+def test_a_redirect_is_not_taken_for_the_file(
+    server: FakeSlack, chats: ChatStore, root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    moved = {
+        **server.add_file("F3", "c.pdf", "application/pdf", b"%PDF"),
+        "url_private_download": f"{server.url}/files-pri/{TEAM}-F302/download/c.pdf",
+    }
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        assert fetched(server, chats, root, files_of(moved)) == Refusal(
+            "Sorry, I could not fetch that file from Slack."
+        )
+    assert logged(caplog) == [
+        f"Slack account fuzzbot: file {moved['url_private_download']} not fetched: "
+        "Slack answered HTTP 302, not the file"
+    ]
+    assert not list(root.rglob("inbox/*"))
+
+
 class Answer:
     """A stand-in for an aiohttp response: its status and body."""
 

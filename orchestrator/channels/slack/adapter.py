@@ -350,6 +350,8 @@ class SlackAdapter(AdapterBase):
         headers = {"Authorization": f"Bearer {self.bot_token}"}
         async with self.http.get(url, headers=headers, allow_redirects=False) as response:
             response.raise_for_status()
+            if response.status != 200:  # a redirect, not followed: the token would go along
+                raise FileElsewhere(f"Slack answered HTTP {response.status}, not the file")
             data = bytearray()
             async for chunk in response.content.iter_chunked(65536):
                 data += chunk

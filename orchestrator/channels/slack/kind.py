@@ -82,8 +82,7 @@ KIND = AccountKind(
         KindOption(
             "api_url",
             "URL",
-            "The app's API base URL, for a self-hosted Telegram Bot API server or a test "
-            "server (default: the app's own).",
+            "The Web API's base URL, for a proxy or a test server (default: Slack's own).",
         ),
         KindOption(
             "attachments_max_bytes",
