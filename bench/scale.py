@@ -4,9 +4,11 @@ A home with N registered groups (1,000; --quick 100), registered by the CLI 4 at
 the daemon as its own process (``orchestrator serve``) with the HTTP API; the first
 message of each of M active groups (50; --quick 10) sent 4 at a time (each a cold
 start: no container yet), then W messages (400; --quick 80) over those groups with 8 in
-flight, each timed from its POST to its reply (a long poll); the first message of each
-group's chats c1 and c2 among them opens a fresh context (its session-start hook runs),
-so the same W messages are sent again once every chat is open. The floor: the same
+flight, each timed from its POST to its reply (one POST with ``?wait``, each client
+thread keeping its connection); the first message of each group's chats c1 and c2
+among them opens a fresh context (its session-start hook runs), so the same W messages
+are sent again once every chat is open, and then once more the older way (a POST, then
+a long poll, each on a new connection). The floor: the same
 message path, one message at a time to a warm group, in the same run; the ratio is what
 load adds to a message's median. Also printed: the registration time, the cold first
 replies (p50, p99), the warm p99 and rate, the CPU time a message of the every-chat-open
@@ -21,6 +23,7 @@ Goals: cold first reply p99 <= 1 s, warm p99 <= 50 ms, daemon RSS <= 100 MiB, st
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import secrets
@@ -29,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 import uuid
@@ -54,31 +58,60 @@ def _free_port() -> int:
 
 
 class _Api:
+    """The load's HTTP client: each thread keeps one connection open (as a bridge's HTTP
+    library does), or, with ``fresh``, opens one per request (as urllib does)."""
+
     def __init__(self, port: int, token: str) -> None:
+        self.port = port
         self.base = f"http://127.0.0.1:{port}"
         self.token = token
+        self.local = threading.local()
 
-    def call(self, method: str, path: str, body: dict[str, object] | None = None) -> dict:  # type: ignore[type-arg]
+    def call(
+        self, method: str, path: str, body: dict[str, object] | None = None, fresh: bool = False
+    ) -> dict:  # type: ignore[type-arg]
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(
-            self.base + path,
-            data=data,
-            method=method,
-            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=120) as answer:
-            return json.loads(answer.read())  # type: ignore[no-any-return]
+        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
+        if fresh:
+            request = urllib.request.Request(
+                self.base + path, data=data, method=method, headers=headers
+            )
+            with urllib.request.urlopen(request, timeout=120) as answer:
+                return json.loads(answer.read())  # type: ignore[no-any-return]
+        for attempt in (1, 2):
+            kept = getattr(self.local, "connection", None)
+            connection = kept or http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+            self.local.connection = connection
+            try:
+                connection.request(method, path, body=data, headers=headers)
+                answer = connection.getresponse()
+                payload = answer.read()
+            except Exception as exc:
+                connection.close()
+                self.local.connection = None
+                # the server closed a kept connection that sat idle: nothing was read
+                # from it, so the request is sent once more on a new one
+                closed = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
+                if kept is None or attempt == 2 or not isinstance(exc, closed):
+                    raise
+                continue
+            if answer.status >= 400:
+                raise RuntimeError(f"{method} {path}: HTTP {answer.status}: {payload[:300]!r}")
+            return json.loads(payload)  # type: ignore[no-any-return]
+        raise AssertionError("unreachable")
 
-    def say(self, group: str, chat: str) -> float:
-        """Seconds from the POST to the reply stored (the long poll answered done)."""
+    def say(self, group: str, chat: str, two_requests: bool = False) -> float:
+        """Seconds from the POST to the reply stored: one POST that waits for it, or
+        (``two_requests``, each on a new connection) a POST and then a long poll."""
         started = time.perf_counter()
-        posted = self.call(
-            "POST", f"/v1/groups/{group}/messages", {"text": "hello", "sender": "b", "chat": chat}
-        )
-        while True:
-            found = self.call("GET", f"/v1/messages/{posted['id']}?wait=60")
-            if found["state"] in ("done", "dead"):
-                break
+        body: dict[str, object] = {"text": "hello", "sender": "b", "chat": chat}
+        if two_requests:
+            posted = self.call("POST", f"/v1/groups/{group}/messages", body, fresh=True)
+            found = posted
+        else:
+            found = self.call("POST", f"/v1/groups/{group}/messages?wait=60", body)
+        while found["state"] not in ("done", "dead"):
+            found = self.call("GET", f"/v1/messages/{found['id']}?wait=60", fresh=two_requests)
         assert found["state"] == "done", found
         return time.perf_counter() - started
 
@@ -181,12 +214,15 @@ def run(quick: bool) -> Result:
             for n in range(20 if quick else 50):
                 floor.samples.append(api.say(chosen[n % len(chosen)], "c0"))
 
-            def load(series: Series) -> float:
+            def load(series: Series, two_requests: bool = False) -> float:
                 """W messages over the active groups' chats c0..c2, 8 in flight: the rate."""
                 started = time.perf_counter()
                 with ThreadPoolExecutor(8) as pool:
                     series.samples.extend(
-                        pool.map(lambda n: api.say(chosen[n % active], f"c{n % 3}"), range(warm))
+                        pool.map(
+                            lambda n: api.say(chosen[n % active], f"c{n % 3}", two_requests),
+                            range(warm),
+                        )
                     )
                 return warm / (time.perf_counter() - started)
 
@@ -203,6 +239,19 @@ def run(quick: bool) -> Result:
             # other work on the machine does not count in it
             extra |= {
                 f"cpu_ms_per_message_{part}": round((after[part] - before[part]) * 1000 / warm, 2)
+                for part in before
+            }
+            # The same again the older way: a POST, then a long poll, each on a new
+            # connection (what a client without kept connections, or without ?wait on
+            # the POST, sends).
+            older = Series(f"a message among {warm}, every chat open, POST then long poll")
+            before = _cpu_of(client, project, daemon.pid)
+            older_rate = load(older, two_requests=True)
+            after = _cpu_of(client, project, daemon.pid)
+            extra |= {
+                f"two_requests_cpu_ms_per_message_{part}": round(
+                    (after[part] - before[part]) * 1000 / warm, 2
+                )
                 for part in before
             }
             status = statistics.median(_timed(lambda: _cli(home, env, "status")) for _ in range(3))
@@ -224,6 +273,9 @@ def run(quick: bool) -> Result:
                 "open_chats_p50_ms": round(opened.median * 1000, 1),
                 "open_chats_p99_ms": round(opened.p99 * 1000, 1),
                 "open_chats_messages_per_second": round(open_rate, 1),
+                "two_requests_p50_ms": round(older.median * 1000, 1),
+                "two_requests_p99_ms": round(older.p99 * 1000, 1),
+                "two_requests_messages_per_second": round(older_rate, 1),
                 "daemon_rss_mib": round(rss_kib / 1024, 1),
                 "status_seconds": round(status, 3),
                 "group_list_json_seconds": round(listing, 3),

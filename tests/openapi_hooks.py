@@ -136,13 +136,15 @@ def bridge_stays_within_its_senders(ctx: Any, response: Any, case: Any) -> bool 
         body: Any = json.loads(response.content)
     except ValueError:
         body = None
-    if operation == "sendMessage" and status == 202:
+    if operation == "sendMessage" and status in (200, 202):  # 200: sent with ?wait
         sender = case.body.get("sender") if isinstance(case.body, dict) else None
         if not (isinstance(sender, str) and sender.startswith(PREFIX)):
             raise AssertionError(f"the bridge queued a message as {sender!r}")
     if operation in ("getMessage", "getFile") and _message_id(case) in FOREIGN and status < 400:
         raise AssertionError(f"the bridge read message {_message_id(case)} (HTTP {status})")
-    reads_one = operation == "getMessage" and status == 200 and isinstance(body, dict)
+    reads_one = (
+        operation in ("getMessage", "sendMessage") and status == 200 and isinstance(body, dict)
+    )
     if reads_one and not str(body.get("sender")).startswith(PREFIX):
         raise AssertionError(f"the bridge read a message of {body.get('sender')!r}")
     if operation == "chatMessages" and status == 200 and isinstance(body, dict):

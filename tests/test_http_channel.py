@@ -921,3 +921,96 @@ def test_a_file_a_reply_carries_is_fetched_from_the_outbox(daemon: Daemon) -> No
     assert local(daemon.queue.get(message.id) or message)["files"][0]["path"] == str(copy)
     copy.unlink()
     assert asyncio.run(fetch(file["path"], headers))[0] == 410
+
+
+def test_a_post_with_wait_answers_with_the_message_once_it_is_done(served) -> None:  # type: ignore[no-untyped-def]
+    daemon, port = served
+    channel = SERVERS[id(daemon)]
+    results: list[tuple[int, Any]] = []
+    post = threading.Thread(
+        target=lambda: results.append(
+            _request(
+                port, "POST", "/v1/groups/fam/messages?wait=60", {"text": "hi", "sender": "alice"}
+            )
+        )
+    )
+    post.start()
+    _wait_until(lambda: channel.api.waiters, "the POST is waiting")
+    [message_id] = channel.api.waiters
+    assert daemon.queue.claim(message_id)
+    daemon._changed(message_id)  # in a turn now: the POST still waits
+    time.sleep(0.2)
+    assert not results
+    daemon.queue.complete(message_id, ["hello alice"])
+    daemon._changed(message_id)
+    post.join(30)
+    [(code, body)] = results
+    assert code == 200
+    assert (body["id"], body["state"], body["replies"]) == (message_id, "done", ["hello alice"])
+    assert channel.api.waiters == {}
+
+
+def test_a_post_with_wait_answers_as_the_message_is_when_the_wait_runs_out(served) -> None:  # type: ignore[no-untyped-def]
+    daemon, port = served
+    code, body = _request(
+        port, "POST", "/v1/groups/fam/messages?wait=0.2", {"text": "hi", "sender": "alice"}
+    )
+    assert code == 200 and body["state"] == "queued" and body["replies"] == []
+    assert daemon.queue.get(body["id"]).text == "hi"
+    assert SERVERS[id(daemon)].api.waiters == {}
+
+
+@pytest.mark.parametrize("wait", ["-1", "nan", "soon"])
+def test_a_post_with_a_bad_wait_is_refused_and_queues_nothing(daemon, wait) -> None:  # type: ignore[no-untyped-def]
+    code, answer = call(
+        daemon,
+        "POST",
+        f"/v1/groups/fam/messages?wait={wait}",
+        json={"text": "hi", "sender": "alice"},
+        headers=AUTH,
+    )
+    assert (code, answer) == (400, {"error": "wait must be a number of seconds from 0"})
+    assert daemon.queue.chat_messages("fam", "alice", 0, 10) == []
+
+
+def test_a_wait_for_the_answer_reads_the_message_again_only_when_its_turn_has_answered(
+    served, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.daemon.core import Cancel, Delivery
+
+    daemon, port = served
+    channel = SERVERS[id(daemon)]
+    message = daemon.submit("fam", "hi", chat="c", sender="alice", channel="http")
+    reads: list[str] = []
+    real_get = daemon.queue.get
+    monkeypatch.setattr(daemon.queue, "get", lambda mid: reads.append(mid) or real_get(mid))
+    results: list[tuple[int, Any]] = []
+    polls = [
+        threading.Thread(
+            target=lambda q=q: results.append(
+                _request(port, "GET", f"/v1/messages/{message.id}{q}")
+            )
+        )
+        for q in ("?wait=60", "?wait=60&after=0")
+    ]
+    for poll in polls:
+        poll.start()
+    _wait_until(lambda: len(channel.api.waiters.get(message.id, ())) == 2, "both polls wait")
+    assert reads == [message.id] * 2
+    # Its turn starts: the wait for replies reads it again, the wait for the answer does not.
+    assert daemon.queue.claim(message.id)
+    delivery = daemon.active[message.id] = Delivery(message, Cancel())
+    daemon._changed(message.id)
+    _wait_until(lambda: len(reads) == 3, "the wait for replies read it again")
+    time.sleep(0.2)
+    assert len(reads) == 3 and not results
+    # Answered: both read it, and both answer.
+    daemon.queue.complete(message.id, ["hello"])
+    delivery.answered = True
+    daemon._changed(message.id)
+    for poll in polls:
+        poll.join(30)
+    assert sorted(code for code, _ in results) == [200, 200]
+    assert all(body["state"] == "done" and body["replies"] == ["hello"] for _, body in results)
+    assert len(reads) == 5
+    del daemon.active[message.id]

@@ -1,7 +1,10 @@
 """The HTTP API, on loopback by default, with a bearer token (compared in constant time).
 
-    POST /v1/groups/{name}/messages   {"text", "sender", "chat"?, "thread"?, "channel"?}
-                                       -> 202 {"id", ...}
+    POST /v1/groups/{name}/messages[?wait=S]
+                                       {"text", "sender", "chat"?, "thread"?, "channel"?}
+                                       -> 202 {"id", "state"}; with wait, 200 and the
+                                       message once done (or as it is after S seconds):
+                                       one request instead of a POST and a long poll
     GET  /v1/messages/{id}[?wait=S&after=N]  state and replies; with wait, a long poll until
                                        done (or, with after, until it has more than N replies)
     GET  /v1/messages/{id}/files/{seq} a file a reply carries (sent by the agent), from the
@@ -280,6 +283,11 @@ class HttpApi:
         )
 
     async def post_message(self, request: web.Request) -> web.Response:
+        wait = None
+        if "wait" in request.query:
+            wait = long_poll_seconds(request.query["wait"])
+            if wait is None:
+                return _error(400, "wait must be a number of seconds from 0")
         try:
             raw = await asyncio.wait_for(request.read(), HTTP_BODY_TIMEOUT_SECONDS)
         except TimeoutError:
@@ -341,6 +349,11 @@ class HttpApi:
             return _error(503, exc.message)
         except OrchestratorError as exc:
             return _error(503, exc.message)
+        if wait is not None:
+            # the sender is the token's own (checked above), so it may read its message
+            waited = await self._wait(message.id, wait)
+            if waited is not None:  # None only if it was deleted meanwhile
+                return web.json_response(shown(waited))
         return web.json_response({"id": message.id, "state": message.state}, status=202)
 
     async def chat_messages(self, request: web.Request) -> web.Response:
@@ -453,14 +466,33 @@ class HttpApi:
                     return message
                 if after is not None and len(message.replies) > after:
                     return message
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), remaining)
+                await self._next_change(message_id, event, deadline, after is not None)
         finally:
             waiting = self.waiters.get(message_id)
             if waiting is not None:
                 waiting.discard(event)
                 if not waiting:
                     del self.waiters[message_id]
+
+    async def _next_change(
+        self, message_id: str, event: asyncio.Event, deadline: float, waits_for_replies: bool
+    ) -> None:
+        """Until ``event`` is set by a change worth reading the message again for, or
+        the deadline. A wait for the answer alone reads nothing at a change while the
+        message's turn runs unanswered (its start, which a chat app shows as typing):
+        the answer's own change follows."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout_at(deadline):
+                while True:
+                    await event.wait()
+                    if waits_for_replies or not self._unanswered(message_id):
+                        return
+                    event.clear()
+
+    def _unanswered(self, message_id: str) -> bool:
+        """Whether the message's turn runs and has not stored its answer yet."""
+        delivery = self.daemon.active.get(message_id)
+        return delivery is not None and not delivery.answered
 
     def _wake_soon(self, message_id: str) -> None:
         """From a worker thread: wake the long polls waiting on ``message_id``."""
