@@ -87,9 +87,9 @@ BUILTIN_MEMORY_HOOK = ("orchestrator", "hook", "session-start")
 
 def _builtin_memory(source: str, agent_dir: Path) -> str:
     """What ``orchestrator hook session-start`` prints for this event."""
-    from orchestrator.memory.reading import INJECT_SOURCES, render_memory
+    from orchestrator.memory.reading import session_start_memory
 
-    return render_memory(str(agent_dir)) if source in INJECT_SOURCES else ""
+    return session_start_memory(source, str(agent_dir))
 
 
 def _resolve_command(command: tuple[str, ...]) -> list[str]:

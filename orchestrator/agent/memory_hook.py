@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 
-from orchestrator.memory.reading import INJECT_SOURCES, render_memory
+from orchestrator.memory.reading import INJECT_SOURCES, session_start_memory
 
 DEFAULT_AGENT_DIR = "/workspace/agent"
 
@@ -62,8 +62,8 @@ def main(argv: list[str]) -> int:
             return 0
         source, from_event = event.get("source"), event.get("agent_dir")  # type: ignore[assignment]
     if source not in INJECT_SOURCES:
-        return 0
+        return 0  # nothing to print (and no agent directory to settle)
     if agent_dir is None:
         agent_dir = from_event if isinstance(from_event, str) and from_event else DEFAULT_AGENT_DIR
-    sys.stdout.write(render_memory(agent_dir))
+    sys.stdout.write(session_start_memory(source, agent_dir))
     return 0

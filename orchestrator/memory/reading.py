@@ -78,6 +78,14 @@ def render_memory(agent_dir: str) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+def session_start_memory(source: object, agent_dir: str) -> str:
+    """What the shipped session-start hook gives a context opened by ``source``: the
+    memory block for a fresh context (startup, clear, compact), nothing otherwise
+    (resume, or an unknown source). The hook command and the runner's in-process call
+    both answer with this."""
+    return render_memory(agent_dir) if source in INJECT_SOURCES else ""
+
+
 def memory_relative(path: str) -> str:
     """``path`` as a path inside the memory tree ('memory/a/b.md', '/workspace/agent/
     memory/a/b.md' and 'a/b.md' are the same); ValueError when it leaves the tree."""
