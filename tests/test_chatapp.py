@@ -39,6 +39,7 @@ from orchestrator.runtime.lifecycle import GroupRuntime
 from orchestrator.store.chats import FAILED, UNKNOWN
 from orchestrator.store.messages import open_queue
 from orchestrator.validate import MappingReader
+from tests.chatrig import wait_for
 from tests.fakerunner import FakeRunner
 
 
@@ -197,14 +198,6 @@ def rig(home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Rig]:
     daemon.drain(1)
     runner.close()
     daemon.queue.close()
-
-
-def wait_for(predicate: Any, timeout: float = 20) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.02)
-    return value
 
 
 def test_a_kind_registered_outside_the_package_is_configured_like_the_built_in_ones(

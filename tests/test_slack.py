@@ -33,6 +33,7 @@ from orchestrator.runtime.fake import FakeBackend
 from orchestrator.runtime.lifecycle import GroupRuntime
 from orchestrator.secrets import SecretRef
 from orchestrator.store.messages import open_queue
+from tests.chatrig import close_rig, wait_for
 from tests.fakerunner import FakeRunner
 from tests.fakeslack import BOT_USER, TEAM, FakeSlack
 
@@ -100,13 +101,6 @@ def make_rig(
     return Rig(daemon, channel, server, runner, h)
 
 
-def close_rig(rig: Rig) -> None:
-    rig.channel.stop()
-    rig.daemon.drain(1)
-    rig.runner.close()
-    rig.daemon.queue.close()
-
-
 @pytest.fixture
 def server() -> Iterator[FakeSlack]:
     fake = FakeSlack(BOT_TOKEN, APP_TOKEN)
@@ -119,14 +113,6 @@ def rig(home: Path, monkeypatch: pytest.MonkeyPatch, server: FakeSlack) -> Itera
     made = make_rig(home, monkeypatch, server)
     yield made
     close_rig(made)
-
-
-def wait_for(predicate: Any, timeout: float = 20) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.02)
-    return value
 
 
 def bind(rig: Rig, chat: str, **kw: Any) -> None:

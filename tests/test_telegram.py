@@ -24,6 +24,7 @@ from orchestrator.home import Home
 from orchestrator.runtime.fake import FakeBackend
 from orchestrator.runtime.lifecycle import GroupRuntime
 from orchestrator.store.messages import open_queue
+from tests.chatrig import close_rig, wait_for
 from tests.fakerunner import FakeRunner
 from tests.faketelegram import BOT_ID, BOT_USERNAME, FakeTelegram
 
@@ -102,13 +103,6 @@ def make_rig(
     return Rig(daemon, channel, server, runner, h)
 
 
-def close_rig(rig: Rig) -> None:
-    rig.channel.stop()
-    rig.daemon.drain(1)
-    rig.runner.close()
-    rig.daemon.queue.close()
-
-
 @pytest.fixture
 def server() -> Iterator[FakeTelegram]:
     fake = FakeTelegram(TOKEN)
@@ -121,16 +115,6 @@ def rig(home: Path, monkeypatch: pytest.MonkeyPatch, server: FakeTelegram) -> It
     made = make_rig(home, monkeypatch, server)
     yield made
     close_rig(made)
-
-
-def wait_for(predicate, timeout: float = 20) -> Any:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.02)
 
 
 def bind(rig: Rig, chat: dict[str, Any], **kw: Any) -> None:
