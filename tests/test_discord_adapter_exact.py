@@ -390,6 +390,32 @@ def test_a_refused_login_is_reported_and_tried_again_with_a_growing_backoff(
     assert made.client is None
 
 
+def test_in_the_read_loop_a_gateway_up_starts_the_grown_login_backoff_over(
+    server: FakeDiscord, chats: ChatStore
+) -> None:
+    made, core = make(chats, token="not-the-token", api_url=server.url)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(made.receive())
+        try:
+            await until(lambda: len(core.failed) >= 2, task)  # logins refused: it grew
+            core.account.token = SimpleNamespace(require=lambda *_: TOKEN)  # fixed
+            await until(lambda: core.polls, task)  # logged in, and the gateway is ready
+            gateway = made.client
+            await made.close()  # the gateway ends under it
+            await until(lambda: core.failed[-1][0] == "the gateway", task)
+            assert gateway is not None
+        finally:
+            task.cancel()
+            await made.close()
+
+    asyncio.run(main())
+    *logins, (what, error, waited) = core.failed
+    assert len(logins) >= 2 and {w for w, _, _ in logins} == {"logging in"}
+    assert [seconds for *_, seconds in logins] == [2.0**n for n in range(len(logins))]
+    assert (what, error, waited) == ("the gateway", "the connection ended", 1.0)
+
+
 def test_the_gateway_connects_and_hands_messages_over_in_order(
     server: FakeDiscord, chats: ChatStore
 ) -> None:
