@@ -278,3 +278,61 @@ def test_an_approval_applies_the_held_content_only_and_then_what_follows(
         assert caplog.messages == [f"group fam: request {request.id} (test) approved by 'alice'"]
     finally:
         queue.close()
+
+
+def test_a_fence_is_one_backtick_longer_than_the_longest_run_and_never_under_three() -> None:
+    for content, fence in (("plain", "```"), ("a ` b `` c", "```"), ("x ```` y", "`````")):
+        [notice] = notice_pieces(_request(content), "fam")
+        assert f"whole:\n\n{fence}\n{content}\n{fence}\n\nA creator" in notice
+
+
+def test_the_hours_left_count_from_the_request_s_own_creation() -> None:
+    created = 1_800_000_000.0
+    request = dataclasses.replace(_request("x"), created=created, expires=created + 5 * 3600)
+    [notice] = notice_pieces(request, "fam")
+    assert "It expires in 5 hours;" in notice
+    # rounded to the nearest hour: a second past an hour and a half is two hours
+    request = dataclasses.replace(request, expires=created + 5401)
+    [notice] = notice_pieces(request, "fam")
+    assert "It expires in 2 hours;" in notice
+
+
+def test_hold_keeps_the_asking_message_s_thread_tells_its_chat_and_logs_the_request(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from orchestrator.home import Home
+    from orchestrator.limits import HELD_NOTICE_MAX_CHARS
+    from orchestrator.relay.approvals import hold
+    from orchestrator.store.held import HeldRequests
+    from orchestrator.store.messages import open_queue
+
+    queue = open_queue(Home(tmp_path))
+    try:
+        message = queue.enqueue(
+            group="fam", session="s", chat="c9", thread="t4", sender="bob", trust="member",
+            text="hi", channel="telegram:main",
+        )  # fmt: skip
+        at_limit = "a" * HELD_NOTICE_MAX_CHARS
+        with caplog.at_level("INFO", logger="orchestrator.approvals"):
+            request = hold(queue, kind="learned", folder="fam", message=message, content=at_limit)
+        stored = HeldRequests(queue).get(request.id)
+        assert stored is not None and stored.to_dict() == request.to_dict()
+        assert {
+            k: request.to_dict()[k]
+            for k in ("group", "kind", "chars", "channel", "chat", "thread", "sender",
+                      "message_id", "chat_approvable")
+        } == {
+            "group": "fam", "kind": "learned", "chars": HELD_NOTICE_MAX_CHARS,
+            "channel": "telegram:main", "chat": "c9", "thread": "t4", "sender": "bob",
+            "message_id": message.id, "chat_approvable": True,  # at the limit: shown whole
+        }  # fmt: skip
+        assert caplog.messages == [
+            f"group fam: request {request.id} (learned, 16000 characters) held for approval "
+            "in telegram:main:c9"
+        ]
+        told = queue.get(message.id)
+        assert told is not None and list(told.replies) == notice_pieces(request, "fam")
+        over = hold(queue, kind="learned", folder="fam", message=message, content=at_limit + "a")
+        assert over.chat_approvable is False
+    finally:
+        queue.close()

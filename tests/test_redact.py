@@ -146,9 +146,15 @@ def test_the_environment_wins_and_an_empty_variable_is_missing(
     from orchestrator.secrets import MissingSecret, SecretRef
 
     secrets = secrets_file
+    monkeypatch.setattr(redact_module, "_secrets", frozenset())
     monkeypatch.setenv("TEST_REDACT_KEY", "from-the-env-1")
     ref = SecretRef("TEST_REDACT_KEY", "a")
+    assert redact("key from-the-env-1") == "key from-the-env-1"
     assert ref.resolve("p", secrets) == "from-the-env-1"
+    assert redact("key from-the-env-1") == f"key {REDACTED}"  # registered once read
+    assert redact("key one-value") == "key one-value"
+    assert SecretRef(None, "a").resolve("p", secrets) == "one-value"
+    assert redact("key one-value") == f"key {REDACTED}"
     assert ref.describe() == "env TEST_REDACT_KEY"
     monkeypatch.setenv("TEST_REDACT_KEY", "")
     with pytest.raises(MissingSecret) as caught:
