@@ -8,11 +8,14 @@ functions of orchestrator.memory.terms."""
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from orchestrator.memory import terms
 from orchestrator.memory.search import MAP_WEIGHT, MemoryIndex, fts_query, map_weight
@@ -187,6 +190,16 @@ def test_fold_and_the_vocabulary() -> None:
         "krankenversicherung",
         "arzt",
     }
+
+    # ASCII text takes a shorter path to the same words: letters only, four or more
+    text = "Abcd_efgh 12ab3cdef XYZW x2yzw Tool-kits don't"
+    assert terms.vocabulary(text) == {"abcd", "efgh", "cdef", "xyzw", "tool", "kits"}
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=80))
+def test_the_vocabulary_of_ascii_text_is_the_general_rule_s(text: str) -> None:
+    general = {terms.fold(w) for w in re.findall(r"[^\W\d_]{4,}", text)}
+    assert terms.vocabulary(text) == general
 
 
 @pytest.mark.parametrize(

@@ -50,6 +50,8 @@ _SPACELESS = re.compile(f"[{_SPACELESS_RANGES}]")
 _SPACELESS_RUN = re.compile(f"[{_SPACELESS_RANGES}]+")
 _WORD = re.compile(r"\w+")
 _VOCABULARY_WORD = re.compile(r"[^\W\d_]{4,}")  # letters only; CJK letters stand alone
+# the same words in lowercase ASCII text, where the only letters are a to z: half the time
+_ASCII_VOCABULARY_WORD = re.compile(r"[a-z]{4,}")
 _DIACRITIC = re.compile("[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]")
 
 MAX_QUERY_TERMS = 32
@@ -71,6 +73,8 @@ _OWN_WORD_MIN = 3  # a prefix or suffix this long may be a word of its own
 def indexed(text: str) -> str:
     """``text`` as the index holds it: NFC, and every letter of a script written
     without spaces set apart by SEPARATOR (text without such letters is unchanged)."""
+    if text.isascii():  # NFC already, and none of those letters
+        return text
     if not unicodedata.is_normalized("NFC", text):
         text = unicodedata.normalize("NFC", text)
     if not _SPACELESS.search(text):
@@ -100,7 +104,7 @@ def vocabulary(text: str) -> set[str]:
     """The folded words of indexed text that compound matching may use: letters only,
     at least PART_MIN_CHARS of them (so no CJK letter, which the index holds alone)."""
     if text.isascii():  # the common case, lowered at once
-        return set(_VOCABULARY_WORD.findall(text.lower()))
+        return set(_ASCII_VOCABULARY_WORD.findall(text.lower()))
     return {fold(w) for w in set(_VOCABULARY_WORD.findall(text))}
 
 
