@@ -146,12 +146,12 @@ def test_chat_replies_to_confirm_and_approve(
     from orchestrator.store.held import HeldRequests
     from orchestrator.store.messages import open_queue
 
-    applied: list[tuple[str, int, str]] = []
+    applied: list[tuple[Path, str, int, str]] = []
 
     def apply_held(
         groups_dir: Path, folder: str, request: HeldRequest, by: str
     ) -> tuple[bool, str]:
-        applied.append((folder, request.id, by))
+        applied.append((groups_dir, folder, request.id, by))
         return True, "done it"
 
     kind = approvals.Kind(
@@ -206,7 +206,7 @@ def test_chat_replies_to_confirm_and_approve(
         assert reply("approve", str(elsewhere)) == f"No request {elsewhere} waits in this chat."
         assert reply("approve", "999") == "No request 999 waits in this chat."
         assert reply("approve", str(first)) == f"Approved request {first}: done it."
-        assert applied == [("fam", first, "alice")]
+        assert applied == [(tmp_path / "groups", "fam", first, "alice")]
         assert reply("confirm") == f"Approved request {second}: done it."
         assert reply("approve") == "Give the number of the request: /approve ID."
         old = hold("old", ttl=100)
@@ -241,7 +241,8 @@ def test_an_approval_applies_the_held_content_only_and_then_what_follows(
         calls.append(("apply", groups_dir, folder, request.id, by))
         return outcome[0]
 
-    def after(queue: object, groups_dir: Path, request: HeldRequest, *, background: bool) -> None:
+    def after(given: object, groups_dir: Path, request: HeldRequest, *, background: bool) -> None:
+        assert given is queue
         calls.append(("after", groups_dir, request.id, background))
 
     monkeypatch.setattr(sys.modules[__name__], "_apply", apply_held, raising=False)
@@ -334,5 +335,34 @@ def test_hold_keeps_the_asking_message_s_thread_tells_its_chat_and_logs_the_requ
         assert told is not None and list(told.replies) == notice_pieces(request, "fam")
         over = hold(queue, kind="learned", folder="fam", message=message, content=at_limit + "a")
         assert over.chat_approvable is False
+        told = queue.get(message.id)
+        assert told is not None and told.replies[-1] == notice_pieces(over, "fam")[0]
+        assert "orchestrator learned show fam --pending" in told.replies[-1]
+    finally:
+        queue.close()
+
+
+def test_what_follows_an_approval_tells_the_chat_now_or_from_a_thread(tmp_path: Path) -> None:
+    from orchestrator.home import Home
+    from orchestrator.relay.approvals import tell_after
+    from orchestrator.store.messages import open_queue
+
+    queue = open_queue(Home(tmp_path))
+    try:
+        message = queue.enqueue(
+            group="fam", session="s", chat="c", thread=None, sender="bob", trust="member",
+            text="hi", channel="cli",
+        )  # fmt: skip
+        request = dataclasses.replace(_request("x"), message_id=message.id)
+        assert tell_after(queue, request, lambda: "built.", background=False, name="n") is None
+        told = queue.get(message.id)
+        assert told is not None and told.replies == ("[orchestrator] Request 7: built.",)
+        thread = tell_after(queue, request, lambda: "again.", background=True, name="image")
+        assert thread is not None
+        thread.join(10)
+        assert (thread.name, thread.daemon, thread.is_alive()) == ("image-fam", True, False)
+        told = queue.get(message.id)
+        assert told is not None and told.replies[-1] == "[orchestrator] Request 7: again."
+        assert len(told.replies) == 2
     finally:
         queue.close()

@@ -20,7 +20,10 @@ from orchestrator.redact import (
 from orchestrator.validate import MappingReader
 
 
-def test_a_secret_needs_eight_characters_and_empty_values_are_ignored() -> None:
+def test_a_secret_needs_eight_characters_and_empty_values_are_ignored(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(redact_module, "_secrets", frozenset())
     register_secret(None)
     register_secret("")
     register_secret("seven77")
@@ -171,6 +174,10 @@ def test_the_environment_wins_and_an_empty_variable_is_missing(
         SecretRef(None, "a").resolve("p", secrets)
     with pytest.raises(MissingSecret, match=r"^p names neither key_env nor key_secret$"):
         SecretRef().require("p", secrets)
+    secrets.write_text("a: one-value\n")
+    assert SecretRef(None, "a").require("p", secrets) == "one-value"
+    with pytest.raises(MissingSecret, match=r"^provider q: environment variable TEST_REDACT_KEY"):
+        SecretRef("TEST_REDACT_KEY").require("provider q", secrets)
 
 
 def test_the_secrets_file_must_be_a_private_regular_mapping_of_text(secrets_file: Path) -> None:
