@@ -336,6 +336,42 @@ def test_a_record_notes_whether_the_container_runs(history: History) -> None:
     assert snapshot(history)["container_running"] is True
 
 
+def test_the_snapshot_stays_private_when_only_the_container_s_state_is_noted(
+    history: History,
+) -> None:
+    (history.path / SNAPSHOT).chmod(0o644)
+    assert history.record(turn("bob"), container_running=True) is None  # only noted
+    assert snapshot(history)["container_running"] is True
+    assert mode(history.path / SNAPSHOT) == 0o600
+
+
+def test_deep_folders_and_an_empty_memory_are_trees_git_finds_sound(history: History) -> None:
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "--git-dir", str(history.path), *args],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+
+    history._open_repo = None
+    write(history, "memory/a/b/c/d.md", FACT + "deep\n")
+    assert history.record(turn("bob")) is not None
+    listed = git("ls-tree", "-r", "--name-only", "HEAD").split()
+    assert "memory/a/b/c/d.md" in listed and "memory/index.md" in listed
+    # modes exactly as git writes them: fsck --strict flags any other
+    checked = subprocess.run(
+        ["git", "--git-dir", str(history.path), "fsck", "--strict", "--no-dangling"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert (checked.returncode, checked.stdout + checked.stderr) == (0, "")
+    root = history.groups_dir / history.folder
+    for path in sorted(root.rglob("*"), key=lambda p: -len(p.parts)):
+        if path.is_file() and path.suffix == ".md":
+            path.unlink()
+    change = history.record(turn("bob"))
+    assert change is not None and "memory/a/b/c/d.md" in change.paths
+    assert git("ls-tree", "-r", "HEAD") == ""
+
+
 def test_a_record_outside_notes_the_container_it_was_given(history: History) -> None:
     running = ContainerInfo("p.fam", "id", "running", {}, started_at=1.0)
     stopped = ContainerInfo("p.fam", "id", "exited", {}, started_at=1.0)
