@@ -128,6 +128,19 @@ def test_open_shows_the_base_and_the_path_walked(tmp_path: Path, no_leak: None) 
     assert not (tmp_path / "a/c").exists()
 
 
+def test_open_wants_a_folder_and_open_dir_creates_nothing_unless_told(
+    tmp_path: Path, no_leak: None
+) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(NotADirectoryError):
+        ConfinedDir.open(tmp_path / "file")
+    with ConfinedDir.open(tmp_path) as d:
+        with pytest.raises(FileNotFoundError) as missing:
+            d.open_dir("missing")
+        assert missing.value.filename == f"{tmp_path}/missing"
+    assert sorted(os.listdir(tmp_path)) == ["file"]
+
+
 def test_open_with_create_makes_the_missing_folders(tmp_path: Path, no_leak: None) -> None:
     with ConfinedDir.open(tmp_path, "x/y", create=True) as y:
         assert y.shown == f"{tmp_path}/x/y"
@@ -545,6 +558,32 @@ def test_copy_to_copies_up_to_its_limit_and_returns_the_size(tmp_path: Path, no_
         assert out.getvalue() == b""
 
 
+def test_copy_to_refuses_a_file_that_grows_while_it_is_copied(
+    tmp_path: Path, no_leak: None
+) -> None:
+    source = tmp_path / "grows"
+    source.write_bytes(b"a" * (MIB + 10))
+
+    class Growing(io.BytesIO):
+        """Where the copy goes; the file grows by a MiB after its first piece is written."""
+
+        def write(self, data: bytes) -> int:  # type: ignore[override]
+            if not self.getvalue():
+                with open(source, "ab") as more:
+                    more.write(b"b" * MIB)
+            return super().write(data)
+
+    out = Growing()
+    with ConfinedDir.open(tmp_path) as d, pytest.raises(UnsafePath) as caught:
+        d.copy_to("grows", out, MIB + 10)
+    assert _refused(caught) == (
+        f"{tmp_path}/grows: grew past the {MIB + 10:,}-byte limit",
+        errno.EFBIG,
+        None,
+    )
+    assert out.getvalue() == b"a" * MIB  # its first piece (a MiB), not the piece over
+
+
 def test_sha256_hashes_in_pieces_and_gives_the_size(tmp_path: Path, no_leak: None) -> None:
     data = os.urandom(2 * MIB + 3)
     (tmp_path / "sub").mkdir()
@@ -633,6 +672,100 @@ def test_write_atomic_raises_other_rename_errors_and_cleans_up(
         with pytest.raises(PermissionError) as caught:
             d.write_atomic("f", "x")
         assert not isinstance(caught.value, UnsafePath)
+    assert os.listdir(tmp_path) == []
+
+
+def test_write_atomic_refuses_a_folder_even_when_its_temporary_file_is_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_leak: None
+) -> None:
+    (tmp_path / "dir").mkdir()
+
+    def removed_then_refused(src: str, dst: str, **kwargs: int) -> None:
+        os.unlink(src, dir_fd=kwargs["src_dir_fd"])  # the container removed it
+        raise IsADirectoryError(errno.EISDIR, "Is a directory")
+
+    with ConfinedDir.open(tmp_path) as d:
+        monkeypatch.setattr(os, "rename", removed_then_refused)
+        with pytest.raises(UnsafePath) as caught:
+            d.write_atomic("dir", "x")
+    assert str(caught.value) == f"{tmp_path}/dir: is a folder; not replaced"
+    assert os.listdir(tmp_path) == ["dir"]
+
+
+@pytest.mark.parametrize("code", [errno.ENOTEMPTY, errno.EEXIST])
+def test_write_atomic_calls_a_full_folder_a_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    # renaming a folder onto a full one (the temporary file swapped for a folder)
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(code, os.strerror(code))
+
+    with ConfinedDir.open(tmp_path) as d:
+        monkeypatch.setattr(os, "rename", full)
+        with pytest.raises(UnsafePath) as caught:
+            d.write_atomic("dir", "x")
+    assert (str(caught.value), caught.value.errno) == (
+        f"{tmp_path}/dir: is a folder; not replaced",
+        code,
+    )
+    assert os.listdir(tmp_path) == []
+
+
+def test_create_exclusive_syncs_the_folder_unless_told_not_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[bool] = []  # for each fsync: was it of the folder?
+    real_fsync = os.fsync
+    folder = os.stat(tmp_path)
+
+    def fsync(fd: int) -> None:
+        synced.append(os.path.samestat(os.fstat(fd), folder))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with ConfinedDir.open(tmp_path) as d:
+        assert d.create_exclusive("a", "x") is True
+        assert synced == [False, True]  # the file, then the folder
+        synced.clear()
+        assert d.create_exclusive("b", "x", sync_folder=False) is True
+        assert synced == [False]
+        synced.clear()
+        assert d.create_exclusive("a", "x") is False
+        assert synced == [False]
+        synced.clear()
+        d.sync()
+        assert synced == [True]
+
+
+def test_create_exclusive_when_its_temporary_file_is_gone_after_the_link(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_leak: None
+) -> None:
+    real_link = os.link
+
+    def link_then_removed(src: str, dst: str, **kwargs: int) -> None:
+        real_link(src, dst, **kwargs)
+        os.unlink(src, dir_fd=kwargs["src_dir_fd"])  # the container removed it
+
+    with ConfinedDir.open(tmp_path) as d:
+        monkeypatch.setattr(os, "link", link_then_removed)
+        assert d.create_exclusive("new", "x") is True
+    assert os.listdir(tmp_path) == ["new"]
+    assert (tmp_path / "new").read_text() == "x"
+
+
+def test_a_failed_temporary_write_raises_its_own_error_when_the_file_is_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_leak: None
+) -> None:
+    def removed_then_fails(fd: int, mode: int) -> None:
+        for name in os.listdir(tmp_path):
+            os.unlink(tmp_path / name)  # the container removed it
+        raise OSError(errno.EIO, "disk gone")
+
+    with ConfinedDir.open(tmp_path) as d:
+        monkeypatch.setattr(os, "fchmod", removed_then_fails)
+        with pytest.raises(OSError) as caught:
+            d.write_atomic("f", "x")
+    assert (caught.value.errno, caught.value.strerror) == (errno.EIO, "disk gone")
     assert os.listdir(tmp_path) == []
 
 
@@ -777,6 +910,7 @@ def _tree(root: Path) -> None:
     (root / "b/g").write_text("123")
     (root / "b/c/deep").write_bytes(b"x" * 10_000)
     (root / "b/link").symlink_to(root / "a")
+    (root / "b/filelink").symlink_to("../a/f")  # a short target: the link takes no block
     os.mkfifo(root / "a/fifo")
 
 
@@ -795,14 +929,14 @@ def test_walk_goes_top_down_in_name_order_and_never_through_a_link(
             ("", str(tmp_path), [".dot", ".hidden", "a", "b"]),
             (".hidden", f"{tmp_path}/.hidden", ["h"]),
             ("a", f"{tmp_path}/a", ["f", "fifo"]),
-            ("b", f"{tmp_path}/b", ["c", "g", "link"]),
+            ("b", f"{tmp_path}/b", ["c", "filelink", "g", "link"]),
             ("b/c", f"{tmp_path}/b/c", ["deep"]),
         ]
         assert all(folder.fd == -1 for folder in folders)  # each closed after its step
         assert [(rel, [e.name for e in entries]) for rel, _, entries in d.walk(hidden=False)] == [
             ("", ["a", "b"]),
             ("a", ["f", "fifo"]),
-            ("b", ["c", "g", "link"]),
+            ("b", ["c", "filelink", "g", "link"]),
             ("b/c", ["deep"]),
         ]
         assert d.read_bytes("a/f", 10) == b"12345"  # the walked folder stays open
@@ -827,14 +961,15 @@ def test_walk_leaves_out_a_folder_swapped_or_gone_since_it_was_listed(
     real_scandir = os.scandir
 
     def unreadable(fd: int):  # type: ignore[no-untyped-def]
-        if os.path.samestat(os.fstat(fd), os.stat(tmp_path / "c")):
+        if os.path.samestat(os.fstat(fd), os.stat(tmp_path / "a")):
             raise PermissionError(errno.EACCES, "denied")
         return real_scandir(fd)
 
     monkeypatch.setattr(ConfinedDir, "open_dir", swapped)
     monkeypatch.setattr(os, "scandir", unreadable)
     with ConfinedDir.open(tmp_path) as d:
-        assert [rel for rel, _, _ in d.walk()] == ["", "a"]
+        # a, unreadable, is left out, and the walk goes on to c
+        assert [rel for rel, _, _ in d.walk()] == ["", "c"]
 
 
 def test_usage_counts_regular_files_and_every_entry_s_blocks(tmp_path: Path, no_leak: None) -> None:
@@ -844,6 +979,7 @@ def test_usage_counts_regular_files_and_every_entry_s_blocks(tmp_path: Path, no_
         for name in dirnames + filenames:
             disk += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
     with ConfinedDir.open(tmp_path) as d:
+        # the links count their own blocks, never their targets' (a file, a folder)
         assert d.usage() == Usage(5, 2 + 1 + 5 + 3 + 10_000, disk)
         with d.open_dir("b") as b:
             assert b.usage().files == 2 and b.usage().bytes == 10_003
