@@ -947,9 +947,8 @@ def test_walk_goes_top_down_in_name_order_and_never_through_a_link(
 def test_walk_leaves_out_a_folder_swapped_or_gone_since_it_was_listed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_leak: None
 ) -> None:
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    (tmp_path / "c").mkdir()
+    for name in ("a", "b", "c", "d"):
+        (tmp_path / name).mkdir()
     (tmp_path / "b/inside").write_text("x")
     real_open_dir = ConfinedDir.open_dir
 
@@ -961,15 +960,15 @@ def test_walk_leaves_out_a_folder_swapped_or_gone_since_it_was_listed(
     real_scandir = os.scandir
 
     def unreadable(fd: int):  # type: ignore[no-untyped-def]
-        if os.path.samestat(os.fstat(fd), os.stat(tmp_path / "a")):
+        if os.path.samestat(os.fstat(fd), os.stat(tmp_path / "c")):
             raise PermissionError(errno.EACCES, "denied")
         return real_scandir(fd)
 
     monkeypatch.setattr(ConfinedDir, "open_dir", swapped)
     monkeypatch.setattr(os, "scandir", unreadable)
     with ConfinedDir.open(tmp_path) as d:
-        # a, unreadable, is left out, and the walk goes on to c
-        assert [rel for rel, _, _ in d.walk()] == ["", "c"]
+        # b (swapped) and c (unreadable) are left out, and the walk goes on past each
+        assert [rel for rel, _, _ in d.walk()] == ["", "a", "d"]
 
 
 def test_usage_counts_regular_files_and_every_entry_s_blocks(tmp_path: Path, no_leak: None) -> None:
