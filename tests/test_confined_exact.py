@@ -32,16 +32,26 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="owners can be given b
 MIB = 1 << 20
 
 
-def _open_fds() -> set[str]:
-    return set(os.listdir("/proc/self/fd"))
+def _open_fds(under: Path) -> set[tuple[str, str]]:
+    """This process's descriptors open on something under ``under`` (other threads of
+    the suite may open and close descriptors of their own meanwhile)."""
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # closed since it was listed
+        if target == str(under) or target.startswith(f"{under}/"):
+            found.add((fd, target))
+    return found
 
 
 @pytest.fixture
-def no_leak() -> Iterator[None]:
-    """The test leaves no descriptor open that was not open before it."""
-    before = _open_fds()
+def no_leak(tmp_path: Path) -> Iterator[None]:
+    """The test leaves no descriptor open on its own files that was not open before it."""
+    before = _open_fds(tmp_path)
     yield
-    assert _open_fds() - before == set()
+    assert _open_fds(tmp_path) - before == set()
 
 
 def _mode(path: Path) -> int:
@@ -445,7 +455,7 @@ def test_reads_refuse_every_kind_but_a_regular_file_word_for_word(
 
 def test_reads_refuse_a_fifo_with_a_writer_on_its_descriptor(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "fifo")
-    before = _open_fds()
+    before = _open_fds(tmp_path)
     held = os.open(tmp_path / "fifo", os.O_RDWR | os.O_NONBLOCK)  # a writer is there
     try:
         with ConfinedDir.open(tmp_path) as d:
@@ -464,7 +474,7 @@ def test_reads_refuse_a_fifo_with_a_writer_on_its_descriptor(tmp_path: Path) -> 
                 )
     finally:
         os.close(held)
-    assert _open_fds() == before
+    assert _open_fds(tmp_path) == before
 
 
 def test_read_bytes_limit_at_its_value_and_one_over(tmp_path: Path, no_leak: None) -> None:
