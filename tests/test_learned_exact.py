@@ -196,6 +196,36 @@ def test_a_failed_write_after_the_rename_is_unknown(
     assert learned.read_bytes() == "néw".encode()
 
 
+def test_a_failed_write_over_a_store_past_the_read_limit_compares_what_it_reads(
+    groups: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.limits import LEARNED_READ_MAX_BYTES
+
+    learned = groups / "fam" / LEARNED_FILE
+    big = "a" * (LEARNED_READ_MAX_BYTES + 10)
+    learned.write_text(big)
+
+    def swapped_then_failed(self: ConfinedDir, relative: str, data: bytes, **kw: Any) -> None:
+        learned.write_text("b" * (LEARNED_READ_MAX_BYTES + 10))  # another big store
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(ConfinedDir, "write_atomic", swapped_then_failed)
+    # the first LEARNED_READ_MAX_BYTES of each are compared: they differ, so it is not
+    # known that nothing changed
+    assert store_of(groups).replace("new") == Outcome(
+        UNKNOWN, "the write failed after it began (Input/output error)"
+    )
+    learned.write_text(big)
+
+    def failed(*args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ConfinedDir, "write_atomic", failed)
+    assert store_of(groups).replace("new") == Outcome(
+        NOT_PERSISTED, "the write failed (No space left on device); nothing changed"
+    )
+
+
 def test_a_write_removes_the_temporary_files_of_a_crashed_one_only(groups: Path) -> None:
     folder = groups / "fam"
     stale = [f".{LEARNED_FILE}.abc.tmp", f".{LEARNED_FILE}..tmp"]
