@@ -309,6 +309,7 @@ def test_automatic_reasons_are_exact_and_cut() -> None:
 def test_a_machine_sender_is_told_by_its_local_part_alone() -> None:
     # a bare local part (no domain) is the whole address, in any case
     assert machine_sender("MAILER-DAEMON") and machine_sender("Fam-Request")
+    assert not machine_sender("alice")
     # the domain is what follows the last "@": the local part may hold one
     assert machine_sender("x@fam-request@example.org")
     # only the angle brackets around it are taken off, not letters
