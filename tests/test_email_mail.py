@@ -5,6 +5,7 @@ and what a failed send means. No server: real servers are tests/test_email.py's.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from email.message import EmailMessage
 from pathlib import Path
@@ -156,6 +157,76 @@ def test_an_undecodable_body_is_read_with_replacements() -> None:
     assert read_mail(raw).text.startswith("h")
 
 
+def test_recipients_subject_and_ids_are_read_whole_or_left_empty() -> None:
+    made = EmailMessage()
+    made["From"] = "a@example.org"
+    made["To"] = "helper@example.org"
+    made["Cc"] = "Bea <Bea@Example.org>, c@example.org"
+    made["Subject"] = "Plans for  the Über trip"  # sent encoded (RFC 2047)
+    mail = read_mail(made.as_bytes())
+    assert mail.to == ("helper@example.org", "bea@example.org", "c@example.org")
+    assert mail.subject == "Plans for the Über trip"
+    bare = read_mail(b"From: a@example.org\r\n\r\nhi\r\n")
+    assert (bare.to, bare.subject, bare.message_id, bare.in_reply_to) == ((), "", None, None)
+    assert bare.references == () and bare.text == "hi"
+
+
+def test_a_header_the_parser_refuses_is_kept_unfolded_with_replacements() -> None:
+    raw = b"From: a@example.org\r\nMessage-ID: <@> caf\xe9   two\r\n words\r\n\r\nhi\r\n"
+    mail = read_mail(raw)
+    assert mail.headers == (("From", "a@example.org"), ("Message-ID", "<@> caf\ufffd two words"))
+    assert mail.message_id == "<@>"
+
+
+def test_inline_files_are_attachments_unless_html_refers_to_them() -> None:
+    made = EmailMessage()
+    made["From"] = "a@example.org"
+    made.set_content("see the photo")
+    made.add_attachment(
+        b"JPEG photo", maintype="image", subtype="jpeg", disposition="inline", filename="p.jpg"
+    )
+    made.add_attachment(
+        b"\x89PNG logo", maintype="image", subtype="png", disposition="inline", filename="l.png"
+    )
+    logo = made.get_payload()[-1]  # type: ignore[index]
+    logo["Content-ID"] = "<logo@x>"
+    mail = read_mail(made.as_bytes())
+    assert [(a.filename, a.mime, a.data) for a in mail.attachments] == [
+        ("p.jpg", "image/jpeg", b"JPEG photo")
+    ]
+
+
+def test_a_mail_with_no_text_part_has_no_text() -> None:
+    made = EmailMessage()
+    made["From"] = "a@example.org"
+    made.set_content(b"%PDF-1.4 x", maintype="application", subtype="pdf")
+    mail = read_mail(made.as_bytes())
+    assert (mail.text, mail.html_only) == ("", False)
+    assert html_to_text("") == ""
+
+
+def test_trimming_at_the_edges_of_quotes_signatures_and_header_blocks() -> None:
+    # CRLF line ends; a signature separator is exactly "-- "
+    assert trim_quoted("Ok\r\n-- \r\nAlice") == "Ok"
+    assert trim_quoted("Ok\n-- X\nmore") == "Ok\n-- X\nmore"
+    # an attribution with nothing after it, or an indented quote after it
+    assert trim_quoted("Ok\n\nOn Mon, Alice <a@x> wrote:\n") == "Ok"
+    assert trim_quoted("Ok\nOn Mon, Alice <a@x> wrote:\n  > old") == "Ok"
+    # the quote right after the attribution is what counts, not the line after it
+    assert trim_quoted("Ok\nOn Mon, Alice <a@x> wrote:\n> old\nNew") == "Ok"
+    # wrapped over two lines: at the very end, and with a quote and more text after it
+    assert trim_quoted("Fine.\nOn Mon, Helper\n<h@x> wrote:") == "Fine."
+    assert trim_quoted("Fine.\nOn Mon, Helper\n<h@x> wrote:\n> old\nNew") == "Fine."
+    # an indented quote at the end goes too
+    assert trim_quoted("Ok\n  > old") == "Ok"
+    # exactly three header lines make a block; two do not
+    assert trim_quoted("Hi\nFrom: a\nSent: b\nTo: c\nold") == "Hi"
+    assert trim_quoted("Hi\nFrom: a\nTo: b\nBye") == "Hi\nFrom: a\nTo: b\nBye"
+    # a block is looked for in six lines (blank ones count) from its first header line
+    spread = "Hi\nFrom: a\n\n\n\n\nTo: b\nSubject: c"
+    assert trim_quoted(spread) == spread
+
+
 # loop rules
 
 
@@ -206,6 +277,44 @@ def test_machine_senders() -> None:
     mail = read_mail(mail_bytes("x", sender="Mail Delivery <MAILER-DAEMON@example.org>"))
     assert "machine" in str(automatic_reason(mail))
     assert "no From" in str(automatic_reason(read_mail(mail_bytes("x", sender=""))))
+
+
+def test_automatic_reasons_are_exact_and_cut() -> None:
+    def reason(headers: dict[str, str], sender: str = "Alice <alice@example.org>") -> str | None:
+        return automatic_reason(read_mail(mail_bytes("x", sender=sender, headers=headers)))
+
+    long = "auto-generated; type=vacation; " + "x" * 40
+    assert reason({"Auto-Submitted": long}) == f"Auto-Submitted: {long[:40]}"
+    # "no" with a parameter is still no
+    assert reason({"Auto-Submitted": "no; reason=person"}) is None
+    assert reason({"Return-Path": "<>"}) == "the null sender (a bounce)"
+    assert reason({"Return-Path": ""}) == "the null sender (a bounce)"
+    envelope = "<owner-" + "f" * 90 + "@example.org>"
+    assert reason({"Return-Path": envelope}) == f"a machine's envelope sender ({envelope[:80]})"
+    assert reason({}, sender="") == "no From: address"
+    assert reason({"List-Id": "<fam.example.org>"}) == "a mailing list's List-Id header"
+    assert reason({"X-Autoreply": "yes"}) == "an auto-responder's X-Autoreply header"
+    assert reason({"Precedence": " Bulk "}) == "Precedence: bulk"
+    assert reason({}, sender="Daemon <MAILER-DAEMON@example.org>") == (
+        "a machine's address (mailer-daemon@example.org)"
+    )
+    report = EmailMessage()
+    report["From"] = "postmaster@example.org"
+    report.set_content("delivery failed")
+    report.make_mixed()
+    report.replace_header("Content-Type", "multipart/report; report-type=delivery-status")
+    assert automatic_reason(read_mail(report.as_bytes())) == "a delivery or read report"
+
+
+def test_a_machine_sender_is_told_by_its_local_part_alone() -> None:
+    # a bare local part (no domain) is the whole address, in any case
+    assert machine_sender("MAILER-DAEMON") and machine_sender("Fam-Request")
+    assert not machine_sender("alice")
+    # the domain is what follows the last "@": the local part may hold one
+    assert machine_sender("x@fam-request@example.org")
+    # only the angle brackets around it are taken off, not letters
+    assert not machine_sender("Xowner-fam@example.org")
+    assert not machine_sender("fam-requestX@example.org")
 
 
 # threads
@@ -287,6 +396,42 @@ def test_a_notice_without_a_target_is_threaded_to_the_thread() -> None:
     )
     assert mail["In-Reply-To"] == "<root@x>" and mail["References"] == "<root@x>"
     assert mail["Subject"] == "Re: Your message (2/2)"
+
+
+def test_a_thread_key_of_a_long_or_unprintable_root_is_its_digest() -> None:
+    edge = "<" + "a" * 196 + "@x>"  # exactly SENDER_ID_MAX_CHARS
+    assert len(edge) == 200 and thread_key(edge) == edge
+    longer = "<" + "a" * 197 + "@x>"
+    digest = hashlib.sha256(longer.encode()).hexdigest()[:40]
+    assert thread_key(longer) == f"<sha256.{digest}>"
+    unprintable = "<a\tb@x>"
+    digest = hashlib.sha256(unprintable.encode()).hexdigest()[:40]
+    assert thread_key(unprintable) == f"<sha256.{digest}>"
+    assert thread_key(None) is None
+
+
+def test_references_of_a_reply_to_a_mail_without_an_id() -> None:
+    assert reply_references(("<a@x>", "<b@x>"), None) == ("<a@x>", "<b@x>")
+    assert reply_references((), None) == ()
+
+
+def test_message_ids_keep_letters_and_digits_and_cut_edges() -> None:
+    assert message_id_for("Orch.ABC.1", 0, "Mail.Example.ORG") == "<Orch.ABC.1.0@Mail.Example.ORG>"
+    assert message_id_for(".k.", 2, "-.ex.org.-") == "<k.2@ex.org>"
+    assert message_id_for(" k ", 0, " ex.org ") == "<-k-.0@ex.org>"
+    assert message_id_for("XkX", 0, "Xex.orgX") == "<XkX.0@Xex.orgX>"
+    assert message_id_for("", 0, "") == "<reply.0@localhost>"
+    assert message_id_for("...", 0, ".-") == "<reply.0@localhost>"
+
+
+def test_a_reply_target_is_compact_json_and_reads_back_what_it_can() -> None:
+    target = ReplyTarget("<m@x>", "Über", ("<r@x>",))
+    assert target.encode() == '{"id":"<m@x>","subject":"Über","refs":["<r@x>"]}'
+    assert ReplyTarget.decode('{"id":"<m@x>"}') == ReplyTarget("<m@x>", "", ())
+    assert ReplyTarget.decode('{"subject":"","refs":"<r@x>"}') == ReplyTarget(None, "", ())
+    bare = ReplyTarget(None, "", ())
+    assert ReplyTarget.decode(bare.encode()) == bare
+    assert ReplyTarget.decode("neither json nor an id") is None
 
 
 # settings
