@@ -580,6 +580,7 @@ def test_an_unbound_chat_is_given_a_pairing_code_once(
         )
     ]
     assert rig.accepted == [] and rig.chats.named("inbound_claim") == []
+    assert rig.adapter.asked == []  # a chat not bound stores no file and is not read
     caplog.clear()
     rig.chats.fresh = False
     run(lambda: rig.account.route(received()))
@@ -722,6 +723,45 @@ def test_the_rate_notice_rounds_to_whole_minutes_and_says_at_least_one(clock: Cl
         "You are sending messages faster than I can take them (1 per 120 minutes). I will read "
         "your messages again in about 31 minutes.",
     ]
+
+
+def test_the_rate_is_a_senders_in_a_group_whichever_chat_and_stops_before_the_file(
+    clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig = Rig(rate=(1, 600))
+    rig.bind("c1")
+    rig.bind("c2")  # a second chat of the same group
+    rig.chats.bound["c3"] = Binding("lb", "c3", "pets", "always", "member", None, 0.0)
+    run(lambda: rig.account.route(received("one", chat="c1")))
+    rig.adapter.asked.clear()
+    run(lambda: rig.account.route(received("two", chat="c2", message_id="52", thread=None)))
+    assert rig.adapter.asked == []  # over the rate: no mention looked for, no file stored
+    run(lambda: rig.account.route(received("from bob", chat="c1", sender="bob")))
+    run(lambda: rig.account.route(received("to pets", chat="c3")))
+    assert [(i.group, i.chat, i.sender, i.text) for i, _ in rig.accepted] == [
+        ("fam", "c1", "loopchat:ann", "one"),
+        ("fam", "c1", "loopchat:bob", "from bob"),
+        ("pets", "c3", "loopchat:ann", "to pets"),
+    ]
+    assert [call[3] for call in rig.chats.named("inbound_claim")] == ["c1", "c1", "c3"]
+    assert rig.adapter.sends == [
+        (
+            "c2",
+            None,
+            "52",
+            "You are sending messages faster than I can take them (1 per 10 minutes). I will "
+            "read your messages again in about 10 minutes.",
+            "orch.n.42",
+        )
+    ]
+    assert lines(caplog) == [
+        (logging.INFO, "Loop account lb: loopchat:ann is over its rate in group fam (1 per 600s)")
+    ]
+    assert set(rig.account.rate.seen) == {
+        ("fam", "loopchat:ann"),
+        ("fam", "loopchat:bob"),
+        ("pets", "loopchat:ann"),
+    }
 
 
 def test_a_line_from_the_adapter_is_added_to_the_text_and_what_was_said(clock: Clock) -> None:
