@@ -290,13 +290,24 @@ class Plain(AdapterBase):
 
 
 class Rig:
-    def __init__(self, adapter: str = "Adapter", rate: tuple[int, int] = (2, 600)) -> None:
+    def __init__(
+        self,
+        adapter: str = "Adapter",
+        rate: tuple[int, int] = (2, 600),
+        groups: Path = Path("/nonexistent/groups"),
+    ) -> None:
         self.chats = Chats()
         self.queue = Queue()
         self.loop = Loop()
         self.accepted: list[tuple[Any, Any]] = []
         self.accept_error: BaseException | None = None
-        daemon = SimpleNamespace(chats=self.chats, queue=self.queue, accept=self.accept)
+        self.queued_before: tuple[StoredFile, ...] | None = None  # a repeat's first files
+        daemon = SimpleNamespace(
+            chats=self.chats,
+            queue=self.queue,
+            accept=self.accept,
+            runtime=SimpleNamespace(store=SimpleNamespace(root=groups)),
+        )
         account = SimpleNamespace(
             name="lb",
             channel="loopchat:lb",
@@ -313,10 +324,13 @@ class Rig:
         assert isinstance(adapter, Adapter)
         return adapter
 
-    def accept(self, inbound: Any, claim: Any) -> None:
+    def accept(self, inbound: Any, claim: Any) -> Any:
         if self.accept_error is not None:
             raise self.accept_error
         self.accepted.append((inbound, claim))
+        if self.queued_before is not None:
+            return SimpleNamespace(media=self.queued_before)
+        return SimpleNamespace(media=inbound.media)
 
     def bind(self, chat: str = "c1", activation: str = "always", trust: str = "member") -> None:
         self.chats.bound[chat] = Binding("lb", chat, "fam", activation, trust, None, 0.0)
@@ -914,6 +928,155 @@ def test_a_stopping_daemon_or_a_full_queue_is_raised_to_the_adapter(
     with pytest.raises(type(error)):
         run(lambda: rig.account.route(received()))
     assert rig.adapter.sends == [] and rig.account.health.messages_in == 0
+
+
+# the files of a message not queued
+
+
+class Inbox:
+    """A group's files/inbox with two files the app stored for one message."""
+
+    def __init__(self, root: Path) -> None:
+        self.groups = root / "groups"
+        self.path = self.groups / "fam" / "files" / "inbox"
+        self.path.mkdir(parents=True)
+        self.files = (
+            StoredFile("20260101-120002-0a1b2c3f.jpg", "image/jpeg", 5, "image"),
+            StoredFile("20260101-120002-4d5e6f70.pdf", "application/pdf", 5, "document"),
+        )
+        for file in self.files:
+            (self.path / file.name).write_bytes(b"bytes")
+        (self.path / "20251231-090000-00000000.txt").write_bytes(b"queued earlier")
+
+    def names(self) -> set[str]:
+        return {entry.name for entry in self.path.iterdir()}
+
+
+REFUSALS = [
+    GroupNotFound("fam is gone"),
+    SenderRefused("loopchat:ann may not talk to fam"),
+    GroupPaused("fam is paused"),
+    BadInput("that is not a message"),
+]
+
+
+@pytest.mark.parametrize("error", REFUSALS, ids=lambda error: type(error).__name__)
+def test_the_files_of_a_message_the_daemon_refuses_are_removed_and_no_others(
+    clock: Clock, tmp_path: Path, error: OrchestratorError
+) -> None:
+    inbox = Inbox(tmp_path)
+    rig = Rig(groups=inbox.groups)
+    rig.bind()
+    rig.adapter.stored = list(inbox.files)
+    rig.accept_error = error
+    run(lambda: rig.account.route(received("look")))
+    assert inbox.names() == {"20251231-090000-00000000.txt"}
+
+
+@pytest.mark.parametrize("error", [DaemonStopping("stopping"), OrchestratorError("disk full")])
+def test_the_files_of_a_message_to_be_read_again_are_removed_before_it_is(
+    clock: Clock, tmp_path: Path, error: OrchestratorError
+) -> None:
+    inbox = Inbox(tmp_path)
+    rig = Rig(groups=inbox.groups)
+    rig.bind()
+    rig.adapter.stored = list(inbox.files)
+    rig.accept_error = error
+    with pytest.raises(type(error)):
+        run(lambda: rig.account.route(received("look")))
+    assert inbox.names() == {"20251231-090000-00000000.txt"}
+
+
+def test_the_files_of_a_message_too_long_are_removed(clock: Clock, tmp_path: Path) -> None:
+    inbox = Inbox(tmp_path)
+    rig = Rig(groups=inbox.groups)
+    rig.bind()
+    rig.adapter.stored = list(inbox.files)
+    run(lambda: rig.account.route(received("a" * (INBOUND_TEXT_MAX_CHARS + 1))))
+    assert rig.accepted == [] and len(rig.adapter.sends) == 1
+    assert inbox.names() == {"20251231-090000-00000000.txt"}
+
+
+def test_the_files_of_a_queued_message_stay(clock: Clock, tmp_path: Path) -> None:
+    inbox = Inbox(tmp_path)
+    rig = Rig(groups=inbox.groups)
+    rig.bind()
+    rig.adapter.stored = list(inbox.files)
+    run(lambda: rig.account.route(received("look")))
+    [(queued, _)] = rig.accepted
+    assert queued.media == inbox.files
+    assert inbox.names() == {file.name for file in inbox.files} | {"20251231-090000-00000000.txt"}
+
+
+def test_a_repeat_of_a_queued_message_keeps_the_first_files_and_not_its_own(
+    clock: Clock, tmp_path: Path
+) -> None:
+    inbox = Inbox(tmp_path)
+    rig = Rig(groups=inbox.groups)
+    rig.bind()
+    first = StoredFile("20251231-090000-00000000.txt", "text/plain", 14, "document")
+    rig.queued_before = (first, inbox.files[1])
+    rig.adapter.stored = list(inbox.files)
+    run(lambda: rig.account.route(received("look")))
+    assert inbox.names() == {first.name, inbox.files[1].name}
+
+
+def test_an_inbox_swapped_for_a_link_is_not_removed_through(
+    clock: Clock, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    inbox = Inbox(tmp_path)
+    outside = tmp_path / "outside"
+    inbox.path.rename(outside)
+    inbox.path.symlink_to(outside)
+    rig = Rig(groups=inbox.groups)
+    rig.bind()
+    rig.adapter.stored = list(inbox.files)
+    rig.accept_error = BadInput("no")
+    run(lambda: rig.account.route(received("look")))
+    assert {entry.name for entry in outside.iterdir()} == {file.name for file in inbox.files} | {
+        "20251231-090000-00000000.txt"
+    }
+    [line] = [text for level, text in lines(caplog) if level == logging.WARNING]
+    assert line.startswith(
+        "group fam: files of a message not queued were not removed from files/inbox: "
+    )
+    assert line.endswith("files/inbox: is a symlink, not a folder"), line
+
+
+def test_a_folder_planted_for_one_file_is_left_and_the_rest_removed(
+    clock: Clock, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    inbox = Inbox(tmp_path)
+    planted = inbox.path / inbox.files[0].name
+    planted.unlink()
+    planted.mkdir()
+    (planted / "inside").write_bytes(b"x")
+    rig = Rig(groups=inbox.groups)
+    rig.bind()
+    rig.adapter.stored = list(inbox.files)
+    rig.accept_error = BadInput("no")
+    run(lambda: rig.account.route(received("look")))
+    assert inbox.names() == {inbox.files[0].name, "20251231-090000-00000000.txt"}
+    assert (planted / "inside").read_bytes() == b"x"
+    [line] = [text for level, text in lines(caplog) if level == logging.WARNING]
+    assert line.startswith(f"group fam: files/inbox/{inbox.files[0].name} was not removed: ")
+
+
+def test_files_of_a_group_whose_folder_is_gone_are_nothing_to_remove(
+    clock: Clock, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig = Rig(groups=tmp_path / "groups")
+    rig.bind()
+    rig.adapter.stored = [StoredFile("20260101-120002-0a1b2c3f.jpg", "image/jpeg", 5, "image")]
+    rig.accept_error = GroupNotFound("fam is gone")
+    run(lambda: rig.account.route(received("look")))
+    assert [entry for entry in lines(caplog) if entry[0] > logging.INFO] == [
+        (
+            logging.WARNING,
+            "Loop account lb: loop c1 is bound to group 'fam', which does not exist; "
+            "message dropped (orchestrator unbind lb:c1)",
+        )
+    ]
 
 
 # notices

@@ -4,7 +4,8 @@ Inbound: the adapter hands each message to ``route``, which goes binding (an unb
 chat gets a pairing code once and reaches nothing), activation (in a group chat with
 activation ``mention`` only a message that addresses the bot starts a turn), the
 sender's rate per group (told once when over it), the bot's mention off the front of the
-text, the adapter's file, the size, then the daemon; a refusal gets a notice in the chat.
+text, the adapter's file, the size, then the daemon; a refusal gets a notice in the chat,
+and the files of a message not queued are removed from the inbox.
 
 Outbound: a message's replies are sent when the daemon stores them (a listener wakes the
 loop; a sweep every few seconds catches anything missed). Each reply is claimed in the
@@ -41,6 +42,7 @@ from orchestrator.channels.chatapp.adapter import (
     Refusal,
     StoredFile,
 )
+from orchestrator.channels.chatapp.files import discard_inbox_files
 from orchestrator.channels.chatapp.mention import strip_mention
 from orchestrator.daemon.core import Inbound
 from orchestrator.errors import (
@@ -67,6 +69,7 @@ if TYPE_CHECKING:
     from orchestrator.config.accounts import ChannelAccount
     from orchestrator.config.kinds import AccountKind
     from orchestrator.daemon.core import Daemon
+    from orchestrator.store.chats import Binding
 
 log = logging.getLogger("orchestrator.channels")
 TYPING_MAX = 64  # typing indicators kept up at once per account
@@ -396,6 +399,33 @@ class ChatAccount:
                 received.chat,
             )
             return
+        queued: tuple[StoredFile, ...] = ()
+        try:
+            queued = await self._queue(received, binding, sender, text, said, media)
+        finally:
+            # The files of a message that was not queued (refused, or read again later,
+            # when they are stored anew), or of a repeat of one queued before, would
+            # stay in the inbox with nothing pointing at them.
+            kept = {file.name for file in queued}
+            left = [file.name for file in media if file.name not in kept]
+            if left:
+                await asyncio.to_thread(
+                    discard_inbox_files, self.daemon.runtime.store.root, binding.group, left
+                )
+
+    async def _queue(
+        self,
+        received: Received,
+        binding: Binding,
+        sender: str,
+        text: str,
+        said: str,
+        media: tuple[StoredFile, ...],
+    ) -> tuple[StoredFile, ...]:
+        """Hand the message to the daemon; the files of the message queued for it (an
+        earlier one's when the app delivered it twice), or () when it was refused (told
+        in the chat or logged)."""
+        reply_to = received.message_id
         if len(said) > INBOUND_TEXT_MAX_CHARS:
             await self.notice(
                 received.chat,
@@ -403,7 +433,7 @@ class ChatAccount:
                 reply_to,
                 f"That message is {len(said)} characters; I take at most {INBOUND_TEXT_MAX_CHARS}.",
             )
-            return
+            return ()
         claim = self.chats.inbound_claim(
             self.name, received.event_id, received.chat, received.message_id
         )
@@ -419,7 +449,7 @@ class ChatAccount:
             media=media,
         )
         try:
-            await asyncio.to_thread(self.daemon.accept, inbound, claim)
+            message = await asyncio.to_thread(self.daemon.accept, inbound, claim)
         except GroupNotFound:
             log.warning(
                 self.line(
@@ -432,22 +462,23 @@ class ChatAccount:
                 self.name,
                 received.chat,
             )
-            return
+            return ()
         except SenderRefused as exc:
             log.warning(self.line("%s"), exc.message)
-            return
+            return ()
         except GroupPaused as exc:
             await self.notice(
                 received.chat, received.thread, reply_to, f"I am paused: {exc.message}"
             )
-            return
+            return ()
         except DaemonStopping:
             raise
         except BadInput as exc:
             log.info(self.line("message refused: %s"), exc.message)
             await self.notice(received.chat, received.thread, reply_to, exc.message)
-            return
+            return ()
         self.health.messages_in += 1
+        return message.media
 
     async def ask_pairing(
         self, chat: str, title: str | None, requester: str, thread: str | None

@@ -5,15 +5,24 @@ but a clean extension), and described to the core as a ``StoredFile``
 
 from __future__ import annotations
 
+import logging
 import re
 import secrets
 import time
 from pathlib import Path
 
 from orchestrator.errors import OrchestratorError
-from orchestrator.media.inbox import StoredFile, kind_of, shown_name
+from orchestrator.media.inbox import INBOX, StoredFile, kind_of, shown_name
 
-__all__ = ["inbox_name", "shown_name", "store_inbox_file", "store_received"]
+log = logging.getLogger("orchestrator.channels")
+
+__all__ = [
+    "discard_inbox_files",
+    "inbox_name",
+    "shown_name",
+    "store_inbox_file",
+    "store_received",
+]
 
 _EXTENSION = re.compile(r"\.([A-Za-z0-9]{1,8})$")
 _MIME_EXTENSIONS = {
@@ -85,3 +94,38 @@ def store_received(
         original=original,
         label=label,
     )
+
+
+def discard_inbox_files(groups_root: Path, group: str, names: list[str]) -> list[str]:
+    """Remove files ``store_received`` stored for a message that was then not queued
+    (refused, or to be read again later), through directory descriptors as they were
+    written; returns the names removed. One already gone is skipped; an inbox that is
+    not a real folder any more is left alone (nothing is removed through a link), with
+    a warning."""
+    from orchestrator.confined import open_group_dir
+
+    removed: list[str] = []
+    try:
+        with (
+            open_group_dir(groups_root, group) as folder,
+            folder.open_dir(INBOX) as inbox,
+        ):
+            for name in names:
+                try:
+                    inbox.unlink(name)
+                except FileNotFoundError:
+                    continue
+                except OSError as exc:  # a folder planted in its place: left alone
+                    log.warning("group %s: %s/%s was not removed: %s", group, INBOX, name, exc)
+                    continue
+                removed.append(name)
+    except FileNotFoundError:
+        pass  # no inbox (or no group folder) any more: nothing of it is left
+    except OSError as exc:
+        log.warning(
+            "group %s: files of a message not queued were not removed from %s: %s",
+            group,
+            INBOX,
+            exc,
+        )
+    return removed
