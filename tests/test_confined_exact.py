@@ -997,20 +997,26 @@ def test_usage_counts_regular_files_and_every_entry_s_blocks(tmp_path: Path, no_
     assert disk > 0
 
 
+def _remove_once_listed(monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
+    """Make ``ConfinedDir.walk`` remove ``path`` after it lists a folder, before the
+    caller looks at the entries it listed."""
+    real_walk = ConfinedDir.walk
+
+    def walk_then_remove(self: ConfinedDir, **kwargs: bool):  # type: ignore[no-untyped-def]
+        for step in real_walk(self, **kwargs):
+            path.unlink()
+            yield step
+
+    monkeypatch.setattr(ConfinedDir, "walk", walk_then_remove)
+
+
 def test_usage_skips_an_entry_gone_since_it_was_listed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "a").write_text("1")
     (tmp_path / "b").write_text("22")
     (tmp_path / "c").write_text("333")
-    real_walk = ConfinedDir.walk
-
-    def walk_then_remove(self: ConfinedDir, **kwargs: bool):  # type: ignore[no-untyped-def]
-        for step in real_walk(self, **kwargs):
-            os.unlink(tmp_path / "b")
-            yield step
-
-    monkeypatch.setattr(ConfinedDir, "walk", walk_then_remove)
+    _remove_once_listed(monkeypatch, tmp_path / "b")
     with ConfinedDir.open(tmp_path) as d:
         usage = d.usage()
     assert (usage.files, usage.bytes) == (2, 4)
@@ -1049,14 +1055,7 @@ def test_chown_tree_skips_an_entry_gone_since_it_was_listed(
 ) -> None:
     for name in ("a", "b", "c"):
         (tmp_path / name).write_text(name)
-    real_walk = ConfinedDir.walk
-
-    def walk_then_remove(self: ConfinedDir, **kwargs: bool):  # type: ignore[no-untyped-def]
-        for step in real_walk(self, **kwargs):
-            os.unlink(tmp_path / "b")
-            yield step
-
-    monkeypatch.setattr(ConfinedDir, "walk", walk_then_remove)
+    _remove_once_listed(monkeypatch, tmp_path / "b")
     with ConfinedDir.open(tmp_path) as d:
         assert d.chown_tree(7, 7) == 3  # the folder, a and c
     assert _owner(tmp_path / "a") == _owner(tmp_path / "c") == (7, 7)
