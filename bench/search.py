@@ -106,7 +106,7 @@ def build(quick: bool) -> Result:
     the previous release's index built in the same rounds, and SQLite's FTS5 indexing
     the same chunks alone (the part of a build that is SQLite's own)."""
     from orchestrator.memory import terms
-    from orchestrator.memory.search import _FTS_DDL, chunk_lines
+    from orchestrator.memory.search import FTS_TABLE_DDL, chunk_lines
 
     files = 1000 if quick else 10_000
     with tempfile.TemporaryDirectory(prefix="bench-search-") as tmp:
@@ -134,7 +134,7 @@ def build(quick: bool) -> Result:
             db = sqlite3.connect(path, isolation_level=None)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("BEGIN IMMEDIATE")
-            db.execute(_FTS_DDL[0])
+            db.execute(FTS_TABLE_DDL)
             db.executemany("INSERT INTO fts (path, text) VALUES (?, ?)", texts)
             db.execute("COMMIT")
             db.close()
