@@ -185,6 +185,8 @@ def test_the_frontmatter_of_an_index_does_not_count() -> None:
     # no closing line: the lines are counted as text
     assert map_weight("p/index.md", f"---\nx: 1\ny: 2\n{links}") == 1.0
     assert map_weight("p/index.md", "---\n- [a](a.md)\ntext") == 1.0
+    # the first line after the closing one counts
+    assert map_weight("p/index.md", "---\nx: 1\n---\n- [a](a.md)\ntext") == MAP_WEIGHT
 
 
 # queries
@@ -483,8 +485,9 @@ def test_the_write_ahead_log_of_an_older_index_is_deleted_with_it(
 
 
 def test_an_index_is_rebuilt_after_an_error_in_the_middle_of_an_update(
-    index: MemoryIndex, memory: Path, monkeypatch
+    index: MemoryIndex, memory: Path, monkeypatch, caplog: pytest.LogCaptureFixture
 ) -> None:  # type: ignore[no-untyped-def]
+    caplog.set_level(logging.WARNING, logger="orchestrator.memory.search")
     write(memory, {"a.md": "# A\n\nalpha\n", "b.md": "# B\n\nbeta\n"})
     index.update()
     real = MemoryIndex._count_words
@@ -501,6 +504,9 @@ def test_an_index_is_rebuilt_after_an_error_in_the_middle_of_an_update(
     report = index.update()
     assert (report.added, report.unchanged, report.rebuilt) == (3, 0, True)
     assert sorted(paths(index, "alpha beta gamma")) == ["memory/a.md", "memory/b.md", "memory/c.md"]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"search index {index.path} is unusable (database disk image is malformed); rebuilding it"
+    ]
 
     def locked(self: MemoryIndex) -> None:
         raise sqlite3.OperationalError("database is locked")
@@ -511,6 +517,8 @@ def test_an_index_is_rebuilt_after_an_error_in_the_middle_of_an_update(
         index.update()
     assert paths(index, "delta") == []  # rolled back, nothing set aside
     assert len([p for p in index.dir.iterdir() if ".corrupt-" in p.name]) == 1
+    assert sorted(paths(index, "alpha beta gamma")) == ["memory/a.md", "memory/b.md", "memory/c.md"]
+    assert len(caplog.records) == 1
 
 
 # the memory tree
@@ -556,6 +564,36 @@ def test_what_a_scan_leaves_out_is_reported_in_so_many_words(
     assert index.scan() == found
 
 
+def test_a_scan_goes_on_past_a_file_it_cannot_look_at(
+    index: MemoryIndex, memory: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    write(memory, {"a.md": "a", "b.md": "b", "c.md": "c"})
+    real_stat = os.stat
+
+    def stat_fails_for_a(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if path == "a.md" and kwargs.get("dir_fd") is not None:
+            raise PermissionError(13, "Permission denied")
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", stat_fails_for_a)
+    report = UpdateReport()
+    assert sorted(index.scan(report)) == ["b.md", "c.md"]
+    assert report.skipped == []
+
+
+def test_every_file_past_the_limit_is_reported(
+    index: MemoryIndex, memory: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    write(memory, {"a.md": "a", "b.md": "b", "c.md": "c"})
+    monkeypatch.setattr(search, "SEARCH_MAX_FILES", 1)
+    report = UpdateReport()
+    assert sorted(index.scan(report)) == ["a.md"]
+    assert report.skipped == [
+        "memory/b.md: over 1 files; not indexed",
+        "memory/c.md: over 1 files; not indexed",
+    ]
+
+
 def test_the_file_limit_is_written_with_thousands_separators(
     index: MemoryIndex, memory: Path, monkeypatch
 ) -> None:  # type: ignore[no-untyped-def]
@@ -589,6 +627,60 @@ def test_an_update_counts_each_file_once(index: MemoryIndex, memory: Path) -> No
         "memory/c/d.md",
         "memory/e.md",
     ]
+
+
+def test_each_file_added_changed_or_removed_counts(index: MemoryIndex, memory: Path) -> None:
+    write(memory, {f"{name}.md": f"# {name}\n\n{name} one\n" for name in "abcdef"})
+    assert index.update().added == 6
+    write(memory, {"a.md": "# a\n\na two\n", "b.md": "# b\n\nb two\n"})
+    for name in "cd":
+        (memory / f"{name}.md").unlink()
+    report = index.update()
+    assert (report.added, report.changed, report.removed, report.unchanged) == (0, 2, 2, 2)
+
+
+def test_each_known_file_past_the_read_limit_counts_as_removed(
+    index: MemoryIndex, memory: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    write(memory, {"a.md": "# A\n", "b.md": "# B\n", "c.md": "# C\n"})
+    index.update()
+    monkeypatch.setattr(search, "MEMORY_FILE_READ_MAX_BYTES", 12)
+    write(memory, {"a.md": "# A\n\nnow too long\n", "b.md": "# B\n\nnow too long\n"})
+    report = index.update()
+    assert (report.added, report.changed, report.removed, report.unchanged) == (0, 0, 2, 1)
+    assert len(report.skipped) == 2
+
+
+def test_a_forced_update_of_a_sound_index_builds_it_anew_in_place(
+    index: MemoryIndex, memory: Path
+) -> None:
+    write(memory, {"a.md": "# Alpha\n\nKrankenversicherung\n", "b.md": "# Beta\n\nbeta\n"})
+    index.update()
+    report = index.update(force=True)
+    assert (report.added, report.removed, report.rebuilt) == (2, 0, False)
+    assert not index.rebuilt and not [p for p in index.dir.iterdir() if ".corrupt-" in p.name]
+    assert sorted(paths(index, "alpha beta")) == ["memory/a.md", "memory/b.md"]
+    assert paths(index, "versicherung") == ["memory/a.md"]
+    assert index.db.execute("SELECT COUNT(*) FROM fts").fetchone()[0] == 2
+
+
+def test_the_words_trigram_index_matches_the_words_after_each_kind_of_update(
+    index: MemoryIndex, memory: Path
+) -> None:
+    def sound() -> None:
+        # FTS5 checks its index against the words table it indexes (external content)
+        index.db.execute("INSERT INTO word_grams (word_grams, rank) VALUES ('integrity-check', 1)")
+
+    write(memory, {"a.md": "# Zahnarzttermin\n"})
+    index.update()  # into an empty vocabulary: the trigrams made in bulk
+    sound()
+    write(memory, {"b.md": "# Haftpflichtversicherung\n\nZahnarzttermin\n"})
+    index.update()  # into a vocabulary with words: one word at a time
+    sound()
+    (memory / "a.md").unlink()
+    index.update()
+    sound()
+    assert paths(index, "versicherung") == ["memory/b.md"]
 
 
 def test_an_update_reports_the_time_it_took(index: MemoryIndex, memory: Path) -> None:
