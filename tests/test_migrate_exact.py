@@ -173,6 +173,13 @@ def test_what_stops_a_run_in_a_source_folder(fam: Group, tmp_path: Path) -> None
     assert stops[0] == "CLAUDE.md is a FIFO; move it away, then run again"
 
 
+def test_an_auto_memory_that_is_a_fifo_stops_a_run(fam: Group) -> None:
+    (fam.path / ".claude").mkdir()
+    os.mkfifo(fam.path / ".claude/memory")
+    sources, stops = migrate.inventory(fam.path)
+    assert (sources, stops) == ([], [".claude/memory is a FIFO; move it away, then run again"])
+
+
 def test_a_from_folder_reads_its_markdown_files_only(fam: Group, tmp_path: Path) -> None:
     export = tmp_path / "export"
     (export / "sub").mkdir(parents=True)
@@ -1356,6 +1363,16 @@ def test_an_approved_record_is_archived_under_the_utc_time(
     monkeypatch.setattr(migrate.time, "gmtime", lambda seconds=None: utc)
     migrate.run(fam.path, today="2026-01-02")
     assert (fam.path / ".memory-migration/approved-20260102T030405Z/manifest.json").is_file()
+
+
+def test_a_run_without_a_date_dates_its_files_by_utc(
+    fam: Group, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (fam.path / "CLAUDE.md").write_text("Ada likes tea.\n")
+    utc = time.struct_time((2026, 1, 2, 3, 4, 5, 4, 2, 0))
+    monkeypatch.setattr(migrate.time, "gmtime", lambda seconds=None: utc)
+    migrate.run(fam.path)
+    assert "\nimported: '2026-01-02'\n" in concepts(fam)["claude-md/notes.md"]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root gives files to another owner")
