@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -170,6 +171,13 @@ def test_what_stops_a_run_in_a_source_folder(fam: Group, tmp_path: Path) -> None
     os.mkfifo(fam.path / "CLAUDE.md")
     _, stops = migrate.inventory(fam.path)
     assert stops[0] == "CLAUDE.md is a FIFO; move it away, then run again"
+
+
+def test_an_auto_memory_that_is_a_fifo_stops_a_run(fam: Group) -> None:
+    (fam.path / ".claude").mkdir()
+    os.mkfifo(fam.path / ".claude/memory")
+    sources, stops = migrate.inventory(fam.path)
+    assert (sources, stops) == ([], [".claude/memory is a FIFO; move it away, then run again"])
 
 
 def test_a_from_folder_reads_its_markdown_files_only(fam: Group, tmp_path: Path) -> None:
@@ -549,7 +557,12 @@ def test_a_from_file_alone_moves_nothing(fam: Group, tmp_path: Path) -> None:
 def test_a_seed_is_the_instructions_file_when_there_is_none(fam: Group) -> None:
     (fam.path / "instructions.prepend.md").unlink()
     (fam.path / ".seed.md").write_bytes(b"You are Pip.\n")
-    outcome = migrate.run(fam.path)
+    steps: list[str] = []
+    outcome = migrate.run(fam.path, step=steps.append)
+    assert steps == [
+        "moved .seed.md to .memory-migration/staging/.seed.md",
+        "made instructions.prepend.md from .seed.md",
+    ]
     assert (fam.path / "instructions.prepend.md").read_bytes() == b"You are Pip.\n"
     assert (outcome.created, outcome.edited) == (["instructions.prepend.md"], [])
     assert outcome.rows == [(".seed.md", "instructions.prepend.md", 1, 1)]
@@ -1227,3 +1240,153 @@ def test_a_tree_digest_tells_a_fifo_and_its_kind(tmp_path: Path) -> None:
     (tmp_path / "pipe").unlink()
     (tmp_path / "pipe").write_text("")
     assert len({empty, with_fifo, migrate.tree_digest(tmp_path)}) == 3
+
+
+# texts a run adds to
+
+
+def test_a_file_a_run_adds_to_keeps_its_last_line_whole(fam: Group) -> None:
+    (fam.path / "CLAUDE.md").write_text("You are Pip.\n")
+    (fam.memory_dir / "imported").mkdir()
+    (fam.memory_dir / "imported/index.md").write_text("# Mine X\n\n")
+    (fam.memory_dir / "index.md").write_text("# Memory\n\nSee X\n")
+    (fam.path / "instructions.prepend.md").write_text("Be brief X\n")
+    migrate.run(fam.path, today="2026-01-02")
+    assert (fam.memory_dir / "imported/index.md").read_text() == (
+        "# Mine X\n- [CLAUDE.md](claude-md/index.md)\n"
+    )
+    assert (fam.memory_dir / "index.md").read_text() == (
+        "# Memory\n\nSee X\n\n" + IMPORTED_LINK + "\n"
+    )
+    migrate.apply_instructions(fam.path)
+    proposed = (fam.path / ".memory-migration/proposed-instructions.md").read_text()
+    assert (fam.path / "instructions.prepend.md").read_text() == "Be brief X\n\n" + proposed
+
+
+def test_the_report_lists_conflicts_then_notes_one_a_line(fam: Group, tmp_path: Path) -> None:
+    (fam.path / "instructions.prepend.md").write_text("Be brief.\n")
+    (fam.path / ".seed.md").write_text("You are Pip.\n")
+    (fam.path / "CLAUDE.local.md").symlink_to(tmp_path)
+    outcome = migrate.run(fam.path, today="2026-01-02")
+    assert (
+        "## Notes\n\n"
+        "- .seed.md and instructions.prepend.md both exist: both are kept (.seed.md staged in "
+        ".memory-migration/staging/.seed.md); merge them by hand if you want\n"
+        "- CLAUDE.local.md is a symlink: moved to .memory-migration/quarantine/CLAUDE.local.md, "
+        "never followed\n\n"
+    ) in outcome.report
+
+
+def test_a_report_says_how_many_lines_a_source_lost() -> None:
+    outcome = migrate.Outcome([], rows=[("a.md", "x/", 3, 2), ("b.md", "y/", 4, 2)])
+    assert "\n\nEvery non-empty line is accounted for: no, 3 missing.\n" in migrate._report(
+        outcome, "fam"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "cell"),
+    [
+        ("memory/imported/x/ (1 concepts)", "memory/imported/x/ (1 concepts)"),
+        ("a|b||c", "a\\|b\\|\\|c"),
+        ("a\nb", "a\\u{000a}b"),
+    ],
+)
+def test_a_destination_stays_one_table_cell(text: str, cell: str) -> None:
+    assert migrate._cell(text) == cell
+
+
+# the record when the tree is not as the run expects
+
+
+def test_an_original_left_by_hand_is_kept_and_the_copy_gets_a_number(fam: Group) -> None:
+    (fam.path / "CLAUDE.md").write_text("Ada likes tea.\n")
+    original = (fam.memory_dir / "index.md").read_bytes()
+    (fam.path / ".memory-migration/originals").mkdir(parents=True)
+    (fam.path / ".memory-migration/originals/memory--index.md").write_text("left by hand\n")
+    migrate.run(fam.path, today="2026-01-02")
+    [edit] = [a for a in actions(fam) if a["op"] == "edit"]
+    assert edit["original"] == ".memory-migration/originals/memory--index-2.md"
+    assert (fam.path / edit["original"]).read_bytes() == original
+    assert "restored memory/index.md" in migrate.rollback(fam.path)
+    assert (fam.memory_dir / "index.md").read_bytes() == original
+
+
+def test_the_manifest_records_an_action_before_it_is_done_and_what_it_added(
+    fam: Group,
+) -> None:
+    (fam.path / "CLAUDE.md").write_text("Ada likes tea.\n")
+    migrate.run(fam.path, today="2026-01-02")
+    with migrate.open_group_dir(fam.path.parent, fam.path.name) as group:
+        manifest = migrate.load_manifest(group)
+        assert manifest is not None
+        entry = manifest.begin(op="note", path="x")
+        assert actions(fam)[-1] == {"op": "note", "path": "x", "done": False}
+        manifest.done(entry, size=3)
+    assert actions(fam)[-1] == {"op": "note", "path": "x", "done": True, "size": 3}
+
+
+def test_a_file_that_exists_already_is_not_recorded_as_made(fam: Group) -> None:
+    (fam.path / "CLAUDE.md").write_text("Ada likes tea.\n")
+    migrate.run(fam.path, today="2026-01-02")
+    recorded = (fam.path / ".memory-migration/manifest.json").read_text()
+    with migrate.open_group_dir(fam.path.parent, fam.path.name) as group:
+        manifest = migrate.load_manifest(group)
+        assert manifest is not None
+        assert not migrate._create(group, manifest, "memory/index.md", b"other\n")
+        assert (fam.path / ".memory-migration/manifest.json").read_text() == recorded
+        assert migrate._create(group, manifest, "memory/new.md", b"new\n")
+    assert actions(fam)[-1] == {"op": "create", "path": "memory/new.md", "done": True}
+    assert (fam.memory_dir / "new.md").read_text() == "new\n"
+
+
+def test_a_folder_that_exists_already_is_not_recorded_as_made(fam: Group) -> None:
+    (fam.path / "CLAUDE.md").write_text("Ada likes tea.\n")
+    migrate.run(fam.path, today="2026-01-02")
+    recorded = (fam.path / ".memory-migration/manifest.json").read_text()
+    with migrate.open_group_dir(fam.path.parent, fam.path.name) as group:
+        manifest = migrate.load_manifest(group)
+        assert manifest is not None
+        migrate._mkdir(group, manifest, "memory/imported/claude-md")
+    assert (fam.path / ".memory-migration/manifest.json").read_text() == recorded
+    assert (fam.memory_dir / "imported/claude-md").is_dir()
+
+
+def test_an_approved_record_is_archived_under_the_utc_time(
+    fam: Group, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (fam.path / "CLAUDE.md").write_text("x\n")
+    migrate.run(fam.path, today="2026-01-02")
+    migrate.approve(fam.path)
+    (fam.path / "CLAUDE.md").write_text("y\n")
+    utc = time.struct_time((2026, 1, 2, 3, 4, 5, 4, 2, 0))
+    monkeypatch.setattr(migrate.time, "gmtime", lambda seconds=None: utc)
+    migrate.run(fam.path, today="2026-01-02")
+    assert (fam.path / ".memory-migration/approved-20260102T030405Z/manifest.json").is_file()
+
+
+def test_a_run_without_a_date_dates_its_files_by_utc(
+    fam: Group, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (fam.path / "CLAUDE.md").write_text("Ada likes tea.\n")
+    utc = time.struct_time((2026, 1, 2, 3, 4, 5, 4, 2, 0))
+    monkeypatch.setattr(migrate.time, "gmtime", lambda seconds=None: utc)
+    migrate.run(fam.path)
+    assert "\nimported: '2026-01-02'\n" in concepts(fam)["claude-md/notes.md"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root gives files to another owner")
+def test_the_copies_and_instructions_a_run_makes_are_the_hosts(fam: Group) -> None:
+    (fam.path / "CLAUDE.md").write_text("You are Pip.\n")
+    (fam.path / "instructions.prepend.md").unlink()
+    (fam.path / ".memory-migration/originals").mkdir(parents=True)
+    for path in [fam.path, *fam.path.rglob("*")]:
+        os.chown(path, 4321, 4321)
+    migrate.run(fam.path)
+    migration = fam.path / ".memory-migration"
+    assert [(p.name, p.lstat().st_uid) for p in (migration / "originals").iterdir()] == [
+        ("memory--index.md", 0)
+    ]
+    assert (migration / "proposed-instructions.md").lstat().st_uid == 0
+    migrate.apply_instructions(fam.path)
+    assert (fam.path / "instructions.prepend.md").lstat().st_uid == 0
