@@ -153,7 +153,10 @@ class Dashboard:
         files; the CSRF token on every POST."""
         if not (request.path.startswith(PREFIX) or request.path == "/ui"):
             return await handler(request)
-        open_path = request.path.startswith(OPEN_PATHS)
+        # /ui only sends the browser on to /ui/: the session cookie's path is /ui/, so
+        # a browser does not send it to /ui, and asking for one there would loop a
+        # signed-in operator through the login page
+        open_path = request.path.startswith(OPEN_PATHS) or request.path == "/ui"
         session = self.sessions.get(request.cookies.get(COOKIE))
         if session is None and not open_path:
             if request.method == "GET" and not request.path.startswith("/ui/api/"):
