@@ -539,7 +539,8 @@ def test_a_strangers_invite_is_refused_with_a_pairing_code(
     server: FakeHomeserver, chats: ChatStore
 ) -> None:
     room = "!a/b:example.org"
-    answered(server, chats, {room: invite_state(EVE)})
+    core = answered(server, chats, {room: invite_state(EVE)})
+    assert core.errors == []  # the refusal was taken
     [pairing] = chats.pairings()
     assert (pairing.chat, pairing.title, pairing.requested_by) == (room, "Kitchen", f"matrix:{EVE}")
     [leave] = server.of("POST", "/leave$")
@@ -667,6 +668,16 @@ def test_a_room_message_is_for_the_bot_when_it_says_so(
     assert made.addressed(said(text, **content)) is expected
 
 
+def test_a_historical_user_id_with_capitals_keeps_its_localpart(chats: ChatStore) -> None:
+    core = StubCore(
+        MatrixOptions("https://example.org", "@Xena:example.org"), "matrix:", chats, TOKEN
+    )
+    made = MatrixAdapter(cast(Any, core))
+    assert made.mention_forms(said("x")) == ("@Xena:example.org", "@Xena", "Xena")
+    assert made.addressed(said("xena, hi")) is True
+    assert made.addressed(said("ena, hi")) is False
+
+
 def test_the_forms_a_mention_takes(chats: ChatStore) -> None:
     made, _ = make("https://example.org", chats)
     assert made.mention_forms(said("x")) == (BOT, "@helper", "helper")
@@ -722,6 +733,18 @@ def test_a_message_is_received_with_its_ids_text_and_room(chats: ChatStore) -> N
     )
     assert (got.thread, got.group_chat, got.title) == (None, True, "Family")
     assert got.raw == {"msgtype": "m.text", "body": "hello"}
+
+
+def test_an_event_nio_could_not_read_starts_nothing(
+    chats: ChatStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    made, core = make("https://example.org", chats)
+    unread = nio.Event.parse_event({"type": "m.room.message", "content": {"body": "x"}})
+    with caplog.at_level(logging.DEBUG, logger="orchestrator.channels.matrix"):
+        assert event_in(made, core, unread, room_of(3)) == []
+    assert logged(caplog) == [
+        f"Matrix account fuzzbot: {type(unread).__name__} in {ROOM} starts no turn"
+    ]
 
 
 def test_a_message_without_words_is_received_empty(chats: ChatStore) -> None:
@@ -870,6 +893,7 @@ def test_an_image_is_downloaded_with_the_token_and_stored(
         ({"msgtype": "m.audio", "info": {"duration": 61000}}, "audio", "audio", 61.0),
         ({"msgtype": "m.video", "info": {"duration": "long"}}, "other", "video", None),
         ({"msgtype": "m.file", "info": []}, "other", "file", None),
+        ({"msgtype": "m.image"}, "image", "image", None),  # an image whatever its name
     ],
 )
 def test_audio_voice_video_and_files_are_told_apart(
