@@ -338,6 +338,19 @@ def test_a_sync_from_the_committed_token_answers_its_events(
     assert (syncs(server)[0]["since"], syncs(server)[0]["full_state"]) == ("s7", "false")
 
 
+def test_a_room_of_two_read_from_a_sync_is_a_private_chat(
+    server: FakeHomeserver, chats: ChatStore
+) -> None:
+    chats.set_state("fuzzbot", "since", "s1")
+    server.syncs.append(joined([message("just us")], members=2))
+
+    async def body(made: MatrixAdapter, core: StubCore) -> Any:
+        await run_until(made.receive(), lambda: core.routed)
+        return [(r.text, r.group_chat) for r in core.routed]
+
+    assert drive(server, chats, body) == [("just us", False)]
+
+
 def test_a_failed_sync_is_reported_with_a_backoff_reset_by_a_good_one(
     server: FakeHomeserver, chats: ChatStore
 ) -> None:
