@@ -10,6 +10,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 import nio
@@ -21,6 +22,7 @@ from orchestrator.channels.matrix.adapter import MatrixAdapter, SendRefused
 from orchestrator.channels.matrix.kind import MatrixOptions
 from orchestrator.errors import DaemonStopping, OrchestratorError
 from orchestrator.home import Home
+from orchestrator.secrets import SecretRef
 from orchestrator.store.chats import FAILED, ChatStore
 from orchestrator.store.messages import open_queue
 from tests.adaptercore import StubCore, run_until
@@ -203,8 +205,9 @@ def test_read_sync_leaves_out_only_the_invites_nio_cannot_read(
         read = module.read_sync(answer)
     assert isinstance(read, nio.SyncResponse) and read.next_batch == "s9"
     assert list(read.rooms.invite) == ["!good:x"]
-    assert "the invite to !bad:x could not be read; left out" in caplog.text
-    assert "!good:x" not in caplog.text
+    assert [r.getMessage() for r in caplog.records] == [
+        "Matrix: the invite to !bad:x could not be read; left out"
+    ]
     assert isinstance(module.read_sync([]), nio.SyncError)
     plain = module.read_sync({"next_batch": "s1", "rooms": {"invite": []}})
     assert isinstance(plain, nio.SyncError)
@@ -267,6 +270,28 @@ def test_connect_refuses_a_token_of_someone_else_or_none(
     assert made.client is None
 
 
+def test_the_token_is_read_from_the_secrets_file(
+    server: FakeHomeserver, chats: ChatStore, tmp_path: Path
+) -> None:
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text(f"matrix_bot: {TOKEN}\n")
+    secrets.chmod(0o600)
+    made, core = make(server.url, chats)
+    core.account.token = SecretRef(None, "matrix_bot", "token_env", "token_secret")
+    core.daemon.config = SimpleNamespace(secrets_file=secrets)
+
+    async def main() -> Any:
+        try:
+            await made.connect()
+            return made.client.access_token if made.client else None
+        finally:
+            await made.close()
+
+    assert asyncio.run(main()) == TOKEN
+    [whoami] = server.of("GET", "/account/whoami$")
+    assert whoami.headers["Authorization"] == f"Bearer {TOKEN}"
+
+
 def test_a_device_id_absent_is_empty(server: FakeHomeserver, chats: ChatStore) -> None:
     server.answer("GET", "/account/whoami$", 200, {"user_id": BOT})
 
@@ -311,6 +336,19 @@ def test_a_sync_from_the_committed_token_answers_its_events(
     assert texts == ["now"] and polls >= 1 and saves >= 1
     assert chats.get_state("fuzzbot", "since") == "s8"
     assert (syncs(server)[0]["since"], syncs(server)[0]["full_state"]) == ("s7", "false")
+
+
+def test_a_room_of_two_read_from_a_sync_is_a_private_chat(
+    server: FakeHomeserver, chats: ChatStore
+) -> None:
+    chats.set_state("fuzzbot", "since", "s1")
+    server.syncs.append(joined([message("just us")], members=2))
+
+    async def body(made: MatrixAdapter, core: StubCore) -> Any:
+        await run_until(made.receive(), lambda: core.routed)
+        return [(r.text, r.group_chat) for r in core.routed]
+
+    assert drive(server, chats, body) == [("just us", False)]
 
 
 def test_a_failed_sync_is_reported_with_a_backoff_reset_by_a_good_one(
@@ -414,7 +452,9 @@ def test_an_event_that_fails_otherwise_is_skipped_and_the_rest_handled(
 
     with caplog.at_level(logging.ERROR, logger="orchestrator.channels.matrix"):
         assert drive(server, chats, body) == ["fine"]
-    assert f"event $bad in {ROOM} could not be handled; skipped" in caplog.text
+    assert f"Matrix account fuzzbot: event $bad in {ROOM} could not be handled; skipped" in [
+        r.getMessage() for r in caplog.records
+    ]
 
 
 def test_an_encrypted_room_is_told_once_and_never_read(
@@ -436,6 +476,41 @@ def test_an_encrypted_room_is_told_once_and_never_read(
     assert (room, thread, reply_to, key) == (ROOM, None, None, f"orch.e2e.{ROOM}")
     assert text == NOTICE + "and I will not answer here. Talk to me in a room without encryption."
     assert chats.get_state("fuzzbot", f"e2e-notice:{ROOM}")
+
+
+def two_rooms(first: dict[str, Any], second: dict[str, Any], batch: str) -> dict[str, Any]:
+    """A /sync answer with the room of ``first`` as !other:x, then the room of ``second``."""
+    rooms = {"!other:x": first["rooms"]["join"][ROOM], ROOM: second["rooms"]["join"][ROOM]}
+    return {"next_batch": batch, "rooms": {"join": rooms}}
+
+
+def test_an_encrypted_room_keeps_no_other_room_from_being_read(
+    server: FakeHomeserver, chats: ChatStore
+) -> None:
+    chats.set_state("fuzzbot", "since", "s1")
+    secret = joined([message("secret")], encrypted=True)
+    server.syncs.append(two_rooms(secret, joined([message("open", event_id="$o")]), "s2"))
+
+    async def body(made: MatrixAdapter, core: StubCore) -> Any:
+        await run_until(made.receive(), lambda: chats.get_state("fuzzbot", "since") == "s2")
+        return [(r.chat, r.text) for r in core.routed], [n[0] for n in core.notices]
+
+    assert drive(server, chats, body) == ([(ROOM, "open")], ["!other:x"])
+
+
+def test_the_first_sync_tells_every_encrypted_room_it_learns(
+    server: FakeHomeserver, chats: ChatStore
+) -> None:
+    server.syncs.append(
+        two_rooms(joined([message("old")]), joined([message("x")], encrypted=True), "s1")
+    )
+
+    async def body(made: MatrixAdapter, core: StubCore) -> Any:
+        await run_until(made.receive(), lambda: chats.get_state("fuzzbot", "since") == "s1")
+        return core.routed, [n[0] for n in core.notices]
+
+    assert drive(server, chats, body) == ([], [ROOM])
+    assert float(chats.get_state("fuzzbot", f"e2e-notice:{ROOM}") or 0) > 0  # when it was told
 
 
 # invites
@@ -477,7 +552,8 @@ def test_a_strangers_invite_is_refused_with_a_pairing_code(
     server: FakeHomeserver, chats: ChatStore
 ) -> None:
     room = "!a/b:example.org"
-    answered(server, chats, {room: invite_state(EVE)})
+    core = answered(server, chats, {room: invite_state(EVE)})
+    assert core.errors == []  # the refusal was taken
     [pairing] = chats.pairings()
     assert (pairing.chat, pairing.title, pairing.requested_by) == (room, "Kitchen", f"matrix:{EVE}")
     [leave] = server.of("POST", "/leave$")
@@ -520,10 +596,35 @@ def test_a_leave_refused_is_an_error(server: FakeHomeserver, chats: ChatStore) -
     ],
 )
 def test_an_invite_not_for_the_bot_is_not_answered(
-    server: FakeHomeserver, chats: ChatStore, state: dict[str, Any]
+    server: FakeHomeserver,
+    chats: ChatStore,
+    state: dict[str, Any],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    answered(server, chats, {ROOM: state})
+    with caplog.at_level(logging.INFO, logger="orchestrator.channels.matrix"):
+        answered(server, chats, {ROOM: state})
     assert server.of("POST", "/join/") == [] and server.of("POST", "/leave$") == []
+    assert [r for r in caplog.records if r.name == "orchestrator.channels.matrix"] == []
+
+
+def test_an_invite_to_a_room_without_a_name_is_paired_without_a_title(
+    server: FakeHomeserver, chats: ChatStore
+) -> None:
+    answered(server, chats, {ROOM: invite_state(EVE, name=None)})
+    [pairing] = chats.pairings()
+    assert (pairing.chat, pairing.title, pairing.requested_by) == (ROOM, None, f"matrix:{EVE}")
+
+
+def test_the_bots_membership_is_told_by_its_own_event_whatever_follows(
+    server: FakeHomeserver, chats: ChatStore
+) -> None:
+    state = invite_state(EVE, name=None)
+    # another member's invite by an allowed inviter, after the bot's own
+    state["invite_state"]["events"].append(
+        invite_state(OPERATOR, to="@bob:example.org", name=None)["invite_state"]["events"][0]
+    )
+    answered(server, chats, {ROOM: state})
+    assert server.of("POST", "/join/") == [] and len(server.of("POST", "/leave$")) == 1
 
 
 def test_an_invite_event_nio_cannot_read_is_not_answered(
@@ -535,7 +636,9 @@ def test_an_invite_event_nio_cannot_read_is_not_answered(
     info = type("Info", (), {"invite_state": [unread]})()
     with caplog.at_level(logging.INFO, logger="orchestrator.channels.matrix"):
         asyncio.run(made._invite(ROOM, info))
-    assert f"the invite to {ROOM} could not be read; not answered" in caplog.text
+    assert [r.getMessage() for r in caplog.records] == [
+        f"Matrix account fuzzbot: the invite to {ROOM} could not be read; not answered"
+    ]
     assert chats.pairings() == []
 
 
@@ -576,6 +679,16 @@ def test_a_room_message_is_for_the_bot_when_it_says_so(
     made, _ = make("https://example.org", chats)
     made.own_events["$own"] = None
     assert made.addressed(said(text, **content)) is expected
+
+
+def test_a_historical_user_id_with_capitals_keeps_its_localpart(chats: ChatStore) -> None:
+    core = StubCore(
+        MatrixOptions("https://example.org", "@Xena:example.org"), "matrix:", chats, TOKEN
+    )
+    made = MatrixAdapter(cast(Any, core))
+    assert made.mention_forms(said("x")) == ("@Xena:example.org", "@Xena", "Xena")
+    assert made.addressed(said("xena, hi")) is True
+    assert made.addressed(said("ena, hi")) is False
 
 
 def test_the_forms_a_mention_takes(chats: ChatStore) -> None:
@@ -633,6 +746,24 @@ def test_a_message_is_received_with_its_ids_text_and_room(chats: ChatStore) -> N
     )
     assert (got.thread, got.group_chat, got.title) == (None, True, "Family")
     assert got.raw == {"msgtype": "m.text", "body": "hello"}
+
+
+def test_an_event_nio_could_not_read_starts_nothing(
+    chats: ChatStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    made, core = make("https://example.org", chats)
+    unread = nio.Event.parse_event({"type": "m.room.message", "content": {"body": "x"}})
+    with caplog.at_level(logging.DEBUG, logger="orchestrator.channels.matrix"):
+        assert event_in(made, core, unread, room_of(3)) == []
+    assert logged(caplog) == [
+        f"Matrix account fuzzbot: {type(unread).__name__} in {ROOM} starts no turn"
+    ]
+
+
+def test_a_message_without_words_is_received_empty(chats: ChatStore) -> None:
+    made, core = make("https://example.org", chats)
+    [got] = event_in(made, core, message(""), room_of(3))
+    assert got.text == ""
 
 
 def test_two_members_are_a_private_chat_and_an_unknown_room_a_group(chats: ChatStore) -> None:
@@ -775,6 +906,7 @@ def test_an_image_is_downloaded_with_the_token_and_stored(
         ({"msgtype": "m.audio", "info": {"duration": 61000}}, "audio", "audio", 61.0),
         ({"msgtype": "m.video", "info": {"duration": "long"}}, "other", "video", None),
         ({"msgtype": "m.file", "info": []}, "other", "file", None),
+        ({"msgtype": "m.image"}, "image", "image", None),  # an image whatever its name
     ],
 )
 def test_audio_voice_video_and_files_are_told_apart(

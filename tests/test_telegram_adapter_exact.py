@@ -12,6 +12,7 @@ import logging
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 import httpx
@@ -25,6 +26,7 @@ from orchestrator.channels.telegram.adapter import TelegramAdapter
 from orchestrator.channels.telegram.kind import TelegramOptions
 from orchestrator.errors import DaemonStopping, OrchestratorError
 from orchestrator.home import Home
+from orchestrator.secrets import SecretRef
 from orchestrator.store.chats import FAILED, UNKNOWN, ChatStore
 from orchestrator.store.messages import open_queue
 from tests.adaptercore import StubCore, run_until
@@ -160,6 +162,18 @@ def test_without_an_api_url_the_bot_talks_to_telegram(chats: ChatStore) -> None:
     bot = TelegramAdapter(cast(Any, core))._make_bot()
     assert bot.base_url == f"https://api.telegram.org/bot{TOKEN}"
     assert bot.base_file_url == f"https://api.telegram.org/file/bot{TOKEN}"
+
+
+def test_the_token_is_read_from_the_secrets_file(chats: ChatStore, tmp_path: Path) -> None:
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text(f"telegram_bot: '{TOKEN}'\n")
+    secrets.chmod(0o600)
+    core = StubCore(TelegramOptions(), "telegram:", chats, "unused")
+    core.account.token = SecretRef(None, "telegram_bot", "token_env", "token_secret")
+    core.daemon.config = SimpleNamespace(secrets_file=secrets)
+    bot = TelegramAdapter(cast(Any, core))._make_bot()
+    assert bot.token == TOKEN
+    assert bot.base_url == f"https://api.telegram.org/bot{TOKEN}"
 
 
 @pytest.mark.parametrize("read_all", [True, False])
@@ -333,7 +347,9 @@ def test_an_update_that_fails_otherwise_is_skipped_and_committed(
 
     with caplog.at_level(logging.ERROR, logger="orchestrator.channels.telegram"):
         assert drive(server, chats, body) == ["fine"]
-    assert f"update {first} could not be handled; skipped" in caplog.text
+    assert f"Telegram account fuzzbot: update {first} could not be handled; skipped" in [
+        r.getMessage() for r in caplog.records
+    ]
     assert chats.get_state("fuzzbot", "offset") == str(first + 2)
 
 
@@ -352,6 +368,8 @@ def test_a_batch_the_library_cannot_read_is_read_apart(
             made.receive(),
             lambda: core.routed and chats.get_state("fuzzbot", "offset") == "502",
         )
+        # the message read apart belongs to the bot, as one of a batch read whole does
+        assert [r.raw.get_bot() for r in core.routed] == [made.bot]
         return [r.text for r in core.routed]
 
     with caplog.at_level(logging.WARNING, logger="orchestrator.channels.telegram"):
@@ -362,7 +380,9 @@ def test_a_batch_the_library_cannot_read_is_read_apart(
         "offset": "500",
     }
     assert again["allowed_updates"] == ALLOWED
-    assert "update 500 could not be read (TypeError: " in caplog.text  # what the library said
+    [warned] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned.startswith("Telegram account fuzzbot: update 500 could not be read (TypeError: ")
+    assert warned.endswith("); skipped")  # what the library said, in the parentheses
     assert chats.get_state("fuzzbot", "offset") == "502"
 
 
@@ -395,15 +415,18 @@ def test_a_batch_that_cannot_be_read_apart_fails_the_poll(
     server: FakeTelegram, chats: ChatStore, again: tuple[int, dict[str, Any]]
 ) -> None:
     batch = [{"update_id": 9, "message": {"message_id": 1, "date": 1, "chat": {"id": 5}}}]
-    server.fail("getUpdates", *ok(batch))
-    server.fail("getUpdates", *again)
+    for _ in range(2):
+        server.fail("getUpdates", *ok(batch))
+        server.fail("getUpdates", *again)
 
     async def body(made: TelegramAdapter, core: StubCore) -> list[Any]:
-        await run_until(made.receive(), lambda: core.failed)
+        await run_until(made.receive(), lambda: len(core.failed) >= 2)
         return core.failed
 
-    [(what, _, wait)] = drive(server, chats, body)[:1]
-    assert (what, wait) == ("getUpdates", 1.0)
+    # what failed is the library's reading of the batch; the poll goes on, backing off
+    first, second = drive(server, chats, body)[:2]
+    assert first == ("getUpdates", first[1], 1.0) and second == ("getUpdates", first[1], 2.0)
+    assert first[1].startswith("TypeError: ")
     assert chats.get_state("fuzzbot", "offset") is None
 
 
@@ -682,6 +705,9 @@ def test_a_bot_unknown_or_without_a_username_is_not_mentioned(
     assert made.mention_forms(said) == (f"@{BOT_USERNAME}",)
     made.me = User(BOT_ID, "Helper", is_bot=True)
     assert made.addressed(said) is False and made.addressed(command) is False
+    for text, kind, length in (("@None hi", "mention", 5), ("/x@none", "bot_command", 7)):
+        named = received(made, message(GROUP_CHAT, text=text, entities=[entity(kind, 0, length)]))
+        assert made.addressed(named) is False
     assert made.mention_forms(said) == ()
     made.me = None
     replied = received(made, message(GROUP_CHAT, text="hi", reply_to_message=reply(FROM_BOT)))
@@ -714,14 +740,10 @@ def stored(
 def test_the_largest_photo_under_the_limit_is_stored(
     server: FakeTelegram, chats: ChatStore, tmp_path: Path
 ) -> None:
-    for file_id, size in (("small", 10), ("fits", 1000), ("big", 1001)):
+    sizes = (("small", 10), ("middle", 500), ("fits", 1000), ("big", 1001))
+    for file_id, size in sizes:
         server.add_file(file_id, b"p" * size)
-    got = stored(
-        server,
-        chats,
-        tmp_path,
-        message(PRIVATE, photo=[photo("small", 10), photo("fits", 1000), photo("big", 1001)]),
-    )
+    got = stored(server, chats, tmp_path, message(PRIVATE, photo=[photo(*size) for size in sizes]))
     assert server.calls_of("getFile")[0].params == {"file_id": "fits"}
     assert (got.mime, got.size, got.kind, got.label, got.original, got.duration) == (
         "image/jpeg",
@@ -738,9 +760,8 @@ def test_the_largest_photo_under_the_limit_is_stored(
 def test_photos_all_over_the_limit_are_refused_by_the_largest(
     server: FakeTelegram, chats: ChatStore, tmp_path: Path
 ) -> None:
-    got = stored(
-        server, chats, tmp_path, message(PRIVATE, photo=[photo("a", 2000), photo("b", 3 * 1024**2)])
-    )
+    sizes = (("a", 2000), ("b", 3000), ("c", 3 * 1024**2))
+    got = stored(server, chats, tmp_path, message(PRIVATE, photo=[photo(*size) for size in sizes]))
     assert got == Refusal("Sorry, that file is 3.0 MiB; I take files up to 1000 B.")
     assert server.calls_of("getFile") == []
 
@@ -771,6 +792,9 @@ def test_a_voice_note_is_stored_as_one_with_its_duration(
         server, chats, tmp_path, message(PRIVATE, voice={**voice, "mime_type": "audio/mpeg"})
     )
     assert got.mime == "audio/mpeg"
+    # a type the inbox has no extension for is stored as a voice note's
+    odd = {**voice, "mime_type": "audio/x-unheard"}
+    assert stored(server, chats, tmp_path, message(PRIVATE, voice=odd)).name.endswith(".ogg")
 
 
 def test_an_audio_file_keeps_its_name_and_duration(
@@ -875,6 +899,32 @@ def test_a_file_at_the_limit_is_taken_and_one_larger_than_getfile_said_is_not(
     )
 
 
+def test_where_no_files_are_taken_one_of_unknown_size_is_sized_before_it_is_refused(
+    server: FakeTelegram, chats: ChatStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server.add_file("d", b"x")
+    server.add_file("p", b"jpeg")
+    refused = Refusal("Sorry, I do not take files here.")
+    document = {"file_id": "d", "file_unique_id": "ud"}
+    assert stored(server, chats, tmp_path, message(PRIVATE, document=document), 0) == refused
+    assert stored(server, chats, tmp_path, message(PRIVATE, photo=[photo("p", None)]), 0) == (
+        refused
+    )
+    assert [c.params for c in server.calls_of("getFile")] == [{"file_id": "d"}, {"file_id": "p"}]
+    assert [c for c in server.calls if c.method == "file"] == []
+    # a size getFile does not tell either is measured by the download
+    original = server._m_getFile
+
+    async def unsized(params: dict[str, Any]) -> Any:
+        answer = dict(await original(params))
+        answer.pop("file_size", None)
+        return answer
+
+    monkeypatch.setattr(server, "_m_getFile", unsized)
+    assert stored(server, chats, tmp_path, message(PRIVATE, document=document), 0) == refused
+    assert len([c for c in server.calls if c.method == "file"]) == 1
+
+
 # sending
 
 
@@ -970,13 +1020,20 @@ def test_a_chat_that_moved_is_followed_and_its_binding_too(
     server.migrated[-556] = -100998
 
     async def body(made: TelegramAdapter, core: StubCore) -> Any:
-        return await made.send("-556", None, "4", "one\n\n" + "x" * 4095, "k")
+        return await made.send("-556", "7", "4", "one\n\n" + "x" * 4095, "k")
 
     assert drive(server, chats, body) == ["1", "2"]
     tried, moved, rest = sends(server)
     assert tried["chat_id"] == "-556"
-    assert moved == {"chat_id": "-100998", "text": "one", "parse_mode": "HTML"}
+    # sent again to the new chat, in the same topic
+    assert moved == {
+        "chat_id": "-100998",
+        "text": "one",
+        "parse_mode": "HTML",
+        "message_thread_id": "7",
+    }
     assert rest["chat_id"] == "-100998" and "reply_parameters" not in rest
+    assert rest["message_thread_id"] == "7"
     assert chats.binding("fuzzbot", "-100998") is not None
 
 
@@ -998,6 +1055,7 @@ def outgoing(
         ("a.gif", "image/gif", "image", 4, "sendDocument"),
         ("a.jpg", "image/jpeg", "document", 4, "sendDocument"),
         ("a.ogg", "audio/ogg", "voice", 4, "sendVoice"),
+        ("a.oga", "audio/ogg", "voice", 4, "sendVoice"),
         ("a.bin", "audio/opus", "audio", 4, "sendVoice"),
         ("a.ogg", "application/octet-stream", "other", 4, "sendVoice"),
         ("a.opus", "application/octet-stream", "other", 4, "sendVoice"),
@@ -1054,12 +1112,14 @@ def test_a_caption_over_the_limit_follows_as_a_message(
     file = outgoing(tmp_path, "r.pdf", "application/pdf", "document", caption="c" * 1025)
 
     async def body(made: TelegramAdapter, core: StubCore) -> Any:
-        return await made.send_file(str(ALICE), None, "x31", file, "k")
+        return await made.send_file(str(ALICE), "9", "x31", file, "k")
 
     assert drive(server, chats, body) == ["1", "2"]
     [call] = server.calls_of("sendDocument")
     assert "caption" not in call.params and "reply_parameters" not in call.params
-    assert sends(server) == [{"chat_id": str(ALICE), "text": "c" * 1025, "parse_mode": "HTML"}]
+    assert sends(server) == [
+        {"chat_id": str(ALICE), "text": "c" * 1025, "parse_mode": "HTML", "message_thread_id": "9"}
+    ]
 
 
 def test_typing_is_sent_only_when_on(server: FakeTelegram, chats: ChatStore) -> None:
