@@ -919,6 +919,11 @@ def test_no_files_are_taken_at_a_limit_of_zero(
     item = server.add_file("a.txt", "text/plain", b"a", DM)
     refusal = stored_files(server, chats, tmp_path, [item], limit=0)
     assert refusal == Refusal("Sorry, I do not take files here.")
+    # nor an empty one: nothing is read
+    empty = server.add_file("empty.txt", "text/plain", b"", DM)
+    refusal = stored_files(server, chats, tmp_path, [empty], limit=0)
+    assert refusal == Refusal("Sorry, I do not take files here.")
+    assert server.calls_of("GET", "/attachments/") == [] and inbox(tmp_path) == {}
 
 
 def test_a_file_that_cannot_be_fetched_is_refused_and_logged(

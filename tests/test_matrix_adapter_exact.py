@@ -1006,6 +1006,19 @@ def test_no_files_are_taken_where_the_limit_is_none(
         limit=0,
     )
     assert got == Refusal("Sorry, I do not take files here.")
+    # nor one that says no size, nor an empty one: nothing is downloaded
+    server.media["x/e"] = b""
+    for info in ({}, {"size": 0}):
+        got = fetched(
+            server,
+            chats,
+            tmp_path,
+            {"msgtype": "m.file", "url": "mxc://x/e", "info": info},
+            limit=0,
+        )
+        assert got == Refusal("Sorry, I do not take files here.")
+    assert server.of("GET", "/download/") == []
+    assert not (tmp_path / "fam" / "files").exists()
 
 
 def test_a_download_refused_says_its_status(server: FakeHomeserver, chats: ChatStore) -> None:

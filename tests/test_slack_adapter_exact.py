@@ -878,7 +878,15 @@ def test_no_files_are_taken_where_the_limit_is_none(
     pdf = server.add_file("F1", "r.pdf", "application/pdf", b"%PDF")
     refused = fetched(server, chats, root, files_of(pdf), attachments_max_bytes=0)
     assert refused == Refusal("Sorry, I do not take files here.")
+    # nor one that says no size, nor an empty one: nothing is downloaded
+    unsized = server.add_file("F2", "a.bin", "application/octet-stream", b"")
+    del unsized["size"]
+    empty = server.add_file("F3", "b.bin", "application/octet-stream", b"")
+    for item in (unsized, empty):
+        refused = fetched(server, chats, root, files_of(item), attachments_max_bytes=0)
+        assert refused == Refusal("Sorry, I do not take files here.")
     assert server.calls_of("file") == []
+    assert list((root / "fam").iterdir()) == []
 
 
 def test_ten_files_are_taken_of_a_message(server: FakeSlack, chats: ChatStore, root: Path) -> None:

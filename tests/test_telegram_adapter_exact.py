@@ -899,30 +899,23 @@ def test_a_file_at_the_limit_is_taken_and_one_larger_than_getfile_said_is_not(
     )
 
 
-def test_where_no_files_are_taken_one_of_unknown_size_is_sized_before_it_is_refused(
-    server: FakeTelegram, chats: ChatStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_where_no_files_are_taken_none_is_asked_for_whatever_its_size(
+    server: FakeTelegram, chats: ChatStore, tmp_path: Path
 ) -> None:
     server.add_file("d", b"x")
+    server.add_file("e", b"")
     server.add_file("p", b"jpeg")
     refused = Refusal("Sorry, I do not take files here.")
-    document = {"file_id": "d", "file_unique_id": "ud"}
-    assert stored(server, chats, tmp_path, message(PRIVATE, document=document), 0) == refused
+    for document in (
+        {"file_id": "d", "file_unique_id": "ud"},
+        {"file_id": "e", "file_unique_id": "ue", "file_size": 0},
+    ):
+        assert stored(server, chats, tmp_path, message(PRIVATE, document=document), 0) == refused
     assert stored(server, chats, tmp_path, message(PRIVATE, photo=[photo("p", None)]), 0) == (
         refused
     )
-    assert [c.params for c in server.calls_of("getFile")] == [{"file_id": "d"}, {"file_id": "p"}]
+    assert server.calls_of("getFile") == []
     assert [c for c in server.calls if c.method == "file"] == []
-    # a size getFile does not tell either is measured by the download
-    original = server._m_getFile
-
-    async def unsized(params: dict[str, Any]) -> Any:
-        answer = dict(await original(params))
-        answer.pop("file_size", None)
-        return answer
-
-    monkeypatch.setattr(server, "_m_getFile", unsized)
-    assert stored(server, chats, tmp_path, message(PRIVATE, document=document), 0) == refused
-    assert len([c for c in server.calls if c.method == "file"]) == 1
 
 
 # sending

@@ -57,6 +57,10 @@ class Refusal:
     text: str
 
 
+# What ``attachment`` answers where ``attachments_max_bytes`` is 0: no file is taken,
+# not even an empty one, and none is downloaded to find its size.
+NO_FILES = Refusal("Sorry, I do not take files here.")
+
 # What ``attachment`` answers: the file(s) stored, the line of the older form, a
 # refusal, or None when the message has no file.
 Attachment = StoredFile | Sequence[StoredFile] | str | Refusal | None

@@ -34,6 +34,7 @@ import logging
 from typing import TYPE_CHECKING, cast
 
 from orchestrator.channels.chatapp.adapter import (
+    NO_FILES,
     RETRY,
     Attachment,
     OutgoingFile,
@@ -282,6 +283,8 @@ class DiscordAdapter(AdapterBase):
         if not message.attachments:
             return None
         limit = self.options.attachments_max_bytes
+        if not limit:
+            return NO_FILES
         for item in message.attachments:
             if item.size > limit:
                 return self._too_large(item.size)

@@ -52,7 +52,14 @@ import urllib.parse
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, cast
 
-from orchestrator.channels.chatapp.adapter import RETRY, Attachment, OutgoingFile, Received, Refusal
+from orchestrator.channels.chatapp.adapter import (
+    NO_FILES,
+    RETRY,
+    Attachment,
+    OutgoingFile,
+    Received,
+    Refusal,
+)
 from orchestrator.channels.chatapp.core import AdapterBase, Backoff, describe
 from orchestrator.channels.chatapp.files import store_received
 from orchestrator.channels.matrix.kind import MatrixOptions
@@ -482,6 +489,8 @@ class MatrixAdapter(AdapterBase):
         claimed = info.get("size")
         if isinstance(claimed, int) and claimed > limit:
             return self._too_large(claimed)
+        if not limit:
+            return NO_FILES
         if not isinstance(url, str) or not url.startswith("mxc://"):
             return Refusal("Sorry, I could not read that file (it has no mxc:// address).")
         try:

@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from orchestrator.channels.chatapp.adapter import (
+    NO_FILES,
     RETRY,
     Attachment,
     OutgoingFile,
@@ -320,6 +321,8 @@ class SlackAdapter(AdapterBase):
             url = str(item.get("url_private_download") or item.get("url_private") or "")
             if not url or item.get("mode") in ("external", "tombstone"):
                 continue  # a link to elsewhere, or a file deleted since
+            if not limit:
+                return NO_FILES
             try:
                 data = await self._download(url, limit)
             except (aiohttp.ClientError, TimeoutError, FileElsewhere) as exc:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from orchestrator.channels.chatapp.adapter import (
+    NO_FILES,
     RETRY,
     Attachment,
     OutgoingFile,
@@ -364,6 +365,8 @@ class TelegramAdapter(AdapterBase):
             original, mime, label, default = item.file_name, item.mime_type, "document", "bin"
         else:
             return None
+        if not limit:
+            return NO_FILES
         if (item.file_size or 0) > limit:
             return self._too_large(item.file_size or 0)
         bot = self.bot
