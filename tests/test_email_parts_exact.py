@@ -943,3 +943,66 @@ def test_errors_before_the_data_are_retried_others_unknown() -> None:
 
 def test_dkim_logger_is_the_channels() -> None:
     assert dkimverify.log is logging.getLogger("orchestrator.channels.email")
+
+
+def test_a_long_reply_in_base64_keeps_canonical_line_breaks() -> None:
+    # MIME text is CRLF-delimited even inside base64: a reader decodes "\r\n"
+    from email.parser import BytesParser
+    from email.policy import default
+
+    from aiosmtplib.email import flatten_message
+
+    text = ("ä" * 100 + "\n") * 2
+    sent = BytesParser(policy=default).parsebytes(flatten_message(_reply(text=text)))
+    plain, html = sent.iter_parts()
+    assert plain["Content-Transfer-Encoding"] == "base64"
+    assert plain.get_payload(decode=True) == ("ä" * 100 + "\r\n").encode() * 2
+    assert html["Content-Transfer-Encoding"] == "base64"
+    assert ("ä" * 100 + "\r\n").encode() in html.get_payload(decode=True)
+
+
+def test_the_domain_checked_is_after_the_senders_last_at(checker: type[_Checker]) -> None:
+    # a quoted local part may hold an "@": the address's domain is after the last one
+    checker.script = [GOOD]
+    assert verify_from(b"raw", '"a@evil.org"@example.org', _txt).verified
+    checker.script = [{**GOOD, "domain": b"evil.org"}]
+    assert verify_from(b"raw", "x@evil.org@example.org", _txt) == DkimResult(
+        False, "signature 1 is by evil.org, not example.org"
+    )
+
+
+def test_close_goes_on_past_a_failing_shutdown(imap: type[_Imap]) -> None:
+    box, client = _opened(imap)
+    imap.fails_at = "shutdown"
+    box.close()
+    assert client.calls == [("logout",), ("shutdown",)] and box.client is None
+    box, client = _opened(imap)
+    box.idling = True
+    box.close()  # the idle's drop and the last shutdown both fail: no error
+    assert client.calls == [("shutdown",), ("shutdown",)] and box.client is None
+
+
+def test_send_mails_logs_in_with_the_accounts_tls_context(smtp: type[_Smtp]) -> None:
+    _send(_mails(1))
+    assert smtp.made[0].kw["tls_context"] is CONTEXT
+
+
+def test_a_reply_is_written_with_the_headers_spelt_and_ordered_as_usual() -> None:
+    target = ReplyTarget("<m2@x>", "Plans", ("<m1@x>",))
+    sent = bytes(_reply(target=target, thread="<m1@x>"))
+    head = sent.split(b"\r\n\r\n", 1)[0]
+    names = [line.split(b":", 1)[0] for line in head.split(b"\r\n") if line[:1] not in b" \t"]
+    assert names == [
+        b"From",
+        b"To",
+        b"Subject",
+        b"Date",
+        b"Message-ID",
+        b"In-Reply-To",
+        b"References",
+        b"Auto-Submitted",
+        b"X-Auto-Response-Suppress",
+        b"MIME-Version",
+        b"Content-Type",
+    ]
+    assert b'\r\nContent-Type: text/html; charset="utf-8"\r\n' in sent
