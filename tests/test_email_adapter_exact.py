@@ -8,6 +8,7 @@ it hands to SMTP, and every setting's bounds and messages."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import imaplib
 import logging
@@ -263,6 +264,7 @@ def test_the_turn_reads_the_subject_of_a_mail_that_starts_a_thread() -> None:
 
 def test_the_adapter_starts_with_nothing_open_and_names_its_bot(rig: Rig) -> None:
     made, core = make(rig)
+    assert EmailAdapter(cast(Any, core)).context is None  # until connect makes it
     assert core.health.bot == BOT
     assert made.mailbox is None and made.opened is None and made.context is not None
     assert made.password == "" and made.last_uid == 0
@@ -409,6 +411,75 @@ def test_close_interrupts_the_wait_closes_and_stops_the_thread(rig: Rig) -> None
     rig.fail["close"] = [imaplib.IMAP4.error("gone")]
     run(made.close)  # a failed close is no error
     assert rig.log[-2:] == ["interrupt", "close"]
+
+
+def asyncio_recording(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
+    """The adapter's asyncio, its waits recorded: ("wait_for", timeout), ("sleep", delay)."""
+    calls: list[tuple[str, Any]] = []
+
+    def wait_for(awaitable: Any, timeout: Any) -> Any:
+        calls.append(("wait_for", timeout))
+        return asyncio.wait_for(awaitable, timeout)
+
+    def sleep(delay: Any) -> Any:
+        calls.append(("sleep", delay))
+        return asyncio.sleep(0)
+
+    recording = SimpleNamespace(**{**vars(asyncio), "wait_for": wait_for, "sleep": sleep})
+    monkeypatch.setattr(adapter_module, "asyncio", recording)
+    return calls
+
+
+def test_the_close_of_the_mailbox_is_given_five_seconds(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = asyncio_recording(monkeypatch)
+    made, _ = make(rig)
+    run(made._open)
+    run(made.close)
+    assert calls == [("wait_for", 5)]
+
+
+def test_a_server_without_idle_is_asked_after_the_poll_interval(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = asyncio_recording(monkeypatch)
+    made, _ = make(rig, poll_interval=42)
+    rig.opened = Opened(uidvalidity=7, uidnext=1, idle=False)
+    run(made._open)
+    rig.log.clear()
+    run(made._wait)
+    assert calls == [("sleep", 42)] and rig.log == ["noop"]
+
+
+def test_close_leaves_a_blocked_imap_call_and_drops_the_queued_ones(rig: Rig) -> None:
+    made, _ = make(rig)
+    release = threading.Event()
+    started = threading.Event()
+    ran: list[str] = []
+
+    def blocked() -> None:
+        started.set()
+        release.wait(10)
+        ran.append("blocked")
+
+    async def body() -> None:
+        loop = asyncio.get_running_loop()
+        loop.run_in_executor(made.pool, blocked)
+        queued = loop.run_in_executor(made.pool, ran.append, "queued")
+        assert await asyncio.to_thread(started.wait, 10)
+        await made.close()
+        assert ran == []  # close did not wait for the blocked call
+        with contextlib.suppress(asyncio.CancelledError):
+            await queued
+        assert queued.cancelled() and ran == []
+
+    try:
+        run(body)
+    finally:
+        release.set()
+    made.pool.shutdown(wait=True)
+    assert ran == ["blocked"]
 
 
 # inbound
@@ -1019,6 +1090,8 @@ def test_settings_keep_every_value_given(tmp_path: Path) -> None:
     assert found.imap == Endpoint("127.0.0.1", 1143, False)
     assert found.smtp == Endpoint("::1", 2525, False)
     assert found.imap.loopback and found.smtp.loopback
+    upper = options("imap_url: imaps://MAILX/\nsmtp_url: smtps://MAILX//\nuser: h@x.org\n")
+    assert (upper.imap_url, upper.smtp_url) == ("imaps://MAILX", "smtps://MAILX")
     defaults = options(BASE + "user: h@x.org\n")
     assert defaults == EmailOptions(
         "imaps://mail.example.org",
@@ -1047,6 +1120,7 @@ def test_endpoints_and_their_default_ports() -> None:
     assert endpoint("smtp://h/") == Endpoint("h", 587, False)
     assert endpoint("imaps://h:1") == Endpoint("h", 1, True)
     assert Endpoint("localhost", 1, False).loopback
+    assert not Endpoint("X127.0.0.1X", 1, False).loopback  # a name, not an address
     assert Endpoint("[::1]", 1, False).loopback and Endpoint("127.0.0.2", 1, False).loopback
     assert not Endpoint("10.0.0.1", 1, False).loopback
     assert not Endpoint("localhost.example.org", 1, False).loopback
