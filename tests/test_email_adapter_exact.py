@@ -943,6 +943,10 @@ def test_a_mail_or_its_files_over_the_limits_are_refused(rig: Rig, tmp_path: Pat
     assert over == Refusal("Sorry, a file of your mail is 6 B; I take files up to 5 B.")
     none = attachment(rig, tmp_path, with_files(("a", b"1")), attachments_max_bytes=0)
     assert none == Refusal("Sorry, I do not take files here.")
+    # nor an empty one
+    empty = attachment(rig, tmp_path, with_files(("a", b"")), attachments_max_bytes=0)
+    assert empty == Refusal("Sorry, I do not take files here.")
+    assert not (tmp_path / "fam" / "files").exists()
     ten = with_files(*[(f"f{n}", b"x") for n in range(10)])
     assert len(attachment(rig, tmp_path, ten)) == 10
     eleven = with_files(*[(f"f{n}", b"x") for n in range(11)])

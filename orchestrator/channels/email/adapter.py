@@ -343,7 +343,7 @@ class EmailAdapter(AdapterBase):
                 f"{EMAIL_ATTACHMENTS_MAX} per mail."
             )
         largest = max(len(f.data) for f in files)
-        if largest > limit:
+        if largest > limit or not limit:  # 0 takes no file, not even an empty one
             return Refusal(
                 f"Sorry, a file of your mail is {human_bytes(largest)}; I take files up to "
                 f"{human_bytes(limit)}."
