@@ -423,3 +423,46 @@ def test_statements_are_the_scripts_parts_between_semicolons() -> None:
     assert schema._statements(" a;\n b ;; \n") == ["a", "b"]
     assert schema._statements("") == []
     assert len(schema._statements(schema.V1)) == schema.V1.count(";")
+
+
+def test_the_schema_the_migrations_leave_is_the_released_one(tmp_path: Path) -> None:
+    """A released migration is never edited: what migrations 3 to 7 leave in the file, as
+    SQLite keeps it (the text of each table and index, columns added at the end), is what
+    the releases that wrote it left, from a new file and from one at version 2 alike."""
+    path = tmp_path / "state.db"
+    _at(path, 2).close()
+    for db in (_connect(path), _connect(tmp_path / "new.db")):
+        try:
+            bring_up_to_date(db, path, True)
+
+            def sql(name: str, db: sqlite3.Connection = db) -> str:
+                row = db.execute("SELECT sql FROM sqlite_master WHERE name=?", (name,)).fetchone()
+                assert row is not None, name
+                return str(row[0])
+
+            assert sql("messages").endswith(
+                "\n, said TEXT, others_words INTEGER NOT NULL DEFAULT 0, media TEXT)"
+            )
+            assert sql("usage").endswith(
+                "\n, cache_read_tokens INTEGER NOT NULL DEFAULT 0, cache_write_tokens INTEGER"
+                " NOT NULL DEFAULT 0, cost REAL, currency TEXT)"
+            )
+            assert sql("task_runs_message") == (
+                "CREATE INDEX task_runs_message ON task_runs (message_id)"
+            )
+            assert sql("budget_lifts") == (
+                "CREATE TABLE budget_lifts (group_folder TEXT PRIMARY KEY, until REAL NOT NULL,"
+                " created REAL NOT NULL)"
+            )
+            assert sql("reply_files") == (
+                "CREATE TABLE reply_files (message_id TEXT NOT NULL, seq INTEGER NOT NULL, name"
+                " TEXT NOT NULL, mime TEXT NOT NULL, size INTEGER NOT NULL, kind TEXT NOT NULL,"
+                " path TEXT NOT NULL, created REAL NOT NULL, PRIMARY KEY (message_id, seq))"
+            )
+            assert sql("home") == "CREATE TABLE home (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+            assert sql("upgrades") == (
+                "CREATE TABLE upgrades (id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL,"
+                " release TEXT NOT NULL, what TEXT NOT NULL, reported INTEGER NOT NULL DEFAULT 0)"
+            )
+        finally:
+            db.close()
