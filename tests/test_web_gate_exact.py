@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.web import fetch as fetch_module
 from orchestrator.web.fetch import (
     ACCEPT,
     USER_AGENT,
@@ -20,6 +21,7 @@ from orchestrator.web.fetch import (
     _content_type,
     _printable,
     fetch,
+    tcp_connector,
 )
 from orchestrator.web.guard import Refused, Rules
 
@@ -41,11 +43,13 @@ class Canned:
         self.close = close
         self.threads: list[threading.Thread] = []
         self.ends: list[socket.socket] = []
+        self.ours: list[socket.socket] = []
 
     def __call__(self, address: str, port: int, timeout: float) -> socket.socket:
         self.calls.append((address, port, timeout))
         ours, theirs = socket.socketpair()
         self.ends.append(theirs)
+        self.ours.append(ours)
         response = self.responses.pop(0)
 
         def serve() -> None:
@@ -324,6 +328,104 @@ def test_content_type_and_printable_exactly() -> None:
     assert _printable("a\tb\nc\x00d\x1fe\x7ff\x80g\rh") == "a\tb\ncdef\x80gh"
 
 
+class Clock:
+    """time.monotonic for the fetcher: each reading is the next of ``readings`` (the last
+    one repeats)."""
+
+    def __init__(self, *readings: float) -> None:
+        self.readings = list(readings)
+
+    def monotonic(self) -> float:
+        return self.readings.pop(0) if len(self.readings) > 1 else self.readings[0]
+
+
+def test_each_read_waits_at_most_what_is_left_and_at_most_ten_seconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(fetch_module, "time", Clock(0.0))
+    _, canned = get("http://example.org/", response(b"x"), timeout=20)
+    assert canned.ours[0].gettimeout() == 10
+    assert canned.calls[0][2] == 20
+    _, canned = get("http://example.org/", response(b"x"), timeout=4)
+    assert canned.ours[0].gettimeout() == 4 and canned.calls[0][2] == 4
+
+
+def test_a_page_past_its_deadline_is_cut_at_what_had_arrived(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n"
+    # the deadline, the connection, the first read, then the deadline is past
+    monkeypatch.setattr(fetch_module, "time", Clock(0.0, 0.0, 0.0, 10.0))
+    page, _ = get("http://example.org/", head + b"4\r\npart\r\n4\r\nmore\r\n0\r\n\r\n", timeout=10)
+    assert page.cut and page.downloaded == 4
+    assert page.text.endswith("[the page took too long; cut at what had arrived]\n\npart")
+
+
+def test_a_read_that_times_out_is_cut_at_what_had_arrived(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n"
+    monkeypatch.setattr(fetch_module, "time", Clock(0.0, 0.0, 0.0, 19.9))
+    canned = Canned(head + b"4\r\npart\r\n", close=False)
+    try:
+        page = fetch("http://example.org/", Rules(), resolver=dns, connector=canned, timeout=20)
+    finally:
+        canned.join()
+    assert page.cut and page.downloaded == 4
+    assert page.text.endswith("[the page took too long; cut at what had arrived]\n\npart")
+
+
+def test_a_fetch_with_no_time_left_after_the_lookup_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fetch_module, "time", Clock(0.0, 5.0))
+    canned = Canned()
+    with pytest.raises(FetchFailed, match="no answer within 5 s"):
+        fetch("http://example.org/", Rules(), resolver=dns, connector=canned, timeout=5)
+    assert canned.calls == []
+
+
+def test_a_reply_that_is_not_http_fails_with_its_kind() -> None:
+    with pytest.raises(FetchFailed) as caught:
+        get("http://example.org/", b"SSH-2.0-OpenSSH\r\n\r\n")
+    assert str(caught.value).startswith("example.org: BadStatusLine: ")
+
+
+def test_a_port_other_than_the_schemes_is_asked_for_and_named() -> None:
+    canned = Canned(response(b"x"))
+    try:
+        fetch("http://example.org:8080/p", Rules(ports=(8080,)), resolver=dns, connector=canned)
+    finally:
+        canned.join()
+    assert canned.calls[0][:2] == (PUBLIC, 8080)
+    assert b"\r\nHost: example.org:8080\r\n" in canned.requests[0]
+
+
+def test_the_tcp_connector_connects_with_the_timeout() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        with tcp_connector("127.0.0.1", port, 7.0) as sock:
+            assert sock.getpeername() == ("127.0.0.1", port) and sock.gettimeout() == 7.0
+
+
+def test_html_links_are_kept_and_a_broken_byte_replaced() -> None:
+    html = (
+        b"<html><head><title>A\xffB</title></head><body><article><p>"
+        + b"Tram 28 climbs from Martim Moniz through the old town. " * 5
+        + b'See <a href="https://example.org/trams">the trams</a> for more.</p>'
+        + b"</article></body></html>"
+    )
+    page, _ = get("http://example.org/t", response(html, headers=("Content-Type: text/html",)))
+    assert page.title == "A\ufffdB"
+    assert "https://example.org/trams" in page.text
+
+
+def test_a_compressed_page_reaching_the_cap_is_cut() -> None:
+    data = gzip.compress(b"d" * 1000)
+    page, _ = get(
+        "http://example.org/", response(data, headers=("Content-Encoding: gzip",)), max_bytes=1000
+    )
+    assert page.cut and page.text.endswith("\n\n" + "d" * 1000)
+
+
 # the gate
 
 
@@ -335,7 +437,8 @@ def gate(tmp_path: Path) -> Iterator[Any]:
     g = Gate(tmp_path / "egress", resolver=dns, connector=canned, max_connections=2)
     g.canned = canned  # type: ignore[attr-defined]
     yield g
-    g.close()
+    if not g.loop.is_closed():
+        g.close()
     canned.join()
 
 
@@ -372,7 +475,7 @@ def test_a_plain_request_goes_out_without_hop_headers_and_with_its_path(gate: An
             gate.socket_path("fam"),
             b"GET http://example.org/a?b=1 HTTP/1.0\r\nHost: example.org\r\n"
             b"Proxy-Connection: keep-alive\r\nProxy-Authorization: x\r\nConnection: x\r\n"
-            b"Keep-Alive: 5\r\nX-Kept : yes\r\n\r\n",
+            b"Keep-Alive : 5\r\nX-Kept : yes\r\n\r\n",
         )
     finally:
         end()
@@ -510,3 +613,93 @@ def test_a_turn_ends_once_however_often_it_is_ended(gate: Any) -> None:
     assert group.turns == 1
     second()
     assert group.turns == 0
+
+
+def test_a_stale_socket_is_replaced_and_a_stopped_group_served_again(gate: Any) -> None:
+    path = gate.socket_path("fam")
+    path.parent.mkdir(parents=True)
+    path.write_text("stale")
+    gate.serve("fam", Rules())
+    gate.stop("fam")
+    gate.serve("fam", Rules())
+    end = gate.turn_started("fam", allowed=True)
+    try:
+        assert ask(path, b"GET https://example.org/ HTTP/1.1\r\n\r\n") == refusal(
+            403, "use CONNECT for https"
+        )
+    finally:
+        end()
+
+
+def test_connections_are_forgotten_when_done_and_closed_when_the_turn_ends(
+    gate: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    caplog.set_level(logging.INFO, logger="orchestrator.egress")
+    gate.serve("fam", Rules())
+    gate.canned.close = False
+    gate.canned.responses.append(b"held")
+    group = gate.groups["fam"]
+    end = gate.turn_started("fam", allowed=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    with sock:
+        sock.settimeout(10)
+        sock.connect(str(gate.socket_path("fam")))
+        sock.sendall(b"CONNECT example.org:443 HTTP/1.1\r\n\r\nhi\r\n\r\n")
+        got = b""
+        while not got.endswith(b"held"):
+            got += sock.recv(65536)
+        assert len(group.connections) == 1 and len(group.upstreams) == 1
+        end()  # the turn's trust ends: the tunnel too
+        rest = b""
+        while chunk := sock.recv(65536):
+            rest += chunk
+        assert rest == b""
+    for _ in range(100):
+        if not group.connections and not group.upstreams:
+            break
+        threading.Event().wait(0.05)
+    assert not group.connections and not group.upstreams
+    messages = [r.getMessage() for r in caplog.records if r.name == "orchestrator.egress"]
+    assert f"egress gate of fam listening at {gate.socket_path('fam')}" in messages
+    assert f"egress gate of fam: CONNECT example.org:443 ({PUBLIC})" in messages
+
+
+def test_a_refusal_is_logged_with_the_request(gate: Any, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    caplog.set_level(logging.INFO, logger="orchestrator.egress")
+    gate.serve("fam", Rules())
+    end = gate.turn_started("fam", allowed=True)
+    try:
+        ask(gate.socket_path("fam"), b"GET https://example.org/ HTTP/1.1\r\n\r\n")
+    finally:
+        end()
+    messages = [r.getMessage() for r in caplog.records if r.name == "orchestrator.egress"]
+    assert "egress gate of fam: GET https://example.org/ refused: use CONNECT for https" in messages
+
+
+def test_stopping_closes_the_groups_connections_and_closing_stops_all(gate: Any) -> None:
+    gate.serve("fam", Rules())
+    gate.serve("b", Rules())
+    gate.canned.close = False
+    gate.canned.responses.append(b"held")
+    end = gate.turn_started("fam", allowed=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    with sock:
+        sock.settimeout(10)
+        sock.connect(str(gate.socket_path("fam")))
+        sock.sendall(b"CONNECT example.org:443 HTTP/1.1\r\n\r\nhi\r\n\r\n")
+        got = b""
+        while not got.endswith(b"held"):
+            got += sock.recv(65536)
+        gate.stop("fam")
+        rest = b""
+        while chunk := sock.recv(65536):
+            rest += chunk
+        assert rest == b""
+    end()
+    gate.close()
+    assert gate.served() == [] and not gate.socket_path("b").exists()
+    assert gate.loop.is_closed()
