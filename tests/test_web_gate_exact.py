@@ -47,10 +47,10 @@ class Canned:
 
     def __call__(self, address: str, port: int, timeout: float) -> socket.socket:
         self.calls.append((address, port, timeout))
+        response = self.responses.pop(0)
         ours, theirs = socket.socketpair()
         self.ends.append(theirs)
         self.ours.append(ours)
-        response = self.responses.pop(0)
 
         def serve() -> None:
             data = b""
@@ -76,7 +76,7 @@ class Canned:
     def join(self) -> None:
         for thread in self.threads:
             thread.join(10)
-        for end in self.ends:
+        for end in [*self.ends, *self.ours]:
             end.close()
 
 
@@ -703,3 +703,118 @@ def test_stopping_closes_the_groups_connections_and_closing_stops_all(gate: Any)
     gate.close()
     assert gate.served() == [] and not gate.socket_path("b").exists()
     assert gate.loop.is_closed()
+
+
+def test_a_refused_turnless_request_is_counted_each_time(gate: Any) -> None:
+    gate.serve("fam", Rules())
+    for _ in range(2):
+        ask(gate.socket_path("fam"), b"CONNECT example.org:443 HTTP/1.1\r\n\r\n")
+    assert gate.groups["fam"].refused == 2
+
+
+def test_a_request_line_is_split_at_single_spaces(gate: Any) -> None:
+    gate.serve("fam", Rules())
+    end = gate.turn_started("fam", allowed=True)
+    try:
+        answer = ask(gate.socket_path("fam"), b"CONNECT  example.org:443 HTTP/1.1\r\n\r\n")
+    finally:
+        end()
+    assert answer == refusal(400, "not an HTTP request line")
+
+
+def test_a_long_refused_target_is_logged_cut_at_200(
+    gate: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    caplog.set_level(logging.INFO, logger="orchestrator.egress")
+    gate.serve("fam", Rules())
+    target = "https://example.org/" + "a" * 300
+    end = gate.turn_started("fam", allowed=True)
+    try:
+        ask(gate.socket_path("fam"), f"GET {target} HTTP/1.1\r\n\r\n".encode())
+    finally:
+        end()
+    messages = [r.getMessage() for r in caplog.records if r.name == "orchestrator.egress"]
+    assert f"egress gate of fam: GET {target[:200]} refused: use CONNECT for https" in messages
+
+
+def test_an_unexpected_failure_is_logged_and_the_connection_closed(
+    gate: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    gate.serve("fam", Rules())  # the canned connector has no answer left: IndexError
+    end = gate.turn_started("fam", allowed=True)
+    try:
+        answer = ask(gate.socket_path("fam"), b"CONNECT example.org:443 HTTP/1.1\r\n\r\n")
+    finally:
+        end()
+    assert answer == b""
+    failed = [r for r in caplog.records if r.name == "orchestrator.egress"]
+    assert [r.getMessage() for r in failed] == ["egress gate of fam: a connection failed"]
+    assert failed[0].exc_info is not None
+
+
+def test_a_slow_head_is_answered_when_its_time_is_up(
+    gate: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.web import gate as gate_module
+
+    monkeypatch.setattr(gate_module, "HEAD_TIMEOUT_SECONDS", 0.1)
+    monkeypatch.setattr(gate_module, "OVER_BOUND_HEAD_SECONDS", 0.1)
+    gate.serve("fam", Rules())
+    path = gate.socket_path("fam")
+    held = []
+    try:
+        for _ in range(2):  # silent clients: each is answered 400 once its time is up
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            held.append(sock)
+            sock.settimeout(10)
+            sock.connect(str(path))
+        for sock in held:
+            got = b""
+            while chunk := sock.recv(65536):
+                got += chunk
+            assert got == refusal(400, "a proxy request head, please")
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_a_connection_past_the_bound_is_answered_429_however_its_head_ends(
+    gate: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.web import gate as gate_module
+
+    monkeypatch.setattr(gate_module, "OVER_BOUND_HEAD_SECONDS", 0.1)
+    gate.serve("fam", Rules())
+    path = gate.socket_path("fam")
+    held = []
+    try:
+        for _ in range(2):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            held.append(sock)
+            sock.settimeout(10)
+            sock.connect(str(path))
+        for _ in range(100):
+            if len(gate.groups["fam"].connections) == 2:
+                break
+            threading.Event().wait(0.05)
+        # a head cut short, then a silent client
+        assert ask(path, b"CONNECT example.org:443") == refusal(429, "at most 2 connections")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
+            silent.settimeout(10)
+            silent.connect(str(path))
+            got = b""
+            while chunk := silent.recv(65536):
+                got += chunk
+            assert got == refusal(429, "at most 2 connections")
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_stopping_a_group_whose_socket_is_gone_is_quiet(gate: Any) -> None:
+    gate.serve("fam", Rules())
+    gate.socket_path("fam").unlink()
+    gate.stop("fam")
+    assert gate.served() == []
