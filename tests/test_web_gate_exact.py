@@ -474,7 +474,7 @@ def test_a_plain_request_goes_out_without_hop_headers_and_with_its_path(gate: An
         answer = ask(
             gate.socket_path("fam"),
             b"GET http://example.org/a?b=1 HTTP/1.0\r\nHost: example.org\r\n"
-            b"Proxy-Connection: keep-alive\r\nProxy-Authorization: x\r\nConnection: x\r\n"
+            b"Proxy-Connection: keep-alive\r\nProxy-Authorization: Basic a:b\r\nConnection: x\r\n"
             b"Keep-Alive : 5\r\nX-Kept : yes\r\n\r\n",
         )
     finally:
@@ -818,3 +818,35 @@ def test_stopping_a_group_whose_socket_is_gone_is_quiet(gate: Any) -> None:
     gate.socket_path("fam").unlink()
     gate.stop("fam")
     assert gate.served() == []
+
+
+def test_each_connection_made_is_counted(gate: Any) -> None:
+    gate.serve("fam", Rules())
+    gate.canned.responses += [b"one", b"two"]
+    end = gate.turn_started("fam", allowed=True)
+    try:
+        for _ in range(2):
+            ask(gate.socket_path("fam"), b"CONNECT example.org:443 HTTP/1.1\r\n\r\nhi\r\n\r\n")
+    finally:
+        end()
+    assert gate.groups["fam"].opened == 2
+
+
+def test_a_head_past_the_streams_limit_is_answered_past_the_bound_too(gate: Any) -> None:
+    gate.serve("fam", Rules())
+    path = gate.socket_path("fam")
+    held = []
+    try:
+        for _ in range(2):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            held.append(sock)
+            sock.settimeout(10)
+            sock.connect(str(path))
+        for _ in range(100):
+            if len(gate.groups["fam"].connections) == 2:
+                break
+            threading.Event().wait(0.05)
+        assert ask(path, b"X" * 100_000) == refusal(429, "at most 2 connections")
+    finally:
+        for sock in held:
+            sock.close()
