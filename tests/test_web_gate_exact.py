@@ -850,3 +850,7 @@ def test_a_head_past_the_streams_limit_is_answered_past_the_bound_too(gate: Any)
     finally:
         for sock in held:
             sock.close()
+
+
+def test_the_gates_loop_runs_in_a_named_daemon_thread(gate: Any) -> None:
+    assert gate.thread.name == "egress" and gate.thread.daemon is True
