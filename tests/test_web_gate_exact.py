@@ -289,7 +289,8 @@ def test_anything_else_is_described_not_shown() -> None:
         "http://example.org/", response(b"\x00" * 2048, headers=("Content-Type: image/png",))
     )
     assert page.text.endswith("\n\n[a image/png of 2,048 bytes: not text, not shown]")
-    assert page.content_type == "image/png"
+    assert page.content_type == "image/png" and page.title == ""
+    assert "\nTitle:" not in page.text
     page, _ = get("http://example.org/", response(b"x", kind=""))
     assert page.text.endswith("\n\n[a page of unknown type of 1 bytes: not text, not shown]")
 
@@ -854,3 +855,53 @@ def test_a_head_past_the_streams_limit_is_answered_past_the_bound_too(gate: Any)
 
 def test_the_gates_loop_runs_in_a_named_daemon_thread(gate: Any) -> None:
     assert gate.thread.name == "egress" and gate.thread.daemon is True
+
+
+CHUNKED = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n"
+
+
+def chunked(*parts: bytes, headers: bytes = b"") -> bytes:
+    body = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts)
+    return CHUNKED + headers + b"\r\n" + body + b"0\r\n\r\n"
+
+
+def test_a_page_read_in_several_pieces_is_whole_and_counted() -> None:
+    page, _ = get("http://example.org/", chunked(b"one ", b"two ", b"three"))
+    assert page.text.endswith("\n\none two three") and page.downloaded == 13 and not page.cut
+    data = gzip.compress(b"e" * 3000)
+    parts = [data[i : i + 10] for i in range(0, len(data), 10)]
+    page, _ = get("http://example.org/", chunked(*parts, headers=b"Content-Encoding: gzip\r\n"))
+    assert page.text.endswith("\n\n" + "e" * 3000) and page.downloaded == len(data)
+
+
+def test_pieces_are_capped_together() -> None:
+    page, _ = get("http://example.org/", chunked(b"a" * 600, b"b" * 600), max_bytes=1000)
+    assert page.cut and page.downloaded == 1001
+    assert page.text.endswith("\n\n" + "a" * 600 + "b" * 400)
+    data = gzip.compress(b"f" * 5000)
+    parts = [data[i : i + 10] for i in range(0, len(data), 10)]
+    page, _ = get(
+        "http://example.org/",
+        chunked(*parts, headers=b"Content-Encoding: gzip\r\n"),
+        max_bytes=1000,
+    )
+    assert page.cut and page.text.endswith("\n\n" + "f" * 1000) and "f" * 1001 not in page.text
+
+
+def test_a_read_with_little_time_left_still_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fetch_module, "time", Clock(0.0, 0.0, 19.5))
+    page, _ = get("http://example.org/", response(b"quick"), timeout=20)
+    assert not page.cut and page.text.endswith("\n\nquick") and page.title == ""
+
+
+def test_a_zlib_stream_sent_as_gzip_is_broken() -> None:
+    data = zlib.compress(b"g" * 100)
+    with pytest.raises(FetchFailed, match="the compressed page is broken"):
+        get("http://example.org/", response(data, headers=("Content-Encoding: gzip",)))
+
+
+def test_html_is_read_in_its_charset() -> None:
+    html = "<html><head><title>Café</title></head><body><p>x</p></body></html>".encode("latin-1")
+    kind = "Content-Type: text/html; charset=latin-1"
+    page, _ = get("http://example.org/", response(html, headers=(kind,)))
+    assert page.title == "Café"
