@@ -865,3 +865,47 @@ def test_what_an_sdk_raised_as_a_failure() -> None:
     assert malformed.retryable
     huge = sdk_failure(provider, SDK, ValueError("v" * 1000), detail)
     assert len(huge.message) == 500
+
+
+def test_a_late_piece_ends_at_the_last_of_several_line_breaks() -> None:
+    p, stored, clock = pieces()
+    p.feed("aaa\nbbb ccc\nddd")
+    clock.now += STREAM_PIECE_SECONDS
+    p.feed("e")
+    assert stored == ["aaa\nbbb ccc"]
+
+
+def test_a_piece_ends_at_the_last_paragraph_break() -> None:
+    p, stored, _ = pieces()
+    half = STREAM_PIECE_MIN_CHARS // 2
+    p.feed("a" * half + "\n\n" + "b" * half + "\n\n" + "c")
+    assert stored == ["a" * half + "\n\n" + "b" * half]
+
+
+def test_a_space_only_at_the_start_ends_no_piece_and_keeps_the_wait() -> None:
+    p, stored, clock = pieces()
+    p.feed(" abc")
+    clock.now += STREAM_PIECE_SECONDS
+    p.feed("d")
+    assert stored == [] and p.buffer == " abcd"
+    clock.now += 1  # still late: the wait did not start again
+    p.feed("e f")
+    assert stored == ["abcde"]
+
+
+def test_the_end_leaves_nothing_waiting() -> None:
+    p, stored, _ = pieces()
+    p.feed("hi there")
+    assert p.finish("hi there") and p.buffer == ""
+    assert stored == ["hi there"]
+
+
+def test_a_small_request_uses_the_method_it_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = fake_urlopen(monkeypatch, FakeAnswer(200, b"{}"))
+    http_json("POST", "http://h/x", None, {})
+    http_json("GET", "http://h/x", {"a": 1}, {})
+    assert [request.get_method() for request, _ in seen] == ["POST", "GET"]
+
+
+def test_a_root_keeps_other_trailing_letters() -> None:
+    assert _root("http://h:8080/boX") == "http://h:8080/boX"
