@@ -805,6 +805,20 @@ def test_a_listing_or_start_that_takes_too_long_is_stopped(world: dict[str, Any]
     assert len(a_link.tools()) == 2 and a_link.starts == 3
 
 
+def test_a_call_whose_server_start_hangs_waits_the_listing_bound_not_forever(
+    world: dict[str, Any], a_link: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import orchestrator.mcp.link as link
+    from orchestrator.mcp.link import LinkFailed
+
+    monkeypatch.setattr(link, "MCP_LIST_TIMEOUT_SECONDS", 0.6)
+    world["hang_enter"] = 2.0  # it would start, but after the bound
+    with pytest.raises(LinkFailed) as failed:
+        a_link.call("find", {}, timeout=9)
+    assert str(failed.value) == "MCP server 'tracker': it did not start within 1 s"
+    assert a_link.state == "stopped" and a_link.starts == 1 and world["calls"] == []
+
+
 def test_a_failed_call_says_why_and_the_next_call_gets_a_fresh_server(
     world: dict[str, Any], a_link: Any
 ) -> None:
