@@ -3,6 +3,7 @@ back, against canned servers on socket pairs (no packet leaves the process)."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import socket
 import threading
@@ -459,6 +460,35 @@ def ask(path: Path, data: bytes) -> bytes:
         return got
 
 
+def settled(done: Any, tries: int = 100) -> bool:
+    """Whether ``done()`` holds within ``tries`` short waits (the gate's loop runs in its
+    own thread)."""
+    for _ in range(tries):
+        if done():
+            return True
+        threading.Event().wait(0.05)
+    return bool(done())
+
+
+@contextlib.contextmanager
+def connections(gate: Any, group: str, count: int, *, counted: bool = True) -> Iterator[list]:
+    """``count`` open connections to ``group``'s gate, closed at the end; with
+    ``counted``, only once the gate holds them all."""
+    held: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            held.append(sock)
+            sock.settimeout(10)
+            sock.connect(str(gate.socket_path(group)))
+        if counted:
+            assert settled(lambda: len(gate.groups[group].connections) == count)
+        yield held
+    finally:
+        for sock in held:
+            sock.close()
+
+
 def refusal(status: int, why: str) -> bytes:
     body = f"orchestrator egress gate: {why}\n".encode()
     return (
@@ -559,23 +589,12 @@ def test_a_connection_that_cannot_be_made_is_a_502(gate: Any) -> None:
 def test_the_bound_is_said(gate: Any) -> None:
     gate.serve("fam", Rules())
     end = gate.turn_started("fam", allowed=True)
-    held = []
     try:
-        for _ in range(2):
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.settimeout(10)
-            sock.connect(str(gate.socket_path("fam")))
-            held.append(sock)
-        for _ in range(50):
-            if len(gate.groups["fam"].connections) == 2:
-                break
-            threading.Event().wait(0.05)
-        assert ask(gate.socket_path("fam"), b"CONNECT example.org:443 HTTP/1.1\r\n\r\n") == (
-            refusal(429, "at most 2 connections")
-        )
+        with connections(gate, "fam", 2):
+            assert ask(gate.socket_path("fam"), b"CONNECT example.org:443 HTTP/1.1\r\n\r\n") == (
+                refusal(429, "at most 2 connections")
+            )
     finally:
-        for sock in held:
-            sock.close()
         end()
 
 
@@ -657,11 +676,7 @@ def test_connections_are_forgotten_when_done_and_closed_when_the_turn_ends(
         while chunk := sock.recv(65536):
             rest += chunk
         assert rest == b""
-    for _ in range(100):
-        if not group.connections and not group.upstreams:
-            break
-        threading.Event().wait(0.05)
-    assert not group.connections and not group.upstreams
+    assert settled(lambda: not group.connections and not group.upstreams)
     messages = [r.getMessage() for r in caplog.records if r.name == "orchestrator.egress"]
     assert f"egress gate of fam listening at {gate.socket_path('fam')}" in messages
     assert f"egress gate of fam: CONNECT example.org:443 ({PUBLIC})" in messages
@@ -763,22 +778,13 @@ def test_a_slow_head_is_answered_when_its_time_is_up(
     monkeypatch.setattr(gate_module, "HEAD_TIMEOUT_SECONDS", 0.1)
     monkeypatch.setattr(gate_module, "OVER_BOUND_HEAD_SECONDS", 0.1)
     gate.serve("fam", Rules())
-    path = gate.socket_path("fam")
-    held = []
-    try:
-        for _ in range(2):  # silent clients: each is answered 400 once its time is up
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            held.append(sock)
-            sock.settimeout(10)
-            sock.connect(str(path))
+    # silent clients: each is answered 400 once its time is up
+    with connections(gate, "fam", 2, counted=False) as held:
         for sock in held:
             got = b""
             while chunk := sock.recv(65536):
                 got += chunk
             assert got == refusal(400, "a proxy request head, please")
-    finally:
-        for sock in held:
-            sock.close()
 
 
 def test_a_connection_past_the_bound_is_answered_429_however_its_head_ends(
@@ -789,17 +795,7 @@ def test_a_connection_past_the_bound_is_answered_429_however_its_head_ends(
     monkeypatch.setattr(gate_module, "OVER_BOUND_HEAD_SECONDS", 0.1)
     gate.serve("fam", Rules())
     path = gate.socket_path("fam")
-    held = []
-    try:
-        for _ in range(2):
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            held.append(sock)
-            sock.settimeout(10)
-            sock.connect(str(path))
-        for _ in range(100):
-            if len(gate.groups["fam"].connections) == 2:
-                break
-            threading.Event().wait(0.05)
+    with connections(gate, "fam", 2):
         # a head cut short, then a silent client
         assert ask(path, b"CONNECT example.org:443") == refusal(429, "at most 2 connections")
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
@@ -809,9 +805,6 @@ def test_a_connection_past_the_bound_is_answered_429_however_its_head_ends(
             while chunk := silent.recv(65536):
                 got += chunk
             assert got == refusal(429, "at most 2 connections")
-    finally:
-        for sock in held:
-            sock.close()
 
 
 def test_stopping_a_group_whose_socket_is_gone_is_quiet(gate: Any) -> None:
@@ -835,22 +828,8 @@ def test_each_connection_made_is_counted(gate: Any) -> None:
 
 def test_a_head_past_the_streams_limit_is_answered_past_the_bound_too(gate: Any) -> None:
     gate.serve("fam", Rules())
-    path = gate.socket_path("fam")
-    held = []
-    try:
-        for _ in range(2):
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            held.append(sock)
-            sock.settimeout(10)
-            sock.connect(str(path))
-        for _ in range(100):
-            if len(gate.groups["fam"].connections) == 2:
-                break
-            threading.Event().wait(0.05)
-        assert ask(path, b"X" * 100_000) == refusal(429, "at most 2 connections")
-    finally:
-        for sock in held:
-            sock.close()
+    with connections(gate, "fam", 2):
+        assert ask(gate.socket_path("fam"), b"X" * 100_000) == refusal(429, "at most 2 connections")
 
 
 def test_the_gates_loop_runs_in_a_named_daemon_thread(gate: Any) -> None:
