@@ -933,6 +933,9 @@ def test_a_stopping_daemon_or_a_full_queue_is_raised_to_the_adapter(
 # the files of a message not queued
 
 
+EARLIER = "20251231-090000-00000000.txt"  # a file of a message queued earlier
+
+
 class Inbox:
     """A group's files/inbox with two files the app stored for one message."""
 
@@ -946,10 +949,17 @@ class Inbox:
         )
         for file in self.files:
             (self.path / file.name).write_bytes(b"bytes")
-        (self.path / "20251231-090000-00000000.txt").write_bytes(b"queued earlier")
+        (self.path / EARLIER).write_bytes(b"queued earlier")
 
     def names(self) -> set[str]:
         return {entry.name for entry in self.path.iterdir()}
+
+    def rig(self) -> Rig:
+        """A bound account whose adapter stores this inbox's two files for a message."""
+        rig = Rig(groups=self.groups)
+        rig.bind()
+        rig.adapter.stored = list(self.files)
+        return rig
 
 
 REFUSALS = [
@@ -965,12 +975,10 @@ def test_the_files_of_a_message_the_daemon_refuses_are_removed_and_no_others(
     clock: Clock, tmp_path: Path, error: OrchestratorError
 ) -> None:
     inbox = Inbox(tmp_path)
-    rig = Rig(groups=inbox.groups)
-    rig.bind()
-    rig.adapter.stored = list(inbox.files)
+    rig = inbox.rig()
     rig.accept_error = error
     run(lambda: rig.account.route(received("look")))
-    assert inbox.names() == {"20251231-090000-00000000.txt"}
+    assert inbox.names() == {EARLIER}
 
 
 @pytest.mark.parametrize("error", [DaemonStopping("stopping"), OrchestratorError("disk full")])
@@ -978,45 +986,37 @@ def test_the_files_of_a_message_to_be_read_again_are_removed_before_it_is(
     clock: Clock, tmp_path: Path, error: OrchestratorError
 ) -> None:
     inbox = Inbox(tmp_path)
-    rig = Rig(groups=inbox.groups)
-    rig.bind()
-    rig.adapter.stored = list(inbox.files)
+    rig = inbox.rig()
     rig.accept_error = error
     with pytest.raises(type(error)):
         run(lambda: rig.account.route(received("look")))
-    assert inbox.names() == {"20251231-090000-00000000.txt"}
+    assert inbox.names() == {EARLIER}
 
 
 def test_the_files_of_a_message_too_long_are_removed(clock: Clock, tmp_path: Path) -> None:
     inbox = Inbox(tmp_path)
-    rig = Rig(groups=inbox.groups)
-    rig.bind()
-    rig.adapter.stored = list(inbox.files)
+    rig = inbox.rig()
     run(lambda: rig.account.route(received("a" * (INBOUND_TEXT_MAX_CHARS + 1))))
     assert rig.accepted == [] and len(rig.adapter.sends) == 1
-    assert inbox.names() == {"20251231-090000-00000000.txt"}
+    assert inbox.names() == {EARLIER}
 
 
 def test_the_files_of_a_queued_message_stay(clock: Clock, tmp_path: Path) -> None:
     inbox = Inbox(tmp_path)
-    rig = Rig(groups=inbox.groups)
-    rig.bind()
-    rig.adapter.stored = list(inbox.files)
+    rig = inbox.rig()
     run(lambda: rig.account.route(received("look")))
     [(queued, _)] = rig.accepted
     assert queued.media == inbox.files
-    assert inbox.names() == {file.name for file in inbox.files} | {"20251231-090000-00000000.txt"}
+    assert inbox.names() == {file.name for file in inbox.files} | {EARLIER}
 
 
 def test_a_repeat_of_a_queued_message_keeps_the_first_files_and_not_its_own(
     clock: Clock, tmp_path: Path
 ) -> None:
     inbox = Inbox(tmp_path)
-    rig = Rig(groups=inbox.groups)
-    rig.bind()
-    first = StoredFile("20251231-090000-00000000.txt", "text/plain", 14, "document")
+    rig = inbox.rig()
+    first = StoredFile(EARLIER, "text/plain", 14, "document")
     rig.queued_before = (first, inbox.files[1])
-    rig.adapter.stored = list(inbox.files)
     run(lambda: rig.account.route(received("look")))
     assert inbox.names() == {first.name, inbox.files[1].name}
 
@@ -1028,13 +1028,11 @@ def test_an_inbox_swapped_for_a_link_is_not_removed_through(
     outside = tmp_path / "outside"
     inbox.path.rename(outside)
     inbox.path.symlink_to(outside)
-    rig = Rig(groups=inbox.groups)
-    rig.bind()
-    rig.adapter.stored = list(inbox.files)
+    rig = inbox.rig()
     rig.accept_error = BadInput("no")
     run(lambda: rig.account.route(received("look")))
     assert {entry.name for entry in outside.iterdir()} == {file.name for file in inbox.files} | {
-        "20251231-090000-00000000.txt"
+        EARLIER
     }
     [line] = [text for level, text in lines(caplog) if level == logging.WARNING]
     assert line.startswith(
@@ -1051,12 +1049,10 @@ def test_a_folder_planted_for_one_file_is_left_and_the_rest_removed(
     planted.unlink()
     planted.mkdir()
     (planted / "inside").write_bytes(b"x")
-    rig = Rig(groups=inbox.groups)
-    rig.bind()
-    rig.adapter.stored = list(inbox.files)
+    rig = inbox.rig()
     rig.accept_error = BadInput("no")
     run(lambda: rig.account.route(received("look")))
-    assert inbox.names() == {inbox.files[0].name, "20251231-090000-00000000.txt"}
+    assert inbox.names() == {inbox.files[0].name, EARLIER}
     assert (planted / "inside").read_bytes() == b"x"
     [line] = [text for level, text in lines(caplog) if level == logging.WARNING]
     assert line.startswith(f"group fam: files/inbox/{inbox.files[0].name} was not removed: ")
