@@ -586,6 +586,15 @@ class FakeServer:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
+        import asyncio
+
+        self.world.setdefault("exits", []).append(exc[0])  # how its holder left it
+        if self.world.pop("hang_exit", False):  # it does not stop when asked
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                self.world["exit_cancelled"] = True
+                raise
         self.world["exited"] += 1
         crash = self.world.pop("crash_on_exit", None)
         if crash is not None:
@@ -606,6 +615,10 @@ class FakeServer:
         self.world["calls"].append((tool, arguments, kw))
         if tool == "fail":
             raise ExceptionGroup("group", [ValueError("inner  problem")])
+        if tool == "hang":  # it never answers, whatever read timeout it was given
+            import asyncio
+
+            await asyncio.sleep(3600)
         return {"called": tool, **arguments}
 
 
@@ -647,7 +660,7 @@ def test_targets_describe_themselves() -> None:
 
 
 def test_a_link_starts_on_first_use_lists_once_and_calls(world: dict[str, Any], a_link: Any):
-    assert a_link.state == "not started" and a_link.starts == 0
+    assert a_link.state == "not started" and a_link.starts == 0 and a_link.cut_tools == 0
     tools = a_link.tools()
     assert [(t.name, t.description) for t in tools] == [("a", "Tool a."), ("b", "Tool b.")]
     assert a_link.state == "running" and a_link.starts == 1 and a_link.cut_tools == 0
@@ -657,6 +670,8 @@ def test_a_link_starts_on_first_use_lists_once_and_calls(world: dict[str, Any], 
     assert world["calls"] == [("find", {"q": 1}, {"read_timeout_seconds": 9})]
     assert a_link.call("find", {}) == {"called": "find"}
     assert world["calls"][-1][2] == {"read_timeout_seconds": 60}
+    # a short read timeout still leaves the call its answer (the host waits 5 s more)
+    assert a_link.call("find", {}, timeout=1) == {"called": "find"}
     assert world["entered"] == 1 and a_link.starts == 1 and a_link.last_error is None
     loop, thread = a_link._loop, a_link._thread
     assert thread.name == "mcp-tracker" and thread.daemon and thread.is_alive()
@@ -832,6 +847,36 @@ def test_a_failed_call_says_why_and_the_next_call_gets_a_fresh_server(
     assert a_link.state == "stopped" and world["exited"] == 1
     assert a_link.call("find", {}) == {"called": "find"}
     assert a_link.starts == 2 and world["entered"] == 2
+
+
+def test_a_call_that_never_answers_fails_5_s_past_its_timeout_and_stops_the_server(
+    world: dict[str, Any], a_link: Any
+) -> None:
+    from orchestrator.mcp.link import LinkFailed
+
+    a_link.tools()
+    with pytest.raises(LinkFailed) as failed:
+        a_link.call("hang", {}, timeout=0)
+    assert str(failed.value) == "MCP server 'tracker': hang did not answer within 0 s"
+    assert a_link.last_error == "hang did not answer within 0 s"
+    # the server was asked to stop and left cleanly, not cancelled
+    assert a_link.state == "stopped" and world["exits"] == [None] and world["exited"] == 1
+
+
+def test_a_server_that_does_not_stop_when_asked_is_cancelled(
+    world: dict[str, Any], a_link: Any
+) -> None:
+    from orchestrator.mcp.link import LinkFailed
+
+    a_link.tools()
+    world["hang_exit"] = True
+    with pytest.raises(LinkFailed):
+        a_link.call("fail", {})
+    assert world.get("exit_cancelled") is True and world["exited"] == 0
+    assert (
+        a_link.state == "stopped" and a_link.last_error == "fail failed: ValueError: inner problem"
+    )
+    assert a_link.call("find", {}) == {"called": "find"} and a_link.starts == 2
 
 
 def test_a_server_that_ends_on_its_own_is_noted_and_started_on_next_use(
