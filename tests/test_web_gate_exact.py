@@ -314,6 +314,25 @@ def test_html_gives_its_title_and_main_text() -> None:
     assert page.text.endswith("\n\n[no main text found on the page]")
 
 
+@pytest.mark.parametrize(
+    ("html", "title"),
+    [
+        # too little of a document for trafilatura's metadata: the <title> tag is read
+        (b"<title>Hi</title>", "Hi"),
+        (b'<TITLE lang="en">\n  Lisbon   trams\n</TITLE>', "Lisbon trams"),
+        (b"<title>first</title> and <title>second</title>", "first"),
+        (b"<title></title>", ""),
+        (b"<p>no title at all</p>", ""),
+    ],
+)
+def test_a_title_trafilatura_does_not_find_is_taken_from_the_title_tag(
+    html: bytes, title: str
+) -> None:
+    page, _ = get("http://example.org/", response(html, headers=("Content-Type: text/html",)))
+    assert page.title == title
+    assert (f"\nTitle: {title}\n" in page.text) is bool(title)
+
+
 def test_a_long_title_is_cut_at_300_characters() -> None:
     title = "T" * 400
     html = f"<html><head><title>{title}</title></head><body><p>x</p></body></html>".encode()
