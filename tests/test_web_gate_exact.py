@@ -404,6 +404,14 @@ def test_a_fetch_with_no_time_left_after_the_lookup_fails(monkeypatch: pytest.Mo
     assert canned.calls == []
 
 
+def test_a_fetch_with_under_a_second_left_after_the_lookup_still_connects(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(fetch_module, "time", Clock(0.0, 4.5))
+    page, canned = get("http://example.org/", response(b"in time"), timeout=5)
+    assert canned.calls[0][2] == 0.5 and page.text.endswith("\n\nin time") and not page.cut
+
+
 def test_a_reply_that_is_not_http_fails_with_its_kind() -> None:
     with pytest.raises(FetchFailed) as caught:
         get("http://example.org/", b"SSH-2.0-OpenSSH\r\n\r\n")
@@ -884,6 +892,31 @@ def test_pieces_are_capped_together() -> None:
         max_bytes=1000,
     )
     assert page.cut and page.text.endswith("\n\n" + "f" * 1000) and "f" * 1001 not in page.text
+
+
+def test_a_compressed_page_arriving_in_pieces_is_cut_at_the_cap_exactly() -> None:
+    import random
+
+    letters = random.Random(7)  # text that deflates to about a third: many small pieces
+    plain = bytes(letters.choice(b"abcdefgh") for _ in range(5000))
+    data = gzip.compress(plain)
+    parts = [data[i : i + 10] for i in range(0, len(data), 10)]
+    page, _ = get(
+        "http://example.org/",
+        chunked(*parts, headers=b"Content-Encoding: gzip\r\n"),
+        max_bytes=1000,
+    )
+    assert page.cut and page.text.endswith("\n\n" + plain[:1000].decode())
+
+
+def test_relative_links_of_html_are_made_absolute_by_the_pages_address() -> None:
+    html = (
+        b"<html><head><title>T</title></head><body><article><p>"
+        + b"Tram 28 climbs from Martim Moniz through the old town. " * 5
+        + b'See <a href="/trams">the trams</a>.</p></article></body></html>'
+    )
+    page, _ = get("http://example.org/a/b", response(html, headers=("Content-Type: text/html",)))
+    assert "[the trams](http://example.org/trams)" in page.text
 
 
 def test_a_read_with_little_time_left_still_reads(monkeypatch: pytest.MonkeyPatch) -> None:
