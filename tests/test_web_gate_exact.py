@@ -919,6 +919,17 @@ def test_relative_links_of_html_are_made_absolute_by_the_pages_address() -> None
     assert "[the trams](http://example.org/trams)" in page.text
 
 
+def test_readers_comments_below_a_page_are_left_out() -> None:
+    html = (
+        b"<html><head><title>T</title></head><body><article><p>"
+        + b"Tram 28 climbs from Martim Moniz through the old town. " * 5
+        + b'</p></article><div class="comments"><div class="comment"><p>Reader Ana wrote '
+        + b"that the tram was late again this morning, sadly.</p></div></div></body></html>"
+    )
+    page, _ = get("http://example.org/", response(html, headers=("Content-Type: text/html",)))
+    assert "Tram 28 climbs" in page.text and "Reader Ana" not in page.text
+
+
 def test_a_read_with_little_time_left_still_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fetch_module, "time", Clock(0.0, 0.0, 19.5))
     page, _ = get("http://example.org/", response(b"quick"), timeout=20)
