@@ -333,6 +333,16 @@ def test_a_title_trafilatura_does_not_find_is_taken_from_the_title_tag(
     assert (f"\nTitle: {title}\n" in page.text) is bool(title)
 
 
+def test_the_title_is_trafilaturas_without_the_sites_name() -> None:
+    html = (
+        b"<html><head><title>Lisbon trams | Visit Lisbon</title></head><body><article><p>"
+        + b"Tram 28 climbs from Martim Moniz through the old town. " * 5
+        + b"</p></article></body></html>"
+    )
+    page, _ = get("http://example.org/", response(html, headers=("Content-Type: text/html",)))
+    assert page.title == "Lisbon trams"
+
+
 def test_a_long_title_is_cut_at_300_characters() -> None:
     title = "T" * 400
     html = f"<html><head><title>{title}</title></head><body><p>x</p></body></html>".encode()
