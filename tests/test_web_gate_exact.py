@@ -929,6 +929,17 @@ def test_relative_links_of_html_are_made_absolute_by_the_pages_address() -> None
     assert "[the trams](http://example.org/trams)" in page.text
 
 
+def test_html_is_given_as_markdown() -> None:
+    html = (
+        b"<html><head><title>T</title></head><body><article><h2>Routes of the old town</h2><p>"
+        + b"Tram 28 climbs from Martim Moniz through the old town. " * 5
+        + b"</p><p>It is <b>busy</b> in summer.</p></article></body></html>"
+    )
+    page, _ = get("http://example.org/", response(html, headers=("Content-Type: text/html",)))
+    assert "\n\n## Routes of the old town\n\nTram 28 climbs" in page.text
+    assert page.text.endswith("\n\nIt is **busy** in summer.")
+
+
 def test_readers_comments_below_a_page_are_left_out() -> None:
     html = (
         b"<html><head><title>T</title></head><body><article><p>"
