@@ -224,9 +224,18 @@ def test_unknown_keys_are_named_with_the_valid_ones() -> None:
     assert refusal(lambda: r.reject_unknown(["zeta", "alpha", "gamma"])) == (
         "/cfg/group.yaml:3: beta: unknown key; valid keys here: alpha, gamma, zeta"
     )
+    several = reader("a: 1\nb: 2\nc: 3\nd: 4\n")
+    assert refusal(lambda: several.reject_unknown(["a"])) == (
+        "/cfg/group.yaml:2: b: unknown key (and c, d); valid keys here: a"
+    )
     numbered = reader("1: one\ntwo: 2\n3: three\n")
     assert refusal(lambda: numbered.reject_unknown(["two"])) == (
         "/cfg/group.yaml:1: 1: unknown key (and 3); valid keys here: two"
+    )
+    # a key YAML reads as another type than text is named by its repr
+    dated = reader("2024-01-01: x\n")
+    assert refusal(lambda: dated.reject_unknown(["a"])) == (
+        "/cfg/group.yaml:1: datetime.date(2024, 1, 1): unknown key; valid keys here: a"
     )
     quoted = reader("'x': 1\n")
     quoted.data = {None: 1}
@@ -467,6 +476,7 @@ def test_session_keys() -> None:
         "x.chat-" + "9" * 67 + "-" + hashed("x", "chat-" + long_chat)
     )
     assert session_key("per-chat", "x", "9" * 67, None) == "x.chat-" + "9" * 67
+    assert session_key("per-chat", "x", "ABX", None) == "x.chat-ABX"
     assert session_key("per-chat", "x", "a.", None) == "x.chat-a-" + hashed("x", "chat-a.")
     assert session_key("per-chat", "x", "_", None) == "x.chat--" + hashed("x", "chat-_")
 
@@ -791,6 +801,8 @@ def test_days_and_months_in_a_zone() -> None:
     assert day_start(utc_late, "Asia/Tokyo") == stamp("2026-06-01T00:00:00", "Asia/Tokyo")
     assert month_start(utc_late, "Asia/Tokyo") == stamp("2026-06-01T00:00:00", "Asia/Tokyo")
     assert next_month(utc_late, "UTC") == stamp("2026-06-01T00:00:00", "UTC")
+    assert next_day(utc_late, "Asia/Tokyo") == stamp("2026-06-02T00:00:00", "Asia/Tokyo")
+    assert next_month(utc_late, "Asia/Tokyo") == stamp("2026-07-01T00:00:00", "Asia/Tokyo")
     assert local_day(utc_late, "Asia/Tokyo") == "2026-06-01"
     assert local_day(utc_late, "UTC") == "2026-05-31"
     assert money_local_time(utc_late, "UTC") == "2026-05-31 23:30 UTC"
@@ -861,6 +873,8 @@ def test_human_sizes_and_seconds() -> None:
     assert human_seconds(7199) == "119m"
     assert human_seconds(7200) == "2h00m"
     assert human_seconds(7300) == "2h01m"
+    assert human_seconds(10740) == "2h59m"
+    assert human_seconds(10800) == "3h00m"
     assert human_seconds(172799) == "47h59m"
     assert human_seconds(172800) == "2d"
     assert human_seconds(200000) == "2d"
@@ -893,6 +907,7 @@ def test_one_off_times() -> None:
     assert parse_at(" 2h ", "UTC", NOW) == NOW + 7200
     assert parse_at("90 s", "UTC", NOW) == NOW + 90
     assert parse_at("1d", "UTC", NOW) == NOW + 86400
+    assert parse_at("1s", "UTC", NOW) == NOW + 1
     assert task_refusal(lambda: parse_at("0m", "UTC", NOW)) == (
         "--at '0m': a delay must be more than 0",
         None,
@@ -927,10 +942,16 @@ def test_checked_schedules() -> None:
         "--at '20m': sooner than this group allows (at least 1201s from now)",
         "give a later time, or lower tasks.min_interval in its group.yaml",
     )
+    # a time without an offset is in the task's zone
+    assert check_schedule("at", "2026-06-10T18:00", LISBON, NOW, 0) == (
+        "2026-06-10T18:00",
+        stamp("2026-06-10T18:00:00", LISBON),
+    )
     assert task_refusal(lambda: check_schedule("at", "20m", "Mars/X", NOW, 0))[0] == (
         "unknown time zone 'Mars/X'"
     )
     assert check_schedule("every", " 30m ", "UTC", NOW, 1800) == ("30m", NOW + 1800)
+    assert check_schedule("every", "1s", "UTC", NOW, 0) == ("1s", NOW + 1)
     assert task_refusal(lambda: check_schedule("every", "30m", "UTC", NOW, 1801)) == (
         "--every '30m': more often than this group allows (at least 1801s apart)",
         "raise the interval, or tasks.min_interval in its group.yaml",
@@ -963,6 +984,14 @@ def test_checked_schedules() -> None:
     assert check_schedule("cron", "0 8 11-15,30 6 *", "UTC", NOW, 86400)[1] == stamp(
         "2026-06-11T08:00:00", "UTC"
     )
+    # exactly the first five runs: a closer sixth is not looked at, a closer fifth is
+    two_days = 2 * 86400
+    assert check_schedule("cron", "0 8 11,13,15,17,19,20 6 *", "UTC", NOW, two_days)[1] == (
+        stamp("2026-06-11T08:00:00", "UTC")
+    )
+    assert task_refusal(
+        lambda: check_schedule("cron", "0 8 11,13,15,17,18 6 *", "UTC", NOW, two_days)
+    )[0].startswith("--cron '0 8 11,13,15,17,18 6 *': runs 86400s apart")
     assert task_refusal(lambda: check_schedule("cron", "*/5 * * * *", "UTC", NOW, 301))[0] == (
         "--cron '*/5 * * * *': runs 300s apart, more often than this group allows (at least 301s)"
     )
