@@ -137,10 +137,10 @@ class MappingReader:
         allowed = sorted(allowed)
         unknown = [k for k in self.data if k not in allowed]
         if unknown:
-            name = unknown[0] if isinstance(unknown[0], str) else repr(unknown[0])
+            # a key YAML read as another type (a number, a date) is named as it is written
             others = f" (and {', '.join(map(str, unknown[1:]))})" if unknown[1:] else ""
             raise self.fail(
-                str(name), f"unknown key{others}; valid keys here: {', '.join(allowed)}"
+                str(unknown[0]), f"unknown key{others}; valid keys here: {', '.join(allowed)}"
             )
 
     def raw(self, key: str, default: Any = _MISSING) -> Any:

@@ -232,10 +232,10 @@ def test_unknown_keys_are_named_with_the_valid_ones() -> None:
     assert refusal(lambda: numbered.reject_unknown(["two"])) == (
         "/cfg/group.yaml:1: 1: unknown key (and 3); valid keys here: two"
     )
-    # a key YAML reads as another type than text is named by its repr
+    # a key YAML reads as another type than text is named as it is written
     dated = reader("2024-01-01: x\n")
     assert refusal(lambda: dated.reject_unknown(["a"])) == (
-        "/cfg/group.yaml:1: datetime.date(2024, 1, 1): unknown key; valid keys here: a"
+        "/cfg/group.yaml:1: 2024-01-01: unknown key; valid keys here: a"
     )
     quoted = reader("'x': 1\n")
     quoted.data = {None: 1}
