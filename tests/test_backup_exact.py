@@ -9,6 +9,7 @@ import errno
 import io
 import os
 import stat
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -447,6 +448,40 @@ def test_files_outside_the_home_are_put_where_the_restored_config_names_them(
     assert _mode(allow.parent.parent) == 0o755  # a parent's parent: as mkdir makes it
     assert secrets.read_bytes() == b"k: v\n"
     assert _mode(secrets) == 0o600
+
+
+def test_an_outside_file_already_there_is_kept_and_the_archived_one_goes_beside_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    allow = tmp_path / "allow.yaml"
+    secrets = tmp_path / "sec.yaml"
+    allow.write_text("allowed_roots: []\n")
+    secrets.write_text("mine: 1\n")
+    monkeypatch.setenv("TZ", "XXX-14")  # far from UTC: the name's time is UTC
+    time.tzset()
+    config = f"version: 1\nmount_allowlist: {allow}\nsecrets_file: {secrets}\n"
+    fill = _with_outside(config, {"mount-allowlist.yaml": (b"allowed_roots: []\n", 0o644),
+                                  "secrets.yaml": (b"k: v\n", 0o640)})  # fmt: skip
+    before = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    try:
+        report = restore_backup(_archive(tmp_path / "b.tar", fill), Home(tmp_path / "new"))
+    finally:
+        after = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    assert report.outside[0] == ("mount allowlist", str(allow), "already there, the same")
+    (aside,) = tmp_path.glob("sec.yaml.restored-*")
+    assert report.outside[1] == (
+        "secrets file",
+        str(secrets),
+        f"another file is there: the archived one is at {aside}",
+    )
+    stamp = aside.name.removeprefix("sec.yaml.restored-")
+    assert before <= stamp <= after
+    assert aside.read_bytes() == b"k: v\n"
+    assert _mode(aside) == 0o640
+    assert secrets.read_text() == "mine: 1\n"
+    assert allow.read_text() == "allowed_roots: []\n"
 
 
 def test_an_outside_folder_in_the_way_gets_the_file_beside_it(tmp_path: Path) -> None:
