@@ -6,17 +6,23 @@ with nothing left behind; and what a backup of a small home holds."""
 from __future__ import annotations
 
 import errno
+import gc
+import gzip
 import io
 import os
 import stat
+import tarfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+import orchestrator.backup.create as create
 import orchestrator.backup.restore as restore
-from orchestrator.backup import BackupInvalid, restore_backup, verify_backup
+from orchestrator.backup import BackupInvalid, create_backup, restore_backup, verify_backup
+from orchestrator.backup.archive import HEAD as HEAD_NAME
+from orchestrator.backup.archive import MANIFEST as MANIFEST_NAME
 from orchestrator.backup.archive import ArchiveWriter, Head, supported_versions
 from orchestrator.backup.restore import RestoreFailed
 from orchestrator.errors import BadInput
@@ -524,3 +530,299 @@ def test_outside_files_are_not_placed_when_the_restored_config_is_refused(
     assert report.outside == [
         ("outside/mount-allowlist.yaml", "/was/allow.yaml", f"not placed: {why.value.message}")
     ]
+
+
+# -- what a backup holds ------------------------------------------------------------------
+
+
+def _small_home(tmp_path: Path, config: str = "") -> Home:
+    root = tmp_path / "home"
+    (root / "groups" / "fam" / "memory").mkdir(parents=True)
+    (root / "groups" / "fam" / "memory" / "a.md").write_text("# A\n")
+    os.chmod(root / "groups" / "fam" / "memory" / "a.md", 0o640)
+    os.utime(root / "groups" / "fam" / "memory" / "a.md", (1_000_000_000, 1_000_000_000))
+    os.chmod(root / "groups" / "fam", 0o750)
+    (root / "orchestrator.yaml").write_text(f"version: 1\nproject: proj\n{config}")
+    return Home(root)
+
+
+def _members(archive: Path) -> dict[str, tuple[bytes, int, int, bytes | None]]:
+    """Each member: (type, mode, mtime, bytes of a file) but the head and manifest."""
+    out: dict[str, tuple[bytes, int, int, bytes | None]] = {}
+    with tarfile.open(archive) as tar:
+        for info in tar.getmembers():
+            data = tar.extractfile(info).read() if info.isreg() else None  # type: ignore[union-attr]
+            out[info.name] = (info.type, info.mode, int(info.mtime), data)
+    return out
+
+
+def test_a_backup_of_a_small_home_holds_its_members_with_modes_and_times(tmp_path: Path) -> None:
+    home = _small_home(tmp_path)
+    (home.root / "groups" / ".removed" / "old").mkdir(parents=True)
+    (home.root / "groups" / "loose.txt").write_text("loose")
+    os.mkfifo(home.root / "groups" / "pipe")
+    (home.root / "skills" / "greet").mkdir(parents=True)
+    (home.root / "skills" / "greet" / "SKILL.md").write_text("hi")
+    (home.root / "skills" / "greet" / "link").symlink_to("/etc/passwd")
+    (home.root / "skills-by-group").write_text("a file, not a folder")
+    state = home.root / "state"
+    state.mkdir()
+    (state / "chat-history").write_text("line")
+    (state / "consolidated.json").write_text("{}")
+    (state / "other.json").write_text("{}")  # not worth keeping
+    target = tmp_path / "b.tar"
+    said: list[str] = []
+    report = create_backup(home, target, progress=said.append)
+    members = _members(target)
+    assert list(members) == [
+        HEAD_NAME, "state", "state/consolidated.json", "state/chat-history", "home",
+        "home/orchestrator.yaml", "home/skills",
+        "home/skills/greet", "home/skills/greet/SKILL.md", "home/groups",
+        *sorted(["home/groups/fam", "home/groups/fam/memory", "home/groups/fam/memory/a.md",
+                 "home/groups/.removed", "home/groups/.removed/old", "home/groups/loose.txt"],
+                key=list(members).index),
+        "outside", MANIFEST_NAME,
+    ]  # fmt: skip
+    assert members["state"][:2] == (tarfile.DIRTYPE, 0o700)
+    assert members["home"][:2] == (tarfile.DIRTYPE, 0o755)
+    assert members["outside"][:2] == (tarfile.DIRTYPE, 0o700)
+    assert members["home/groups/fam"][:2] == (tarfile.DIRTYPE, 0o750)
+    assert members["home/groups/fam/memory/a.md"] == (
+        tarfile.REGTYPE, 0o640, 1_000_000_000, b"# A\n")  # fmt: skip
+    assert members["home/groups/loose.txt"][3] == b"loose"
+    assert members["state/chat-history"][3] == b"line"
+    assert report.groups == ["fam"]
+    assert sorted(report.skipped) == [
+        ("home/groups/pipe", "a FIFO"),
+        ("home/skills/greet/link", "a symlink"),
+    ]
+    assert report.files == 6
+    assert report.bytes == 2 + 4 + 2 + len("version: 1\nproject: proj\n") + 4 + 5
+    assert report.path == target
+    assert report.size == target.stat().st_size
+    assert _mode(target) == 0o600
+    assert sorted(os.listdir(tmp_path)) == ["b.tar", "home"]  # no partial file left
+    assert sorted(said[:-1]) == ["groups/.removed: 0 files", "groups/fam: 1 files"]
+    assert said[-1].startswith(f"wrote {target} ({report.size:,} bytes, 6 files) in ")
+    assert report.to_dict() == {
+        "path": str(target),
+        "size": report.size,
+        "release": RELEASE,
+        "versions": report.head.versions,
+        "secrets": False,
+        "summary": {},
+        "files": 6,
+        "bytes": report.bytes,
+        "groups": ["fam"],
+        "skipped": [{"name": n, "why": w} for n, w in report.skipped],
+        "secrets_left_out": [],
+        "outside": {},
+    }
+    from orchestrator.versions import (
+        CONFIG_FILE_VERSION,
+        GROUP_FILE_VERSION,
+        LAYOUT_VERSION,
+        TRANSCRIPT_VERSION,
+    )
+
+    assert report.head.versions == {
+        "layout": LAYOUT_VERSION,
+        "group_file": GROUP_FILE_VERSION,
+        "config_file": CONFIG_FILE_VERSION,
+        "transcript": TRANSCRIPT_VERSION,
+    }
+    assert report.head.source == {"home": str(home.root), "project": "proj"}
+    assert report.head.format == BACKUP_FORMAT_VERSION
+
+
+def test_a_backup_copies_the_state_database_and_counts_it(tmp_path: Path) -> None:
+    from orchestrator.store.messages import open_queue
+    from orchestrator.store.schema import LATEST
+
+    home = _small_home(tmp_path)
+    queue = open_queue(home)
+    try:
+        queue.enqueue(group="fam", session="s", chat="c", thread=None, sender="a",
+                      trust="creator", text="hi", channel="cli")  # fmt: skip
+    finally:
+        queue.close()
+    said: list[str] = []
+    report = create_backup(home, tmp_path / "b.tar.gz", progress=said.append)
+    assert said[0] == "copying the state database (SQLite's online backup)"
+    assert report.head.versions["schema"] == LATEST
+    assert report.head.summary == {"messages": {"queued": 1}, "tasks": 0, "bindings": 0}
+    members = _members(tmp_path / "b.tar.gz")
+    assert members["state/queue.db"][:2] == (tarfile.REGTYPE, 0o600)
+    assert list(members).index("state/queue.db") == 2
+
+
+def test_secrets_go_in_only_when_asked_and_are_listed_otherwise(tmp_path: Path) -> None:
+    secrets = tmp_path / "sec.yaml"
+    secrets.write_text("k: v\n")
+    allow = tmp_path / "allow.yaml"
+    allow.write_text("allowed_roots: []\n")
+    home = _small_home(tmp_path, f"secrets_file: {secrets}\nmount_allowlist: {allow}\n")
+    (home.root / "orchestrator.env").write_text("A=1\n")
+    left = create_backup(home, tmp_path / "a.tar")
+    assert left.secrets_left_out == [str(home.root / "orchestrator.env"), str(secrets)]
+    assert left.outside == {"outside/mount-allowlist.yaml": str(allow)}
+    assert left.head.secrets is False
+    members = _members(tmp_path / "a.tar")
+    assert members["outside/mount-allowlist.yaml"][3] == b"allowed_roots: []\n"
+    assert "home/orchestrator.env" not in members
+    taken = create_backup(home, tmp_path / "b.tar", include_secrets=True)
+    assert taken.secrets_left_out == []
+    assert taken.head.secrets is True
+    assert taken.outside == {
+        "outside/mount-allowlist.yaml": str(allow),
+        "outside/secrets.yaml": str(secrets),
+    }
+    members = _members(tmp_path / "b.tar")
+    assert members["home/orchestrator.env"][3] == b"A=1\n"
+    assert members["outside/secrets.yaml"][3] == b"k: v\n"
+    secrets.unlink()
+    allow.unlink()
+    gone = create_backup(home, tmp_path / "c.tar")
+    assert gone.secrets_left_out == [str(home.root / "orchestrator.env")]
+    assert gone.outside == {}
+
+
+def test_an_outside_file_that_is_not_a_regular_file_is_left_out(tmp_path: Path) -> None:
+    allow = tmp_path / "allow.yaml"
+    allow.symlink_to("/etc/passwd")
+    home = _small_home(tmp_path, f"mount_allowlist: {allow}\n")
+    report = create_backup(home, tmp_path / "a.tar")
+    assert report.skipped == [(str(allow), "a symlink")]
+    assert report.outside == {}
+
+
+# the archive stopped half-written is closed when collected, and tarfile says so
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_an_outside_file_that_cannot_be_read_is_named(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("a file")
+    allow = tmp_path / "f" / "allow.yaml"
+    home = _small_home(tmp_path, f"mount_allowlist: {allow}\n")
+    from orchestrator.errors import OrchestratorError
+
+    with pytest.raises(OrchestratorError) as refused:
+        create_backup(home, tmp_path / "a.tar")
+    assert refused.value.message == f"cannot read {allow}: Not a directory"
+    assert sorted(os.listdir(tmp_path)) == ["f", "home"]
+    del refused
+    gc.collect()
+
+
+def test_a_file_swapped_or_removed_after_it_was_listed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.confined import ConfinedDir, UnsafePath
+
+    home = _small_home(tmp_path)
+    (home.root / "groups" / "fam" / "memory" / "b.md").write_text("b")
+    (home.root / "groups" / "fam" / "memory" / "c.md").write_text("c")
+    real = ConfinedDir.reading
+
+    def reading(self: ConfinedDir, relative: str) -> object:
+        if relative == "b.md":
+            raise FileNotFoundError(2, "gone")
+        if relative == "c.md":
+            raise UnsafePath("c.md", "not a regular file", kind="a FIFO")
+        if relative == "a.md":
+            raise UnsafePath("a.md", "too large")
+        return real(self, relative)
+
+    monkeypatch.setattr(ConfinedDir, "reading", reading)
+    report = create_backup(home, tmp_path / "a.tar")
+    assert sorted(report.skipped) == [
+        ("home/groups/fam/memory/a.md", "too large"),
+        ("home/groups/fam/memory/c.md", "a FIFO"),
+    ]
+    assert report.files == 1  # orchestrator.yaml
+
+
+def test_a_backup_tells_progress_per_file_once_the_seconds_have_gone_by(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = _small_home(tmp_path)
+    monkeypatch.setattr(create, "BACKUP_PROGRESS_SECONDS", 0)
+    said: list[str] = []
+    create_backup(home, tmp_path / "a.tar", progress=said.append)
+    yaml_size = len("version: 1\nproject: proj\n")
+    assert said[:3] == [
+        f"  1 files, {yaml_size} bytes so far (home/orchestrator.yaml)",
+        f"  2 files, {yaml_size + 4} bytes so far (home/groups/fam/memory/a.md)",
+        "groups/fam: 1 files",
+    ]
+
+
+def test_where_a_backup_may_be_written_word_for_word(tmp_path: Path) -> None:
+    home = _small_home(tmp_path)
+    (home.root / "state").mkdir()
+    (tmp_path / "link.tar").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(BadInput) as refused:
+        create_backup(home, tmp_path / "link.tar")
+    assert (
+        refused.value.message == f"{tmp_path / 'link.tar'} exists; a backup never replaces a file"
+    )
+    assert refused.value.hint == "name another"
+    with pytest.raises(BadInput) as refused:
+        create_backup(home, tmp_path / "none" / "b.tar")
+    assert refused.value.message == f"{tmp_path / 'none'} is not a folder"
+    for inside in ("groups", "groups/fam", "state", "skills"):
+        (home.root / inside).mkdir(exist_ok=True)
+        target = home.root / inside / "b.tar"
+        with pytest.raises(BadInput) as refused:
+            create_backup(home, target)
+        where = inside.split("/")[0]
+        assert refused.value.message == (
+            f"{target} is inside {home.root / where}, which the backup archives"
+        )
+        assert refused.value.hint == (
+            "write it outside the home's groups/, state/ and skills folders"
+        )
+    (tmp_path / "via").symlink_to(home.root / "groups")
+    with pytest.raises(BadInput):
+        create_backup(home, tmp_path / "via" / "b.tar")
+    create_backup(home, home.root / "b.tar")  # the home itself is no archived folder
+    create_backup(home, home.root / "skillsx.tar")
+
+
+def test_a_backup_whose_name_appears_meanwhile_replaces_nothing(tmp_path: Path) -> None:
+    home = _small_home(tmp_path)
+    target = tmp_path / "b.tar"
+
+    def meanwhile(line: str) -> None:
+        if line.startswith("groups/"):
+            target.write_text("theirs")
+
+    with pytest.raises(BadInput) as refused:
+        create_backup(home, target, progress=meanwhile)
+    assert refused.value.message == f"{target} exists; nothing was replaced"
+    assert target.read_text() == "theirs"
+    assert sorted(os.listdir(tmp_path)) == ["b.tar", "home"]
+
+
+def test_the_default_name_is_dated_in_utc_in_the_current_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = _small_home(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.chdir(out)
+    monkeypatch.setenv("TZ", "XXX-14")
+    time.tzset()
+    try:
+        before = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        report = create_backup(home)
+        after = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    name = report.path.name
+    assert report.path.parent == out
+    assert name.startswith("orchestrator-backup-proj-")
+    assert name.endswith(".tar.gz")
+    stamp = name.removeprefix("orchestrator-backup-proj-").removesuffix(".tar.gz")
+    assert before <= stamp <= after
+    with gzip.open(report.path) as unpacked:
+        assert unpacked.read(1)  # gzip, as the name says
