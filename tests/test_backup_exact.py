@@ -37,8 +37,9 @@ Fill = Callable[[ArchiveWriter], None]
 
 
 @pytest.fixture(autouse=True)
-def _umask(monkeypatch: pytest.MonkeyPatch) -> object:
+def _umask(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> object:
     monkeypatch.delenv("ORCHESTRATOR_STATE_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))  # no default allowlist of the machine's
     old = os.umask(0o022)
     yield
     os.umask(old)
@@ -826,3 +827,215 @@ def test_the_default_name_is_dated_in_utc_in_the_current_folder(
     assert before <= stamp <= after
     with gzip.open(report.path) as unpacked:
         assert unpacked.read(1)  # gzip, as the name says
+
+
+# -- the restore's edges --------------------------------------------------------------------
+
+
+def test_a_newer_archive_is_refused_naming_it_by_verify_and_restore(tmp_path: Path) -> None:
+    from orchestrator.versions import FileTooNew
+
+    newer = Head(BACKUP_FORMAT_VERSION, "9.9.9", 1.0, {"layout": LAYOUT["layout"] + 1}, {}, False)
+    path = tmp_path / "n.tar"
+    with path.open("wb") as out:
+        writer = ArchiveWriter(out, gzipped=False, spool_dir=tmp_path)
+        writer.add_head(newer)
+        writer.finish(newer)
+    expected = (
+        f"{path} was written by release 9.9.9, newer than this orchestrator ({RELEASE}): "
+        f"layout {LAYOUT['layout'] + 1} (this release reads up to {LAYOUT['layout']}); "
+        "nothing was restored"
+    )
+    with pytest.raises(FileTooNew) as refused:
+        verify_backup(path)
+    assert refused.value.message == expected
+    with pytest.raises(FileTooNew) as refused:
+        restore_backup(path, Home(tmp_path / "new"))
+    assert refused.value.message == expected
+    assert not (tmp_path / "new").exists()
+
+
+def test_with_no_umask_the_home_staging_and_unlisted_folders_get_their_own_modes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    os.umask(0)
+    root = tmp_path / "new"
+    seen: dict[str, int] = {}
+    real = restore.sync_filesystem
+
+    def look(path: Path) -> None:
+        seen["staging"] = _mode(path)
+        seen["name"] = len(path.name)
+        real(path)
+
+    monkeypatch.setattr(restore, "sync_filesystem", look)
+
+    def fill(w: ArchiveWriter) -> None:
+        w.add_dir("home", 0o755, 1e9)
+        _file(w, "home/a/b.txt", b"b")  # home/a is no member: made for the file
+
+    restore_backup(_archive(tmp_path / "b.tar", fill), Home(root))
+    assert _mode(root) == 0o755
+    assert seen == {"staging": 0o700, "name": len(".restore-") + 8}
+    assert _mode(root / "a") == 0o700
+    assert os.stat(root / "a").st_uid == os.getuid()
+
+
+def test_an_archive_without_a_home_folder_restores_its_state(tmp_path: Path) -> None:
+    def fill(w: ArchiveWriter) -> None:
+        w.add_dir("state", 0o700, 1e9)
+        _file(w, "state/consolidated.json", b"{}")
+
+    root = tmp_path / "new"
+    restore_backup(_archive(tmp_path / "b.tar", fill), Home(root))
+    assert os.listdir(root) == ["state"]
+
+
+def test_an_undo_that_cannot_put_something_back_goes_on_and_raises_the_first_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    root = tmp_path / "new"
+
+    def fail(staging: Path, *args: object) -> None:
+        shutil.rmtree(root / "groups")  # cannot be moved back
+        shutil.rmtree(staging)  # cannot be removed
+        raise RuntimeError("after the moves")
+
+    monkeypatch.setattr(restore, "_outside", fail)
+    with pytest.raises(RuntimeError, match="after the moves"):
+        restore_backup(_archive(tmp_path / "b.tar", _home_tree()), Home(root))
+    assert sorted(os.listdir(root)) == ["orchestrator.yaml", "state"]  # nowhere to go back to
+
+
+def test_a_file_then_a_member_under_it_at_the_top_is_refused(tmp_path: Path) -> None:
+    def fill(w: ArchiveWriter) -> None:
+        _file(w, "home", b"a file")
+        _file(w, "home/x", b"x")
+
+    archive = _archive(tmp_path / "b.tar", fill)
+    with pytest.raises(BackupInvalid) as refused:
+        restore_backup(archive, Home(tmp_path / "new"))
+    assert refused.value.message == (
+        f"{archive}: holds 'home' twice (two files, or a file and the folder of other members)"
+    )
+
+
+def test_a_file_that_cannot_be_written_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def utime(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "utime", utime)
+    with pytest.raises(RestoreFailed) as refused:
+        restore_backup(_archive(tmp_path / "b.tar", _home_tree()), Home(tmp_path / "new"))
+    assert refused.value.message == (
+        "cannot write state/consolidated.json: [Errno 5] Input/output error"
+    )
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_restore_tells_progress_once_the_seconds_have_gone_by(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    archive = _archive(tmp_path / "b.tar", _home_tree())
+    clock = iter([100.0, 101.9, 102.0, 103.0])
+    monkeypatch.setattr(restore.time, "monotonic", lambda: next(clock))
+    said: list[str] = []
+    restore_backup(archive, Home(tmp_path / "new"), said.append)
+    assert said[1:-1] == ["  2 files written (home/orchestrator.yaml)"]
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_restore_of_many_files_leaves_no_folder_open(tmp_path: Path) -> None:
+    def fill(w: ArchiveWriter) -> None:
+        w.add_dir("home", 0o755, 1e9)
+        w.add_dir("home/a", 0o755, 1e9)
+        w.add_dir("home/b", 0o755, 1e9)
+        for n in range(40):
+            _file(w, f"home/a/{n}", b"x")
+        _file(w, "home/b/last", b"y")
+
+    archive = _archive(tmp_path / "b.tar", fill)
+    import gc
+
+    gc.disable()  # a folder left open stays open
+    try:
+        before = _open_fds()
+        restore_backup(archive, Home(tmp_path / "new"))
+        assert _open_fds() == before
+    finally:
+        gc.enable()
+    assert len(os.listdir(tmp_path / "new" / "a")) == 40
+
+
+def test_a_file_placed_outside_is_never_readable_by_others_while_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    os.umask(0)
+    secrets = tmp_path / "sec.yaml"
+    config = f"version: 1\nsecrets_file: {secrets}\n"
+    fill = _with_outside(config, {"secrets.yaml": (b"k: v\n", 0o600)})
+    modes: list[int] = []
+    real = os.fchmod
+
+    def fchmod(fd: int, mode: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}") == str(secrets):
+            modes.append(stat.S_IMODE(os.fstat(fd).st_mode))
+        real(fd, mode)
+
+    monkeypatch.setattr(os, "fchmod", fchmod)
+    restore_backup(_archive(tmp_path / "b.tar", fill), Home(tmp_path / "new"))
+    assert modes == [0o600]
+    assert _mode(secrets) == 0o600
+
+
+class _Libc:
+    def __init__(self, answer: int) -> None:
+        self.answer = answer
+        self.synced: list[str] = []
+
+    def syncfs(self, fd: int) -> int:
+        self.synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return self.answer
+
+
+def test_sync_filesystem_syncs_the_file_system_of_the_path_or_every_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ctypes
+    import ctypes.util
+
+    looked: list[str] = []
+    loaded: list[str | None] = []
+    synced_all: list[bool] = []
+    libc = _Libc(0)
+    monkeypatch.setattr(ctypes.util, "find_library", lambda n: looked.append(n) or "libc.so.6")
+    monkeypatch.setattr(ctypes, "CDLL", lambda n, **kw: loaded.append(n) or libc)
+    monkeypatch.setattr(os, "sync", lambda: synced_all.append(True))
+    before = _open_fds()
+    restore.sync_filesystem(tmp_path)
+    assert (looked, loaded, libc.synced, synced_all) == (["c"], ["libc.so.6"], [str(tmp_path)], [])
+    libc.answer = -1  # syncfs failed: every file system then
+    restore.sync_filesystem(tmp_path)
+    assert synced_all == [True]
+    libc.answer = 1
+    restore.sync_filesystem(tmp_path)
+    assert synced_all == [True, True]
+    assert _open_fds() == before
+    monkeypatch.setattr(ctypes, "CDLL", lambda n, **kw: object())  # a libc without syncfs
+    restore.sync_filesystem(tmp_path)
+    assert synced_all == [True, True, True]
+    monkeypatch.setattr(ctypes.util, "find_library", lambda n: None)  # no libc found
+    restore.sync_filesystem(tmp_path)
+    assert synced_all == [True, True, True, True]
+    monkeypatch.setattr(ctypes, "CDLL", lambda n, **kw: libc)
+    monkeypatch.setattr(ctypes.util, "find_library", lambda n: "libc.so.6")
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(NotADirectoryError):
+        restore.sync_filesystem(tmp_path / "f")
