@@ -1039,3 +1039,20 @@ def test_sync_filesystem_syncs_the_file_system_of_the_path_or_every_one(
     (tmp_path / "f").write_text("x")
     with pytest.raises(NotADirectoryError):
         restore.sync_filesystem(tmp_path / "f")
+
+
+def test_a_dangling_symlink_where_an_outside_file_goes_gets_the_file_beside_it(
+    tmp_path: Path,
+) -> None:
+    allow = tmp_path / "allow.yaml"
+    allow.symlink_to(tmp_path / "nowhere")
+    config = f"version: 1\nmount_allowlist: {allow}\n"
+    fill = _with_outside(config, {"mount-allowlist.yaml": (b"a: 1\n", 0o644)})
+    report = restore_backup(_archive(tmp_path / "b.tar", fill), Home(tmp_path / "new"))
+    (aside,) = tmp_path.glob("allow.yaml.restored-*")
+    assert report.outside == [
+        ("mount allowlist", str(allow), f"another file is there: the archived one is at {aside}")
+    ]
+    assert aside.read_bytes() == b"a: 1\n"
+    assert allow.is_symlink()
+    assert not (tmp_path / "nowhere").exists()

@@ -363,7 +363,7 @@ def _outside(staging: Path, root: Path, manifest: Manifest, report: RestoreRepor
 def _place(source: Path, dest: Path) -> str:
     data = source.read_bytes()
     mode = stat.S_IMODE(os.stat(source).st_mode)
-    if dest.exists():
+    if dest.exists() or dest.is_symlink():  # a dangling symlink too: never written through
         if dest.is_file() and dest.read_bytes() == data:
             return "already there, the same"
         aside = dest.with_name(
