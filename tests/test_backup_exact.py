@@ -1056,3 +1056,24 @@ def test_a_dangling_symlink_where_an_outside_file_goes_gets_the_file_beside_it(
     assert aside.read_bytes() == b"a: 1\n"
     assert allow.is_symlink()
     assert not (tmp_path / "nowhere").exists()
+
+
+def test_a_symlink_made_where_an_outside_file_goes_just_before_it_is_written_is_not_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    allow = tmp_path / "etc" / "allow.yaml"
+    target = tmp_path / "target"
+    config = f"version: 1\nmount_allowlist: {allow}\n"
+    fill = _with_outside(config, {"mount-allowlist.yaml": (b"a: 1\n", 0o644)})
+    real = Path.mkdir
+
+    def mkdir(self: Path, *args: object, **kwargs: object) -> None:
+        real(self, *args, **kwargs)  # type: ignore[arg-type]
+        if self == allow.parent:
+            allow.symlink_to(target)  # someone else, between the check and the write
+
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+    with pytest.raises(FileExistsError):
+        restore_backup(_archive(tmp_path / "b.tar", fill), Home(tmp_path / "new"))
+    assert not target.exists()
+    assert not (tmp_path / "new").exists()
