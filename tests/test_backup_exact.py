@@ -1077,3 +1077,133 @@ def test_a_symlink_made_where_an_outside_file_goes_just_before_it_is_written_is_
         restore_backup(_archive(tmp_path / "b.tar", fill), Home(tmp_path / "new"))
     assert not target.exists()
     assert not (tmp_path / "new").exists()
+
+
+def test_a_backup_tells_progress_once_the_seconds_have_gone_by(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import types
+
+    home = _small_home(tmp_path)
+    ticks = [100.0, 100.0, 101.9, 102.0]  # started, the tree's start, then one per file
+
+    def monotonic() -> float:
+        return ticks.pop(0) if len(ticks) > 1 else ticks[0] + 1
+
+    clock = types.SimpleNamespace(**{n: getattr(time, n) for n in ("time", "strftime", "gmtime")})
+    clock.monotonic = monotonic
+    monkeypatch.setattr(create, "time", clock)
+    said: list[str] = []
+    create_backup(home, tmp_path / "a.tar", progress=said.append)
+    yaml_size = len("version: 1\nproject: proj\n")
+    assert said[0] == f"  2 files, {yaml_size + 4} bytes so far (home/groups/fam/memory/a.md)"
+    assert said[-1].endswith(" bytes, 2 files) in 3.0s")
+
+
+def test_a_backup_works_beside_its_target_and_leaves_nothing_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import re
+
+    import orchestrator.backup.archive as archive
+
+    home = _small_home(tmp_path)
+    monkeypatch.setattr(archive, "BACKUP_SPOOL_BYTES", 1)  # every file spooled to disk
+    monkeypatch.chdir(tmp_path / "home")
+    out = tmp_path / "out"
+    out.mkdir()
+    seen: list[list[str]] = []
+
+    def look(line: str) -> None:
+        if line.startswith("groups/"):
+            seen.append(sorted(os.listdir(out)))
+
+    create_backup(home, out / "b.tar", progress=look)
+    ((partial, work),) = seen
+    assert re.fullmatch(r"\.b\.tar\.partial-[0-9a-f]{8}", partial), partial
+    assert work.startswith(".orchestrator-backup-")
+    assert os.listdir(out) == ["b.tar"]
+
+
+def test_a_partial_name_that_is_taken_is_never_written_into(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = _small_home(tmp_path)
+    taken = tmp_path / ".b.tar.partial-00000000"
+    taken.write_text("someone else's")
+    monkeypatch.setattr(os, "urandom", lambda n: bytes(n))
+    with pytest.raises(FileExistsError):
+        create_backup(home, tmp_path / "b.tar")
+    assert taken.read_text() == "someone else's"
+    assert not (tmp_path / "b.tar").exists()
+
+
+def test_the_layout_a_state_database_records_is_the_backups(tmp_path: Path) -> None:
+    import sqlite3
+
+    from orchestrator.store.messages import open_queue
+    from orchestrator.store.schema import HOME_LAYOUT
+
+    home = _small_home(tmp_path)
+    open_queue(home).close()
+    db = sqlite3.connect(home.state_dir / "queue.db")
+    with db:
+        db.execute("DELETE FROM home WHERE key=?", (HOME_LAYOUT,))
+    db.close()
+    assert create_backup(home, tmp_path / "b.tar").head.versions["layout"] == 1
+
+
+def test_a_symlink_to_a_folder_is_left_out_and_listed_not_followed(tmp_path: Path) -> None:
+    home = _small_home(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "secret").write_text("s")
+    (home.root / "groups" / "aaa").symlink_to(elsewhere)
+    (home.root / "groups" / "fam" / "memory" / "dir-link").symlink_to(elsewhere)
+    (home.root / "groups" / "fam" / "memory" / "gone").symlink_to(tmp_path / "nowhere")
+    os.mkfifo(home.root / "groups" / "0pipe")
+    report = create_backup(home, tmp_path / "b.tar")
+    assert sorted(report.skipped) == [
+        ("home/groups/0pipe", "a FIFO"),
+        ("home/groups/aaa", "a symlink"),
+        ("home/groups/fam/memory/dir-link", "a symlink"),
+        ("home/groups/fam/memory/gone", "a symlink"),
+    ]
+    assert report.groups == ["fam"]
+    assert "home/groups/fam/memory/a.md" in _members(tmp_path / "b.tar")
+
+
+def test_an_entry_gone_or_swapped_after_it_was_listed_is_passed_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.confined import ConfinedDir, UnsafePath
+
+    home = _small_home(tmp_path)
+    (home.root / "groups" / "aaa").mkdir()
+    (home.root / "groups" / "fam" / "memory" / "0gone").write_text("x")
+    real_open, real_walk = ConfinedDir.open_dir, ConfinedDir.walk
+
+    def open_dir(self: ConfinedDir, relative: str, **kwargs: object) -> ConfinedDir:
+        if relative == "aaa":
+            raise UnsafePath("aaa", "swapped for a symlink")
+        return real_open(self, relative, **kwargs)  # type: ignore[arg-type]
+
+    class Gone:
+        name = "0gone"
+
+        def stat(self, *, follow_symlinks: bool = True) -> os.stat_result:
+            raise FileNotFoundError(2, "gone")
+
+    def walk(self: ConfinedDir, **kwargs: object) -> object:
+        for rel, folder, entries in real_walk(self, **kwargs):  # type: ignore[arg-type]
+            yield rel, folder, [Gone() if e.name == "0gone" else e for e in entries]
+
+    monkeypatch.setattr(ConfinedDir, "open_dir", open_dir)
+    monkeypatch.setattr(ConfinedDir, "walk", walk)
+    report = create_backup(home, tmp_path / "b.tar")
+    members = _members(tmp_path / "b.tar")
+    assert "home/groups/fam/memory/a.md" in members
+    assert "home/groups/fam/memory/0gone" not in members
+    assert "home/groups/aaa" not in members
+    assert report.groups == ["fam"]
+    assert report.skipped == []
