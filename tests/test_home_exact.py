@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -666,3 +667,72 @@ def test_bytes_not_utf8_are_refused_at_their_offset(tmp_path: Path) -> None:
     path.write_bytes("a: é\n".encode())
     assert load_yaml_file(path).data == {"a": "é"}
     assert load_yaml_file(path).path == path
+
+
+def test_the_config_is_read_as_utf8_whatever_the_locale(home: Path) -> None:
+    import subprocess
+    import sys
+
+    config = _config(home, "state_dir: /srv/état\n")
+    script = (
+        "import sys; from pathlib import Path; from orchestrator.home import state_dir_of; "
+        "print(state_dir_of(Path(sys.argv[1]), Path(sys.argv[2])).as_posix().encode())"
+    )
+    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    env.pop("ORCHESTRATOR_STATE_DIR", None)
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(home), str(config)],
+        env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert done.stdout.strip() == repr("/srv/état".encode())
+
+
+def test_a_daemon_whose_pid_cannot_be_found_is_shown_with_a_question_mark(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import orchestrator.home as home_module
+
+    h = Home(home)
+    h.ensure_writable()
+    held = take_lock(h)
+    try:
+        monkeypatch.setattr(home_module, "lock_holder", lambda _home: None)
+        with pytest.raises(OrchestratorError) as refused:
+            take_lock(h)
+        assert refused.value.message == f"a daemon already runs for {home} (pid ?)"
+    finally:
+        held.close()
+
+
+def test_the_temp_file_is_never_readable_by_others_while_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = os.umask(0)
+    modes: list[int] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            modes.append(stat.S_IMODE(os.fstat(fd).st_mode))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    try:
+        fsatomic.write_atomic(tmp_path / "f", "secret", 0o644)
+    finally:
+        os.umask(old)
+    assert modes == [0o600]
+    assert stat.S_IMODE(os.stat(tmp_path / "f").st_mode) == 0o644
+
+
+def test_a_temp_file_already_gone_when_the_write_fails_raises_the_first_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def chmod(path: str, mode: int) -> None:
+        os.unlink(path)
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "chmod", chmod)
+    with pytest.raises(PermissionError):
+        fsatomic.write_atomic(tmp_path / "f", "x")
+    assert os.listdir(tmp_path) == []
