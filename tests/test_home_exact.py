@@ -678,7 +678,11 @@ def test_the_config_is_read_as_utf8_whatever_the_locale(home: Path) -> None:
         "import sys; from pathlib import Path; from orchestrator.home import state_dir_of; "
         "print(state_dir_of(Path(sys.argv[1]), Path(sys.argv[2])).as_posix().encode())"
     )
-    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    import orchestrator.home
+
+    here = str(Path(orchestrator.home.__file__).parents[1])  # the code this test runs
+    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0",
+           "PYTHONPATH": here}  # fmt: skip
     env.pop("ORCHESTRATOR_STATE_DIR", None)
     done = subprocess.run(
         [sys.executable, "-c", script, str(home), str(config)],
