@@ -1031,10 +1031,12 @@ def test_sync_filesystem_syncs_the_file_system_of_the_path_or_every_one(
     monkeypatch.setattr(ctypes, "CDLL", lambda n, **kw: object())  # a libc without syncfs
     restore.sync_filesystem(tmp_path)
     assert synced_all == [True, True, True]
+    monkeypatch.setattr(ctypes, "CDLL", lambda n, **kw: loaded.append(n) or libc)
     monkeypatch.setattr(ctypes.util, "find_library", lambda n: None)  # no libc found
+    libc.synced.clear()
     restore.sync_filesystem(tmp_path)
     assert synced_all == [True, True, True, True]
-    monkeypatch.setattr(ctypes, "CDLL", lambda n, **kw: libc)
+    assert (loaded, libc.synced) == (["libc.so.6"] * 3, [])  # none loaded, syncfs not called
     monkeypatch.setattr(ctypes.util, "find_library", lambda n: "libc.so.6")
     (tmp_path / "f").write_text("x")
     with pytest.raises(NotADirectoryError):
