@@ -669,11 +669,12 @@ def test_bytes_not_utf8_are_refused_at_their_offset(tmp_path: Path) -> None:
     assert load_yaml_file(path).path == path
 
 
-def test_the_config_is_read_as_utf8_whatever_the_locale(home: Path) -> None:
+def test_a_state_dir_in_utf8_is_read_whatever_the_locale(home: Path) -> None:
     import subprocess
     import sys
 
     config = _config(home, "state_dir: /srv/état\n")
+    assert state_dir_of(home, config) == Path("/srv/état")
     script = (
         "import sys; from pathlib import Path; from orchestrator.home import state_dir_of; "
         "print(state_dir_of(Path(sys.argv[1]), Path(sys.argv[2])).as_posix().encode())"
