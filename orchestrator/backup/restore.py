@@ -363,10 +363,12 @@ def _outside(staging: Path, root: Path, manifest: Manifest, report: RestoreRepor
 def _place(source: Path, dest: Path) -> str:
     data = source.read_bytes()
     mode = stat.S_IMODE(os.stat(source).st_mode)
-    if dest.exists():
+    if dest.exists() or dest.is_symlink():  # a dangling symlink too: never written through
         if dest.is_file() and dest.read_bytes() == data:
             return "already there, the same"
-        aside = dest.with_name(f"{dest.name}.restored-{time.strftime('%Y%m%dT%H%M%SZ')}")
+        aside = dest.with_name(
+            f"{dest.name}.restored-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+        )
         _write_new(aside, data, mode)
         return f"another file is there: the archived one is at {aside}"
     dest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
