@@ -7,10 +7,12 @@ messages and hints."""
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 import pytest
 
+from orchestrator.errors import BadInput
 from orchestrator.home import Home
 from orchestrator.skills import catalog
 from orchestrator.skills import manifest as m
@@ -347,3 +349,432 @@ def test_a_skill_md_that_is_a_folder_is_refused_not_a_crash(tmp_path: Path) -> N
     folder.rename(home.root / "skills" / "greet")
     [listed] = catalog.skills(home, None, None)
     assert listed.description == "(unreadable: SKILL.md: is not a regular file)"
+
+
+# the catalog
+
+
+def make(parent: Path, name: str, description: str = "Greets.", extra: str = "") -> Path:
+    folder = parent / name
+    (folder / "scripts").mkdir(parents=True)
+    (folder / "SKILL.md").write_text(
+        doc(f"name: {name}\ndescription: {description}\n{extra}", "Body\n")
+    )
+    script = folder / "scripts" / "run.sh"
+    script.write_text("#!/bin/sh\necho hi\n")
+    script.chmod(0o755)
+    (folder / "notes.txt").write_text("n" * 10)
+    (folder / "notes.txt").chmod(0o600)
+    return folder
+
+
+@pytest.fixture
+def builtin(tmp_path: Path) -> Path:
+    root = tmp_path / "builtin"
+    make(root, "notes", "Built in.", "host: true\n")
+    return root
+
+
+@pytest.fixture
+def home_(tmp_path: Path) -> Home:
+    return Home(tmp_path / "home")
+
+
+def test_the_places_and_their_folders(home_: Home, builtin: Path) -> None:
+    root = home_.root
+    assert catalog.BUILT_IN, catalog.HOME == ("built-in", "home")
+    assert (catalog.BUILT_IN, catalog.HOME, catalog.GROUP) == ("built-in", "home", "group")
+    assert catalog.home_dir(home_) == root / "skills"
+    assert catalog.group_dir(home_, "fam") == root / "skills-by-group" / "fam"
+    assert catalog.places(home_, None, None) == [("home", root / "skills")]
+    assert catalog.places(home_, "fam", builtin) == [
+        ("built-in", builtin),
+        ("home", root / "skills"),
+        ("group", root / "skills-by-group" / "fam"),
+    ]
+    assert catalog.places(home_, None, builtin) == [
+        ("built-in", builtin),
+        ("home", root / "skills"),
+    ]
+
+
+def test_the_builtin_root_is_the_packages_skills_folder() -> None:
+    import orchestrator
+
+    expected = Path(orchestrator.__file__).resolve().parent.parent / "skills"
+    assert catalog.builtin_root() == expected
+    assert (expected / "migrate-memory" / "SKILL.md").is_file()
+
+
+def test_the_builtin_root_is_none_without_the_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import orchestrator
+
+    (tmp_path / "pkg" / "orchestrator").mkdir(parents=True)
+    monkeypatch.setattr(
+        orchestrator, "__file__", str(tmp_path / "pkg" / "orchestrator" / "__init__.py")
+    )
+    assert catalog.builtin_root() is None
+    (tmp_path / "pkg" / "skills").write_text("a file, not a folder")
+    assert catalog.builtin_root() is None
+
+
+def test_names_in_lists_real_folders_with_a_valid_name(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    for name in ("b-skill", "a", ".install-a-1234", "Bad", "x--y"):
+        (root / name).mkdir(parents=True)
+    (root / "file").write_text("")
+    (root / "link").symlink_to(root / "a")
+    assert catalog.names_in(root) == ["a", "b-skill"]
+    assert catalog.names_in(None) == []
+    assert catalog.names_in(tmp_path / "nothing") == []
+    assert catalog.names_in(root / "file") == []
+
+
+def test_names_or_folders_lists_real_unhidden_folders(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    for name in ("zed", "Fam_1", ".hidden"):
+        (root / name).mkdir(parents=True)
+    (root / "file").write_text("")
+    (root / "link").symlink_to(root / "zed")
+    assert catalog.names_or_folders(root) == ["Fam_1", "zed"]
+    assert catalog.names_or_folders(tmp_path / "nothing") == []
+    assert catalog.names_or_folders(root / "file") == []
+
+
+def test_visible_keeps_the_first_place_of_a_name(home_: Home, builtin: Path) -> None:
+    make(home_.root / "skills", "notes")
+    make(home_.root / "skills", "greet")
+    make(home_.root / "skills-by-group" / "fam", "greet")
+    make(home_.root / "skills-by-group" / "fam", "mine")
+    make(home_.root / "skills-by-group" / "other", "theirs")
+    got = catalog.visible(home_, "fam", builtin)
+    assert got == {
+        "notes": ("built-in", builtin / "notes"),
+        "greet": ("home", home_.root / "skills" / "greet"),
+        "mine": ("group", home_.root / "skills-by-group" / "fam" / "mine"),
+    }
+    assert list(got) == ["notes", "greet", "mine"]
+    assert catalog.visible(home_, None, None) == {
+        "greet": ("home", home_.root / "skills" / "greet"),
+        "notes": ("home", home_.root / "skills" / "notes"),
+    }
+
+
+def test_skills_are_read_sorted_and_an_unreadable_one_says_why(home_: Home, builtin: Path) -> None:
+    make(home_.root / "skills-by-group" / "fam", "broken")
+    (home_.root / "skills-by-group" / "fam" / "broken" / "SKILL.md").write_text("no front\n")
+    make(home_.root / "skills", "alpha", "Says\n  hello.")
+    got = catalog.skills(home_, "fam", builtin)
+    assert [s.name for s in got] == ["alpha", "broken", "notes"]
+    alpha, broken, notes = got
+    assert alpha.to_dict() == {
+        "name": "alpha",
+        "description": "Says hello.",
+        "host": False,
+        "runs_on": "container",
+        "origin": "home",
+        "path": str(home_.root / "skills" / "alpha" / "SKILL.md"),
+    }
+    assert broken.manifest is None
+    assert broken.runs_on == "container"
+    assert broken.to_dict() == {
+        "name": "broken",
+        "description": "(unreadable: SKILL.md: no frontmatter: the file must begin with a "
+        "line '---', then YAML with name and description, then a line '---')",
+        "host": False,
+        "runs_on": "container",
+        "origin": "group",
+        "path": str(home_.root / "skills-by-group" / "fam" / "broken" / "SKILL.md"),
+        "problem": "SKILL.md: no frontmatter: the file must begin with a line '---', then "
+        "YAML with name and description, then a line '---'",
+    }
+    assert notes.runs_on == "host"
+    assert notes.to_dict()["host"] is True
+    assert notes.to_dict()["origin"] == "built-in"
+    assert [s.name for s in catalog.skills(home_, None, builtin)] == ["alpha", "notes"]
+
+
+def test_installed_in_groups_names_the_groups_with_their_own(home_: Home) -> None:
+    assert catalog.installed_in_groups(home_, "greet") == []
+    make(home_.root / "skills-by-group" / "zed", "greet")
+    make(home_.root / "skills-by-group" / "fam", "greet")
+    make(home_.root / "skills-by-group" / "other", "mine")
+    (home_.root / "skills-by-group" / "plain").mkdir()
+    (home_.root / "skills-by-group" / "plain" / "greet").write_text("a file")
+    assert catalog.installed_in_groups(home_, "greet") == ["fam", "zed"]
+
+
+def test_mounts_for_a_group(home_: Home, builtin: Path) -> None:
+    assert catalog.mounts_for(home_, "fam", "all", builtin) is None
+    assert catalog.mounts_for(home_, "fam", ["notes", "ghost"], builtin) is None
+    make(home_.root / "skills-by-group" / "fam", "mine")
+    make(home_.root / "skills", "greet")
+    fam = home_.root / "skills-by-group" / "fam"
+    assert catalog.mounts_for(home_, "fam", "all", builtin) == [
+        ("notes", builtin / "notes"),
+        ("greet", home_.root / "skills" / "greet"),
+        ("mine", fam / "mine"),
+    ]
+    assert catalog.mounts_for(home_, "fam", ["mine", "ghost", "notes"], builtin) == [
+        ("mine", fam / "mine"),
+        ("ghost", builtin / "ghost"),
+        ("notes", builtin / "notes"),
+    ]
+    assert catalog.mounts_for(home_, "fam", ["mine", "ghost"], None) == [("mine", fam / "mine")]
+    assert catalog.mounts_for(home_, "fam", [], builtin) == []
+    assert catalog.mounts_for(home_, "other", ("greet",), builtin) == [
+        ("greet", home_.root / "skills" / "greet")
+    ]
+
+
+def test_clash_says_which_skill_would_share_the_name(home_: Home, builtin: Path) -> None:
+    assert catalog.clash(home_, "notes", None, builtin) == "a built-in skill is named 'notes'"
+    assert catalog.clash(home_, "notes", "fam", builtin) == "a built-in skill is named 'notes'"
+    assert catalog.clash(home_, "notes", None, None) is None
+    make(home_.root / "skills", "greet")
+    assert catalog.clash(home_, "greet", "fam", builtin) == (
+        "a skill named 'greet' is installed for every group"
+    )
+    make(home_.root / "skills-by-group" / "fam", "mine")
+    make(home_.root / "skills-by-group" / "abc", "mine")
+    assert catalog.clash(home_, "mine", None, builtin) == (
+        "group(s) abc, fam have their own skill named 'mine'"
+    )
+    assert catalog.clash(home_, "mine", "fam", builtin) == (
+        "group fam already has a skill named 'mine'"
+    )
+    assert catalog.clash(home_, "mine", "other", builtin) is None
+    assert catalog.clash(home_, "new", None, builtin) is None
+
+
+def test_install_home_wide_copies_every_file_with_its_mode(
+    tmp_path: Path, home_: Home, builtin: Path
+) -> None:
+    source = make(tmp_path / "src", "greet")
+    (source / "deep" / "er").mkdir(parents=True)
+    (source / "deep" / "er" / "big.bin").write_bytes(bytes(range(256)) * 8193)
+    done = catalog.install(home_, source, None, builtin)
+    dest = home_.root / "skills" / "greet"
+    assert done.path == dest
+    assert done.origin == "home"
+    assert done.checked.manifest.name == "greet"
+    assert (dest / "deep" / "er" / "big.bin").read_bytes() == bytes(range(256)) * 8193
+    assert (dest / "SKILL.md").read_text() == (source / "SKILL.md").read_text()
+    modes = {
+        relative: stat.S_IMODE(os.lstat(dest / relative).st_mode)
+        for relative in (
+            "",
+            "scripts",
+            "deep",
+            "deep/er",
+            "SKILL.md",
+            "scripts/run.sh",
+            "notes.txt",
+        )
+    }
+    assert modes == {
+        "": 0o755,
+        "scripts": 0o755,
+        "deep": 0o755,
+        "deep/er": 0o755,
+        "SKILL.md": 0o644,
+        "scripts/run.sh": 0o755,
+        "notes.txt": 0o644,
+    }
+    assert stat.S_IMODE(os.lstat(home_.root / "skills").st_mode) == 0o755
+    assert sorted(p.name for p in (home_.root / "skills").iterdir()) == ["greet"]
+    assert (home_.state_dir / "skills.lock").is_file()
+
+
+def test_install_for_a_group(tmp_path: Path, home_: Home, builtin: Path) -> None:
+    done = catalog.install(home_, make(tmp_path / "src", "greet"), "fam", builtin)
+    assert done.path == home_.root / "skills-by-group" / "fam" / "greet"
+    assert done.origin == "group"
+    assert (done.path / "scripts" / "run.sh").read_text() == "#!/bin/sh\necho hi\n"
+
+
+def test_a_clash_at_install_says_where_and_how_to_resolve(
+    tmp_path: Path, home_: Home, builtin: Path
+) -> None:
+    with pytest.raises(BadInput) as caught:
+        catalog.install(home_, make(tmp_path / "a", "notes"), None, builtin)
+    assert caught.value.message == (
+        "skill 'notes' is not installed for every group: a built-in skill is named 'notes'"
+    )
+    assert caught.value.hint == (
+        "two skills a group sees cannot share a name; rename the skill (its folder and "
+        "name:) or remove the other: orchestrator skill remove notes"
+    )
+    with pytest.raises(BadInput) as caught:
+        catalog.install(home_, make(tmp_path / "b", "notes"), "fam", builtin)
+    assert caught.value.message == (
+        "skill 'notes' is not installed for group fam: a built-in skill is named 'notes'"
+    )
+    assert caught.value.hint is not None
+    assert caught.value.hint.endswith("orchestrator skill remove notes")
+    catalog.install(home_, make(tmp_path / "c", "greet"), "fam", builtin)
+    with pytest.raises(BadInput) as caught:
+        catalog.install(home_, make(tmp_path / "d", "greet"), "fam", builtin)
+    assert caught.value.message == (
+        "skill 'greet' is not installed for group fam: group fam already has a skill named 'greet'"
+    )
+    assert caught.value.hint is not None
+    assert caught.value.hint.endswith("orchestrator skill remove greet --group fam")
+    with pytest.raises(BadInput) as caught:
+        catalog.install(home_, make(tmp_path / "e", "greet"), None, builtin)
+    assert caught.value.hint is not None
+    assert caught.value.hint.endswith("orchestrator skill remove greet")
+    catalog.install(home_, make(tmp_path / "f", "hello"), None, builtin)
+    with pytest.raises(BadInput) as caught:
+        catalog.install(home_, make(tmp_path / "g", "hello"), "fam", builtin)
+    assert caught.value.hint is not None
+    assert caught.value.hint.endswith("orchestrator skill remove hello")
+
+
+def test_install_refuses_a_destination_that_is_not_a_skill(
+    tmp_path: Path, home_: Home, builtin: Path
+) -> None:
+    skills = home_.root / "skills"
+    skills.mkdir(parents=True)
+    (skills / "greet").write_text("a file in the way")
+    with pytest.raises(BadInput) as caught:
+        catalog.install(home_, make(tmp_path / "src", "greet"), None, builtin)
+    assert (
+        caught.value.message
+        == f"{skills / 'greet'} exists but is not a skill; nothing was installed"
+    )
+    assert caught.value.hint == "move it away, then add the skill again"
+    (skills / "greet").unlink()
+    (skills / "greet").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(BadInput, match="exists but is not a skill"):
+        catalog.install(home_, make(tmp_path / "src2", "greet"), None, builtin)
+    assert sorted(p.name for p in skills.iterdir()) == ["greet"]
+
+
+def test_install_refuses_a_source_changed_while_copied(
+    tmp_path: Path, home_: Home, builtin: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = make(tmp_path / "src", "greet")
+    real_copy = catalog._copy
+
+    def copy_and_add(src: Path, target: Path, files: object) -> None:
+        real_copy(src, target, files)  # type: ignore[arg-type]
+        (target / "extra.txt").write_text("added")
+
+    monkeypatch.setattr(catalog, "_copy", copy_and_add)
+    with pytest.raises(BadInput) as caught:
+        catalog.install(home_, source, None, builtin)
+    assert caught.value.message == f"{source} changed while it was copied; nothing was installed"
+    assert caught.value.hint == "add it again once nothing writes to it"
+    assert list((home_.root / "skills").iterdir()) == []
+
+
+def test_install_refuses_a_source_whose_bytes_changed_while_copied(
+    tmp_path: Path, home_: Home, builtin: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = make(tmp_path / "src", "greet")
+    real_copy = catalog._copy
+
+    def copy_and_grow(src: Path, target: Path, files: object) -> None:
+        real_copy(src, target, files)  # type: ignore[arg-type]
+        with open(target / "notes.txt", "a") as handle:
+            handle.write("more")
+
+    monkeypatch.setattr(catalog, "_copy", copy_and_grow)
+    with pytest.raises(BadInput, match="changed while it was copied"):
+        catalog.install(home_, source, None, builtin)
+
+
+def test_copy_refuses_a_file_turned_special_and_a_source_grown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    os.mkfifo(source / "pipe")
+    (tmp_path / "t1").mkdir()
+    with pytest.raises(BadInput) as caught:
+        catalog._copy(source, tmp_path / "t1", ["pipe"])
+    assert (
+        caught.value.message == f"{source / 'pipe'} changed into a special file; nothing installed"
+    )
+    (source / "big").write_bytes(b"x" * 100)
+    monkeypatch.setattr(catalog, "FOLDER_MAX_BYTES", 99)
+    (tmp_path / "t2").mkdir()
+    with pytest.raises(BadInput) as caught:
+        catalog._copy(source, tmp_path / "t2", ["big"])
+    assert caught.value.message == f"{source} grew while it was copied; nothing installed"
+    monkeypatch.setattr(catalog, "FOLDER_MAX_BYTES", 100)
+    (tmp_path / "t3").mkdir()
+    catalog._copy(source, tmp_path / "t3", ["big"])
+    assert (tmp_path / "t3" / "big").read_bytes() == b"x" * 100
+
+
+def test_copy_reads_in_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "f").write_bytes(b"abcdefg")
+    sizes: list[int] = []
+    real_read = os.read
+
+    def read(fd: int, size: int) -> bytes:
+        sizes.append(size)
+        return real_read(fd, size)
+
+    monkeypatch.setattr(catalog, "COPY_CHUNK", 3)
+    monkeypatch.setattr(catalog.os, "read", read)
+    (tmp_path / "t").mkdir()
+    catalog._copy(source, tmp_path / "t", ["f"])
+    assert (tmp_path / "t" / "f").read_bytes() == b"abcdefg"
+    assert sizes == [3, 3, 3, 3]
+    assert catalog.COPY_CHUNK == 3
+    monkeypatch.undo()
+    assert catalog.COPY_CHUNK == 1024 * 1024
+
+
+def test_remove_home_wide_and_for_a_group(tmp_path: Path, home_: Home, builtin: Path) -> None:
+    catalog.install(home_, make(tmp_path / "a", "greet"), None, builtin)
+    catalog.install(home_, make(tmp_path / "b", "mine"), "fam", builtin)
+    assert catalog.remove(home_, "greet", None, builtin) == home_.root / "skills" / "greet"
+    assert list((home_.root / "skills").iterdir()) == []
+    fam = home_.root / "skills-by-group" / "fam"
+    assert catalog.remove(home_, "mine", "fam", builtin) == fam / "mine"
+    assert list(fam.iterdir()) == []
+
+
+def test_remove_refusals_say_why_and_what_to_do(tmp_path: Path, home_: Home, builtin: Path) -> None:
+    def refusal(
+        name: str, folder: str | None, root: Path | None = builtin
+    ) -> tuple[str, str | None]:
+        with pytest.raises(BadInput) as caught:
+            catalog.remove(home_, name, folder, root)
+        return caught.value.message, caught.value.hint
+
+    assert refusal("notes", None) == (
+        "'notes' is a built-in skill; built-in skills cannot be removed",
+        "leave it out of a group with skills: [names] in its group.yaml",
+    )
+    assert refusal("notes", "fam") == refusal("notes", None)
+    assert refusal("notes", None, None) == (
+        "no skill named 'notes' is installed for every group (home-wide)",
+        "see: orchestrator skill list",
+    )
+    assert refusal("ghost", "fam") == (
+        "no skill named 'ghost' is installed for group fam",
+        "see: orchestrator skill list --group fam",
+    )
+    assert refusal("Bad--Name", None) == (
+        "no skill named 'Bad--Name' is installed for every group (home-wide)",
+        "see: orchestrator skill list",
+    )
+    catalog.install(home_, make(tmp_path / "a", "mine"), "zed", builtin)
+    catalog.install(home_, make(tmp_path / "b", "mine"), "fam", builtin)
+    assert refusal("mine", None) == (
+        "no skill named 'mine' is installed for every group (home-wide)",
+        "it is installed for group fam: add --group fam",
+    )
+    assert refusal("mine", "other") == (
+        "no skill named 'mine' is installed for group other",
+        "see: orchestrator skill list --group other",
+    )
