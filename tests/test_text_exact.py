@@ -1,0 +1,402 @@
+"""Chat text word for word: replies split at a length limit (orchestrator/channels/
+textfmt.py), Markdown as Telegram HTML and as Slack mrkdwn, Slack's text as plain text
+(orchestrator/channels/slack/mrkdwn.py), and the bot's mention taken off the front of
+what a person said (orchestrator/channels/chatapp/mention.py). The exact strings are the
+behaviour: each table pairs an input with its output."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.channels import textfmt
+from orchestrator.channels.chatapp.mention import strip_mention
+from orchestrator.channels.slack import mrkdwn
+from orchestrator.channels.slack.mrkdwn import markdown_to_mrkdwn, mrkdwn_pieces, slack_to_text
+from orchestrator.channels.textfmt import markdown_to_html, split_message
+
+HTML = [
+    ("plain & <b> \"q\" 'a'", "plain &amp; &lt;b&gt; \"q\" 'a'"),
+    ("`a<b>`", "<code>a&lt;b&gt;</code>"),
+    ("``", "``"),
+    ("`a\nb`", "`a\nb`"),
+    ('[x](https://e.com/?a=1&b="2")', '<a href="https://e.com/?a=1&amp;b=&quot;2&quot;">x</a>'),
+    ("[x](ftp://e.com)", "[x](ftp://e.com)"),
+    ("[x y](http://e.com) z", '<a href="http://e.com">x y</a> z'),
+    ("[**b**](https://e.com)", '<a href="https://e.com"><b>b</b></a>'),
+    ("**bold**", "<b>bold</b>"),
+    ("** b**", "<b> b</b>"),
+    ("**a*b**", "**a*b**"),
+    ("__b__", "<b>b</b>"),
+    ("*it*", "<i>it</i>"),
+    ("a*b*c", "a*b*c"),
+    ("*a*b", "*a*b"),
+    ("* a*", "* a*"),
+    ("_it_", "<i>it</i>"),
+    ("snake_case_name", "snake_case_name"),
+    ("_a_b", "_a_b"),
+    ("~~s~~", "<s>s</s>"),
+    ("~~**x**~~", "<s><b>x</b></s>"),
+    ("**_x_**", "<b><i>x</i></b>"),
+    ("# H", "<b>H</b>"),
+    ("###### H6", "<b>H6</b>"),
+    ("####### H7", "####### H7"),
+    ("#H", "#H"),
+    ("##  spaced *i*", "<b>spaced <i>i</i></b>"),
+    ("```\na<b\n```", "<pre>a&lt;b</pre>"),
+    ("```py\nx = 1\n```\nafter", '<pre><code class="language-py">x = 1</code></pre>\nafter'),
+    ("  ```  \ncode\n  ```  ", "<pre>code</pre>"),
+    ("```\nunclosed\nmore", "<pre>unclosed\nmore</pre>"),
+    ("```c++\nx\n```", '<pre><code class="language-c++">x</code></pre>'),
+    ("```a b\nx\n```", "```a b\nx\n<pre></pre>"),
+    ("x\n```\n```", "x\n<pre></pre>"),
+    ("a\n\nb", "a\n\nb"),
+    ("*a* and *b*", "<i>a</i> and <i>b</i>"),
+    ("**a** **b**", "<b>a</b> <b>b</b>"),
+    ("~~a~~~~b~~", "<s>a</s><s>b</s>"),
+    ("__a__b", "<b>a</b>b"),
+    ("**\n**", "**\n**"),
+    ("_a\nb_", "_a\nb_"),
+    ("*a\nb*", "*a\nb*"),
+    ("` `", "<code> </code>"),
+    ("x_y_ z", "x_y_ z"),
+    ("(_a_)", "(<i>a</i>)"),
+    ("*_a_*", "<i><i>a</i></i>"),
+    ("**a**b", "<b>a</b>b"),
+]
+
+MRKDWN = [
+    ("plain & <b> \"q\" 'a'", "plain &amp; &lt;b&gt; \"q\" 'a'"),
+    ("`a<b>`", "`a&lt;b&gt;`"),
+    ("``", "``"),
+    ("`a\nb`", "`a\nb`"),
+    ('[x](https://e.com/?a=1&b="2")', '<https://e.com/?a=1&amp;b="2"|x>'),
+    ("[x](ftp://e.com)", "[x](ftp://e.com)"),
+    ("[x y](http://e.com) z", "<http://e.com|x y> z"),
+    ("[**b**](https://e.com)", "<https://e.com|**b**>"),
+    ("**bold**", "*bold*"),
+    ("** b**", "* b*"),
+    ("**a*b**", "**a*b**"),
+    ("__b__", "*b*"),
+    ("*it*", "_it_"),
+    ("a*b*c", "a*b*c"),
+    ("*a*b", "*a*b"),
+    ("* a*", "• a*"),
+    ("_it_", "_it_"),
+    ("snake_case_name", "snake_case_name"),
+    ("_a_b", "_a_b"),
+    ("~~s~~", "~s~"),
+    ("~~**x**~~", "~*x*~"),
+    ("**_x_**", "*_x_*"),
+    ("# H", "*H*"),
+    ("###### H6", "*H6*"),
+    ("####### H7", "####### H7"),
+    ("#H", "#H"),
+    ("##  spaced *i*", "*spaced _i_*"),
+    ("```\na<b\n```", "```\na&lt;b\n```"),
+    ("```py\nx = 1\n```\nafter", "```\nx = 1\n```\nafter"),
+    ("  ```  \ncode\n  ```  ", "```\ncode\n```"),
+    ("```\nunclosed\nmore", "```\nunclosed\nmore\n```"),
+    ("```c++\nx\n```", "```\nx\n```"),
+    ("```a b\nx\n```", "```a b\nx\n```\n\n```"),
+    ("x\n```\n```", "x\n```\n\n```"),
+    ("a\n\nb", "a\n\nb"),
+    ("*a* and *b*", "_a_ and _b_"),
+    ("**a** **b**", "*a* *b*"),
+    ("~~a~~~~b~~", "~a~~b~"),
+    ("__a__b", "*a*b"),
+    ("**\n**", "**\n**"),
+    ("_a\nb_", "_a\nb_"),
+    ("*a\nb*", "*a\nb*"),
+    ("` `", "` `"),
+    ("x_y_ z", "x_y_ z"),
+    ("(_a_)", "(_a_)"),
+    ("*_a_*", "__a__"),
+    ("**a**b", "*a*b"),
+    ("- a", "• a"),
+    ("* b", "• b"),
+    ("+ c", "• c"),
+    ("  - nested", "  • nested"),
+    ("-a", "-a"),
+    ("- ", "• "),
+    ("1. x", "1. x"),
+    ("a <@U1> & <!here>", "a &lt;@U1&gt; &amp; &lt;!here&gt;"),
+    ("[a|b](https://e.com/x>y)", "<https://e.com/x&gt;y|a❘b>"),
+    ("```\n<@U1>\n```", "```\n&lt;@U1&gt;\n```"),
+    ("# a <b>", "*a &lt;b&gt;*"),
+    ("\t* tab", "\t• tab"),
+]
+
+FROM_SLACK = [
+    ("<@U123>", "@U123"),
+    ("<@U123|bob>", "@bob"),
+    ("<#C1|general>", "#general"),
+    ("<#C1>", "#C1"),
+    ("<!here>", "@here"),
+    ("<!subteam^S1|@team>", "@team"),
+    ("<!subteam^S1>", "@subteam"),
+    ("<!date^123^{x}|Jan 1>", "Jan 1"),
+    ("<https://x|label>", "label (https://x)"),
+    ("<https://x>", "https://x"),
+    ("<https://x|https://x>", "https://x"),
+    ("a &lt;b&gt; &amp;lt;", "a <b> &lt;"),
+    ("<>", ""),
+    ("<a\nb>", "<a\nb>"),
+    ("<<@U1>>", "<@U1>"),
+    ("<mailto:a@b|a@b>", "a@b (mailto:a@b)"),
+    ("x <@U1> y <#C2|gen> z", "x @U1 y #gen z"),
+]
+
+MENTIONS = [
+    ("@helperbot what?", "what?"),
+    ("@HelperBot: hi", "hi"),
+    ("@helperbot, hi", "hi"),
+    ("@helperbot2 hi", "@helperbot2 hi"),
+    ("@helperbot_x", "@helperbot_x"),
+    ("@helperbot-x", "@helperbot-x"),
+    ("@helperbot.x", "@helperbot.x"),
+    ("helperbot hi", "hi"),
+    ("Helper: hi", "hi"),
+    ("  @helperbot   hi", "hi"),
+    ("@helperbot", "@helperbot"),
+    ("@helperbot  ", "@helperbot  "),
+    ("/clear@helperbot", "/clear"),
+    ("/clear@HelperBot now", "/clear now"),
+    ("/clear@other", "/clear@other"),
+    ("@helperbot /clear@helperbot", "/clear"),
+    ("/clear@helperbot2", "/clear@helperbot2"),
+    ("/Clear_1@helperbot", "/Clear_1"),
+    ("/1x@helperbot", "/1x@helperbot"),
+    ("/clear@helperbot.", "/clear@helperbot."),
+    ("hi @helperbot", "hi @helperbot"),
+    ("@helperbot:hi", "hi"),
+    ("@helperbot ,hi", ",hi"),
+    ("@helperbot:: hi", ": hi"),
+    ("Helperbot hi", "hi"),
+    ("@helperbotx", "@helperbotx"),
+    ("@help", "@help"),
+    ("@helperbot!hi", "!hi"),
+    ("/clear@helperbot\tnow", "/clear\tnow"),
+    ("/" + "a" * 32 + "@helperbot", "/" + "a" * 32),
+    ("/" + "a" * 33 + "@helperbot", "/" + "a" * 33 + "@helperbot"),
+    ("helper, hi", "hi"),
+    ("Helperb hi", "Helperb hi"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), HTML)
+def test_markdown_as_telegram_html(text: str, expected: str) -> None:
+    assert markdown_to_html(text) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), MRKDWN)
+def test_markdown_as_slack_mrkdwn(text: str, expected: str) -> None:
+    assert markdown_to_mrkdwn(text) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), FROM_SLACK)
+def test_slack_text_as_plain_text(text: str, expected: str) -> None:
+    assert slack_to_text(text) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), MENTIONS)
+def test_the_mention_taken_off(text: str, expected: str) -> None:
+    assert strip_mention(text, ["@helperbot", "helperbot", "Helper"]) == expected
+
+
+# lengths and cuts
+
+
+def test_lengths_are_utf16_units() -> None:
+    assert textfmt.utf16_len("") == 0
+    assert textfmt.utf16_len("a\u00e9\u4e2d") == 3
+    assert textfmt.utf16_len("a\U0001f600") == 3
+    assert textfmt.utf16_len("\uffff\U00010000") == 3
+
+
+def test_a_hard_cut_never_halves_a_character() -> None:
+    assert textfmt._hard_cut("ab\U0001f600cd", 2) == ("ab", "\U0001f600cd")
+    assert textfmt._hard_cut("ab\U0001f600cd", 3) == ("ab", "\U0001f600cd")
+    assert textfmt._hard_cut("ab\U0001f600cd", 4) == ("ab\U0001f600", "cd")
+    assert textfmt._hard_cut("ab\uffffcd", 3) == ("ab\uffff", "cd")
+    assert textfmt._hard_cut("abc", 3) == ("abc", "")
+    assert textfmt._hard_cut("abc", 2) == ("ab", "c")
+    assert textfmt._hard_cut("", 0) == ("", "")
+
+
+@pytest.mark.parametrize(
+    ("text", "limit", "expected"),
+    [
+        ("aaaa bbbb\ncccc\n\ndddd", 12, ("aaaa bbbb", "cccc\n\ndddd")),
+        ("aaaa bbbb\ncccc\n\ndddd", 16, ("aaaa bbbb\ncccc", "dddd")),
+        ("aaaa bbbb\ncccc dddd", 16, ("aaaa bbbb", "cccc dddd")),
+        ("aaaa bbbb", 7, ("aaaa", "bbbb")),
+        ("aaaaaaaa", 4, ("aaaa", "aaaa")),
+        (" aaaaaaa", 4, (" aaa", "aaaa")),
+        ("\n\naaaaaa", 4, ("\n", "aaaaaa")),
+        ("abc", 3, ("abc", "")),
+        ("a\n\n\nb", 3, ("a", "\nb")),
+        ("ab\ncd ef", 6, ("ab", "cd ef")),
+    ],
+)
+def test_a_cut_prefers_a_paragraph_then_a_line_then_a_space(
+    text: str, limit: int, expected: tuple[str, str]
+) -> None:
+    assert textfmt._cut(text, limit) == expected
+
+
+def test_the_patterns() -> None:
+    assert textfmt.FENCE == "```"
+    assert textfmt.HEADING.match("# a") is not None
+    assert textfmt.FENCE_OPEN.match(" ```py-3+x ")[1] == "py-3+x"  # type: ignore[index]
+    assert textfmt.FENCE_CLOSE.match(" ``` ") is not None
+    assert textfmt.FENCE_CLOSE.match("```py") is None
+
+
+# split_message
+
+CODE8 = "```py\n" + "\n".join(f"line {i}" for i in range(8)) + "\n```\nafter"
+LONG_LANGUAGE = "```averyveryverylonglanguagename\n" + "code\n" * 10 + "```"
+
+
+@pytest.mark.parametrize(
+    ("text", "limit", "expected"),
+    [
+        ("\n\nshort\n\n", 16, ["short"]),
+        ("x" * 16, 16, ["x" * 16]),
+        ("x" * 17, 16, ["x" * 12, "x" * 5]),
+        (
+            "para one is here\n\npara two is here too",
+            20,
+            ["para one is", "here", "para two is here too"],
+        ),
+        ("word " * 10, 16, ["word word"] * 5),
+        ("\U0001f600" * 10, 16, ["\U0001f600" * 6, "\U0001f600" * 4]),
+        ("\U0001f600" * 8, 16, ["\U0001f600" * 8]),
+        ("\U0001f600" * 8 + "a", 16, ["\U0001f600" * 6, "\U0001f600" * 2 + "a"]),
+        ("a" * 40, 16, ["a" * 12, "a" * 12, "a" * 16]),
+        (
+            CODE8,
+            30,
+            [
+                "```py\nline 0\nline 1\n```",
+                "```py\nline 2\nline 3\n```",
+                "```py\nline 4\nline 5\n```",
+                "```py\nline 6\nline 7\n```\nafter",
+            ],
+        ),
+        (
+            "intro\n```\n" + "x" * 50 + "\n```",
+            30,
+            [
+                "intro\n```\n" + "x" * 16 + "\n```",
+                "```\n" + "x" * 22 + "\n```",
+                "```\n" + "x" * 12 + "\n```",
+            ],
+        ),
+        (
+            LONG_LANGUAGE,
+            40,
+            [
+                "```averyveryverylonglanguagename\ncod\n```",
+                "```averyvery\ne\ncode\ncode\ncode\ncode\n```",
+                "```averyvery\ncode\ncode\ncode\ncode\n```",
+                "```averyvery\ncode\n```",
+            ],
+        ),
+        ("text\n\n```\n", 16, ["text\n\n```"]),
+        (
+            "a b c d e f g h i j k l m n o p q r s t",
+            16,
+            ["a b c d e f", "g h i j k l", "m n o p q r s t"],
+        ),
+        (
+            "line1\nline2\nline3\nline4\nline5\nline6",
+            16,
+            ["line1\nline2", "line3\nline4", "line5\nline6"],
+        ),
+        ("  \n\n   \n\nabc", 16, ["  \n\n   \n\nabc"]),
+        ("x" * 20 + "\n\n   \n\n" + "y" * 5, 20, ["x" * 16, "xxxx\n\n   \n\nyyyyy"]),
+        (
+            "1234567890123 ```py\ncode code code code",
+            20,
+            ["1234567890123", "```py\ncode code \n```", "```py\ncode code"],
+        ),
+    ],
+)
+def test_split_message(text: str, limit: int, expected: list[str]) -> None:
+    assert split_message(text, limit) == expected
+
+
+def test_split_message_of_nothing_and_of_too_small_a_limit() -> None:
+    assert split_message("", 16) == []
+    assert split_message("\n\n\n", 16) == []
+    assert split_message("x", 16) == ["x"]
+    with pytest.raises(ValueError, match=r"^limit must be at least 16$"):
+        split_message("x", 15)
+
+
+def test_every_piece_fits_and_the_fences_balance() -> None:
+    text = "intro\n\n```python\n" + "\n".join(f"print({i})" for i in range(60)) + "\n```\n\nend"
+    for limit in (16, 17, 40, 100):
+        pieces = split_message(text, limit)
+        assert all(textfmt.utf16_len(p) <= limit for p in pieces)
+        assert all(p.count("```") % 2 == 0 for p in pieces)
+
+
+# Slack pieces
+
+
+def test_mrkdwn_pieces() -> None:
+    assert mrkdwn.SLACK_TEXT_MAX == 4000
+    assert mrkdwn_pieces("x" * 50) == ["x" * 50]
+    assert mrkdwn_pieces("a & b " * 10, 30) == [
+        "a &amp; b a &amp; b a &amp;",
+        "b a &amp; b a",
+        "&amp; b a &amp; b a &amp; b",
+        "a &amp; b a &amp;",
+        "b a &amp; b",
+    ]
+    assert mrkdwn_pieces("<<<<<<<<<< <<<<<<<<<<", 40) == ["&lt;" * 10, "&lt;" * 10]
+    assert mrkdwn_pieces("<" * 30, 64) == ["&lt;" * 14, "&lt;" * 10, "&lt;" * 6]
+    assert mrkdwn_pieces("abc\n\ndef", 40, 20) == ["abc\n\ndef"]
+    assert mrkdwn_pieces("abc " * 20, 40, 20) == [
+        "abc abc abc abc",
+        "abc abc abc abc",
+        "abc abc abc abc",
+        "abc abc abc abc",
+        "abc abc abc abc",
+    ]
+    assert mrkdwn_pieces("**" + "b" * 30 + "**", 20) == ["**" + "b" * 14, "b" * 16 + "**"]
+
+
+def test_escape_is_the_three_characters() -> None:
+    assert mrkdwn.escape("a&b<c>d&amp;") == "a&amp;b&lt;c&gt;d&amp;amp;"
+
+
+# mentions
+
+
+def test_the_longest_form_is_tried_first_and_an_empty_form_ignored() -> None:
+    assert strip_mention("bot hi", ["bo", "bot"]) == "hi"
+    assert strip_mention("bo hi", ["bo", "bot"]) == "hi"
+    assert strip_mention("@bot hi", ["", "@bot"]) == "hi"
+    assert strip_mention("hi", [""]) == "hi"
+    assert strip_mention("@Bot hi", iter(["@bot"])) == "hi"
+
+
+def test_the_command_takes_the_handle_of_any_form() -> None:
+    assert strip_mention("/x@Bot", ["@bot"]) == "/x"
+    assert strip_mention("/x@bot", ["bot"]) == "/x"
+    assert strip_mention("/x@bot", []) == "/x@bot"
+    assert strip_mention("/x@bot", ["@other"]) == "/x@bot"
+    assert strip_mention("/x@bot arg", iter(["@bot"])) == "/x arg"
+    name = "b" * 64
+    assert strip_mention(f"/x@{name}", [name]) == "/x"
+    assert strip_mention(f"/x@{name}b", [name + "b"]) == f"/x@{name}b"
+    assert strip_mention("/x@a.b-c", ["a.b-c"]) == "/x"
+
+
+def test_nothing_left_keeps_the_text() -> None:
+    assert strip_mention("  @bot  ", ["@bot"]) == "  @bot  "
+    assert strip_mention("@bot, ", ["@bot"]) == "@bot, "
+    assert strip_mention("@bot x", ["@bot"]) == "x"
