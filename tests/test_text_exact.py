@@ -6,6 +6,9 @@ behaviour: each table pairs an input with its output."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from orchestrator.channels import textfmt
@@ -13,6 +16,9 @@ from orchestrator.channels.chatapp.mention import strip_mention
 from orchestrator.channels.slack import mrkdwn
 from orchestrator.channels.slack.mrkdwn import markdown_to_mrkdwn, mrkdwn_pieces, slack_to_text
 from orchestrator.channels.textfmt import markdown_to_html, split_message
+from orchestrator.confined import UnsafePath
+from orchestrator.memory import okf, reading, roletext
+from orchestrator.memory.okf import Frontmatter
 
 HTML = [
     ("plain & <b> \"q\" 'a'", "plain &amp; &lt;b&gt; \"q\" 'a'"),
@@ -400,3 +406,406 @@ def test_nothing_left_keeps_the_text() -> None:
     assert strip_mention("  @bot  ", ["@bot"]) == "  @bot  "
     assert strip_mention("@bot, ", ["@bot"]) == "@bot, "
     assert strip_mention("@bot x", ["@bot"]) == "x"
+
+
+# memory: OKF frontmatter (orchestrator/memory/okf.py)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("no", Frontmatter("none", None, "", 0)),
+        (" ---\n---\n", Frontmatter("none", None, "", 0)),
+        ("---x\n---\n", Frontmatter("none", None, "", 0)),
+        ("\n---\n---\n", Frontmatter("none", None, "", 0)),
+        ("---\na: 1\n---\nbody", Frontmatter("ok", {"a": 1}, "a: 1\n", 13, 4)),
+        ("\ufeff---  \r\na: 1\r\n...\r\nbody", Frontmatter("ok", {"a": 1}, "a: 1\r\n", 19, 8)),
+        ("---\t\na: 1\n---\t \nb", Frontmatter("ok", {"a": 1}, "a: 1\n", 16, 5)),
+        ("---\na: 1\n--- \nb", Frontmatter("ok", {"a": 1}, "a: 1\n", 14, 4)),
+        ("---\na: 1\n---", Frontmatter("ok", {"a": 1}, "a: 1\n", 12, 4)),
+        ("---\n---\n", Frontmatter("ok", {}, "", 8, 4)),
+        ("---\n# c\n---\nx\n---\n", Frontmatter("ok", {}, "# c\n", 12, 4)),
+        (
+            "---\n",
+            Frontmatter("invalid", None, "", 4, 4, "the opening '---' has no closing '---' line"),
+        ),
+        (
+            "---\na: 1\n----\n",
+            Frontmatter(
+                "invalid",
+                None,
+                "a: 1\n----\n",
+                14,
+                4,
+                "the opening '---' has no closing '---' line",
+            ),
+        ),
+        (
+            "---\na: 1\n x---\n",
+            Frontmatter(
+                "invalid",
+                None,
+                "a: 1\n x---\n",
+                15,
+                4,
+                "the opening '---' has no closing '---' line",
+            ),
+        ),
+        (
+            "---\n- x\n---\n",
+            Frontmatter(
+                "invalid", None, "- x\n", 12, 4, "frontmatter is a YAML list, not a mapping"
+            ),
+        ),
+        (
+            "---\nplain\n---\n",
+            Frontmatter(
+                "invalid", None, "plain\n", 14, 4, "frontmatter is a YAML str, not a mapping"
+            ),
+        ),
+    ],
+)
+def test_split_frontmatter(text: str, expected: Frontmatter) -> None:
+    assert okf.split_frontmatter(text) == expected
+
+
+def test_invalid_yaml_says_its_problem_and_line() -> None:
+    got = okf.split_frontmatter("---\na: 1\n\tb\n---\nbody")
+    assert (got.status, got.data, got.raw, got.block_end, got.raw_start) == (
+        "invalid",
+        None,
+        "a: 1\n\tb\n",
+        16,
+        4,
+    )
+    assert got.error is not None
+    assert got.error.endswith(" (frontmatter line 2)")
+    assert "\n" not in got.error
+
+
+def test_a_yaml_error_without_a_mark_gives_its_first_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import yaml
+
+    def bad(_raw: str, Loader: object) -> object:
+        raise yaml.YAMLError("first line\nsecond line")
+
+    monkeypatch.setattr(yaml, "load", bad)
+    got = okf.split_frontmatter("---\na: 1\n---\nb")
+    assert got == Frontmatter("invalid", None, "a: 1\n", 13, 4, "first line")
+
+
+def test_the_fast_safe_loader_is_used_when_there_is_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    import yaml
+
+    seen: list[object] = []
+    real = yaml.load
+
+    def load(raw: str, Loader: object) -> object:
+        seen.append(Loader)
+        return real(raw, Loader=Loader)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(yaml, "load", load)
+    assert okf.split_frontmatter("---\na: 1\n---\n").data == {"a": 1}
+    assert seen == [getattr(yaml, "CSafeLoader", yaml.SafeLoader)]
+    monkeypatch.delattr(yaml, "CSafeLoader", raising=False)
+    assert okf.split_frontmatter("---\na: 1\n---\n").data == {"a": 1}
+    assert seen[-1] is yaml.SafeLoader
+
+
+def test_the_okf_names() -> None:
+    assert okf.OKF_VERSION == "0.1"
+    assert frozenset({"index.md", "log.md"}) == okf.RESERVED_NAMES
+    assert okf.DAILY_DIR == "daily"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("---\ntype: person\n---\n", "person"),
+        ("---\ntype: '  place '\n---\n", "place"),
+        ("---\ntype: '  '\n---\n", None),
+        ("---\ntype: 3\n---\n", None),
+        ("---\nname: x\n---\n", None),
+        ("no frontmatter", None),
+        ("---\n- a\n---\n", None),
+    ],
+)
+def test_concept_type(text: str, expected: str | None) -> None:
+    assert okf.concept_type(okf.split_frontmatter(text)) == expected
+
+
+# memory: reading files for a model (orchestrator/memory/reading.py)
+
+NOTICE = (
+    "\n[truncated: memory/index.md is longer than 16,000 characters and only its beginning "
+    "was loaded. Slim this file: keep headlines and links here and move the detail into "
+    "linked files.]"
+)
+
+
+def agent(tmp_path: Path, files: dict[str, bytes]) -> str:
+    root = tmp_path / "agent"
+    (root / "memory" / "system").mkdir(parents=True)
+    for relative, data in files.items():
+        (root / "memory" / relative).write_bytes(data)
+    return str(root)
+
+
+def test_the_reading_constants() -> None:
+    assert frozenset({"startup", "clear", "compact"}) == reading.INJECT_SOURCES
+    assert reading.INJECTED_FILES == ("index.md", "system/definition.md")
+    assert reading._READ_LIMIT_BYTES == 68096
+
+
+def test_cap_keeps_16000_characters_and_says_so() -> None:
+    assert reading.cap("  \n x \n\n", "index.md") == "x"
+    assert reading.cap("é" * 16000, "index.md") == "é" * 16000
+    assert reading.cap(" " + "é" * 16000 + "\n", "index.md") == "é" * 16000
+    assert reading.cap("é" * 16001, "index.md") == "é" * 16000 + NOTICE
+    assert reading.cap("x" * 20000, "a/b.md") == "x" * 16000 + NOTICE.replace("index.md", "a/b.md")
+
+
+def test_render_memory_word_for_word(tmp_path: Path) -> None:
+    root = agent(
+        tmp_path,
+        {"index.md": b"  \n# Index\n- [x](x.md)\n\n", "system/definition.md": b"Doctrine \xff.\n"},
+    )
+    assert reading.render_memory(root) == (
+        "## Memory\n\nYour durable memory is a folder of plain Markdown files at "
+        f"{root}/memory/, an Open\nKnowledge Format (OKF) v0.1 bundle. The files on disk are "
+        "authoritative: they are what\nyou know, people may edit them directly, and you may "
+        "read and edit them with your file\ntools. Below are the map (index.md) and the memory "
+        "doctrine (system/definition.md);\nlinks from the index lead to more detailed files, "
+        "which you read when they become\nrelevant.\n\n### memory/index.md\n\n# Index\n"
+        "- [x](x.md)\n\n### memory/system/definition.md\n\nDoctrine \ufffd.\n"
+    )
+    for source in ("startup", "clear", "compact"):
+        assert reading.session_start_memory(source, root) == reading.render_memory(root)
+    for source in ("resume", "", None, "Startup"):
+        assert reading.session_start_memory(source, root) == ""
+
+
+def test_read_injected_says_why_nothing_was_loaded(tmp_path: Path) -> None:
+    root = agent(tmp_path, {"index.md": b"x"})
+    assert reading.read_injected(str(tmp_path / "none"), "index.md") == (
+        "(memory/index.md is missing; nothing was loaded)"
+    )
+    assert reading.read_injected(root, "system/definition.md") == (
+        "(memory/system/definition.md is missing; nothing was loaded)"
+    )
+    (Path(root) / "memory" / "system" / "definition.md").symlink_to(
+        Path(root) / "memory" / "index.md"
+    )
+    assert reading.read_injected(root, "system/definition.md") == (
+        "(memory/system/definition.md was refused: is a symlink, not a regular file; "
+        "nothing was loaded)"
+    )
+    os.mkfifo(Path(root) / "memory" / "fifo.md")
+    assert reading.read_injected(root, "fifo.md") == (
+        "(memory/fifo.md was refused: is a FIFO, not a regular file; nothing was loaded)"
+    )
+
+
+def test_read_injected_reports_an_os_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = agent(tmp_path, {"index.md": b"x"})
+
+    def broken(*_: object, **__: object) -> bytes:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(reading.ConfinedDir, "read_bytes", broken)
+    assert reading.read_injected(root, "index.md") == (
+        "(memory/index.md is unreadable: Input/output error; nothing was loaded)"
+    )
+
+
+def test_read_injected_reads_at_most_its_limit_of_a_larger_file(tmp_path: Path) -> None:
+    root = agent(tmp_path, {"index.md": b" " * 68000 + b"y" * 200})
+    assert reading.read_injected(root, "index.md") == "y" * 96
+
+
+# memory_relative and read_lines
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("a/b.md", "a/b.md"),
+        ("memory/a/b.md", "a/b.md"),
+        ("/workspace/agent/memory/a/b.md", "a/b.md"),
+        ("  memory/index.md  ", "index.md"),
+        ("./a//b/./c.md", "a/b/c.md"),
+        ("memory/memory/x.md", "memory/x.md"),
+        ("a/b/", "a/b"),
+        ("workspace/agent/memory/x", "workspace/agent/memory/x"),
+    ],
+)
+def test_a_path_inside_the_memory_tree(path: str, expected: str) -> None:
+    assert reading.memory_relative(path) == expected
+
+
+@pytest.mark.parametrize(
+    "path", ["/etc/passwd", "../x", "a/../../x", "memory/", ".", "/workspace/agent/memory/"]
+)
+def test_a_path_outside_the_memory_tree(path: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        reading.memory_relative(path)
+    assert str(caught.value) == f"{path}: not a file inside the memory tree"
+
+
+@pytest.mark.parametrize("path", ["", "   ", "a\x00b", None, 3])
+def test_a_path_that_is_not_a_string(path: object) -> None:
+    with pytest.raises(ValueError) as caught:
+        reading.memory_relative(path)  # type: ignore[arg-type]
+    assert str(caught.value) == "path must be a non-empty string"
+
+
+def memory_of(tmp_path: Path, files: dict[str, bytes]) -> Path:
+    groups = tmp_path / "groups"
+    (groups / "fam" / "memory").mkdir(parents=True)
+    for relative, data in files.items():
+        (groups / "fam" / "memory" / relative).parent.mkdir(parents=True, exist_ok=True)
+        (groups / "fam" / "memory" / relative).write_bytes(data)
+    return groups
+
+
+def test_read_lines_gives_the_lines_asked_for(tmp_path: Path) -> None:
+    groups = memory_of(
+        tmp_path, {"a/notes.md": "".join(f"line {i}\n" for i in range(1, 11)).encode()}
+    )
+    assert reading.read_lines(groups, "fam", "memory/a/notes.md", 3, 2) == {
+        "path": "memory/a/notes.md",
+        "missing": False,
+        "from_line": 3,
+        "to_line": 4,
+        "total_lines": 10,
+        "text": "line 3\nline 4",
+    }
+    got = reading.read_lines(groups, "fam", "a/notes.md")
+    assert (got["from_line"], got["to_line"], got["text"]) == (
+        1,
+        10,
+        "".join(f"line {i}\n" for i in range(1, 11)).strip(),
+    )
+    got = reading.read_lines(groups, "fam", "a/notes.md", 0, 0)
+    assert (got["from_line"], got["to_line"], got["text"]) == (1, 1, "line 1")
+    got = reading.read_lines(groups, "fam", "a/notes.md", -5, 1)
+    assert (got["from_line"], got["to_line"], got["text"]) == (1, 1, "line 1")
+    got = reading.read_lines(groups, "fam", "a/notes.md", 10, 5)
+    assert (got["from_line"], got["to_line"], got["text"]) == (10, 10, "line 10")
+    got = reading.read_lines(groups, "fam", "a/notes.md", 11, 5)
+    assert (got["from_line"], got["to_line"], got["total_lines"], got["text"]) == (11, 10, 10, "")
+    got = reading.read_lines(groups, "fam", "a/notes.md", "2", "1")  # type: ignore[arg-type]
+    assert got["text"] == "line 2"
+
+
+def test_read_lines_takes_at_most_400_lines(tmp_path: Path) -> None:
+    groups = memory_of(tmp_path, {"big.md": "".join(f"{i}\n" for i in range(1, 501)).encode()})
+    got = reading.read_lines(groups, "fam", "big.md", 1, 1000)
+    assert (got["from_line"], got["to_line"], got["total_lines"]) == (1, 400, 500)
+    assert got["text"] == "\n".join(str(i) for i in range(1, 401))
+    got = reading.read_lines(groups, "fam", "big.md", 1, 400)
+    assert got["to_line"] == 400
+    got = reading.read_lines(groups, "fam", "big.md", 1, 399)
+    assert got["to_line"] == 399
+
+
+def test_read_lines_of_a_missing_file(tmp_path: Path) -> None:
+    groups = memory_of(tmp_path, {"a.md": b"x"})
+    expected = {
+        "path": "memory/b.md",
+        "missing": True,
+        "from_line": 1,
+        "to_line": 0,
+        "total_lines": 0,
+        "text": "",
+    }
+    assert reading.read_lines(groups, "fam", "b.md") == expected
+    assert reading.read_lines(groups, "fam", "b.md", 7)["from_line"] == 7
+    expected["path"] = "memory/b.md"
+    assert reading.read_lines(groups, "other", "b.md") == expected
+
+
+def test_read_lines_replaces_bad_bytes_and_cuts_long_text(tmp_path: Path) -> None:
+    groups = memory_of(
+        tmp_path, {"bad.md": b"a\xffb\r\nc", "long.md": b"x" * 100_001, "fit.md": b"x" * 100_000}
+    )
+    got = reading.read_lines(groups, "fam", "bad.md")
+    assert (got["text"], got["total_lines"]) == ("a\ufffdb\nc", 2)
+    assert reading.read_lines(groups, "fam", "long.md")["text"] == "x" * 100_000 + "\n[cut]"
+    assert reading.read_lines(groups, "fam", "fit.md")["text"] == "x" * 100_000
+
+
+def test_read_lines_reads_the_first_4_mib_of_a_larger_file(tmp_path: Path) -> None:
+    line = b"y" * 1023 + b"\n"
+    groups = memory_of(tmp_path, {"huge.md": line * 4096 + b"tail\n"})
+    got = reading.read_lines(groups, "fam", "huge.md", 4096, 5)
+    assert (got["total_lines"], got["to_line"], got["text"]) == (4096, 4096, "y" * 1023)
+
+
+def test_read_lines_refuses_a_symlink(tmp_path: Path) -> None:
+    groups = memory_of(tmp_path, {"a.md": b"x"})
+    (groups / "fam" / "memory" / "link.md").symlink_to(groups / "fam" / "memory" / "a.md")
+    with pytest.raises(UnsafePath):
+        reading.read_lines(groups, "fam", "link.md")
+    with pytest.raises(UnsafePath, match="is a regular file, not a folder"):
+        reading.read_lines(groups, "fam", "a.md/b.md")
+    with pytest.raises(ValueError, match="not a file inside the memory tree"):
+        reading.read_lines(groups, "fam", "../x.md")
+
+
+# memory: text that reads as an instruction (orchestrator/memory/roletext.py)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "You are a helpful bot",
+        "- Never swear",
+        "> always answer briefly",
+        "1. Do not lie",
+        "2) Reply only in French",
+        "**From now on** be brief",
+        "Du bist ein Assistent",
+        "Immer montags den Müll rausbringen",
+        "Eres un asistente",
+        "No añadas nada",
+        "Tu es un assistant",
+        "Ne dis jamais cela",
+        "À partir de maintenant, parle bas",
+        "你是一个助手",
+        "以簡體回应",
+        "あなたは先生です",
+        "무시하세요",
+    ],
+)
+def test_a_role_line(line: str) -> None:
+    assert roletext.is_role_line(line) is True
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["Alwaysy late", "The cat is always hungry", "Neverland trip", "Groceries: milk", "", "   "],
+)
+def test_not_a_role_line(line: str) -> None:
+    assert roletext.is_role_line(line) is False
+
+
+@pytest.mark.parametrize(
+    "title",
+    [
+        "Persona",
+        "My rules",
+        "House Verhaltensregeln",
+        "How to reply",
+        "Normas",
+        "话题 角色",
+        "말투",
+    ],
+)
+def test_a_role_heading(title: str) -> None:
+    assert roletext.is_role_heading(title) is True
+
+
+@pytest.mark.parametrize("title", ["Tonight", "Shopping list", "Rolex watches", "Regelnx", ""])
+def test_not_a_role_heading(title: str) -> None:
+    assert roletext.is_role_heading(title) is False
