@@ -809,3 +809,10 @@ def test_a_role_heading(title: str) -> None:
 @pytest.mark.parametrize("title", ["Tonight", "Shopping list", "Rolex watches", "Regelnx", ""])
 def test_not_a_role_heading(title: str) -> None:
     assert roletext.is_role_heading(title) is False
+
+
+def test_read_lines_gives_60_lines_by_default(tmp_path: Path) -> None:
+    groups = memory_of(tmp_path, {"many.md": "".join(f"{i}\n" for i in range(1, 101)).encode()})
+    got = reading.read_lines(groups, "fam", "many.md")
+    assert (got["from_line"], got["to_line"], got["total_lines"]) == (1, 60, 100)
+    assert got["text"] == "\n".join(str(i) for i in range(1, 61))
