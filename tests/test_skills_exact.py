@@ -312,12 +312,36 @@ def test_read_text_refuses_a_missing_file_a_symlink_and_a_folder(tmp_path: Path)
     assert str(caught.value) == "is not a regular file"
 
 
-def test_read_text_does_not_block_on_a_fifo(tmp_path: Path) -> None:
+def opens_recorded(module: object, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The flags of each os.open the module makes."""
+    flags: list[int] = []
+    real = os.open
+
+    def recording(path: object, how: int, *args: object) -> int:
+        flags.append(how)
+        return real(path, how, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(module.os, "open", recording)  # type: ignore[attr-defined]
+    return flags
+
+
+NEVER_BLOCKS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def test_read_text_does_not_block_on_a_fifo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fifo = tmp_path / "SKILL.md"
     os.mkfifo(fifo)
-    with pytest.raises(ManifestError) as caught:
-        m.read_text(fifo)
+    writer = os.open(fifo, os.O_RDWR)  # so that a blocking open would not hang the test
+    try:
+        flags = opens_recorded(m, monkeypatch)
+        with pytest.raises(ManifestError) as caught:
+            m.read_text(fifo)
+    finally:
+        os.close(writer)
     assert str(caught.value) == "is not a regular file"
+    assert flags == [os.O_RDONLY | NEVER_BLOCKS]
 
 
 def test_load_reads_the_folder_manifest_and_checks_its_name(tmp_path: Path) -> None:
@@ -694,8 +718,15 @@ def test_copy_refuses_a_file_turned_special_and_a_source_grown(
     source.mkdir()
     os.mkfifo(source / "pipe")
     (tmp_path / "t1").mkdir()
-    with pytest.raises(BadInput) as caught:
-        catalog._copy(source, tmp_path / "t1", ["pipe"])
+    writer = os.open(source / "pipe", os.O_RDWR)  # a blocking open would not hang the test
+    try:
+        flags = opens_recorded(catalog, monkeypatch)
+        with pytest.raises(BadInput) as caught:
+            catalog._copy(source, tmp_path / "t1", ["pipe"])
+    finally:
+        os.close(writer)
+    assert flags == [os.O_RDONLY | NEVER_BLOCKS]
+    monkeypatch.undo()
     assert (
         caught.value.message == f"{source / 'pipe'} changed into a special file; nothing installed"
     )
@@ -778,3 +809,18 @@ def test_remove_refusals_say_why_and_what_to_do(tmp_path: Path, home_: Home, bui
         "no skill named 'mine' is installed for group other",
         "see: orchestrator skill list --group other",
     )
+
+
+def test_copied_folders_are_0755_whatever_the_umask(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    (source / "a" / "b").mkdir(parents=True)
+    (source / "a" / "b" / "f.txt").write_text("x")
+    (tmp_path / "t").mkdir()
+    old = os.umask(0)
+    try:
+        catalog._copy(source, tmp_path / "t", ["a/", "a/b/", "a/b/f.txt"])
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.lstat(tmp_path / "t" / "a").st_mode) == 0o755
+    assert stat.S_IMODE(os.lstat(tmp_path / "t" / "a" / "b").st_mode) == 0o755
+    assert stat.S_IMODE(os.lstat(tmp_path / "t" / "a" / "b" / "f.txt").st_mode) == 0o644

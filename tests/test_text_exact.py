@@ -224,6 +224,8 @@ def test_a_hard_cut_never_halves_a_character() -> None:
     assert textfmt._hard_cut("ab\U0001f600cd", 3) == ("ab", "\U0001f600cd")
     assert textfmt._hard_cut("ab\U0001f600cd", 4) == ("ab\U0001f600", "cd")
     assert textfmt._hard_cut("ab\uffffcd", 3) == ("ab\uffff", "cd")
+    assert textfmt._hard_cut("a\U00010000", 2) == ("a", "\U00010000")
+    assert textfmt._hard_cut("a\U00010000", 3) == ("a\U00010000", "")
     assert textfmt._hard_cut("abc", 3) == ("abc", "")
     assert textfmt._hard_cut("abc", 2) == ("ab", "c")
     assert textfmt._hard_cut("", 0) == ("", "")
