@@ -824,3 +824,72 @@ def test_copied_folders_are_0755_whatever_the_umask(tmp_path: Path) -> None:
     assert stat.S_IMODE(os.lstat(tmp_path / "t" / "a").st_mode) == 0o755
     assert stat.S_IMODE(os.lstat(tmp_path / "t" / "a" / "b").st_mode) == 0o755
     assert stat.S_IMODE(os.lstat(tmp_path / "t" / "a" / "b" / "f.txt").st_mode) == 0o644
+
+
+def test_two_skills_install_side_by_side(tmp_path: Path, home_: Home, builtin: Path) -> None:
+    catalog.install(home_, make(tmp_path / "a", "one"), None, builtin)
+    catalog.install(home_, make(tmp_path / "b", "two"), None, builtin)
+    catalog.install(home_, make(tmp_path / "c", "three"), "fam", builtin)
+    catalog.install(home_, make(tmp_path / "d", "four"), "fam", builtin)
+    assert sorted(p.name for p in (home_.root / "skills").iterdir()) == ["one", "two"]
+    fam = home_.root / "skills-by-group" / "fam"
+    assert sorted(p.name for p in fam.iterdir()) == ["four", "three"]
+
+
+def test_install_under_a_permissive_umask_makes_nothing_writable_by_others(
+    tmp_path: Path, home_: Home, builtin: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = make(tmp_path / "src", "greet")
+    seen: list[int] = []
+    real_copy = catalog._copy
+
+    def copy(src: Path, target: Path, files: object) -> None:
+        seen.append(stat.S_IMODE(os.lstat(target).st_mode))  # the staging folder
+        real_copy(src, target, files)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(catalog, "_copy", copy)
+    old = os.umask(0)
+    try:
+        done = catalog.install(home_, source, "fam", builtin)
+    finally:
+        os.umask(old)
+    assert seen == [0o755]
+    assert stat.S_IMODE(os.lstat(home_.root / "skills-by-group" / "fam").st_mode) == 0o755
+    assert stat.S_IMODE(os.lstat(done.path).st_mode) == 0o755
+    assert stat.S_IMODE(os.lstat(done.path / "scripts").st_mode) == 0o755
+
+
+def test_a_failed_copy_reports_its_own_error(
+    tmp_path: Path, home_: Home, builtin: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def copy_fails(_src: Path, target: Path, _files: object) -> None:
+        target.rmdir()  # the staging folder is gone: removing it again must not mask this
+        raise BadInput("the copy failed")
+
+    monkeypatch.setattr(catalog, "_copy", copy_fails)
+    with pytest.raises(BadInput, match=r"^the copy failed$"):
+        catalog.install(home_, make(tmp_path / "src", "greet"), None, builtin)
+    assert list((home_.root / "skills").iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("mode", "copied"),
+    [
+        (0o600, 0o644),
+        (0o700, 0o755),
+        (0o610, 0o755),
+        (0o601, 0o755),
+        (0o602, 0o644),
+        (0o666, 0o644),
+    ],
+)
+def test_a_copied_file_is_executable_when_any_exec_bit_is_set(
+    tmp_path: Path, mode: int, copied: int
+) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "f").write_text("x")
+    (source / "f").chmod(mode)
+    (tmp_path / "t").mkdir()
+    catalog._copy(source, tmp_path / "t", ["f"])
+    assert stat.S_IMODE(os.lstat(tmp_path / "t" / "f").st_mode) == copied
