@@ -21,6 +21,10 @@ from orchestrator.memory import okf, reading, roletext
 from orchestrator.memory.okf import Frontmatter
 
 HTML = [
+    ("\"a\" **b** 'c'", "\"a\" <b>b</b> 'c'"),
+    ("`\"x\" 'y'`", "<code>\"x\" 'y'</code>"),
+    ("```\n\"q\" 'r' <s>\n```", "<pre>\"q\" 'r' &lt;s&gt;</pre>"),
+    ('[a "b"](https://e.com)', '<a href="https://e.com">a "b"</a>'),
     ("plain & <b> \"q\" 'a'", "plain &amp; &lt;b&gt; \"q\" 'a'"),
     ("`a<b>`", "<code>a&lt;b&gt;</code>"),
     ("``", "``"),
