@@ -893,3 +893,39 @@ def test_a_copied_file_is_executable_when_any_exec_bit_is_set(
     (tmp_path / "t").mkdir()
     catalog._copy(source, tmp_path / "t", ["f"])
     assert stat.S_IMODE(os.lstat(tmp_path / "t" / "f").st_mode) == copied
+
+
+def test_read_text_reads_at_most_one_byte_past_the_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A huge SKILL.md is never read whole: one read of the limit and a byte."""
+    path = tmp_path / "SKILL.md"
+    path.write_bytes(b"x" * 70000)
+    sizes: list[int | None] = []
+    real_fdopen = os.fdopen
+
+    class Recording:
+        def __init__(self, handle: object) -> None:
+            self.handle = handle
+
+        def __enter__(self) -> Recording:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.handle.close()  # type: ignore[attr-defined]
+
+        def fileno(self) -> int:
+            return self.handle.fileno()  # type: ignore[attr-defined,no-any-return]
+
+        def read(self, size: int | None = -1) -> bytes:
+            sizes.append(size)
+            return self.handle.read(size)  # type: ignore[attr-defined,no-any-return]
+
+    monkeypatch.setattr(m.os, "fdopen", lambda fd, mode: Recording(real_fdopen(fd, mode)))
+    with pytest.raises(ManifestError, match="is larger than 64 KiB"):
+        m.read_text(path)
+    assert sizes == [65537]
+    sizes.clear()
+    with pytest.raises(ManifestError, match="is larger than 1 KiB"):
+        m.read_text(path, 1024)
+    assert sizes == [1025]
