@@ -929,3 +929,27 @@ def test_read_text_reads_at_most_one_byte_past_the_limit(
     with pytest.raises(ManifestError, match="is larger than 1 KiB"):
         m.read_text(path, 1024)
     assert sizes == [1025]
+
+
+def test_a_copied_file_is_created_new_with_its_mode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Created exclusively, never through a symlink, and with its final mode from the
+    start (not only after fchmod), whatever the umask."""
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "run.sh").write_text("x")
+    (source / "run.sh").chmod(0o700)
+    (source / "a.txt").write_text("y")
+    (tmp_path / "t").mkdir()
+    flags = opens_recorded(catalog, monkeypatch)
+    monkeypatch.setattr(catalog.os, "fchmod", lambda fd, mode: None)
+    old = os.umask(0)
+    try:
+        catalog._copy(source, tmp_path / "t", ["run.sh", "a.txt"])
+    finally:
+        os.umask(old)
+    created = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    assert flags == [os.O_RDONLY | NEVER_BLOCKS, created, os.O_RDONLY | NEVER_BLOCKS, created]
+    assert stat.S_IMODE(os.lstat(tmp_path / "t" / "run.sh").st_mode) == 0o755
+    assert stat.S_IMODE(os.lstat(tmp_path / "t" / "a.txt").st_mode) == 0o644
