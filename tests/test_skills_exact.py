@@ -91,7 +91,16 @@ def test_split_stops_at_the_first_closing_line() -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["", "name: a\n", " ---\nname: a\n---\n", "--- \n---\n", "\n---\n---\n"]
+    "text",
+    [
+        "",
+        "name: a\n",
+        " ---\nname: a\n---\n",
+        "--- \n---\n",
+        "\n---\n---\n",
+        "---X\n---\n",
+        "---\t\n---\n",
+    ],
 )
 def test_no_frontmatter_is_refused(text: str) -> None:
     with pytest.raises(ManifestError) as caught:
@@ -102,7 +111,18 @@ def test_no_frontmatter_is_refused(text: str) -> None:
     )
 
 
-@pytest.mark.parametrize("text", ["---", "---\n", "---\nname: a\n", "---\nname: a\n----\n"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "---",
+        "---\n",
+        "---\nname: a\n",
+        "---\nname: a\n----\n",
+        "---\na: 1\n--- \nb\n",
+        "---\na: 1\n---X\n",
+        "---\na: 1\n---\t\n",
+    ],
+)
 def test_an_unclosed_frontmatter_is_refused(text: str) -> None:
     with pytest.raises(ManifestError) as caught:
         m.split(text)
