@@ -83,6 +83,7 @@ def test_split_of_an_empty_frontmatter_is_an_empty_mapping() -> None:
 
 
 def test_split_keeps_leading_spaces_of_the_body() -> None:
+    assert m.split("---\na: 1\n---\nXylophone X\n") == ({"a": 1}, "Xylophone X\n")
     assert m.split("---\na: 1\n---\n\n  indented\n") == ({"a": 1}, "  indented\n")
 
 

@@ -822,3 +822,12 @@ def test_read_lines_gives_60_lines_by_default(tmp_path: Path) -> None:
     got = reading.read_lines(groups, "fam", "many.md")
     assert (got["from_line"], got["to_line"], got["total_lines"]) == (1, 60, 100)
     assert got["text"] == "\n".join(str(i) for i in range(1, 61))
+
+
+def test_the_longest_form_wins_whatever_its_letter_case() -> None:
+    assert strip_mention("Helper: Bot hi", ["helper", "Helper: Bot"]) == "hi"
+    assert strip_mention("Helper: Bot hi", ["Helper: Bot", "helper"]) == "hi"
+
+
+def test_a_longer_form_that_runs_into_a_word_leaves_the_shorter_to_try() -> None:
+    assert strip_mention("Helper: Botty hi", ["Helper", "Helper: Bot"]) == "Botty hi"
