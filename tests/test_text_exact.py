@@ -831,3 +831,8 @@ def test_the_longest_form_wins_whatever_its_letter_case() -> None:
 
 def test_a_longer_form_that_runs_into_a_word_leaves_the_shorter_to_try() -> None:
     assert strip_mention("Helper: Botty hi", ["Helper", "Helper: Bot"]) == "Botty hi"
+
+
+def test_a_handle_keeps_its_own_letters() -> None:
+    assert strip_mention("/x@xena", ["@Xena"]) == "/x"
+    assert strip_mention("/x@XXbot", ["XXbot"]) == "/x"
