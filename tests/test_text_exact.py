@@ -836,3 +836,29 @@ def test_a_longer_form_that_runs_into_a_word_leaves_the_shorter_to_try() -> None
 def test_a_handle_keeps_its_own_letters() -> None:
     assert strip_mention("/x@xena", ["@Xena"]) == "/x"
     assert strip_mention("/x@XXbot", ["XXbot"]) == "/x"
+
+
+def test_a_piece_too_long_once_escaped_is_cut_again_at_two_thirds_or_16() -> None:
+    text = " &a \na &&& b&b<\n \n<\nb<\n<"
+    assert mrkdwn_pieces(text, 31, 24) == [
+        " &amp;a",
+        "a &amp;&amp;&amp; b&amp;b&lt;",
+        " \n&lt;\nb&lt;\n&lt;",
+    ]
+
+
+def test_an_injected_file_over_the_budget_names_itself(tmp_path: Path) -> None:
+    root = agent(tmp_path, {"system/definition.md": b"d" * 16001})
+    assert reading.read_injected(root, "system/definition.md") == "d" * 16000 + NOTICE.replace(
+        "index.md", "system/definition.md"
+    )
+
+
+def test_invalid_yaml_gives_the_problem_not_the_context() -> None:
+    import yaml
+
+    got = okf.split_frontmatter("---\na: [1\n---\n")
+    if hasattr(yaml, "CSafeLoader"):
+        assert got.error == "did not find expected ',' or ']' (frontmatter line 2)"
+    else:
+        assert got.error == "expected ',' or ']', but got '<stream end>' (frontmatter line 2)"
