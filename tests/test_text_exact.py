@@ -862,3 +862,29 @@ def test_invalid_yaml_gives_the_problem_not_the_context() -> None:
         assert got.error == "did not find expected ',' or ']' (frontmatter line 2)"
     else:
         assert got.error == "expected ',' or ']', but got '<stream end>' (frontmatter line 2)"
+
+
+# found by comparing split_message with its mutants on random text
+FOUND = [
+    ("😀\n\n X", 22, ["😀\n\n X"]),
+    ("😀 ``````py\nX\n\nword ", 17, ["😀 ``````py", "X\n\nword"]),
+    ("X``````\na```py\n\nb\n``````", 20, ["X``````\na```py\n\n\n```", "```py\nb\n``````"]),
+    ("\n\n  😀\nX😀 \n\n  ```py\n", 17, ["  😀\nX😀", "  ```py"]),
+    ("b```py\n```py\nb😀```", 16, ["b```py\n```py", "b😀```"]),
+    (" a\nX aa word \n```", 16, [" a", "X aa word \n```"]),
+    ("X😀a```py\n```py\nXbX", 18, ["X😀a```py\n```p", "y\nXbX"]),
+]
+
+
+@pytest.mark.parametrize(("text", "limit", "expected"), FOUND)
+def test_split_message_found_cases(text: str, limit: int, expected: list[str]) -> None:
+    assert split_message(text, limit) == expected
+
+
+def test_split_message_keeps_a_leading_or_trailing_x() -> None:
+    assert split_message("X hello X", 16) == ["X hello X"]
+
+
+def test_a_length_is_a_whole_number() -> None:
+    assert type(textfmt.utf16_len("ab\U0001f600")) is int
+    assert textfmt.utf16_len("ab\U0001f600") == 4
