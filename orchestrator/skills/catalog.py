@@ -213,7 +213,7 @@ def install(home: Home, source: Path, folder: str | None, builtin: Path | None) 
                 f"skill {name!r} is not installed {where}: {why}",
                 hint="two skills a group sees cannot share a name; rename the skill (its "
                 "folder and name:) or remove the other: orchestrator skill remove "
-                f"{name}" + (f" --group {folder}" if folder and "group" in why else ""),
+                f"{name}" + (f" --group {folder}" if folder and why.startswith("group ") else ""),
             )
         parent = group_dir(home, folder) if folder else home_dir(home)
         dest = parent / name

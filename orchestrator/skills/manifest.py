@@ -133,10 +133,11 @@ def read_text(path: Path, max_bytes: int = MANIFEST_MAX_BYTES) -> str:
         raise ManifestError("missing: a skill is a folder with a SKILL.md") from None
     except OSError as exc:
         raise ManifestError(f"cannot be read ({exc.strerror}); expected a regular file") from None
+    # checked before fdopen, which raises IsADirectoryError on a folder
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ManifestError("is not a regular file")
     with os.fdopen(fd, "rb") as handle:
-        st = os.fstat(handle.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise ManifestError("is not a regular file")
         data = handle.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise ManifestError(f"is larger than {max_bytes // 1024} KiB; keep it at most that")
