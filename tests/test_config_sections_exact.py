@@ -173,3 +173,455 @@ def test_metrics_all_keys(home: Path, monkeypatch) -> None:  # type: ignore[no-u
 )
 def test_metrics_errors(home: Path, monkeypatch, text: str, expected: str) -> None:  # type: ignore[no-untyped-def]
     assert error(home, text, monkeypatch) == expected
+
+
+def test_web_search_all_keys(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    config = load(
+        home,
+        "web_search:\n  local:\n    kind: searxng\n    url: http://127.0.0.1:8888/\n"
+        "    max_results: 20\n    timeout: 120s\n    price_per_query: 0.005\n"
+        "  brave:\n    kind: brave\n    key_env: BRAVE\n    max_results: 1\n    timeout: 1s\n",
+        monkeypatch,
+    )
+    local, brave = config.web_search["local"], config.web_search["brave"]
+    assert local.to_dict() == {
+        "name": "local",
+        "kind": "searxng",
+        "url": "http://127.0.0.1:8888/",
+        "key": "no key",
+        "max_results": 20,
+        "timeout_seconds": 120.0,
+    }
+    assert (local.endpoint, local.price) == ("http://127.0.0.1:8888/search", 0.005)
+    assert brave.to_dict() == {
+        "name": "brave",
+        "kind": "brave",
+        "url": "https://api.search.brave.com/res/v1/web/search",
+        "key": "env BRAVE",
+        "max_results": 1,
+        "timeout_seconds": 1.0,
+    }
+    assert (brave.endpoint, brave.price) == ("https://api.search.brave.com/res/v1/web/search", None)
+
+
+def test_web_search_defaults(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    text = "web_search:\n  s:\n    kind: searxng\n    url: https://h\n    price_per_query: 0\n"
+    backend = load(home, text, monkeypatch).web_search["s"]
+    assert (backend.max_results, backend.timeout_seconds, backend.price) == (8, 10.0, 0.0)
+    assert isinstance(backend.timeout_seconds, float) and isinstance(backend.price, float)
+    assert backend.resolve_key(None) is None
+
+
+def search(body: str) -> str:
+    return "web_search:\n  s:\n" + "".join(f"    {line}\n" for line in body.splitlines())
+
+
+URL_HELP = "expected an http:// or https:// URL, such as http://127.0.0.1:8888"
+NO_QUERY = "the URL may hold no query or fragment (the search adds its own)"
+CREDENTIALS = "holds credentials (user:password@); give the key by key_env or key_secret"
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (
+            "kind: searxng",
+            "2: web_search.s.url: is required for a searxng backend: the instance's base URL, "
+            "such as http://127.0.0.1:8888",
+        ),
+        (
+            "kind: brave",
+            "2: web_search.s.key_env: a brave backend needs key_env or key_secret (its "
+            "subscription token, sent as X-Subscription-Token)",
+        ),
+        ("kind: searxng\nurl: http://u:p@h/", f"4: web_search.s.url: {CREDENTIALS}"),
+        ("kind: searxng\nurl: http://x@h/", f"4: web_search.s.url: {CREDENTIALS}"),
+        (
+            "kind: searxng\nurl: http://h/?q=1",
+            f"4: web_search.s.url: got 'http://h/?q=1'; {NO_QUERY}",
+        ),
+        ("kind: searxng\nurl: http://h/?", f"4: web_search.s.url: got 'http://h/?'; {NO_QUERY}"),
+        ("kind: searxng\nurl: http://h/#", f"4: web_search.s.url: got 'http://h/#'; {NO_QUERY}"),
+        ("kind: searxng\nurl: http://h/#f", f"4: web_search.s.url: got 'http://h/#f'; {NO_QUERY}"),
+        ("kind: searxng\nurl: ftp://h/", f"4: web_search.s.url: got 'ftp://h/'; {URL_HELP}"),
+        ("kind: searxng\nurl: http:///x", f"4: web_search.s.url: got 'http:///x'; {URL_HELP}"),
+        (
+            "kind: searxng\nurl: http://h:99999/",
+            f"4: web_search.s.url: got 'http://h:99999/'; {URL_HELP}",
+        ),
+        ("kind: searxng\nurl: http://h x/", f"4: web_search.s.url: got 'http://h x/'; {URL_HELP}"),
+        (
+            "kind: searxng\nurl: 'http://[::1'",
+            f"4: web_search.s.url: got 'http://[::1'; {URL_HELP}",
+        ),
+        (
+            "kind: searxng\nurl: 'http://a@[::1'",
+            f"4: web_search.s.url: got the URL; {URL_HELP}",
+        ),
+        (
+            "kind: searxng\nurl: http://h\ntimeout: 0",
+            "5: web_search.s.timeout: got 0; expected a duration from 1s to 120s, such as 10s",
+        ),
+        (
+            "kind: searxng\nurl: http://h\ntimeout: 121s",
+            "5: web_search.s.timeout: got '121s'; expected a duration from 1s to 120s, such as 10s",
+        ),
+        (
+            "kind: searxng\nurl: http://h\nmax_results: 21",
+            "5: web_search.s.max_results: got 21; expected a whole number from 1 to 20",
+        ),
+        (
+            "kind: searxng\nurl: http://h\nmax_results: 0",
+            "5: web_search.s.max_results: got 0; expected a whole number from 1 to 20",
+        ),
+        (
+            "kind: searxng\nurl: http://h\nprice_per_query: true",
+            "5: web_search.s.price_per_query: got True; expected what one search costs, from 0, "
+            "such as 0.005",
+        ),
+        (
+            "kind: searxng\nurl: http://h\nprice_per_query: '1'",
+            "5: web_search.s.price_per_query: got '1'; expected what one search costs, from 0, "
+            "such as 0.005",
+        ),
+        (
+            "kind: searxng\nurl: http://h\nprice_per_query: 1000000",
+            "5: web_search.s.price_per_query: got 1000000; expected what one search costs, from "
+            "0, such as 0.005",
+        ),
+        (
+            "kind: searxng\nurl: http://h\nprice_per_query: -0.1",
+            "5: web_search.s.price_per_query: got -0.1; expected what one search costs, from 0, "
+            "such as 0.005",
+        ),
+        (
+            "kind: searxng\nurl: http://h\nfoo: 1",
+            "5: web_search.s.foo: unknown key; valid keys here: key_env, key_secret, kind, "
+            "max_results, price_per_query, timeout, url",
+        ),
+        ("kind: bing", "3: web_search.s.kind: got 'bing'; valid values: searxng, brave"),
+    ],
+)
+def test_web_search_errors(home: Path, monkeypatch, body: str, expected: str) -> None:  # type: ignore[no-untyped-def]
+    assert error(home, search(body), monkeypatch) == f"HOME/orchestrator.yaml:{expected}"
+
+
+def test_web_search_url_length(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    ok = "http://h/" + "a" * 503
+    assert load(home, search(f"kind: searxng\nurl: {ok}"), monkeypatch).web_search["s"].url == ok
+    message = error(home, search(f"kind: searxng\nurl: {ok}a"), monkeypatch)
+    assert message.endswith("web_search.s.url: is 513 characters; at most 512 allowed")
+
+
+def test_web_search_bad_name(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    assert error(home, "web_search:\n  Bad:\n    kind: brave\n", monkeypatch) == (
+        "HOME/orchestrator.yaml:2: web_search.Bad: backend names are 1-40 of a-z, 0-9, '-' "
+        "and '_', starting with a letter or digit"
+    )
+
+
+def test_transcription_all_keys(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    config = load(
+        home,
+        "transcription:\n  cloud:\n    kind: openai\n    base_url: http://w.local/v1\n"
+        "    key_env: K\n    model: m2\n    price_per_minute: 0.006\n    max_bytes: 1g\n"
+        "    language: en\n    max_seconds: 6h\n"
+        "  here:\n    kind: local\n    model_dir: /srv/models/small\n    compute_type: float32\n"
+        "    threads: 64\n    max_seconds: 1s\n    price_per_minute: 0\n    language: deu\n",
+        monkeypatch,
+    )
+    cloud, here = config.transcription["cloud"], config.transcription["here"]
+    assert cloud.to_dict() == {
+        "name": "cloud",
+        "kind": "openai",
+        "base_url": "http://w.local/v1",
+        "key": "env K",
+        "model": "m2",
+        "model_dir": None,
+        "language": "en",
+        "max_seconds": 21600,
+        "price_per_minute": 0.006,
+    }
+    assert (cloud.max_bytes, cloud.compute_type, cloud.threads) == (1024**3, "int8", 2)
+    assert here.to_dict() == {
+        "name": "here",
+        "kind": "local",
+        "base_url": None,
+        "key": "no key",
+        "model": "small",
+        "model_dir": "/srv/models/small",
+        "language": "deu",
+        "max_seconds": 1,
+        "price_per_minute": 0.0,
+    }
+    assert (here.compute_type, here.threads, here.model_dir) == (
+        "float32",
+        64,
+        Path("/srv/models/small"),
+    )
+    assert isinstance(here.price_per_minute, float)
+
+
+def test_transcription_defaults(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    config = load(
+        home,
+        "transcription:\n  cloud:\n    kind: openai\n    max_bytes: 1k\n"
+        "  here:\n    kind: local\n    model_dir: /m\n    threads: 1\n",
+        monkeypatch,
+    )
+    cloud, here = config.transcription["cloud"], config.transcription["here"]
+    assert (cloud.base_url, cloud.model, cloud.model_name, cloud.max_bytes) == (
+        "https://api.openai.com/v1",
+        "whisper-1",
+        "whisper-1",
+        1024,
+    )
+    assert (cloud.language, cloud.max_seconds, cloud.price_per_minute) == (None, 1800, None)
+    assert cloud.resolve_key(None) is None
+    assert (here.compute_type, here.threads, here.model_name, here.max_seconds) == (
+        "int8",
+        1,
+        "m",
+        1800,
+    )
+    assert (here.max_bytes, here.price_per_minute, here.language) == (25 * 1024**2, None, None)
+    assert load(home, "transcription:\n", monkeypatch).transcription == {}
+
+
+def transcriber(body: str) -> str:
+    return "transcription:\n  c:\n" + "".join(f"    {line}\n" for line in body.splitlines())
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (
+            "kind: openai\nmax_seconds: 21601",
+            "4: transcription.c.max_seconds: got 21601; expected a duration from 1s to 6h, "
+            "such as 30m",
+        ),
+        (
+            "kind: openai\nmax_seconds: 0",
+            "4: transcription.c.max_seconds: got 0; expected a duration from 1s to 6h, such as 30m",
+        ),
+        (
+            "kind: openai\nmax_bytes: 1023",
+            "4: transcription.c.max_bytes: got 1023; expected a size from 1k to 1g",
+        ),
+        (
+            "kind: openai\nmax_bytes: 1073741825",
+            "4: transcription.c.max_bytes: got 1073741825; expected a size from 1k to 1g",
+        ),
+        (
+            "kind: openai\nmax_bytes: big",
+            "4: transcription.c.max_bytes: got 'big'; expected a size from 1k to 1g",
+        ),
+        (
+            "kind: openai\nthreads: 2",
+            "4: transcription.c.threads: is a setting of kind local; this one is openai",
+        ),
+        (
+            "kind: openai\nmodel_dir: /m",
+            "4: transcription.c.model_dir: is a setting of kind local; this one is openai",
+        ),
+        (
+            "kind: openai\ncompute_type: int8",
+            "4: transcription.c.compute_type: is a setting of kind local; this one is openai",
+        ),
+        (
+            "kind: local\nmodel: x",
+            "4: transcription.c.model: is a setting of kind openai; this one is local",
+        ),
+        (
+            "kind: local\nbase_url: http://x",
+            "4: transcription.c.base_url: is a setting of kind openai; this one is local",
+        ),
+        (
+            "kind: local\nkey_env: K",
+            "4: transcription.c.key_env: is a setting of kind openai; this one is local",
+        ),
+        (
+            "kind: local\nkey_secret: k",
+            "4: transcription.c.key_secret: is a setting of kind openai; this one is local",
+        ),
+        (
+            "kind: local\nmax_bytes: 1m",
+            "4: transcription.c.max_bytes: is a setting of kind openai; this one is local",
+        ),
+        (
+            "kind: local\nmodel_dir: rel/x",
+            "4: transcription.c.model_dir: 'rel/x' is not an absolute path",
+        ),
+        (
+            "kind: local\nmodel_dir: /x\nthreads: 65",
+            "5: transcription.c.threads: got 65; expected 1 to 64",
+        ),
+        (
+            "kind: local\nmodel_dir: /x\nthreads: 0",
+            "5: transcription.c.threads: got 0; expected 1 to 64",
+        ),
+        (
+            "kind: local\nmodel_dir: /x\ncompute_type: fp8",
+            "5: transcription.c.compute_type: got 'fp8'; valid values: int8, int8_float32, "
+            "int16, float32, default",
+        ),
+        (
+            "kind: openai\nprice_per_minute: true",
+            "4: transcription.c.price_per_minute: got True; expected a price from 0",
+        ),
+        (
+            "kind: openai\nprice_per_minute: '1'",
+            "4: transcription.c.price_per_minute: got '1'; expected a price from 0",
+        ),
+        (
+            "kind: openai\nprice_per_minute: -1",
+            "4: transcription.c.price_per_minute: got -1; expected a price from 0",
+        ),
+        (
+            "kind: openai\nprice_per_minute: 1000000",
+            "4: transcription.c.price_per_minute: got 1000000; expected a price from 0",
+        ),
+        (
+            "kind: openai\nlanguage: english",
+            "4: transcription.c.language: is 7 characters; at most 3 allowed",
+        ),
+        ("kind: openai\nlanguage: e", "4: transcription.c.language: 'e' does not match [a-z]{2,3}"),
+        (
+            "kind: openai\nbase_url: ftp://x",
+            r"4: transcription.c.base_url: 'ftp://x' does not match https?://\S+",
+        ),
+        ("kind: whisper", "3: transcription.c.kind: got 'whisper'; valid values: openai, local"),
+        (
+            "kind: openai\nfoo: 1",
+            "4: transcription.c.foo: unknown key; valid keys here: base_url, compute_type, "
+            "key_env, key_secret, kind, language, max_bytes, max_seconds, model, model_dir, "
+            "price_per_minute, threads",
+        ),
+    ],
+)
+def test_transcription_errors(home: Path, monkeypatch, body: str, expected: str) -> None:  # type: ignore[no-untyped-def]
+    assert error(home, transcriber(body), monkeypatch) == f"HOME/orchestrator.yaml:{expected}"
+
+
+@pytest.mark.parametrize("name", ["'off'", "Bad", "a" * 41])
+def test_transcription_bad_names(home: Path, monkeypatch, name: str) -> None:  # type: ignore[no-untyped-def]
+    message = error(home, f"transcription:\n  {name}:\n    kind: openai\n", monkeypatch)
+    assert message.endswith(
+        ": a transcriber's name is 1-40 of a-z, 0-9, '-' and '_' (not 'off', which "
+        "group.yaml media.transcribe uses to turn transcription off)"
+    )
+    assert f"transcription.{name.strip(chr(39))}:" in message
+
+
+def test_mcp_servers_all_keys(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.config.mcp import HeaderDef, RemoteServerDef
+    from orchestrator.secrets import SecretRef
+
+    config = load(
+        home,
+        "mcp_servers:\n  tracker:\n    url: https://mcp.example.com/mcp\n    transport: sse\n"
+        "    headers:\n      Authorization: {secret: tracker-token, prefix: 'Bearer '}\n"
+        "      X-Key: {env: XK}\n    groups: [support, a_b-c]\n",
+        monkeypatch,
+    )
+    server = config.mcp_servers["tracker"]
+    assert server == RemoteServerDef(
+        "tracker",
+        "https://mcp.example.com/mcp",
+        "sse",
+        (
+            HeaderDef(
+                "Authorization", SecretRef(None, "tracker-token", "env", "secret"), "Bearer "
+            ),
+            HeaderDef("X-Key", SecretRef("XK", None, "env", "secret"), ""),
+        ),
+        ("support", "a_b-c"),
+    )
+    assert server.allows("support") and not server.allows("other")
+    monkeypatch.setenv("XK", "k1")
+    secrets = home / "secrets.yaml"
+    secrets.write_text("tracker-token: s3cret\n")
+    secrets.chmod(0o600)
+    assert server.resolve_headers(secrets) == {"Authorization": "Bearer s3cret", "X-Key": "k1"}
+    target = server.target(secrets)
+    assert (target.url, target.transport) == ("https://mcp.example.com/mcp", "sse")
+    assert dict(target.headers) == {"Authorization": "Bearer s3cret", "X-Key": "k1"}
+
+
+def test_mcp_server_defaults(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.config.mcp import RemoteServerDef
+
+    config = load(home, "mcp_servers:\n  t:\n    url: http://h\n", monkeypatch)
+    assert config.mcp_servers == {"t": RemoteServerDef("t", "http://h", "http", (), ())}
+    assert config.mcp_servers["t"].resolve_headers(None) == {}
+
+
+def mcp(body: str) -> str:
+    return "mcp_servers:\n  t:\n    url: http://h\n" + "".join(
+        f"    {line}\n" for line in body.splitlines()
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (
+            "headers:\n  'bad header': {env: X}",
+            "5: mcp_servers.t.headers.bad header: is not an HTTP header name",
+        ),
+        (
+            "headers:\n  " + "A" * 65 + ": {env: X}",
+            f"5: mcp_servers.t.headers.{'A' * 65}: is not an HTTP header name",
+        ),
+        (
+            "headers:\n  A: inline",
+            "5: mcp_servers.t.headers.A: must be a mapping that names where its value comes "
+            "from, never the value itself: {env: VAR} or {secret: NAME}, with prefix: 'Bearer ' "
+            "if needed",
+        ),
+        (
+            "headers:\n  A: {env: X, prefix: 1}",
+            "5: mcp_servers.t.headers.A.prefix: must be a short line of text, such as 'Bearer '",
+        ),
+        (
+            "headers:\n  A: {env: X, prefix: '" + "p" * 65 + "'}",
+            "5: mcp_servers.t.headers.A.prefix: must be a short line of text, such as 'Bearer '",
+        ),
+        (
+            'headers:\n  A: {env: X, prefix: "a\\nb"}',
+            "5: mcp_servers.t.headers.A.prefix: must be a short line of text, such as 'Bearer '",
+        ),
+        (
+            "headers:\n  A: {env: X, foo: 1}",
+            "5: mcp_servers.t.headers.A.foo: unknown key; valid keys here: env, prefix, secret",
+        ),
+        ("headers:\n  A: {}", "5: mcp_servers.t.headers.A.env: give env or secret (one of them)"),
+        ("groups: [ok, Bad]", "4: mcp_servers.t.groups[1]: got 'Bad'; expected a group folder"),
+        ("transport: ws", "4: mcp_servers.t.transport: got 'ws'; valid values: http, sse"),
+        (
+            "foo: 1",
+            "4: mcp_servers.t.foo: unknown key; valid keys here: groups, headers, transport, url",
+        ),
+    ],
+)
+def test_mcp_server_errors(home: Path, monkeypatch, body: str, expected: str) -> None:  # type: ignore[no-untyped-def]
+    assert error(home, mcp(body), monkeypatch) == f"HOME/orchestrator.yaml:{expected}"
+
+
+def test_mcp_server_prefix_of_64_passes(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    config = load(
+        home, mcp("headers:\n  " + "A" * 64 + ": {env: X, prefix: '" + "p" * 64 + "'}"), monkeypatch
+    )
+    (header,) = config.mcp_servers["t"].headers
+    assert (header.name, header.prefix) == ("A" * 64, "p" * 64)
+
+
+def test_mcp_server_bad_url_and_name(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    assert error(home, "mcp_servers:\n  t:\n    url: ftp://h\n", monkeypatch) == (
+        r"HOME/orchestrator.yaml:3: mcp_servers.t.url: 'ftp://h' does not match https?://\S+"
+    )
+    assert error(home, "mcp_servers:\n  'bad name':\n    url: http://h\n", monkeypatch) == (
+        "HOME/orchestrator.yaml:2: mcp_servers.bad name: got 'bad name'; expected a server "
+        "name of 1-32 lowercase letters, digits and hyphens, starting with a letter (such as "
+        "time or git-repo)"
+    )
