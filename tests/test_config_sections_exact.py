@@ -625,3 +625,216 @@ def test_mcp_server_bad_url_and_name(home: Path, monkeypatch) -> None:  # type: 
         "name of 1-32 lowercase letters, digits and hyphens, starting with a letter (such as "
         "time or git-repo)"
     )
+
+
+PROVIDERS = (
+    "providers:\n  claude:\n    kind: anthropic\n    key_env: AK\n"
+    "    models: [claude-sonnet-4-5]\n"
+    "    max_tokens: 1000000\n    stream: false\n"
+    "  local:\n    kind: openai\n    base_url: http://127.0.0.1:11434/v1\n    models: [llama3.1, m2]\n"
+    "    max_tokens: 1\n    model_info:\n      llama3.1:\n        context_tokens: 256\n"
+    "        prices: {input: 0, output: 0}\n        vision: true\n"
+    "      m2:\n        context_tokens: 100000000\n"
+    "        prices: {input: 3, output: 15.5, cache_read: 0.3, cache_write: 3.75}\n      m3: {}\n"
+    "  same:\n    kind: openai\n    base_url: https://api.openai.com/v1\n    key_secret: s\n"
+)
+
+
+def test_providers_all_keys(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.config.providers import ModelInfo
+
+    providers = load(home, PROVIDERS, monkeypatch).providers
+    claude, local, same = providers["claude"], providers["local"], providers["same"]
+    assert claude.to_dict() == {
+        "name": "claude",
+        "kind": "anthropic",
+        "base_url": "https://api.anthropic.com",
+        "key": "env AK",
+        "models": ["claude-sonnet-4-5"],
+        "max_tokens": 1000000,
+        "stream": False,
+        "model_info": {},
+    }
+    assert (claude.self_hosted, claude.url, claude.base_url) == (
+        False,
+        "https://api.anthropic.com",
+        None,
+    )
+    assert local.to_dict() == {
+        "name": "local",
+        "kind": "openai",
+        "base_url": "http://127.0.0.1:11434/v1",
+        "key": "no key",
+        "models": ["llama3.1", "m2"],
+        "max_tokens": 1,
+        "stream": True,
+        "model_info": {
+            "llama3.1": {
+                "context_tokens": 256,
+                "prices": {"input": 0.0, "output": 0.0, "cache_read": 0.0, "cache_write": 0.0},
+                "vision": True,
+            },
+            "m2": {
+                "context_tokens": 100000000,
+                "prices": {"input": 3.0, "output": 15.5, "cache_read": 0.3, "cache_write": 3.75},
+                "vision": False,
+            },
+            "m3": {"context_tokens": None, "prices": None, "vision": False},
+        },
+    }
+    assert local.self_hosted and local.key_reference() == "no key"
+    assert local.info("m3") == ModelInfo() and local.info("nope") == ModelInfo(None, None, False)
+    m1 = local.info("llama3.1").prices
+    assert m1 is not None and (m1.cache_read, m1.cache_write) == (None, None)
+    assert (same.self_hosted, same.url, same.key_reference()) == (
+        False,
+        "https://api.openai.com/v1",
+        "secret s",
+    )
+    assert (same.key_env, same.key_secret, same.max_tokens, same.stream) == (None, "s", 4096, True)
+
+
+def test_effective_models_and_problems() -> None:
+    from orchestrator.config.providers import ProviderDef, effective_models, model_problem
+
+    open_ = ProviderDef("any", "openai")
+    listed = ProviderDef("listed", "openai", models=("a", "b", "c"))
+    assert effective_models(open_, ()) == ()
+    assert effective_models(open_, ("x",)) == ("x",)
+    assert effective_models(listed, ()) == ("a", "b", "c")
+    assert effective_models(listed, ("c", "a", "z")) == ("a", "c")
+    providers = {"listed": listed, "any": open_}
+    assert model_problem(providers, "offline", "whatever", ()) is None
+    assert model_problem(providers, "nope", "m", ()) == (
+        "unknown provider 'nope'; defined: offline, any, listed (see: orchestrator provider list)"
+    )
+    assert model_problem(providers, "listed", "z", ("z",)) == (
+        "no model is allowed both by provider 'listed' and by this group"
+    )
+    assert model_problem(providers, "listed", "z", ()) == (
+        "model 'z' is not allowed for provider 'listed'; allowed: a, b, c"
+    )
+    assert model_problem(providers, "listed", "b", ("a",)) == (
+        "model 'b' is not allowed for provider 'listed'; allowed: a"
+    )
+    assert model_problem(providers, "listed", "b", ()) is None
+    assert model_problem(providers, "any", "q", ()) is None
+    assert model_problem(providers, "any", "q", ("q", "r")) is None
+    assert model_problem(providers, "any", "s", ("q", "r")) == (
+        "model 's' is not allowed for provider 'any'; allowed: q, r"
+    )
+
+
+def test_provider_key_resolves(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.config.providers import ProviderDef, resolve_key
+
+    monkeypatch.setenv("PK_TEST", "k-1")
+    assert resolve_key(ProviderDef("p", "openai", key_env="PK_TEST"), None) == "k-1"
+    assert resolve_key(ProviderDef("p", "openai"), None) is None
+
+
+def provider(body: str) -> str:
+    return "providers:\n  c:\n" + "".join(f"    {line}\n" for line in body.splitlines())
+
+
+PRICE_HELP = "expected a price per million tokens from 0, such as 3.0"
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (
+            "kind: anthropic",
+            "3: providers.c.kind: an anthropic provider needs key_env or key_secret",
+        ),
+        ("kind: azure", "3: providers.c.kind: got 'azure'; valid values: anthropic, openai"),
+        ("kind: openai\nmax_tokens: 0", "4: providers.c.max_tokens: got 0; expected 1 to 1000000"),
+        (
+            "kind: openai\nmax_tokens: 1000001",
+            "4: providers.c.max_tokens: got 1000001; expected 1 to 1000000",
+        ),
+        (
+            "kind: openai\nbase_url: ftp://x",
+            r"4: providers.c.base_url: 'ftp://x' does not match https?://\S+",
+        ),
+        (
+            "kind: openai\nmodel_info:\n  m:\n    context_tokens: 255",
+            "6: providers.c.model_info.m.context_tokens: got 255; expected a number of tokens "
+            "from 256",
+        ),
+        (
+            "kind: openai\nmodel_info:\n  m:\n    context_tokens: 100000001",
+            "6: providers.c.model_info.m.context_tokens: got 100000001; expected a number of "
+            "tokens from 256",
+        ),
+        (
+            "kind: openai\nmodel_info:\n  m:\n    prices: {input: 1}",
+            "6: providers.c.model_info.m.prices.output: missing; prices need input and output "
+            "(per million tokens, 0 or more)",
+        ),
+        (
+            "kind: openai\nmodel_info:\n  m:\n    prices: {output: 1}",
+            "6: providers.c.model_info.m.prices.input: missing; prices need input and output "
+            "(per million tokens, 0 or more)",
+        ),
+        (
+            "kind: openai\nmodel_info:\n  m:\n    prices: {input: 1, output: true}",
+            f"6: providers.c.model_info.m.prices.output: got True; {PRICE_HELP}",
+        ),
+        (
+            "kind: openai\nmodel_info:\n  m:\n    prices: {input: '1', output: 1}",
+            f"6: providers.c.model_info.m.prices.input: got '1'; {PRICE_HELP}",
+        ),
+        (
+            "kind: openai\nmodel_info:\n  m:\n    prices: {input: -1, output: 1}",
+            f"6: providers.c.model_info.m.prices.input: got -1; {PRICE_HELP}",
+        ),
+        (
+            "kind: openai\nmodel_info:\n  m:\n    prices: "
+            "{input: 1, output: 1, cache_read: 1000000}",
+            f"6: providers.c.model_info.m.prices.cache_read: got 1000000; {PRICE_HELP}",
+        ),
+        (
+            "kind: openai\nmodel_info:\n  m:\n    prices: {input: 1, output: 1, cache_write: -2}",
+            f"6: providers.c.model_info.m.prices.cache_write: got -2; {PRICE_HELP}",
+        ),
+        (
+            "kind: openai\nmodel_info:\n  m:\n    prices: {input: 1, output: 1, x: 1}",
+            "6: providers.c.model_info.m.prices.x: unknown key; valid keys here: cache_read, "
+            "cache_write, input, output",
+        ),
+        (
+            "kind: openai\nmodel_info:\n  ' ':\n    vision: true",
+            "5: providers.c.model_info. : a model's name must be 1-200 characters",
+        ),
+        (
+            "kind: openai\nmodel_info:\n  " + "m" * 201 + ":\n    vision: true",
+            f"5: providers.c.model_info.{'m' * 201}: a model's name must be 1-200 characters",
+        ),
+        (
+            "kind: openai\nmodel_info:\n  m:\n    foo: 1",
+            "6: providers.c.model_info.m.foo: unknown key; valid keys here: context_tokens, "
+            "prices, vision",
+        ),
+        (
+            "kind: openai\nfoo: 1",
+            "4: providers.c.foo: unknown key; valid keys here: base_url, key_env, key_secret, "
+            "kind, max_tokens, model_info, models, stream",
+        ),
+    ],
+)
+def test_provider_errors(home: Path, monkeypatch, body: str, expected: str) -> None:  # type: ignore[no-untyped-def]
+    assert error(home, provider(body), monkeypatch) == f"HOME/orchestrator.yaml:{expected}"
+
+
+def test_provider_model_name_of_200_and_bad_names(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    config = load(home, provider("kind: openai\nmodel_info:\n  " + "m" * 200 + ": {}"), monkeypatch)
+    assert [m for m, _ in config.providers["c"].model_info] == ["m" * 200]
+    assert error(home, "providers:\n  offline:\n    kind: openai\n", monkeypatch) == (
+        "HOME/orchestrator.yaml:2: providers.offline: 'offline' is the embedded provider; pick "
+        "another name"
+    )
+    assert error(home, "providers:\n  C:\n    kind: openai\n", monkeypatch) == (
+        "HOME/orchestrator.yaml:2: providers.C: provider names are 1-40 of a-z, 0-9, '-' and "
+        "'_', starting with a letter or digit"
+    )
