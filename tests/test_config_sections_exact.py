@@ -839,3 +839,73 @@ def test_provider_model_name_of_200_and_bad_names(home: Path, monkeypatch) -> No
         "HOME/orchestrator.yaml:2: providers.C: provider names are 1-40 of a-z, 0-9, '-' and "
         "'_', starting with a letter or digit"
     )
+
+
+def set_concurrency(value: object):  # type: ignore[no-untyped-def]
+    def change(data) -> None:  # type: ignore[no-untyped-def]
+        data["concurrency"] = value
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("text", "written"),
+    [
+        ("", "version: 1\nconcurrency: 3\n"),
+        ("# only a comment", "# only a comment\nversion: 1\nconcurrency: 3\n"),
+        ("# c\n", "# c\nversion: 1\nconcurrency: 3\n"),
+        ("project: a  # keep\n", "project: a  # keep\nconcurrency: 3\n"),
+        ("project: 'a'\nconcurrency: 1  # was\n", "project: 'a'\nconcurrency: 3  # was\n"),
+    ],
+)
+def test_edit_keeps_comments_and_mode(home: Path, monkeypatch, text: str, written: str) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.config.edit import edit_config
+
+    monkeypatch.delenv("ORCHESTRATOR_PROJECT", raising=False)
+    path = home / "orchestrator.yaml"
+    path.write_text(text)
+    path.chmod(0o600)
+    config = edit_config(Home(home), set_concurrency(3))
+    assert config.concurrency == 3
+    assert path.read_text() == written
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_edit_makes_the_file_and_its_folder(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.config.edit import edit_config
+
+    monkeypatch.delenv("ORCHESTRATOR_PROJECT", raising=False)
+    monkeypatch.delenv("ORCHESTRATOR_HTTP_TOKEN", raising=False)
+    root = tmp_path / "new" / "home"
+    config = edit_config(Home(root), set_concurrency(2))
+    path = root / "orchestrator.yaml"
+    assert path.read_text() == "version: 1\nconcurrency: 2\n"
+    assert path.stat().st_mode & 0o777 == 0o644 and config.concurrency == 2
+
+
+def test_edit_that_would_be_invalid_writes_nothing(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.config.edit import edit_config
+
+    monkeypatch.delenv("ORCHESTRATOR_PROJECT", raising=False)
+    path = home / "orchestrator.yaml"
+    path.write_text("concurrency: 1  # mine\n")
+    with pytest.raises(InvalidConfig) as caught:
+        edit_config(Home(home), set_concurrency("many"))
+    assert "concurrency" in str(caught.value) and "'many'" in str(caught.value)
+    assert path.read_text() == "concurrency: 1  # mine\n"
+
+
+def test_edit_refuses_a_file_that_is_not_valid_or_not_a_mapping(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.config.edit import edit_config
+
+    monkeypatch.delenv("ORCHESTRATOR_PROJECT", raising=False)
+    path = home / "orchestrator.yaml"
+    path.write_text("- 1\n")
+    with pytest.raises(InvalidConfig) as caught:
+        edit_config(Home(home), set_concurrency(3))
+    assert str(caught.value).startswith(f"{path}:1: the document must be a mapping")
+    assert path.read_text() == "- 1\n"
+    path.write_text("concurrency: 0\n")
+    with pytest.raises(InvalidConfig):
+        edit_config(Home(home), set_concurrency(3))
+    assert path.read_text() == "concurrency: 0\n"
