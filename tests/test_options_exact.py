@@ -376,3 +376,188 @@ def test_kinds_as_channel_add_shows_them() -> None:
         "orchestrator channel add slack team --bot-token-env SLACK_BOT_TOKEN \\\n"
         "      --app-token-env SLACK_APP_TOKEN"
     )
+
+
+def test_kinds_registry_prefixes_and_loggers() -> None:
+    from orchestrator.config.kinds import (
+        account_kind,
+        account_kinds,
+        kind_loggers,
+        prefix_owner,
+        reserved_prefixes,
+        unproven_sender,
+    )
+
+    assert list(account_kinds()) == ["discord", "email", "matrix", "slack", "telegram"]
+    assert reserved_prefixes() == (
+        "discord:",
+        "email:",
+        "matrix:",
+        "slack:",
+        "telegram:",
+        "operator",
+        "task:",
+        "cli:",
+    )
+    assert kind_loggers() == (
+        "discord",
+        "imapclient",
+        "aiosmtplib",
+        "nio",
+        "aiohttp.client",
+        "slack_sdk",
+        "telegram",
+        "httpx",
+        "httpcore",
+    )
+    own = "a channel of the daemon's own (its Slack accounts, kind slack)"
+    assert [prefix_owner(p) for p in ("slack:", "sl", "slack:x")] == [own, own, own]
+    daemon = "the daemon itself (the operator, scheduled tasks, the command line)"
+    assert [prefix_owner(p) for p in ("operator:", "task:", "cli", "t")] == [daemon] * 3 + [
+        "a channel of the daemon's own (its Telegram accounts, kind telegram)"
+    ]
+    assert prefix_owner("rocketchat:") is None
+    email = unproven_sender("email:a@b.org")
+    assert email is not None and email.name == "email"
+    assert unproven_sender("slack:U1") is None and unproven_sender("rocketchat:1") is None
+    assert account_kind("matrix").name == "matrix"
+    with pytest.raises(InvalidConfig) as caught:
+        account_kind("irc")
+    assert str(caught.value) == (
+        "unknown channel kind 'irc'; valid kinds: discord, email, matrix, slack, telegram"
+    )
+
+
+def test_register_and_unregister_a_kind() -> None:
+    from orchestrator.config.kinds import (
+        NO_OPTIONS,
+        AccountKind,
+        KindOption,
+        account_kinds,
+        register_kind,
+        unregister_kind,
+    )
+
+    kind = AccountKind(
+        name="zz_test",
+        title="ZZ",
+        summary="",
+        options=(KindOption("room_name", "NAME", "a room"),),
+        parse=lambda item: NO_OPTIONS,
+        adapter="x:Y",
+        loggers=("zz",),
+    )
+    assert (kind.prefix, kind.keys, kind.credential_keys) == (
+        "zz_test:",
+        ("room_name",),
+        ("token_env", "token_secret"),
+    )
+    assert kind.options[0].flag == "--room-name"
+    assert (kind.proves_senders, kind.files_out_max_bytes) == (True, 50 * 1024**2)
+    with pytest.raises(ValueError, match=r"kind name 'Bad' must match \[a-z\]"):
+        register_kind(AccountKind("Bad", "", "", (), lambda item: NO_OPTIONS, "x:Y"))
+    register_kind(kind)
+    try:
+        assert account_kinds()["zz_test"] is kind
+        assert list(account_kinds())[-1] == "zz_test"  # in name order
+        copy = account_kinds()
+        copy.pop("zz_test")
+        assert "zz_test" in account_kinds()  # a copy
+    finally:
+        unregister_kind("zz_test")
+    assert "zz_test" not in account_kinds()
+    unregister_kind("zz_test")  # twice: nothing
+
+
+def test_kind_options_base() -> None:
+    from orchestrator.channels.matrix.kind import MatrixOptions
+    from orchestrator.config.kinds import NO_OPTIONS
+
+    assert (NO_OPTIONS.to_dict(), NO_OPTIONS.default_trust, NO_OPTIONS.secrets()) == (
+        {},
+        "member",
+        (),
+    )
+    assert MatrixOptions("h", "u", ("a", "b"), 5).to_dict() == {
+        "homeserver": "h",
+        "user_id": "u",
+        "allow_inviters": ["a", "b"],
+        "attachments_max_bytes": 5,
+    }
+
+
+def test_accounts_helpers() -> None:
+    from orchestrator.config.accounts import account_of_channel, bridge_prefix
+
+    assert account_of_channel("telegram:fam") == "fam"
+    assert account_of_channel("http:x") is None and account_of_channel("telegram") is None
+    assert bridge_prefix("slack:") == "slack-bridge:"
+    assert bridge_prefix("operator:") == "bridge-operator:"
+    assert bridge_prefix("x" * 30 + ":") == "bridge:"
+
+
+def test_http_tokens(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.config.accounts import HttpToken, http_tokens
+
+    monkeypatch.delenv("ORCHESTRATOR_PROJECT", raising=False)
+    monkeypatch.delenv("ORCHESTRATOR_HTTP_TOKEN", raising=False)
+    (home / "orchestrator.yaml").write_text(
+        "http:\n  tokens:\n    rc:\n      token_env: RC_T\n      senders: 'rocketchat:'\n"
+    )
+    tokens = load_config(Home(home)).http_tokens
+    assert tokens == {"rc": HttpToken("rc", "rocketchat:", "RC_T", None)}
+    assert tokens["rc"].token_reference() == "env RC_T"
+    monkeypatch.setenv("RC_T", "a" * 16)
+    assert http_tokens(tokens, None) == ({"a" * 16: tokens["rc"]}, [])
+    monkeypatch.setenv("RC_T", "a" * 15)
+    assert http_tokens(tokens, None) == ({}, ["HTTP token 'rc' is shorter than 16 characters"])
+    monkeypatch.delenv("RC_T")
+    found, problems = http_tokens(tokens, None)
+    assert found == {} and len(problems) == 1 and "HTTP token 'rc'" in problems[0]
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (
+            "rc:\n  token_env: RC\n  senders: 'Rocket:'",
+            "5: http.tokens.rc.senders: got 'Rocket:'; expected a prefix such as 'rocketchat:' "
+            "(lowercase, ending in ':')",
+        ),
+        (
+            "rc:\n  token_env: RC\n  senders: 'slack:'",
+            "5: http.tokens.rc.senders: 'slack:' belongs to a channel of the daemon's own (its "
+            "Slack accounts, kind slack), and a bridge's token may not name those senders; "
+            "rename the bridge's prefix, such as 'slack-bridge:' (the bridge then sends ids "
+            "under it, and group.yaml's creators and members name them so)",
+        ),
+        (
+            "Bad:\n  token_env: RC\n  senders: 'x:'",
+            "3: http.tokens.Bad: token names are 1-40 of a-z, 0-9, '-' and '_', starting with one",
+        ),
+        (
+            "rc:\n  token_env: RC\n  senders: 'x:'\n  foo: 1",
+            "6: http.tokens.rc.foo: unknown key; valid keys here: senders, token_env, token_secret",
+        ),
+    ],
+)
+def test_http_token_errors(home: Path, monkeypatch, body: str, expected: str) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.delenv("ORCHESTRATOR_PROJECT", raising=False)
+    monkeypatch.delenv("ORCHESTRATOR_HTTP_TOKEN", raising=False)
+    text = "http:\n  tokens:\n" + "".join(f"    {line}\n" for line in body.splitlines())
+    (home / "orchestrator.yaml").write_text(text)
+    with pytest.raises(InvalidConfig) as caught:
+        load_config(Home(home))
+    assert str(caught.value).replace(str(home), "HOME") == f"HOME/orchestrator.yaml:{expected}"
+
+
+def test_account_token_and_credential(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.config.accounts import ChannelAccount, account_token
+
+    monkeypatch.setenv("TG_T", "tok")
+    account = ChannelAccount("fam", "telegram", token_env="TG_T")
+    assert account_token(account, None) == "tok"
+    assert ChannelAccount("m", "email").credential == "password"
+    assert ChannelAccount("m", "nosuch").credential == "token"
+    ref = ChannelAccount("m", "email", token_secret="pw").token
+    assert (ref.env_key, ref.secret_key, ref.secret) == ("password_env", "password_secret", "pw")
