@@ -561,3 +561,57 @@ def test_account_token_and_credential(monkeypatch) -> None:  # type: ignore[no-u
     assert ChannelAccount("m", "nosuch").credential == "token"
     ref = ChannelAccount("m", "email", token_secret="pw").token
     assert (ref.env_key, ref.secret_key, ref.secret) == ("password_env", "password_secret", "pw")
+
+
+def test_kinds_help_texts() -> None:
+    """What ``channel add --help`` shows of each kind, word for word."""
+    from orchestrator.channels.discord.kind import KIND as DISCORD
+    from orchestrator.channels.matrix.kind import KIND as MATRIX
+    from orchestrator.channels.slack.kind import KIND as SLACK
+    from orchestrator.channels.telegram.kind import KIND as TELEGRAM
+
+    size = "The largest file stored per message (default 10m; 0 refuses files)."
+    assert [o.help for o in TELEGRAM.options] == [
+        "The app's API base URL, for a self-hosted Telegram Bot API server or a test server "
+        "(default: the app's own).",
+        size,
+    ]
+    assert DISCORD.summary == (
+        "Discord: a bot's token (Developer Portal, Bot); turn on the Message Content intent "
+        "there for channels bound with activation always."
+    )
+    assert [o.help for o in DISCORD.options] == [
+        "The API base URL, for a proxy or a test server (default: Discord's own).",
+        size,
+    ]
+    assert MATRIX.summary == (
+        "Matrix: the bot's user, an access token of it (from logging it in once), its "
+        "homeserver; --allow-inviter names whose invites it accepts."
+    )
+    assert [o.help for o in MATRIX.options] == [
+        "Matrix: the homeserver's base URL.",
+        "Matrix: the bot's user id (@bot:example.org).",
+        "Matrix: a user whose invites the bot accepts (repeatable); other invites get a "
+        "pairing code.",
+        "Matrix: the largest image, file or audio stored per message (default 10m; 0 "
+        "refuses files).",
+    ]
+    assert MATRIX.example == (
+        "orchestrator channel add matrix helper --homeserver https://matrix.example.org \\\n"
+        "      --user-id @helper:example.org --token-env MATRIX_TOKEN --allow-inviter "
+        "@me:example.org"
+    )
+    assert SLACK.summary == (
+        "Slack: an app in Socket Mode: its bot token (xoxb-...) and an app-level token "
+        "(xapp-..., scope connections:write)."
+    )
+    assert [o.help for o in SLACK.options] == [
+        "Slack: read the app-level token (xapp-...) from $VAR.",
+        "Slack: read the app-level token (xapp-...) from entry NAME of the secrets file.",
+        "The Web API's base URL, for a proxy or a test server (default: Slack's own).",
+        size,
+    ]
+    # the largest file the agent may send to a chat of each app
+    assert (TELEGRAM.files_out_max_bytes, MATRIX.files_out_max_bytes) == (50 * 1024**2,) * 2
+    assert (DISCORD.files_out_max_bytes, SLACK.files_out_max_bytes) == (10 * 1024**2, 1024**3)
+    assert all(k.proves_senders and k.advice is None for k in (MATRIX, SLACK))
