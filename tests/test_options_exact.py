@@ -615,3 +615,50 @@ def test_kinds_help_texts() -> None:
     assert (TELEGRAM.files_out_max_bytes, MATRIX.files_out_max_bytes) == (50 * 1024**2,) * 2
     assert (DISCORD.files_out_max_bytes, SLACK.files_out_max_bytes) == (10 * 1024**2, 1024**3)
     assert all(k.proves_senders and k.advice is None for k in (MATRIX, SLACK))
+
+
+class FakePoint:
+    def __init__(self, name: str, value: object) -> None:
+        self.name, self.value, self._value = name, f"pkg:{name}", value
+
+    def load(self) -> object:
+        if isinstance(self._value, Exception):
+            raise self._value
+        return self._value
+
+
+def test_kinds_from_entry_points(monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
+    import importlib.metadata
+    import logging
+
+    from orchestrator.channels.telegram.kind import KIND as TELEGRAM
+    from orchestrator.config import kinds
+    from orchestrator.config.kinds import NO_OPTIONS, AccountKind, account_kinds
+
+    plug = AccountKind("plug", "Plug", "", (), lambda item: NO_OPTIONS, "x:Y")
+    clash = AccountKind("telegram", "Other", "", (), lambda item: NO_OPTIONS, "x:Z")
+    points = [
+        FakePoint("broken", RuntimeError("no module")),
+        FakePoint("notakind", object()),
+        FakePoint("telegram", clash),
+        FakePoint("plug", plug),
+    ]
+    asked = []
+
+    def entry_points(group: str):  # type: ignore[no-untyped-def]
+        asked.append(group)
+        return points
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+    monkeypatch.setattr(kinds, "_found", None)
+    monkeypatch.setattr(kinds, "_merged", None)
+    with caplog.at_level(logging.WARNING, logger="orchestrator.config"):
+        found = account_kinds()
+    assert asked == ["orchestrator.account_kinds"]
+    assert list(found) == ["discord", "email", "matrix", "plug", "slack", "telegram"]
+    assert found["plug"] is plug and found["telegram"] is TELEGRAM  # built-in wins
+    assert [r.getMessage() for r in caplog.records] == [
+        "account kind broken (pkg:broken) could not be loaded: no module"
+    ]
+    account_kinds()
+    assert asked == ["orchestrator.account_kinds"]  # found once
