@@ -662,3 +662,22 @@ def test_kinds_from_entry_points(monkeypatch, caplog) -> None:  # type: ignore[n
     ]
     account_kinds()
     assert asked == ["orchestrator.account_kinds"]  # found once
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        "kind: telegram\ntoken_env: T",
+        "kind: discord\ntoken_env: T",
+        "kind: slack\nbot_token_env: B\napp_token_env: A",
+    ],
+)
+def test_api_url_length_and_zero_size(home: Path, monkeypatch, head: str) -> None:  # type: ignore[no-untyped-def]
+    url = "http://h/" + "a" * 503
+    options = accounts(
+        home, channel(f"{head}\napi_url: {url}\nattachments_max_bytes: 0"), monkeypatch
+    )["fam"].options
+    assert options.api_url.rstrip("/") == url  # type: ignore[attr-defined]
+    assert options.attachments_max_bytes == 0  # type: ignore[attr-defined]
+    message = error(home, channel(f"{head}\napi_url: {url}a"), monkeypatch)
+    assert message.endswith("channels.fam.api_url: is 513 characters; at most 512 allowed")
