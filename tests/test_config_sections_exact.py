@@ -909,3 +909,29 @@ def test_edit_refuses_a_file_that_is_not_valid_or_not_a_mapping(home: Path, monk
     with pytest.raises(InvalidConfig):
         edit_config(Home(home), set_concurrency(3))
     assert path.read_text() == "concurrency: 0\n"
+
+
+def test_runtime_name_lengths(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    config = load(home, "runtime:\n  swarm:\n    network: " + "n" * 63 + "\n", monkeypatch)
+    assert config.runtime.swarm == SwarmSettings(network="n" * 63)
+    message = error(home, "runtime:\n  swarm:\n    network: " + "n" * 64 + "\n", monkeypatch)
+    assert message == (
+        "HOME/orchestrator.yaml:3: runtime.swarm.network: is 64 characters; at most 63 allowed"
+    )
+    daemon = ".".join(["a" * 63] * 4)  # 255 characters, each label valid
+    message = error(home, f"runtime:\n  swarm:\n    daemon: {daemon}\n", monkeypatch)
+    assert message == (
+        "HOME/orchestrator.yaml:3: runtime.swarm.daemon: is 255 characters; at most 253 allowed"
+    )
+
+
+def test_transcription_base_url_length_and_secret_key(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    url = "http://h/" + "a" * 503
+    config = load(home, transcriber(f"kind: openai\nbase_url: {url}\nkey_secret: tk"), monkeypatch)
+    found = config.transcription["c"]
+    assert (found.base_url, found.key.secret, found.key.secret_key) == (url, "tk", "key_secret")
+    assert found.to_dict()["key"] == "secret tk"
+    message = error(home, transcriber(f"kind: openai\nbase_url: {url}a"), monkeypatch)
+    assert message == (
+        "HOME/orchestrator.yaml:4: transcription.c.base_url: is 513 characters; at most 512 allowed"
+    )
