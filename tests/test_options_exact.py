@@ -681,3 +681,12 @@ def test_api_url_length_and_zero_size(home: Path, monkeypatch, head: str) -> Non
     assert options.attachments_max_bytes == 0  # type: ignore[attr-defined]
     message = error(home, channel(f"{head}\napi_url: {url}a"), monkeypatch)
     assert message.endswith("channels.fam.api_url: is 513 characters; at most 512 allowed")
+
+
+def test_sender_rate_keys_each_default(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    only_per = channel("kind: telegram\ntoken_env: T\nsender_rate: {per: 1m}")
+    account = accounts(home, only_per, monkeypatch)["fam"]
+    assert (account.rate_messages, account.rate_seconds) == (20, 60)
+    only_messages = channel("kind: telegram\ntoken_env: T\nsender_rate: {messages: 5}")
+    account = accounts(home, only_messages, monkeypatch)["fam"]
+    assert (account.rate_messages, account.rate_seconds) == (5, 600)
