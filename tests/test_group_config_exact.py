@@ -715,3 +715,107 @@ def test_config_lock_is_a_file_beside_group_yaml(tmp_path: Path) -> None:
         assert (tmp_path / ".group.yaml.lock").exists()
     with config_lock(path):  # released: taken again
         pass
+
+
+def test_a_new_packages_section_lists_every_package_as_json(tmp_path: Path) -> None:
+    path = tmp_path / "group.yaml"
+    path.write_text("name: 'A'\n")
+    set_packages(path, ("jq", "curl"), ("rich", "httpx==0.27.0"))
+    assert path.read_text().endswith(
+        '  debian: ["jq", "curl"]\n  python: ["rich", "httpx==0.27.0"]\n'
+    )
+    set_packages(path, ("jq",), ())
+    assert path.read_text().startswith("name: 'A'\n")  # quotes kept on a rewrite
+
+
+def test_check_mcp_server_refuses_and_writes_nothing(tmp_path: Path) -> None:
+    from orchestrator.groups.config import check_mcp_server
+
+    path = tmp_path / "group.yaml"
+    path.write_text("name: A\n")
+    check_mcp_server(path, "time", {"command": "mcp-server-time"})
+    with pytest.raises(InvalidConfig) as info:
+        check_mcp_server(path, "time", {"command": "x", "env": {"PATH": "/x"}})
+    assert info.value.message.endswith(
+        "mcp.servers.time.env.PATH: is set by the orchestrator and cannot be changed here"
+    )
+    assert path.read_text() == "name: A\n"
+
+
+def test_at_most_64_packages_of_each_kind() -> None:
+    names = ", ".join(f"p{i}" for i in range(64))
+    assert len(parse(f"name: A\npackages: {{debian: [{names}]}}\n").packages.debian) == 64
+    names = ", ".join(f"p{i}" for i in range(65))
+    assert error(f"name: A\npackages: {{python: [{names}]}}\n") == (
+        "/g/group.yaml:2: packages.python: 65 entries; at most 64"
+    )
+
+
+def test_an_empty_max_runs_per_hour_is_refused() -> None:
+    assert error("name: A\ntasks: {max_runs_per_hour: }\n") == (
+        "/g/group.yaml:2: tasks.max_runs_per_hour: got 0; expected 1 to 100000"
+    )
+
+
+def test_an_unknown_purpose_uses_the_chats_model() -> None:
+    config = GroupConfig(name="A", provider="p", model="chat")
+    assert config.model_for("summary") == ModelChoice("p", "chat")
+
+
+def test_to_dict_has_each_key_once() -> None:
+    data = parse("name: A\n").to_dict()
+    assert set(data) == {
+        "name", "provider", "model", "creators", "members", "unknown_senders",
+        "session_mode", "container", "mounts", "skills", "context_budget",
+        "turn_timeout_seconds", "limits", "learned_max_chars", "tasks", "tools",
+        "packages", "mcp", "web", "timezone", "models", "memory", "media",
+    }  # fmt: skip
+    assert data["web"]["trust"] == ["creator"] and data["web"]["ports"] == [80, 443]
+
+
+def test_bad_sections_beside_the_checks_that_read_them_are_each_reported_once() -> None:
+    providers = {"p": provider("p", 100_000, prices=Prices(input=1.0, output=1.0))}
+    message = error(
+        "name: A\nprovider: p\nmodel: m\ncontainer: {pids: 1}\ncontext_budget: x\n"
+        "limits: {max_tokens: 1, cost_per_day: 1}\nweb: {enabled: true}\n"
+        "models: {x: 1}\n",
+        providers,
+    )
+    assert message.startswith("4 problems: ")
+    for key in ("container.pids", "context_budget", "limits.max_tokens", "models.x"):
+        assert f": {key}: " in message, key
+    message = error(f"name: A\nprovider: P\nmodel: {'m' * 201}\n", providers)
+    assert message.startswith("2 problems: ")
+    assert ": provider: 'P' does not match" in message and ": model: is 201" in message
+    only_m = {"p": ProviderDef(name="p", kind="openai", models=("m",))}
+    assert error(f"name: A\nprovider: p\nmodel: {'m' * 201}\n", only_m) == (
+        "/g/group.yaml:3: model: is 201 characters; at most 200 allowed"
+    )
+
+
+def test_the_edits_end_the_file_as_written_and_name_it_in_their_errors(tmp_path: Path) -> None:
+    path = tmp_path / "group.yaml"
+    path.write_text("name: A\n# end  \n")
+    set_option(path, "turn_timeout", "5m")
+    assert path.read_text() == "name: A\n# end  \nturn_timeout: 5m\n"
+    path.write_text("name: A\n# end  \n")
+    set_packages(path, (), ())
+    assert path.read_text().startswith("name: A\n# end  \n\n# Packages")
+    path.write_text("name: A\n# X\n")
+    set_option(path, "turn_timeout", "5m")
+    assert path.read_text() == "name: A\n# X\nturn_timeout: 5m\n"
+    path.write_text("name: A\n# X\n")
+    set_packages(path, (), ())
+    assert path.read_text().startswith("name: A\n# X\n\n# Packages")
+    with pytest.raises(InvalidConfig) as info:
+        set_packages(path, ("Not A Package",), ())
+    assert info.value.message.startswith(f"{path}:")
+    with pytest.raises(InvalidConfig) as info:
+        check_mcp_server_of(path)
+    assert info.value.message.startswith(f"{path}:")
+
+
+def check_mcp_server_of(path: Path) -> None:
+    from orchestrator.groups.config import check_mcp_server
+
+    check_mcp_server(path, "time", {"command": "x", "env": {"PATH": "/x"}})
