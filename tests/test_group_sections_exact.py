@@ -610,3 +610,37 @@ def test_a_cache_that_cannot_be_written_is_not_used(tmp_path: Path) -> None:
     cache.put("a", b"x", 1)
     cache.save()  # quietly not written
     assert cache.get("a", b"x") == 1
+
+
+def test_an_empty_remote_is_named_as_empty() -> None:
+    assert error(f"name: A\n{server('remote: ')}\n") == (
+        "/g/group.yaml:2: mcp.servers.time.remote: must be a non-empty string, got None"
+    )
+
+
+def test_an_env_value_of_1000_characters_passes() -> None:
+    value = "v" * 1000
+    config = parse(f"name: A\n{server(f'command: x, env: {{A: {value}}}')}\n")
+    assert config.mcp.servers[0].env == (("A", "v" * 1000),)
+
+
+def test_an_address_with_one_bracket_is_refused() -> None:
+    assert error("name: A\nweb: {allow_addresses: ['[::1:80']}\n") == (
+        f"/g/group.yaml:2: web.allow_addresses[0]: got '[::1:80'; {ADDRESS}"
+    )
+
+
+def test_the_cache_makes_its_folders(tmp_path: Path) -> None:
+    cache = ParsedYaml(tmp_path / "state")
+    cache.put("a", b"x", 1)
+    cache.save()
+    assert ParsedYaml(tmp_path / "state").get("a", b"x") == 1
+
+
+def test_the_cache_keeps_no_subclass_json_would_make_plain(tmp_path: Path) -> None:
+    class Text(str):
+        pass
+
+    cache = ParsedYaml(tmp_path)
+    cache.put("a", b"x", {"n": Text("t")})
+    assert cache.get("a", b"x") is MISSING
