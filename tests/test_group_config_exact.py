@@ -787,6 +787,9 @@ def test_bad_sections_beside_the_checks_that_read_them_are_each_reported_once() 
     message = error(f"name: A\nprovider: P\nmodel: {'m' * 201}\n", providers)
     assert message.startswith("2 problems: ")
     assert ": provider: 'P' does not match" in message and ": model: is 201" in message
+    assert error("name: A\nprovider: P\nmodel: m\n", providers) == (
+        "/g/group.yaml:2: provider: 'P' does not match [a-z0-9][a-z0-9_-]{0,39}"
+    )
     only_m = {"p": ProviderDef(name="p", kind="openai", models=("m",))}
     assert error(f"name: A\nprovider: p\nmodel: {'m' * 201}\n", only_m) == (
         "/g/group.yaml:3: model: is 201 characters; at most 200 allowed"
