@@ -133,6 +133,12 @@ class MappingReader:
         path = (*self.prefix, key)
         return InvalidConfig(f"{self.doc.where(*path)}: {self._dotted(path)}: {message}")
 
+    def fail_here(self, message: str) -> InvalidConfig:
+        """An error about this mapping as a whole (named by its own key and line)."""
+        return InvalidConfig(
+            f"{self.doc.where(*self.prefix)}: {self._dotted(self.prefix)}: {message}"
+        )
+
     def reject_unknown(self, allowed: Iterable[str]) -> None:
         allowed = sorted(allowed)
         unknown = [k for k in self.data if k not in allowed]

@@ -175,7 +175,7 @@ def test_at_most_16_servers_and_128_pinned_tools() -> None:
     assert len(parse(f"name: A\nmcp: {{servers: {{{sixteen}}}}}\n").mcp.servers) == 16
     tools = ", ".join(f"t{i}: '{HASH}'" for i in range(129))
     message = error(f"name: A\n{server(f'command: x, tools: {{{tools}}}')}\n")
-    assert "mcp.servers.time.tools" in message and ": 129 tools; at most 128" in message
+    assert message == "/g/group.yaml:2: mcp.servers.time.tools: 129 tools; at most 128"
     tools = ", ".join(f"t{i}: '{HASH}'" for i in range(128))
     config = parse(f"name: A\n{server(f'command: x, tools: {{{tools}}}')}\n")
     assert len(config.mcp.servers[0].tools) == 128

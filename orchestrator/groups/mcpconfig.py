@@ -147,7 +147,7 @@ def _env(reader: MappingReader) -> tuple[tuple[str, str], ...]:
 
 def _pins(reader: MappingReader) -> tuple[tuple[str, str], ...]:
     if len(reader.data) > MCP_TOOLS_MAX:
-        raise reader.fail("", f"{len(reader.data)} tools; at most {MCP_TOOLS_MAX}")
+        raise reader.fail_here(f"{len(reader.data)} tools; at most {MCP_TOOLS_MAX}")
     out = []
     for tool, digest in reader.data.items():
         if not isinstance(tool, str) or not MCP_TOOL_NAME.fullmatch(tool):
