@@ -209,7 +209,7 @@ def test_a_call_asks_the_groups_model_at_the_smaller_max_tokens_and_records_it(
         "background",
     )
     assert (first.max_tokens, second.max_tokens) == (200, 300) and name == "m-1"
-    assert 0 < timeout <= group.config.turn_timeout_seconds
+    assert isinstance(timeout, float) and timeout > 0  # what is left of the turn's time
     cost = (900 * 3 + 80 * 15 + 100 * 1 + 20 * 4) / 1e6
     assert rows(usage) == [
         (model.run_id, "fam", "fake", "m-1", "background", NOW, 250.0, 900, 80, "ok", None,
