@@ -104,6 +104,16 @@ def test_print_table_pads_columns_to_their_widest_cell_and_makes_the_header_bold
     assert bold == "\x1b[1mNAME  N\x1b[0m\na     bb\n"
 
 
+def test_print_table_refuses_a_row_with_more_cells_than_headers() -> None:
+    @click.command()
+    def cmd() -> None:
+        output.print_table(["A"], [["x", "y"]])
+
+    result = CliRunner().invoke(cmd)
+    assert isinstance(result.exception, ValueError)
+    assert result.stdout == "A\n"  # the header, then no row cut to fit
+
+
 def test_print_table_cells_are_one_safe_line_each() -> None:
     out, _ = _printed(output.print_table, ["A", "B"], [["x\ny", "\x1b]0;t\x07"]])
     assert out == "A     B\nx\\ny  \\e]0;t\\u{0007}\n"
@@ -150,8 +160,9 @@ def test_a_kind_passes_burst_lines_per_window_then_says_how_many_were_suppressed
     clock: Clock,
 ) -> None:
     limiter = lograte.RateLimitFilter(burst=3, window=10.0)
-    passed = [limiter.filter(_record("fault %s", arg=i)) for i in range(5)]
-    assert passed == [True, True, True, False, False]
+    records = [_record("fault %s", arg=i) for i in range(5)]
+    assert [limiter.filter(r) for r in records] == [True, True, True, False, False]
+    assert [r.getMessage() for r in records[:3]] == ["fault 0", "fault 1", "fault 2"]
     clock.now += 9.999
     assert limiter.filter(_record("fault %s")) is False
     clock.now += 0.001  # the window is over exactly at its length
@@ -175,6 +186,17 @@ def test_the_kind_is_the_logger_and_the_template_not_the_arguments(clock: Clock)
     assert limiter.filter(_record("a %s", "one", 2)) is False
     assert limiter.filter(_record("a %s", "two", 1)) is True
     assert limiter.filter(_record("b %s", "one", 1)) is True
+
+
+def test_old_kinds_are_forgotten_only_past_ten_thousand(clock: Clock) -> None:
+    limiter = lograte.RateLimitFilter(burst=1, window=10.0)
+    for i in range(9_999):
+        limiter.filter(_record(f"old {i}"))
+    clock.now += 10.0  # every old kind's window is over
+    limiter.filter(_record("new"))
+    assert len(limiter._kinds) == 10_000  # at the bound, not past it: nothing forgotten
+    limiter.filter(_record("newer"))
+    assert set(limiter._kinds) == {("x", "new"), ("x", "newer")}
 
 
 def test_the_defaults_are_the_limits(clock: Clock) -> None:
@@ -276,6 +298,20 @@ def test_the_listener_serves_the_registry_on_ipv4_from_a_daemon_thread(
         socket.create_connection(("127.0.0.1", port), timeout=2)
 
 
+def test_close_stops_the_thread_even_when_closing_the_socket_fails() -> None:
+    listener = Listener(_registry_with_one_counter(), "127.0.0.1:0")
+
+    def failing() -> None:
+        raise OSError("bad descriptor")
+
+    listener.server.server_close = failing  # type: ignore[method-assign]
+    try:
+        listener.close()
+        assert not listener.thread.is_alive()
+    finally:
+        listener.server.socket.close()
+
+
 def test_the_listener_takes_an_ipv6_address_in_brackets() -> None:
     listener = Listener(_registry_with_one_counter(), "[::1]:0")
     try:
@@ -285,6 +321,25 @@ def test_the_listener_takes_an_ipv6_address_in_brackets() -> None:
         assert status == 200 and b"probe_total 3.0" in body
     finally:
         listener.close()
+
+
+def test_the_host_loses_only_its_brackets(monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator.metrics import listener as listener_module
+
+    made: list[tuple[tuple[str, int], socket.AddressFamily]] = []
+
+    class Refused(OSError):
+        strerror = "refused here"
+
+    def server(address: tuple[str, int], family: socket.AddressFamily) -> Any:
+        made.append((address, family))
+        raise Refused()
+
+    monkeypatch.setattr(listener_module, "_Server", server)
+    for listen in ("XHOSTX:9100", "[X::1X]:9101"):
+        with pytest.raises(OrchestratorError, match="refused here"):
+            Listener(_registry_with_one_counter(), listen)
+    assert made == [(("XHOSTX", 9100), socket.AF_INET), (("X::1X", 9101), socket.AF_INET6)]
 
 
 def test_an_address_in_use_is_refused_naming_it() -> None:
@@ -304,7 +359,9 @@ def test_a_request_must_arrive_within_the_listeners_timeout() -> None:
     assert LISTENER_MAX_CONNECTIONS == 16
 
 
-def test_a_connection_over_the_cap_is_closed_and_the_held_ones_are_served() -> None:
+def test_a_connection_over_the_cap_is_closed_and_the_held_ones_are_served(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
     listener = Listener(_registry_with_one_counter(), "127.0.0.1:0")
     port = listener.server.server_address[1]
     held = [socket.create_connection(("127.0.0.1", port)) for _ in range(16)]
@@ -325,6 +382,7 @@ def test_a_connection_over_the_cap_is_closed_and_the_held_ones_are_served() -> N
         while listener.server.slots._value != 16 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert listener.server.slots._value == 16
+        assert capfd.readouterr().err == ""  # closed as refused, not as a failed request
     finally:
         for conn in held:
             conn.close()
@@ -380,6 +438,15 @@ class _TurnsOnly:
         ].collect()
 
 
+def _turns_only(metrics: Metrics) -> None:
+    """The registry's scrape-time collector taken out (no store is here to read)."""
+    from orchestrator.metrics.collector import DaemonCollector
+
+    for collector in list(metrics.registry._collector_to_names):
+        if isinstance(collector, DaemonCollector):
+            metrics.registry.unregister(collector)
+
+
 def test_enabled_follows_the_settings_unless_given() -> None:
     on, off = MetricsConfig(enabled=True), MetricsConfig(enabled=False)
     assert Metrics(_watched(on), _NoDB()).enabled is True  # type: ignore[arg-type]
@@ -413,6 +480,23 @@ def test_turn_done_counts_by_group_and_outcome_and_observes_the_duration() -> No
     assert buckets[(("group", OTHER), ("le", "0.25"))] == 1.0
     sums = _samples(metrics, "orchestrator_turn_duration_seconds_sum")
     assert sums == {(("group", "a"),): 3.05, (("group", OTHER),): 0.2}
+
+
+def test_the_turn_series_names_and_help() -> None:
+    metrics = Metrics(_watched(MetricsConfig()), _NoDB())  # type: ignore[arg-type]
+    families = [(f.name, f.type, f.documentation) for f in _TurnsOnly(metrics.registry).collect()]
+    assert families == [
+        (
+            "orchestrator_turns",
+            "counter",
+            "Turns that ended, by group and outcome (delivered, failed, deferred, cancelled).",
+        ),
+        (
+            "orchestrator_turn_duration_seconds",
+            "histogram",
+            "Seconds from a turn's start to its end, by group.",
+        ),
+    ]
 
 
 def test_turn_done_counts_nothing_when_off() -> None:
@@ -469,18 +553,29 @@ def test_start_listens_on_each_address_the_backend_gives_once(
 ) -> None:
     watched = _watched(MetricsConfig(listen="0.0.0.0:0"), hosts=("127.0.0.1", "::1"))
     metrics = Metrics(watched, _NoDB())  # type: ignore[arg-type]
+    _turns_only(metrics)
     try:
         with caplog.at_level(logging.INFO, logger="orchestrator.metrics"):
             metrics.start()
             metrics.start()  # already listening: nothing more
         assert watched.runtime.backend.asked == ["0.0.0.0"]
         assert [listener.listen for listener in metrics.listeners] == ["127.0.0.1:0", "[::1]:0"]
+        metrics.turn_done("fam", "delivered", 1.0)
+        port = metrics.listeners[0].server.server_address[1]
+        _, _, body = _get(f"http://127.0.0.1:{port}/metrics")
+        assert b'orchestrator_turns_total{group="fam",outcome="delivered"} 1.0' in body
         assert [r.getMessage() for r in caplog.records] == [
             "metrics listening on http://0.0.0.0:0/metrics (no token)"
         ]
     finally:
         metrics.stop()
     assert metrics.listeners == []
+
+
+def test_start_gives_the_backend_the_host_without_brackets() -> None:
+    watched = _watched(MetricsConfig(listen="[X::1X]:0"))  # the backend gives no address
+    Metrics(watched, _NoDB()).start()  # type: ignore[arg-type]
+    assert watched.runtime.backend.asked == ["X::1X"]
 
 
 def test_start_strips_the_brackets_of_an_ipv6_listen_address() -> None:
@@ -536,6 +631,12 @@ def test_refresh_frees_removed_groups_fills_by_recent_activity_and_cuts_to_the_l
     assert slots.named == {"new"} and slots.limit == 1
     assert slots.refresh(existing, 4) == set()
     assert slots.named == {"new", "mid", "old", "never"}
+
+
+def test_a_group_never_active_comes_after_any_activity() -> None:
+    slots = GroupSlots(1)
+    slots.refresh({"a": None, "b": 0.5}, 1)
+    assert slots.named == {"b"}
 
 
 def test_refresh_breaks_ties_of_activity_by_name() -> None:
@@ -675,13 +776,15 @@ class Rig:
 @pytest.fixture
 def disk(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """group_disk_usage faked (what a scrape measures, and when), on a stepped clock."""
-    state: dict[str, Any] = {"sizes": {}, "measured": [], "now": 500.0, "step": 0.0}
+    state: dict[str, Any] = {"sizes": {}, "measured": [], "now": 500.0, "step": 0.0, "times": []}
 
     def usage(root: Path, folder: str) -> int:
         state["measured"].append((root, folder))
         return int(state["sizes"].get(folder, 0))
 
     def monotonic() -> float:
+        if state["times"]:  # the clock's next readings, when given
+            state["now"] = state["times"].pop(0)
         state["now"] += state["step"]
         return float(state["now"])
 
@@ -883,6 +986,8 @@ def test_usage_totals_add_the_rows_since_the_last_scrape(disk: dict[str, Any]) -
         _total("a", calls=1, cost=None, currency="USD"),  # and a currency without one
         _total("a", purpose=WEB, model="fetch", outcome="ok", calls=3, input_tokens=99),
         _total("b", purpose=WEB, model="search", outcome="failed", calls=1),
+        _total("a", purpose=WEB, model="fetch", outcome="ok", calls=2),
+        _total("a", calls=0, cost=0.125, currency="EUR"),
     ]
     samples = rig.scrape()
     assert rig.store.asked == [0]
@@ -902,20 +1007,20 @@ def test_usage_totals_add_the_rows_since_the_last_scrape(disk: dict[str, Any]) -
         L(group=OTHER, kind="cache_write", **turn): 0.0,
     }
     assert samples["orchestrator_model_cost_total"] == {
-        L(group="a", currency="EUR", **turn): 0.5,
+        L(group="a", currency="EUR", **turn): 0.625,
         L(group=OTHER, currency="EUR", **turn): 1.25,
     }
     assert samples["orchestrator_web_requests_total"] == {
-        L(group="a", request="fetch", outcome="ok"): 3.0,
+        L(group="a", request="fetch", outcome="ok"): 5.0,
         L(group=OTHER, request="search", outcome="failed"): 1.0,
     }
     rig.store.rows = [_total("a", calls=5, input_tokens=1)]
     again = rig.scrape()
-    assert rig.store.asked == [0, 7]  # after the last row read
+    assert rig.store.asked == [0, 9]  # after the last row read
     assert again["orchestrator_model_calls_total"][L(group="a", outcome="ok", **turn)] == 9.0
     assert again["orchestrator_model_tokens_total"][L(group="a", kind="input", **turn)] == 11.0
     assert (
-        again["orchestrator_web_requests_total"][L(group="a", request="fetch", outcome="ok")] == 3.0
+        again["orchestrator_web_requests_total"][L(group="a", request="fetch", outcome="ok")] == 5.0
     )
 
 
@@ -931,7 +1036,7 @@ def test_usage_series_come_sorted_by_their_labels(disk: dict[str, Any]) -> None:
 
 
 def test_containers_by_state_recreations_and_starts(disk: dict[str, Any]) -> None:
-    rig = Rig(max_groups=2, a=_group(1), b=_group(1), c=_group(1), d=None)
+    rig = Rig(max_groups=2, a=_group(1), b=_group(1), c=_group(1), d=None, e=None)
     rig.activity = {"a": 9.0, "b": 8.0}
     rig.engine.containers = [
         SimpleNamespace(group="a", running=True),
@@ -958,7 +1063,7 @@ def test_containers_by_state_recreations_and_starts(disk: dict[str, Any]) -> Non
         L(group="b", state="absent"): 0.0,
         L(group=OTHER, state="running"): 1.0,
         L(group=OTHER, state="stopped"): 0.0,
-        L(group=OTHER, state="absent"): 1.0,  # d: a folder with no container
+        L(group=OTHER, state="absent"): 2.0,  # d and e: folders with no container
     }
     assert samples["orchestrator_container_recreations_total"] == {
         L(group="a"): 2.0,
@@ -1020,29 +1125,38 @@ def test_disk_is_measured_when_a_minute_old_and_summed_against_the_limits(
 def test_a_scrape_measures_the_oldest_first_for_at_most_two_seconds(
     disk: dict[str, Any],
 ) -> None:
-    rig = Rig(a=_group(1), b=_group(1), c=_group(1), d=_group(1))
+    rig = Rig(d=_group(1), c=_group(1), b=_group(1), a=_group(1))  # listed d first
     disk["sizes"] = {"a": 1, "b": 2, "c": 3, "d": 4}
     disk["step"] = 0.5  # each read of the clock half a second later
     first = rig.scrape()
-    # started at t, then each check and each measure reads the clock: a, b measured
-    assert [f for _, f in disk["measured"]] == ["a", "b"]
+    # started at t, then each check and each measure reads the clock: two measured, in
+    # the listing's order (none was measured before)
+    assert [f for _, f in disk["measured"]] == ["d", "c"]
     assert first["orchestrator_group_disk_bytes"] == {
-        L(group="a"): 1.0,
-        L(group="b"): 2.0,
-        L(group="c"): 0.0,  # not measured yet: nothing, and no limit either
-        L(group="d"): 0.0,
+        L(group="a"): 0.0,  # not measured yet: nothing, and no limit either
+        L(group="b"): 0.0,
+        L(group="c"): 3.0,
+        L(group="d"): 4.0,
         L(group=OTHER): 0.0,
     }
-    assert first["orchestrator_group_disk_limit_bytes"][L(group="c")] == 0.0
-    assert first["orchestrator_group_disk_limit_bytes"][L(group="a")] == 1.0
+    assert first["orchestrator_group_disk_limit_bytes"][L(group="a")] == 0.0
+    assert first["orchestrator_group_disk_limit_bytes"][L(group="d")] == 1.0
     disk["measured"].clear()
     rig.scrape()
-    assert [f for _, f in disk["measured"]] == ["c", "d"]  # never measured: first
+    assert [f for _, f in disk["measured"]] == ["b", "a"]  # never measured: first
     disk["measured"].clear()
     disk["step"] = 0.0
     disk["now"] += 60.0
     rig.scrape()
-    assert [f for _, f in disk["measured"]] == ["a", "b", "c", "d"]  # oldest first
+    assert [f for _, f in disk["measured"]] == ["d", "c", "b", "a"]  # oldest first
+
+
+def test_the_disk_budget_ends_at_two_seconds_exactly(disk: dict[str, Any]) -> None:
+    rig = Rig(a=_group(1), b=_group(1))
+    # the scrape's start, the first check, a's measure, then the second check 2 s on
+    disk["times"] = [100.0, 100.0, 100.0, 102.0]
+    rig.scrape()
+    assert [f for _, f in disk["measured"]] == ["a"]
 
 
 def test_the_disk_of_a_removed_group_is_forgotten(disk: dict[str, Any]) -> None:
