@@ -137,16 +137,42 @@ def test_a_matcher_must_be_a_regular_expression(tmp_path: Path, matcher: Any) ->
 def test_a_timeout_must_be_a_positive_number(tmp_path: Path, timeout: Any) -> None:
     path = _config(tmp_path, {"SessionStart": [{"command": ["a"], "timeout": timeout}]})
     assert (
-        _refusal(path) == f"{path}: SessionStart[0].timeout: must be a positive number of seconds"
+        _refusal(path)
+        == f"{path}: SessionStart[0].timeout: must be a positive number of seconds, at most 3600"
     )
 
 
-def test_the_smallest_positive_timeouts_are_taken(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "timeout", ["NaN", "Infinity", "1e999", "-Infinity", "3600.001", "3601", "1" + "0" * 400]
+)
+def test_a_timeout_that_is_no_finite_number_is_refused_when_read(
+    tmp_path: Path, timeout: str
+) -> None:
+    # JSON as Python reads it takes NaN and Infinity, and a process cannot be waited on
+    # for 1e999 seconds: a hook with such a timeout would fail each fresh context's turn
+    # when it ran, so it is refused with the file (a turn lasts at most an hour)
+    path = tmp_path / "hooks.json"
+    path.write_text(
+        '{"SessionStart": [{"command": ["a"], "timeout": ' + timeout + "}]}", encoding="utf-8"
+    )
+    assert _refusal(path) == (
+        f"{path}: SessionStart[0].timeout: must be a positive number of seconds, at most 3600"
+    )
+
+
+def test_timeouts_from_the_smallest_to_an_hour_are_taken(tmp_path: Path) -> None:
     path = _config(
         tmp_path,
-        {"SessionStart": [{"command": ["a"], "timeout": 1}, {"command": ["b"], "timeout": 1e-9}]},
+        {
+            "SessionStart": [
+                {"command": ["a"], "timeout": 1},
+                {"command": ["b"], "timeout": 1e-9},
+                {"command": ["c"], "timeout": 3600},
+                {"command": ["d"], "timeout": 3599.5},
+            ]
+        },
     )
-    assert [h.timeout for h in load_hooks(path)] == [1.0, 1e-9]
+    assert [h.timeout for h in load_hooks(path)] == [1.0, 1e-9, 3600.0, 3599.5]
 
 
 # -- when a hook runs ---------------------------------------------------------------------
