@@ -453,3 +453,53 @@ def test_a_hook_runs_once_for_each_fresh_context_and_never_on_resume(
     assert sources == ["startup", "compact", "clear"]
     assert say(restarted, "and on").fresh_context is None
     assert sources == ["startup", "compact", "clear"]
+
+
+def test_the_configuration_is_read_as_utf8_whatever_the_locale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _config(tmp_path, {"SessionStart": []})
+    asked: list[Any] = []
+    real = Path.read_text
+
+    def read_text(self: Path, *args: Any, **kwargs: Any) -> str:
+        asked.append((args, kwargs))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    assert load_hooks(path) == []
+    assert asked == [((), {"encoding": "utf-8"})]
+
+
+def test_a_failing_hook_does_not_stop_the_hooks_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import orchestrator.memory.reading as reading
+
+    def broken(source: str, agent_dir: str) -> str:
+        raise ValueError("bad memory")
+
+    monkeypatch.setattr(reading, "session_start_memory", broken)
+    results = iter(
+        [
+            subprocess.TimeoutExpired(["/bin/a"], 1),
+            OSError("cannot start"),
+            subprocess.CompletedProcess(["/bin/c"], 2, "", "no"),
+            subprocess.CompletedProcess(["/bin/d"], 0, "last\n", ""),
+        ]
+    )
+
+    def fake_run(args: Any, **kwargs: Any) -> Any:
+        result = next(results)
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    found = [
+        CommandHook("startup", BUILTIN_MEMORY_HOOK),
+        *(CommandHook("startup", (f"/bin/{n}",)) for n in "abcd"),
+    ]
+    assert run_session_start(found, source="startup", session_id="s", agent_dir=tmp_path) == [
+        "last"
+    ]

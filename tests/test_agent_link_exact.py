@@ -326,6 +326,56 @@ def test_the_forwarder_listens_on_the_egress_port_by_default(
     ]
 
 
+def test_the_forwarders_threads_never_keep_the_runner_alive_and_stop_when_it_closes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    made: list[threading.Thread] = []
+    real = threading.Thread
+
+    def thread(*args: Any, **kwargs: Any) -> threading.Thread:
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(egress.threading, "Thread", thread)
+    port = _free_port()
+    listener = egress.start_forwarder(tmp_path / "absent.sock", port)
+    [accepting] = made
+    assert (accepting.name, accepting.daemon) == ("egress-forwarder", True)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as client:
+        assert _read_all(client).startswith(b"HTTP/1.1 502 Bad Gateway\r\n")
+    assert [t.daemon for t in made] == [True, True]
+    made[1].join(5)
+    listener.shutdown(socket.SHUT_RDWR)
+    listener.close()
+    accepting.join(5)
+    assert not accepting.is_alive()
+
+
+def test_a_connection_pipes_both_ways_on_daemon_threads(
+    monkeypatch: pytest.MonkeyPatch, upstream: tuple[Path, list[bytes]]
+) -> None:
+    path, received = upstream
+    made: list[threading.Thread] = []
+    real = threading.Thread
+
+    def thread(*args: Any, **kwargs: Any) -> threading.Thread:
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(egress.threading, "Thread", thread)
+    client, ours = socket.socketpair()
+    with client:
+        client.sendall(b"hello")
+        client.shutdown(socket.SHUT_WR)
+        serving = real(target=egress._serve, args=(ours, path))
+        serving.start()
+        assert _read_all(client) == b"answer:hello"
+        serving.join(5)
+    assert [t.daemon for t in made] == [True]
+    assert received == [b"hello"]
+    assert ours.fileno() == -1
+
+
 def test_a_pipe_stops_at_an_error_and_half_closes_its_sink() -> None:
     class Source:
         def __init__(self) -> None:
