@@ -5,6 +5,7 @@ failing, silent or long one is handled, and where our own console script is foun
 
 from __future__ import annotations
 
+import codecs
 import json
 import logging
 import subprocess
@@ -468,7 +469,9 @@ def test_the_configuration_is_read_as_utf8_whatever_the_locale(
 
     monkeypatch.setattr(Path, "read_text", read_text)
     assert load_hooks(path) == []
-    assert asked == [((), {"encoding": "utf-8"})]
+    [(args, kwargs)] = asked
+    assert args == () and codecs.lookup(kwargs.pop("encoding")).name == "utf-8"
+    assert kwargs == {}
 
 
 def test_a_failing_hook_does_not_stop_the_hooks_after_it(

@@ -376,6 +376,21 @@ def test_a_connection_pipes_both_ways_on_daemon_threads(
     assert ours.fileno() == -1
 
 
+def test_a_client_gone_before_the_502_is_closed_without_an_error(tmp_path: Path) -> None:
+    class Gone:
+        closed = False
+
+        def sendall(self, data: bytes) -> None:
+            raise BrokenPipeError("gone")
+
+        def close(self) -> None:
+            self.closed = True
+
+    client = Gone()
+    egress._serve(client, tmp_path / "absent.sock")  # type: ignore[arg-type]
+    assert client.closed
+
+
 def test_a_pipe_stops_at_an_error_and_half_closes_its_sink() -> None:
     class Source:
         def __init__(self) -> None:

@@ -122,10 +122,26 @@ def test_the_similarity_edge() -> None:
     assert same_fact(a, "abcdefghijklmnopqrstuWXYZ") is False
 
 
-def test_autojunk_is_off_so_long_repetitive_lines_are_compared_fairly() -> None:
-    a = "a " * 120 + "the end"
-    b = "a " * 120 + "the enD"
+def test_autojunk_is_off_so_long_lines_are_compared_fairly() -> None:
+    # from 200 characters SequenceMatcher's autojunk would ignore every common letter
+    a = (
+        "the meeting with the landlord about the broken heating is moved to the week after "
+        "the holidays and alice will call him first thing tomorrow morning to confirm the "
+        "new date and the time that suits everyone best okay so we can plan the rest of "
+        "the month"
+    )
+    b = "".join("z" if i % 10 == 3 else c for i, c in enumerate(a))
+    assert len(a) == len(b) == 251
     assert same_fact(a, b) is True
+
+
+def test_the_length_ratio_edge_where_the_similarity_alone_would_pass() -> None:
+    a = ("abcdefghij" * 10)[:79]
+    longer = a + "klmnopqrstuvwxyzABCDE"
+    assert (len(a), len(longer)) == (79, 100)
+    # 2 * 79 / 179 is above 0.88, but 79 is under 0.8 of 100: two facts
+    assert same_fact(a, longer) is False
+    assert same_fact(a + "k", longer) is True  # 80: exactly 0.8 of 100
 
 
 # -- a block sorted -------------------------------------------------------------------------------
@@ -181,6 +197,13 @@ def test_a_lone_rule_is_no_front_matter() -> None:
     assert sort_block("a\n---\nb\n---", [], 100) == Sorted(kept=["a", "b"], not_facts=2)
 
 
+def test_empty_front_matter_ends_at_the_second_line() -> None:
+    assert sort_block("---\n---\nfact", [], 100) == Sorted(kept=["fact"], not_facts=2)
+    assert sort_block("---\n---\nfact\n---\nmore", [], 100) == Sorted(
+        kept=["fact", "more"], not_facts=3
+    )
+
+
 def test_known_lines_that_are_no_facts_do_not_count() -> None:
     out = sort_block("is it", ["is it?", "# is it", "[compaction] is it"], 100)
     assert out == Sorted(kept=["is it"])
@@ -195,6 +218,8 @@ def test_attributed() -> None:
     )
     assert attributed("3. x — old source", "new") == "- x — new"
     assert attributed("x", "") == "- x"
+    assert attributed("x   — old", "new") == "- x — new"
+    assert attributed("a — b — c", "new") == "- a — new"
 
 
 def test_describe_source() -> None:
