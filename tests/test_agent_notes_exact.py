@@ -83,6 +83,8 @@ def test_normalize(line: str, expected: str) -> None:
         ("did bob ask? — alice (creator); chat c; 10:00", False),
         ("bob asked — who? (member)", True),
         ("what? yes, it rains", True),
+        ("is it raining?   — alice (creator); chat c; 10:00", False),
+        ("did bob ask? — a — b", False),
     ],
 )
 def test_is_fact(line: str, expected: bool) -> None:
@@ -346,3 +348,23 @@ def test_reported_counts_the_creators_lines_at_the_cap() -> None:
     assert size == len(recent_lines(["\n".join(long)], None, 4000).block)
     assert recent_lines(["\n".join(long)], None, 4000).block.count("\n- ") == shown
     assert notes.RECENT_HEADER == "## Recent notes (today's and yesterday's daily notes)"
+
+
+def test_recent_notes_are_read_as_utf8_whatever_the_locale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import codecs
+
+    (tmp_path / "2026-03-02.md").write_text(_line("today", "alice (creator)", "c"))
+    asked: list[dict[str, object]] = []
+    real = Path.read_text
+
+    def read(self: Path, *args: object, **kwargs: object) -> str:
+        asked.append(dict(kwargs, args=args))
+        return real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "read_text", read)
+    recent_notes(tmp_path, date(2026, 3, 2), "c", 1000)
+    [kwargs] = asked
+    assert codecs.lookup(str(kwargs.pop("encoding"))).name == "utf-8"
+    assert kwargs == {"errors": "replace", "args": ()}
