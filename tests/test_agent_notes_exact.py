@@ -368,3 +368,19 @@ def test_recent_notes_are_read_as_utf8_whatever_the_locale(
     [kwargs] = asked
     assert codecs.lookup(str(kwargs.pop("encoding"))).name == "utf-8"
     assert kwargs == {"errors": "replace", "args": ()}
+
+
+def test_a_line_without_a_source_does_not_end_the_reading() -> None:
+    creator = _line("after", "alice (creator)", "d")
+    found = recent_lines([f"- bare\n# heading\n{creator}"], None, 1000)
+    assert found.block == f"{RECENT_HEADER}\n\n{creator}"
+
+
+def test_the_source_is_everything_after_the_first_attribution() -> None:
+    # a trust in parentheses in the text itself is not the sender's
+    texted = "- met bob (member) — alice (creator); chat d; 10:00"
+    assert recent_lines([texted], None, 1000).block == f"{RECENT_HEADER}\n\n{texted}"
+    two = "- x — alice (creator) — bob (member); chat d; 10:00"
+    assert recent_lines([two], None, 1000) == Recent("", False)
+    tail = "- x — alice (creator); chat d — z"
+    assert recent_lines([tail], None, 1000).block == f"{RECENT_HEADER}\n\n{tail}"
