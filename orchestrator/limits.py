@@ -155,6 +155,9 @@ STREAM_PIECE_SECONDS = 5.0
 TURN_CUT_MARGIN_SECONDS = 1.0
 # A SessionStart hook is stopped after this long unless its config says otherwise.
 DEFAULT_HOOK_TIMEOUT_SECONDS = 10.0
+# and a configured timeout is at most a turn's longest (an hour); a larger one, NaN or
+# Infinity would fail each fresh context's turn when the hook ran
+HOOK_TIMEOUT_MAX_SECONDS = 3600
 HOOK_OUTPUT_MAX_CHARS = 64_000
 # Tool calls one turn may make before the runner stops the loop.
 MAX_TOOL_STEPS_PER_TURN = 12

@@ -29,7 +29,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.limits import DEFAULT_HOOK_TIMEOUT_SECONDS, HOOK_OUTPUT_MAX_CHARS
+from orchestrator.limits import (
+    DEFAULT_HOOK_TIMEOUT_SECONDS,
+    HOOK_OUTPUT_MAX_CHARS,
+    HOOK_TIMEOUT_MAX_SECONDS,
+)
 
 log = logging.getLogger(__name__)
 SHIPPED_HOOKS = Path(__file__).with_name("hooks.json")
@@ -75,8 +79,16 @@ def load_hooks(path: Path | None = None) -> list[CommandHook]:
         except (re.error, TypeError):
             raise HookConfigError(f"{where}.matcher: not a regular expression") from None
         timeout = entry.get("timeout", DEFAULT_HOOK_TIMEOUT_SECONDS)
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
-            raise HookConfigError(f"{where}.timeout: must be a positive number of seconds")
+        # (not 0 < t <= max also refuses NaN and Infinity, which JSON as read here takes)
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not 0 < timeout <= HOOK_TIMEOUT_MAX_SECONDS
+        ):
+            raise HookConfigError(
+                f"{where}.timeout: must be a positive number of seconds,"
+                f" at most {HOOK_TIMEOUT_MAX_SECONDS}"
+            )
         hooks.append(CommandHook(str(matcher), tuple(command), float(timeout)))
     return hooks
 
