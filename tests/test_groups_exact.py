@@ -223,6 +223,48 @@ def test_a_group_yaml_that_goes_away_is_not_served_from_memory(store: GroupStore
     assert store.load("fam") is not group
 
 
+def _cached(home: Path) -> dict[str, object]:
+    import json
+
+    entries: dict[str, object] = json.loads((home / "state/cache/group-yaml.json").read_text())[
+        "entries"
+    ]
+    return entries
+
+
+def test_parsed_files_are_kept_for_other_processes_saved_once_per_listing(
+    store: GroupStore, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.groups.parsed import ParsedYaml
+
+    store.add(GroupConfig(name="a"))
+    assert sorted(_cached(home)) == ["a"]  # a load outside a listing saves at once
+    store.add(GroupConfig(name="b"))
+    store.add(GroupConfig(name="c"))
+    (home / "state/cache/group-yaml.json").unlink()
+    saves: list[bool] = []
+    real = ParsedYaml.save
+
+    def counted(self: ParsedYaml) -> None:
+        saves.append(True)
+        real(self)
+
+    monkeypatch.setattr(ParsedYaml, "save", counted)
+    fresh = GroupStore(Home(home))
+    assert [g.folder for g in fresh.groups()] == ["a", "b", "c"]
+    assert len(saves) == 1 and sorted(_cached(home)) == ["a", "b", "c"]
+    fresh.remove(fresh.load("b"), purge=True)
+    assert sorted(_cached(home)) == ["a", "b", "c"]
+    fresh.listing()  # a folder that is gone is forgotten
+    assert sorted(_cached(home)) == ["a", "c"]
+    config = home / "groups/c/group.yaml"
+    config.write_text(config.read_text().replace('name: "c"', 'name: "sea"'))
+    saves.clear()
+    assert fresh.load("c").config.name == "sea"  # after a listing, a load saves again
+    assert saves == [True]
+    assert _cached(home)["c"][1]["name"] == "sea"  # type: ignore[index]
+
+
 def test_listing_skips_hidden_entries_files_and_links_and_sorts(
     store: GroupStore, home: Path
 ) -> None:
