@@ -492,7 +492,14 @@ def test_the_hint_of_a_missing_archive_shows_the_ten_newest(store: GroupStore, h
 
 
 def test_remove_runtime_dir_goes_without_following_links(store: GroupStore, home: Path) -> None:
-    store.remove_runtime_dir("fam")  # nothing there: nothing to do
+    from orchestrator.memory.search import INDEX_DIR
+
+    index = home / "state" / INDEX_DIR
+    index.mkdir(parents=True)
+    for name in ("fam.sqlite", "fam.sqlite-wal", "fam.lock", "other.sqlite"):
+        (index / name).write_text("x")
+    store.remove_runtime_dir("fam")  # no runtime folder: only the search index goes
+    assert [p.name for p in index.iterdir()] == ["other.sqlite"]
     run = home / "state/run"
     (run / "fam").mkdir(parents=True)
     (run / "fam/escape").symlink_to(home)

@@ -215,6 +215,9 @@ def test_compound_candidates(given: list[str], found: list[str]) -> None:
         ("determine", "term", False),
         ("termtermine", "termine", True),  # the second place where it occurs
         ("abcdef", "xyz", False),
+        ("wortabcwortx", "wort", True),  # the first place holds it, the last does not
+        ("xwortabcwortabcwortq", "wort", True),  # only the middle one holds it
+        ("abcaaaaa", "aaaa", True),  # the next place is one letter on
     ],
 )
 def test_contains_at_boundary(longer: str, word: str, holds: bool) -> None:
