@@ -381,6 +381,38 @@ def test_remove_archives_with_a_stamp_and_a_suffix_when_it_is_taken(
     assert store.removed() == sorted([stamped, *names])
 
 
+def test_the_archive_stamp_is_in_utc_whatever_the_local_zone(
+    store: GroupStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    monkeypatch.setenv("TZ", "Asia/Kolkata")  # UTC+05:30: never the same clock as UTC
+    time.tzset()
+    try:
+        before = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        archived = store.remove(store.add(GroupConfig(name="fam")), purge=False)
+        after = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert archived is not None
+    assert archived.name in (f"fam-{before}", f"fam-{after}")
+
+
+def test_skills_of_a_second_removed_group_go_aside_beside_the_first(
+    store: GroupStore, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    skills = home / "skills-by-group"
+    _freeze(monkeypatch, "20260101T000000Z")
+    for name in ("one", "two"):
+        (skills / name).mkdir(parents=True)
+        store.remove(store.add(GroupConfig(name=name)), purge=False)
+    assert sorted(p.name for p in (skills / ".removed").iterdir()) == [
+        "one-20260101T000000Z",
+        "two-20260101T000000Z",
+    ]
+
+
 def test_remove_refuses_a_folder_that_is_a_link(store: GroupStore, home: Path) -> None:
     group = store.add(GroupConfig(name="fam"))
     moved = home / "elsewhere"
