@@ -393,3 +393,55 @@ def test_a_text_of_no_words_is_a_zero_row(tmp_path: Path) -> None:
     rows = embedder.embed(["", "x"])
     assert rows.tolist() == [[0.0, 0.0], [0.6000000238418579, 0.800000011920929]]
     assert rows.dtype == numpy.float32
+
+
+class _FakeWordLlama:
+    loads: list[dict[str, object]] = []
+
+    @classmethod
+    def load(cls, **kwargs: object) -> str:
+        cls.loads.append(kwargs)
+        return "model"
+
+
+def _fake_wordllama(monkeypatch: pytest.MonkeyPatch, package: Path) -> None:
+    import sys
+    import types
+
+    module = types.ModuleType("wordllama")
+    module.__file__ = str(package / "__init__.py")
+    module.WordLlama = _FakeWordLlama  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "wordllama", module)
+    _FakeWordLlama.loads = []
+
+
+def test_the_model_is_loaded_from_the_cache_with_downloads_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.memory.embeddings import WordLlamaEmbedder
+
+    package = tmp_path / "site/wordllama"
+    (package / "tokenizers").mkdir(parents=True)
+    shipped = package / "tokenizers/l2_supercat_tokenizer_config.json"
+    shipped.write_text('{"a": 1}')
+    _fake_wordllama(monkeypatch, package)
+    cache = tmp_path / "state/embedders/wordllama"
+    embedder = WordLlamaEmbedder(cache)
+    assert embedder._model == "model"
+    assert _FakeWordLlama.loads == [{"cache_dir": cache, "disable_download": True}]
+    assert (cache / "tokenizers/l2_supercat_tokenizer_config.json").read_text() == '{"a": 1}'
+
+
+def test_a_wordllama_without_its_tokenizer_is_unavailable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.memory.embeddings import EmbedderUnavailable, WordLlamaEmbedder
+
+    package = tmp_path / "site/wordllama"
+    (package / "tokenizers/l2_supercat_tokenizer_config.json").mkdir(parents=True)  # no file
+    _fake_wordllama(monkeypatch, package)
+    with pytest.raises(EmbedderUnavailable) as info:
+        WordLlamaEmbedder(tmp_path / "cache")
+    shipped = package / "tokenizers/l2_supercat_tokenizer_config.json"
+    assert str(info.value) == f"wordllama has no tokenizer at {shipped}"
+    assert not (tmp_path / "cache").exists() and _FakeWordLlama.loads == []
