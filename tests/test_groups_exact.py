@@ -622,6 +622,7 @@ MOUNTS = (
     "/dev/sdc1 /srv/my\\040data ext4 rw,noatime 0 0\n"
     "/dev/sdd1 /srvx ext4 ro 0 0\n"
     "/dev/sde1 /four ext4 rw\n"
+    "/dev/sdf1 /mnt/X ext4 ro 0 0\n"
 )
 
 
@@ -648,6 +649,8 @@ def test_the_mount_of_a_path_is_the_longest_that_holds_it() -> None:
     assert mount_options(Path("/srv/my data/g")) == ("/srv/my data", "ext4", {"rw", "noatime"})
     assert mount_options(Path("/srv/my")) == ("/srv", "xfs", {"rw", "prjquota"})
     assert mount_options(Path("/four/g")) == ("/four", "ext4", {"rw"})  # four fields do
+    assert mount_options(Path("/mnt/X/g")) == ("/mnt/X", "ext4", {"ro"})
+    assert mount_options(Path("/mnt/Y")) == ("/", "ext4", {"rw", "relatime"})
 
 
 @pytest.mark.usefixtures("mounts")
@@ -692,6 +695,10 @@ def test_the_real_mount_of_a_folder_is_found(tmp_path: Path) -> None:
 
 
 def test_over_limit_reason_in_mebibytes() -> None:
+    assert over_limit_reason("fam", 1024**3, 1024**3 - 1) == (
+        "group 'fam' is over its disk limit (1024.0 MiB of 1024.0 MiB); it answers again "
+        "once space in its memory, sessions or files is freed"
+    )
     assert over_limit_reason("fam", 1024**2 * 3 // 2, 1024**2) == (
         "group 'fam' is over its disk limit (1.5 MiB of 1.0 MiB); it answers again once "
         "space in its memory, sessions or files is freed"

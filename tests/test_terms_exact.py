@@ -290,6 +290,9 @@ def test_substrings() -> None:
             ["aaaa", "bbbbccccdddd"],
         ),
         ("abc", {"abc"}, []),
+        ("abcdef", {"ab", "cdef"}, []),  # a part has four letters or more
+        ("abcdefgh", {"abcd", "efg", "h"}, []),
+        ("termine", {"termin"}, []),  # one part and an ending is the word, not a cut
     ],
 )
 def test_parts(word: str, known: set[str], cut: list[str]) -> None:
