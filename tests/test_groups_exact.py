@@ -554,6 +554,32 @@ def test_providers_are_read_again_when_the_file_changes(store: GroupStore, home:
     assert again == {} and again is not first
 
 
+LOCAL = "providers:\n  local:\n    kind: openai\n    base_url: http://127.0.0.1:11434/v1\n"
+
+
+def test_a_group_is_checked_against_the_providers_cached_or_parsed(home: Path) -> None:
+    (home / "orchestrator.yaml").write_text(LOCAL + "    models: [llama3.1]\n")
+    group = GroupStore(Home(home)).add(
+        GroupConfig(name="fam", provider="local", model="llama3.1"), folder="fam"
+    )
+    assert group.config.provider == "local"
+    assert GroupStore(Home(home)).load("fam").config.model == "llama3.1"  # from the cache
+    (home / "orchestrator.yaml").write_text(LOCAL + "    models: [other]\n")
+    with pytest.raises(InvalidConfig) as cached:
+        GroupStore(Home(home)).load("fam")  # the cached data is checked all the same
+    assert "llama3.1" in cached.value.message
+    assert cached.value.message.startswith(f"{group.config_file}:")
+    (home / "state/cache/group-yaml.json").unlink()
+    with pytest.raises(InvalidConfig) as parsed:
+        GroupStore(Home(home)).load("fam")
+    assert parsed.value.message == cached.value.message
+
+
+def test_group_yaml_is_written_with_its_letters_as_they_are(store: GroupStore) -> None:
+    group = store.add(GroupConfig(name="Família Silva"))
+    assert 'name: "Família Silva"\n' in group.config_file.read_text(encoding="utf-8")
+
+
 # groups/disk.py
 
 
