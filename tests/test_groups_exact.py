@@ -134,6 +134,12 @@ def test_a_group_knows_its_paths(store: GroupStore, home: Path) -> None:
     assert group.instructions_file.read_bytes() == b""
     assert group.learned_file.read_bytes() == b""
     assert os.stat(root).st_mode & 0o777 == 0o755 & ~_umask()
+    mask = os.umask(0)
+    try:
+        other = store.add(GroupConfig(name="other"))
+    finally:
+        os.umask(mask)
+    assert os.stat(other.path).st_mode & 0o777 == 0o755
     assert store.path_of("fam") == root
 
 
