@@ -58,6 +58,10 @@ def refusal(folder: object) -> tuple[str, str | None]:
         ("a b", "group folder 'a b' has characters outside a-z, 0-9, '-' and '_'"),
         ("a\n", "group folder 'a\\n' has characters outside a-z, 0-9, '-' and '_'"),
         ("a.b", "group folder 'a.b' has characters outside a-z, 0-9, '-' and '_'"),
+        (
+            "a" * 62 + " ",
+            "group folder '" + "a" * 62 + " ' has characters outside a-z, 0-9, '-' and '_'",
+        ),
         ("a" * 63 + "!", "group folder '" + "a" * 63 + "!' is 64 characters long (at most 63)"),
     ],
 )
