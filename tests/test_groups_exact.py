@@ -339,6 +339,30 @@ def test_add_refuses_a_taken_folder_and_a_bad_setting(store: GroupStore, home: P
     assert store.add(GroupConfig(name="Whatever"), folder="chosen").folder == "chosen"
 
 
+def test_a_refused_setting_keeps_its_hint_and_loses_only_the_place_with_a_line(
+    store: GroupStore, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import orchestrator.groups.config as group_config
+
+    where = ["{path}:3: ", "{path}: "]
+
+    def refuse(text: str, path: Path, providers: object) -> None:
+        raise InvalidConfig(where[0].format(path=path) + "model: no", hint="pick another")
+
+    monkeypatch.setattr(group_config, "parse_group_config", refuse)
+    with pytest.raises(InvalidConfig) as info:
+        store.add(GroupConfig(name="fam"))
+    assert (info.value.message, info.value.hint) == (
+        "cannot add the group: model: no",
+        "pick another",
+    )
+    where.pop(0)  # a place without a line is kept as it is
+    with pytest.raises(InvalidConfig) as whole:
+        store.add(GroupConfig(name="fam"))
+    target = home / "groups/fam/group.yaml"
+    assert whole.value.message == f"cannot add the group: {target}: model: no"
+
+
 def test_a_failed_add_reports_the_error_and_leaves_nothing(
     store: GroupStore, home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
