@@ -112,6 +112,20 @@ def test_a_pdf_parse_past_its_limits_is_stopped() -> None:
         extract_text(data, memory_bytes=16 * 1024**2)  # too little to even start pypdf
 
 
+def test_a_pdf_locked_with_a_password_is_named_as_such() -> None:
+    from pypdf import PdfReader, PdfWriter
+
+    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(pdf_with_text(["the secret plan"]))))
+    writer.encrypt(user_password="letmein", owner_password="owner", algorithm="RC4-128")
+    locked = io.BytesIO()
+    writer.write(locked)
+    with pytest.raises(NotAPdf) as refused:
+        extract_text(locked.getvalue())
+    assert str(refused.value) == (
+        "it could not be read as a PDF: the PDF is encrypted with a password"
+    )
+
+
 # lines
 
 
