@@ -151,6 +151,17 @@ def test_the_lines_a_turn_carries() -> None:
         StoredFile(name="../../etc/passwd", mime=None, size=1, kind=IMAGE)
 
 
+def test_a_message_of_the_longest_text_with_a_file_still_fits_a_turn() -> None:
+    from orchestrator.limits import INBOUND_TEXT_MAX_CHARS, MESSAGE_MAX_CHARS
+
+    photo = _stored(IMAGE, "20261130-101500-3fa2c1d9.jpg", mime="image/jpeg")
+    words = "w" * INBOUND_TEXT_MAX_CHARS
+    text, said = compose(words, "@bot " + words, quick_lines([photo]))
+    for composed in (text, said):
+        assert composed is not None and len(composed) <= MESSAGE_MAX_CHARS
+        assert composed.endswith("w\n\n\n[cut: the rest is too long for one message]")
+
+
 # transcription config
 
 
