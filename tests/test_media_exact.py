@@ -84,6 +84,12 @@ def test_an_image_of_exactly_the_pixel_cap_is_shown_and_one_more_pixel_is_refuse
     )
 
 
+def test_an_image_one_pixel_wide_or_high_is_shown() -> None:
+    for size in ((1, 10), (10, 1), (1, 1)):
+        encoded = reencode(_png("RGB", size, (0, 0, 200)))
+        assert (encoded.width, encoded.height) == size
+
+
 @pytest.mark.parametrize("size", [(0, 10), (10, 0), (0, 0)])
 def test_an_image_declaring_no_pixels_is_refused(
     size: tuple[int, int], monkeypatch: pytest.MonkeyPatch
@@ -115,6 +121,17 @@ def test_the_default_cap_is_fifty_megapixels_named_with_thousands_separators() -
     # exactly 50,000,000 declared: past our cap check, it fails only at decoding
     with pytest.raises(ImageRefused, match=r"^it could not be decoded: "):
         reencode(png_declaring(10_000, 5_000))
+
+
+def test_pillows_own_bomb_warning_refuses_past_a_higher_cap() -> None:
+    from tests.mediafiles import png_declaring
+
+    with pytest.raises(ImageRefused) as refused:
+        reencode(png_declaring(10_000, 10_000), max_pixels=10**9)
+    assert str(refused.value) == (
+        "a decompression bomb: Image size (100000000 pixels) exceeds limit of 89478485 "
+        "pixels, could be decompression bomb DOS attack."
+    )
 
 
 def test_refusals_say_why_in_their_own_words() -> None:
@@ -150,6 +167,59 @@ def test_a_large_jpeg_is_bounded_to_the_longest_side() -> None:
     assert (tall.width, tall.height) == (150, 500)
 
 
+@pytest.fixture
+def drafts(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    """The drafts asked of JPEGs (each still made)."""
+    from PIL import JpegImagePlugin
+
+    asked: list[tuple[Any, ...]] = []
+    draft = JpegImagePlugin.JpegImageFile.draft
+
+    def spy(self: Any, mode: Any, size: Any) -> Any:
+        asked.append((mode, size))
+        return draft(self, mode, size)
+
+    monkeypatch.setattr(JpegImagePlugin.JpegImageFile, "draft", spy)
+    return asked
+
+
+def test_a_large_jpeg_is_decoded_at_a_scale_still_as_large_as_shown(
+    drafts: list[tuple[Any, ...]],
+) -> None:
+    from tests.mediafiles import jpeg_with_exif
+
+    reencode(jpeg_with_exif(4000, 3000))
+    assert drafts[0] == ("RGB", (1568, 1176))
+    drafts.clear()
+    reencode(jpeg_with_exif(1000, 3001), max_side=1000)
+    assert drafts[0] == ("RGB", (334, 1000))  # 333.2 up: never smaller than shown
+
+
+def test_a_jpeg_no_larger_than_shown_is_decoded_whole(drafts: list[tuple[Any, ...]]) -> None:
+    from tests.mediafiles import jpeg_with_exif
+
+    reencode(jpeg_with_exif(1568, 1000))
+    reencode(jpeg_with_exif(900, 1000))
+    assert ("RGB", (1568, 1000)) not in drafts and all(d[0] != "RGB" for d in drafts)
+
+
+def test_a_large_image_is_made_smaller_with_lanczos_after_a_reduction_by_3() -> None:
+    from PIL import Image
+
+    source = Image.new("RGB", (1600, 1200))
+    for x in range(0, 1600, 7):  # fine stripes: each way of shrinking shows
+        source.paste((250, 250, 250), (x, 0, x + 3, 1200))
+    out = io.BytesIO()
+    source.save(out, "PNG")
+    encoded = reencode(out.getvalue(), max_side=100)
+    expected = source.copy()
+    expected.thumbnail((100, 100), Image.Resampling.LANCZOS, reducing_gap=3.0)
+    wanted = io.BytesIO()
+    expected.save(wanted, "JPEG", quality=85)
+    assert (encoded.width, encoded.height) == (100, 75)
+    assert encoded.data == wanted.getvalue()
+
+
 def test_an_image_of_exactly_the_longest_side_keeps_its_size() -> None:
     from tests.mediafiles import jpeg_with_exif
 
@@ -183,9 +253,22 @@ def test_transparent_pixels_become_white_and_others_keep_their_colour() -> None:
     assert _near(_pixel(grey_clear), (255, 255, 255))
     grey = reencode(_png("L", (8, 8), 90))
     assert _near(_pixel(grey), (90, 90, 90))
+    grey_keyed = reencode(_png("L", (8, 8), 90, transparency=90))
+    assert _near(_pixel(grey_keyed), (255, 255, 255))
     # a palette image whose colour 0 is marked transparent
     palette = reencode(_png("P", (8, 8), 0, transparency=0))
     assert _near(_pixel(palette), (255, 255, 255))
+
+
+def test_a_palette_image_with_alpha_is_put_on_white(monkeypatch: pytest.MonkeyPatch) -> None:
+    from PIL import Image
+
+    source = Image.new("PA", (8, 8), (0, 0))
+    source.putpalette([200, 0, 0] * 256)
+    monkeypatch.setattr(Image, "open", lambda _data: source)
+    encoded = reencode(b"a PA image")
+    monkeypatch.undo()
+    assert _near(_pixel(encoded), (255, 255, 255))
 
 
 def test_an_animation_shows_its_first_frame() -> None:
