@@ -66,6 +66,19 @@ def test_a_png_with_transparency_becomes_an_opaque_jpeg() -> None:
     assert Image.open(io.BytesIO(encoded.data)).mode == "RGB" and encoded.width == 40
 
 
+def test_a_png_whose_transparency_is_a_colour_key_is_shown_on_white() -> None:
+    from PIL import Image
+
+    # an RGB PNG with a transparent colour (tRNS), as optipng makes of a logo's RGBA
+    logo = Image.new("RGB", (8, 8), (0, 0, 0))
+    logo.paste((200, 0, 0), (0, 0, 4, 8))
+    out = io.BytesIO()
+    logo.save(out, "PNG", transparency=(0, 0, 0))
+    shown = Image.open(io.BytesIO(reencode(out.getvalue()).data))
+    assert all(v >= 250 for v in shown.getpixel((6, 6)))  # the transparent black: white
+    assert shown.getpixel((1, 1))[0] >= 190  # the red kept
+
+
 def test_a_huge_image_and_a_decompression_bomb_are_refused_clearly() -> None:
     with pytest.raises(ImageRefused, match="pixels"):
         reencode(png_declaring(10_000, 6_000))  # 60 MP: over the cap, not a bomb to Pillow
