@@ -66,6 +66,19 @@ def test_a_png_with_transparency_becomes_an_opaque_jpeg() -> None:
     assert Image.open(io.BytesIO(encoded.data)).mode == "RGB" and encoded.width == 40
 
 
+def test_a_png_whose_transparency_is_a_colour_key_is_shown_on_white() -> None:
+    from PIL import Image
+
+    # an RGB PNG with a transparent colour (tRNS), as optipng makes of a logo's RGBA
+    logo = Image.new("RGB", (8, 8), (0, 0, 0))
+    logo.paste((200, 0, 0), (0, 0, 4, 8))
+    out = io.BytesIO()
+    logo.save(out, "PNG", transparency=(0, 0, 0))
+    shown = Image.open(io.BytesIO(reencode(out.getvalue()).data))
+    assert all(v >= 250 for v in shown.getpixel((6, 6)))  # the transparent black: white
+    assert shown.getpixel((1, 1))[0] >= 190  # the red kept
+
+
 def test_a_huge_image_and_a_decompression_bomb_are_refused_clearly() -> None:
     with pytest.raises(ImageRefused, match="pixels"):
         reencode(png_declaring(10_000, 6_000))  # 60 MP: over the cap, not a bomb to Pillow
@@ -112,6 +125,20 @@ def test_a_pdf_parse_past_its_limits_is_stopped() -> None:
         extract_text(data, memory_bytes=16 * 1024**2)  # too little to even start pypdf
 
 
+def test_a_pdf_locked_with_a_password_is_named_as_such() -> None:
+    from pypdf import PdfReader, PdfWriter
+
+    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(pdf_with_text(["the secret plan"]))))
+    writer.encrypt(user_password="letmein", owner_password="owner", algorithm="RC4-128")
+    locked = io.BytesIO()
+    writer.write(locked)
+    with pytest.raises(NotAPdf) as refused:
+        extract_text(locked.getvalue())
+    assert str(refused.value) == (
+        "it could not be read as a PDF: the PDF is encrypted with a password"
+    )
+
+
 # lines
 
 
@@ -135,6 +162,17 @@ def test_the_lines_a_turn_carries() -> None:
     assert len(text) <= 32_000 and text.endswith("too long for one message]") and said is None
     with pytest.raises(ValueError, match="inbox_name"):
         StoredFile(name="../../etc/passwd", mime=None, size=1, kind=IMAGE)
+
+
+def test_a_message_of_the_longest_text_with_a_file_still_fits_a_turn() -> None:
+    from orchestrator.limits import INBOUND_TEXT_MAX_CHARS, MESSAGE_MAX_CHARS
+
+    photo = _stored(IMAGE, "20261130-101500-3fa2c1d9.jpg", mime="image/jpeg")
+    words = "w" * INBOUND_TEXT_MAX_CHARS
+    text, said = compose(words, "@bot " + words, quick_lines([photo]))
+    for composed in (text, said):
+        assert composed is not None and len(composed) <= MESSAGE_MAX_CHARS
+        assert composed.endswith("w\n\n\n[cut: the rest is too long for one message]")
 
 
 # transcription config

@@ -71,14 +71,13 @@ def reencode(
                 source.draft("RGB", (math.ceil(width * scale), math.ceil(height * scale)))
             image = ImageOps.exif_transpose(source)  # upright as shown, then EXIF dropped
             image.thumbnail((max_side, max_side), Image.Resampling.LANCZOS, reducing_gap=3.0)
-            if image.mode != "RGB":
-                if image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info:
-                    rgba = image.convert("RGBA")
-                    flat = Image.new("RGB", rgba.size, (255, 255, 255))
-                    flat.paste(rgba, mask=rgba.getchannel("A"))
-                    image = flat
-                else:
-                    image = image.convert("RGB")
+            if image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info:
+                rgba = image.convert("RGBA")  # an RGB image's colour key is transparency too
+                flat = Image.new("RGB", rgba.size, (255, 255, 255))
+                flat.paste(rgba, mask=rgba.getchannel("A"))
+                image = flat
+            elif image.mode != "RGB":
+                image = image.convert("RGB")
             out = io.BytesIO()
             # a new image from the pixels alone: nothing of the source's info is carried
             clean = Image.frombytes("RGB", image.size, image.tobytes())

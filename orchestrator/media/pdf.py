@@ -99,10 +99,12 @@ def _child(argv: list[str]) -> int:
     data = sys.stdin.buffer.read()
     reader = PdfReader(io.BytesIO(data), strict=False)
     if reader.is_encrypted:
-        try:
-            reader.decrypt("")  # an owner password only: readable without one
+        try:  # an owner password only: readable without one
+            readable = bool(reader.decrypt(""))  # PasswordType.NOT_DECRYPTED is 0
         except Exception:
-            raise SystemExit("the PDF is encrypted with a password") from None
+            readable = False
+        if not readable:
+            raise SystemExit("the PDF is encrypted with a password")
     total = len(reader.pages)
     parts: list[str] = []
     size = 0

@@ -44,14 +44,21 @@ def quick_lines(media: Sequence[StoredFile]) -> list[str]:
 
 
 def compose(text: str, said: str | None, lines: Sequence[str]) -> tuple[str, str | None]:
-    """(the turn's text, what was said) with the files' lines after the words, cut to
-    the turn's size (a transcript too long for it is cut, and says so)."""
+    """(the turn's text, what was said) with the files' lines after the words, each at
+    most the turn's size (lines too long for it are cut, and say so; words that leave no
+    room for that notice are cut to make it)."""
     block = "\n\n".join(lines)
-    room = MESSAGE_MAX_CHARS - len(text) - 2
+    return _with_lines(text, block), None if said is None else _with_lines(said, block)
+
+
+def _with_lines(words: str, block: str) -> str:
+    if not block:
+        return words
+    room = MESSAGE_MAX_CHARS - len(words) - 2
     if len(block) > room:
         notice = "\n[cut: the rest is too long for one message]"
-        block = block[: max(room - len(notice), 0)] + notice
-    return (
-        f"{text}\n\n{block}".strip() if block else text,
-        (f"{said}\n\n{block}".strip() if block else said) if said is not None else None,
-    )
+        if room < len(notice):
+            words = words[: MESSAGE_MAX_CHARS - 2 - len(notice)]
+            room = len(notice)
+        block = block[: room - len(notice)] + notice
+    return f"{words}\n\n{block}".strip()
