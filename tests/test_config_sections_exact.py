@@ -935,3 +935,48 @@ def test_transcription_base_url_length_and_secret_key(home: Path, monkeypatch) -
     assert message == (
         "HOME/orchestrator.yaml:4: transcription.c.base_url: is 513 characters; at most 512 allowed"
     )
+
+
+def test_keys_read_from_the_secrets_file_and_the_owner_of_a_missing_one(
+    home: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.errors import OrchestratorError
+
+    monkeypatch.delenv("NO_KEY", raising=False)
+    config = load(
+        home,
+        "web_search:\n  b:\n    kind: brave\n    key_secret: bk\n"
+        "  e:\n    kind: brave\n    key_env: NO_KEY\n"
+        "transcription:\n  t:\n    kind: openai\n    key_secret: tk\n"
+        "  e:\n    kind: openai\n    key_env: NO_KEY\n"
+        "mcp_servers:\n  m:\n    url: http://h\n    headers:\n      X-Key: {env: NO_KEY}\n",
+        monkeypatch,
+    )
+    secrets = home / "secrets.yaml"
+    secrets.write_text("bk: brave-1\ntk: whisper-1\n")
+    secrets.chmod(0o600)
+    assert config.web_search["b"].resolve_key(secrets) == "brave-1"
+    assert config.transcription["t"].resolve_key(secrets) == "whisper-1"
+    missing = [
+        (lambda: config.web_search["e"].resolve_key(secrets), "web_search.e"),
+        (lambda: config.transcription["e"].resolve_key(secrets), "transcription.e"),
+        (lambda: config.mcp_servers["m"].resolve_headers(secrets), "mcp_servers.m.headers.X-Key"),
+    ]
+    for call, owner in missing:
+        with pytest.raises(OrchestratorError) as caught:
+            call()
+        assert caught.value.message == f"{owner}: environment variable NO_KEY is not set"
+
+
+def test_mcp_server_url_and_group_lengths(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    url = "https://h/" + "u" * 1990
+    group = "g" * 63
+    text = f"mcp_servers:\n  t:\n    url: {url}\n    groups: [{group}]\n"
+    server = load(home, text, monkeypatch).mcp_servers["t"]
+    assert (server.url, server.groups) == (url, (group,))
+    assert error(home, text.replace(url, url + "u"), monkeypatch) == (
+        "HOME/orchestrator.yaml:3: mcp_servers.t.url: is 2001 characters; at most 2000 allowed"
+    )
+    assert error(home, text.replace(group, group + "g"), monkeypatch).startswith(
+        "HOME/orchestrator.yaml:4: mcp_servers.t.groups[0]: must be 1..63 characters, got 'ggg"
+    )
