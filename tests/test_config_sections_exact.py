@@ -728,10 +728,15 @@ def test_effective_models_and_problems() -> None:
 
 def test_provider_key_resolves(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from orchestrator.config.providers import ProviderDef, resolve_key
+    from orchestrator.errors import OrchestratorError
 
     monkeypatch.setenv("PK_TEST", "k-1")
     assert resolve_key(ProviderDef("p", "openai", key_env="PK_TEST"), None) == "k-1"
     assert resolve_key(ProviderDef("p", "openai"), None) is None
+    monkeypatch.delenv("PK_TEST")
+    with pytest.raises(OrchestratorError) as caught:
+        resolve_key(ProviderDef("p", "openai", key_env="PK_TEST"), None)
+    assert caught.value.message == "provider 'p': environment variable PK_TEST is not set"
 
 
 def provider(body: str) -> str:
@@ -980,3 +985,41 @@ def test_mcp_server_url_and_group_lengths(home: Path, monkeypatch) -> None:  # t
     assert error(home, text.replace(group, group + "g"), monkeypatch).startswith(
         "HOME/orchestrator.yaml:4: mcp_servers.t.groups[0]: must be 1..63 characters, got 'ggg"
     )
+
+
+def test_transcriber_kind_is_required_and_local_threads_default_to_2(
+    home: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    assert error(home, transcriber("model: m"), monkeypatch) == (
+        "HOME/orchestrator.yaml:2: transcription.c.kind: is required"
+    )
+    here = load(home, transcriber("kind: local\nmodel_dir: /m"), monkeypatch).transcription["c"]
+    assert here.threads == 2
+
+
+def test_transcriber_model_and_model_dir_lengths(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    model, folder = "m" * 100, "/" + "d" * 4095
+    cloud = load(home, transcriber(f"kind: openai\nmodel: {model}"), monkeypatch)
+    assert cloud.transcription["c"].model == model
+    here = load(home, transcriber(f"kind: local\nmodel_dir: {folder}"), monkeypatch)
+    assert here.transcription["c"].model_dir == Path(folder)
+    assert error(home, transcriber(f"kind: openai\nmodel: {model}m"), monkeypatch) == (
+        "HOME/orchestrator.yaml:4: transcription.c.model: is 101 characters; at most 100 allowed"
+    )
+    assert error(home, transcriber(f"kind: local\nmodel_dir: {folder}d"), monkeypatch) == (
+        "HOME/orchestrator.yaml:4: transcription.c.model_dir: is 4097 characters; "
+        "at most 4096 allowed"
+    )
+
+
+def test_edit_makes_the_home_folder_when_the_state_is_elsewhere(
+    tmp_path: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.config.edit import edit_config
+
+    monkeypatch.delenv("ORCHESTRATOR_PROJECT", raising=False)
+    monkeypatch.delenv("ORCHESTRATOR_HTTP_TOKEN", raising=False)
+    monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path / "state"))
+    root = tmp_path / "new" / "home"
+    assert edit_config(Home(root), set_concurrency(2)).concurrency == 2
+    assert (root / "orchestrator.yaml").read_text() == "version: 1\nconcurrency: 2\n"

@@ -825,3 +825,31 @@ def test_with_no_kind_at_all_the_error_says_none(monkeypatch) -> None:  # type: 
     with pytest.raises(InvalidConfig) as caught:
         kinds.account_kind("irc")
     assert str(caught.value) == "unknown channel kind 'irc'; valid kinds: none"
+
+
+def test_an_account_without_a_kind(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    assert error(home, channel("token_env: T"), monkeypatch) == (
+        "HOME/orchestrator.yaml:2: channels.fam.kind: is required"
+    )
+
+
+def test_kinds_are_looked_for_only_in_the_folders_of_packages(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import importlib.metadata
+    import pkgutil
+    from types import SimpleNamespace
+
+    from orchestrator.config import kinds
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [])
+    monkeypatch.setattr(kinds, "BUILT_IN_PACKAGE", "no_such_package_of_kinds")
+    assert kinds._discover() == {}
+    monkeypatch.undo()
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [])
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "kind.py").write_text("KIND = None\n")
+    found = [
+        pkgutil.ModuleInfo(SimpleNamespace(), "zipped", True),  # a finder with no folder
+        pkgutil.ModuleInfo(SimpleNamespace(path=str(tmp_path)), "plain", False),  # a module
+    ]
+    monkeypatch.setattr(pkgutil, "iter_modules", lambda places: found)
+    assert kinds._discover() == {}
