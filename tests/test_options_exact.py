@@ -748,12 +748,12 @@ def test_http_token_senders_length_and_secret(home: Path, monkeypatch) -> None: 
     )
 
 
-def test_a_bridge_prefix_of_up_to_31_characters_is_offered() -> None:
+def test_a_bridge_prefix_is_offered_up_to_the_32_characters_senders_takes() -> None:
     from orchestrator.config.accounts import bridge_prefix
 
-    taken = "operator" + "o" * 15 + ":"
+    taken = "operator" + "o" * 16 + ":"
     assert bridge_prefix(taken) == "bridge-" + taken
-    assert len(bridge_prefix(taken)) == 31
+    assert len(bridge_prefix(taken)) == 32
     assert bridge_prefix("o" + taken) == "bridge:"
 
 
