@@ -1023,3 +1023,19 @@ def test_edit_makes_the_home_folder_when_the_state_is_elsewhere(
     root = tmp_path / "new" / "home"
     assert edit_config(Home(root), set_concurrency(2)).concurrency == 2
     assert (root / "orchestrator.yaml").read_text() == "version: 1\nconcurrency: 2\n"
+
+
+def test_provider_kind_is_required_and_base_url_and_model_lengths(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    assert error(home, provider("base_url: http://h"), monkeypatch) == (
+        "HOME/orchestrator.yaml:2: providers.c.kind: is required"
+    )
+    url, model = "http://h/" + "u" * 503, "m" * 200
+    text = provider(f"kind: openai\nbase_url: {url}\nmodels: [{model}]")
+    defined = load(home, text, monkeypatch).providers["c"]
+    assert (defined.base_url, defined.models) == (url, (model,))
+    assert error(home, text.replace(url, url + "u"), monkeypatch) == (
+        "HOME/orchestrator.yaml:4: providers.c.base_url: is 513 characters; at most 512 allowed"
+    )
+    assert error(home, text.replace(f"[{model}", f"[{model}m"), monkeypatch).startswith(
+        "HOME/orchestrator.yaml:5: providers.c.models[0]: must be 1..200 characters, got 'mmm"
+    )
