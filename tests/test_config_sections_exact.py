@@ -728,10 +728,15 @@ def test_effective_models_and_problems() -> None:
 
 def test_provider_key_resolves(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from orchestrator.config.providers import ProviderDef, resolve_key
+    from orchestrator.errors import OrchestratorError
 
     monkeypatch.setenv("PK_TEST", "k-1")
     assert resolve_key(ProviderDef("p", "openai", key_env="PK_TEST"), None) == "k-1"
     assert resolve_key(ProviderDef("p", "openai"), None) is None
+    monkeypatch.delenv("PK_TEST")
+    with pytest.raises(OrchestratorError) as caught:
+        resolve_key(ProviderDef("p", "openai", key_env="PK_TEST"), None)
+    assert caught.value.message == "provider 'p': environment variable PK_TEST is not set"
 
 
 def provider(body: str) -> str:
@@ -934,4 +939,103 @@ def test_transcription_base_url_length_and_secret_key(home: Path, monkeypatch) -
     message = error(home, transcriber(f"kind: openai\nbase_url: {url}a"), monkeypatch)
     assert message == (
         "HOME/orchestrator.yaml:4: transcription.c.base_url: is 513 characters; at most 512 allowed"
+    )
+
+
+def test_keys_read_from_the_secrets_file_and_the_owner_of_a_missing_one(
+    home: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.errors import OrchestratorError
+
+    monkeypatch.delenv("NO_KEY", raising=False)
+    config = load(
+        home,
+        "web_search:\n  b:\n    kind: brave\n    key_secret: bk\n"
+        "  e:\n    kind: brave\n    key_env: NO_KEY\n"
+        "transcription:\n  t:\n    kind: openai\n    key_secret: tk\n"
+        "  e:\n    kind: openai\n    key_env: NO_KEY\n"
+        "mcp_servers:\n  m:\n    url: http://h\n    headers:\n      X-Key: {env: NO_KEY}\n",
+        monkeypatch,
+    )
+    secrets = home / "secrets.yaml"
+    secrets.write_text("bk: brave-1\ntk: whisper-1\n")
+    secrets.chmod(0o600)
+    assert config.web_search["b"].resolve_key(secrets) == "brave-1"
+    assert config.transcription["t"].resolve_key(secrets) == "whisper-1"
+    missing = [
+        (lambda: config.web_search["e"].resolve_key(secrets), "web_search.e"),
+        (lambda: config.transcription["e"].resolve_key(secrets), "transcription.e"),
+        (lambda: config.mcp_servers["m"].resolve_headers(secrets), "mcp_servers.m.headers.X-Key"),
+    ]
+    for call, owner in missing:
+        with pytest.raises(OrchestratorError) as caught:
+            call()
+        assert caught.value.message == f"{owner}: environment variable NO_KEY is not set"
+
+
+def test_mcp_server_url_and_group_lengths(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    url = "https://h/" + "u" * 1990
+    group = "g" * 63
+    text = f"mcp_servers:\n  t:\n    url: {url}\n    groups: [{group}]\n"
+    server = load(home, text, monkeypatch).mcp_servers["t"]
+    assert (server.url, server.groups) == (url, (group,))
+    assert error(home, text.replace(url, url + "u"), monkeypatch) == (
+        "HOME/orchestrator.yaml:3: mcp_servers.t.url: is 2001 characters; at most 2000 allowed"
+    )
+    assert error(home, text.replace(group, group + "g"), monkeypatch).startswith(
+        "HOME/orchestrator.yaml:4: mcp_servers.t.groups[0]: must be 1..63 characters, got 'ggg"
+    )
+
+
+def test_transcriber_kind_is_required_and_local_threads_default_to_2(
+    home: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    assert error(home, transcriber("model: m"), monkeypatch) == (
+        "HOME/orchestrator.yaml:2: transcription.c.kind: is required"
+    )
+    here = load(home, transcriber("kind: local\nmodel_dir: /m"), monkeypatch).transcription["c"]
+    assert here.threads == 2
+
+
+def test_transcriber_model_and_model_dir_lengths(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    model, folder = "m" * 100, "/" + "d" * 4095
+    cloud = load(home, transcriber(f"kind: openai\nmodel: {model}"), monkeypatch)
+    assert cloud.transcription["c"].model == model
+    here = load(home, transcriber(f"kind: local\nmodel_dir: {folder}"), monkeypatch)
+    assert here.transcription["c"].model_dir == Path(folder)
+    assert error(home, transcriber(f"kind: openai\nmodel: {model}m"), monkeypatch) == (
+        "HOME/orchestrator.yaml:4: transcription.c.model: is 101 characters; at most 100 allowed"
+    )
+    assert error(home, transcriber(f"kind: local\nmodel_dir: {folder}d"), monkeypatch) == (
+        "HOME/orchestrator.yaml:4: transcription.c.model_dir: is 4097 characters; "
+        "at most 4096 allowed"
+    )
+
+
+def test_edit_makes_the_home_folder_when_the_state_is_elsewhere(
+    tmp_path: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.config.edit import edit_config
+
+    monkeypatch.delenv("ORCHESTRATOR_PROJECT", raising=False)
+    monkeypatch.delenv("ORCHESTRATOR_HTTP_TOKEN", raising=False)
+    monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path / "state"))
+    root = tmp_path / "new" / "home"
+    assert edit_config(Home(root), set_concurrency(2)).concurrency == 2
+    assert (root / "orchestrator.yaml").read_text() == "version: 1\nconcurrency: 2\n"
+
+
+def test_provider_kind_is_required_and_base_url_and_model_lengths(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    assert error(home, provider("base_url: http://h"), monkeypatch) == (
+        "HOME/orchestrator.yaml:2: providers.c.kind: is required"
+    )
+    url, model = "http://h/" + "u" * 503, "m" * 200
+    text = provider(f"kind: openai\nbase_url: {url}\nmodels: [{model}]")
+    defined = load(home, text, monkeypatch).providers["c"]
+    assert (defined.base_url, defined.models) == (url, (model,))
+    assert error(home, text.replace(url, url + "u"), monkeypatch) == (
+        "HOME/orchestrator.yaml:4: providers.c.base_url: is 513 characters; at most 512 allowed"
+    )
+    assert error(home, text.replace(f"[{model}", f"[{model}m"), monkeypatch).startswith(
+        "HOME/orchestrator.yaml:5: providers.c.models[0]: must be 1..200 characters, got 'mmm"
     )

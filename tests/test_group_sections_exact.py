@@ -11,14 +11,12 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config.providers import ProviderDef
-from orchestrator.errors import InvalidConfig
-from orchestrator.groups.config import GroupConfig, parse_group_config
 from orchestrator.groups.mcpconfig import McpServer, McpSettings
 from orchestrator.groups.modelsconfig import ModelChoice, PurposeModels
 from orchestrator.groups.parsed import MISSING, ParsedYaml
 from orchestrator.groups.webconfig import WebSettings
+from tests.test_group_config_exact import error, parse
 
-P = Path("/g/group.yaml")
 HASH = "0123456789abcdef"
 SERVER_NAME = (
     "expected a server name of 1-32 lowercase letters, digits and hyphens, starting with a "
@@ -26,16 +24,6 @@ SERVER_NAME = (
 )
 HOST = "expected a host name (example.org) or a pattern of its subdomains (*.example.org)"
 ADDRESS = "expected HOST:PORT, such as 127.0.0.1:8080 or [::1]:8080"
-
-
-def parse(text: str, providers: dict[str, ProviderDef] | None = None) -> GroupConfig:
-    return parse_group_config(text, P, providers)
-
-
-def error(text: str, providers: dict[str, ProviderDef] | None = None) -> str:
-    with pytest.raises(InvalidConfig) as info:
-        parse(text, providers)
-    return info.value.message
 
 
 def server(body: str) -> str:

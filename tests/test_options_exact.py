@@ -690,3 +690,166 @@ def test_sender_rate_keys_each_default(home: Path, monkeypatch) -> None:  # type
     only_messages = channel("kind: telegram\ntoken_env: T\nsender_rate: {messages: 5}")
     account = accounts(home, only_messages, monkeypatch)["fam"]
     assert (account.rate_messages, account.rate_seconds) == (5, 600)
+
+
+def test_an_address_keeps_what_ends_it_but_its_slashes(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    heads = {
+        "telegram": "kind: telegram\ntoken_env: T\napi_url",
+        "discord": "kind: discord\ntoken_env: T\napi_url",
+        "slack": "kind: slack\nbot_token_env: B\napp_token_env: A\napi_url",
+    }
+    for kind, head in heads.items():
+        options = accounts(home, channel(f"{head}: http://h.example/X//"), monkeypatch)["fam"]
+        assert options.to_dict()["api_url"] == (
+            "http://h.example/X/" if kind == "slack" else "http://h.example/X"
+        ), kind
+    matrix = channel(
+        "kind: matrix\ntoken_env: T\nhomeserver: https://m.example/X//\nuser_id: '@h:e.org'"
+    )
+    assert accounts(home, matrix, monkeypatch)["fam"].to_dict()["homeserver"] == (
+        "https://m.example/X"
+    )
+
+
+def test_matrix_homeserver_and_user_id_lengths(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    homeserver = "https://m.example/" + "a" * 494
+    user_id = "@" + "u" * 246 + ":e.org"
+    assert (len(homeserver), len(user_id)) == (512, 253)
+    user_id += "ab"
+    text = channel(
+        f"kind: matrix\ntoken_env: T\nhomeserver: {homeserver}\nuser_id: '{user_id}'\n"
+        f"allow_inviters: ['{user_id}']"
+    )
+    options = accounts(home, text, monkeypatch)["fam"].to_dict()
+    assert (options["homeserver"], options["user_id"]) == (homeserver, user_id)
+    assert options["allow_inviters"] == [user_id]
+    message = error(home, text.replace(f"['{user_id}", f"['{user_id}g"), monkeypatch)
+    assert "channels.fam.allow_inviters[0]: must be 1..255 characters, got '@uuu" in message
+    message = error(home, text.replace(homeserver, homeserver + "a"), monkeypatch)
+    assert message.endswith("channels.fam.homeserver: is 513 characters; at most 512 allowed")
+    message = error(home, text.replace(f"'{user_id}'\n", f"'{user_id}g'\n"), monkeypatch)
+    assert message.endswith("channels.fam.user_id: is 256 characters; at most 255 allowed")
+
+
+def test_http_token_senders_length_and_secret(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.config.accounts import HttpToken
+
+    monkeypatch.delenv("ORCHESTRATOR_PROJECT", raising=False)
+    monkeypatch.delenv("ORCHESTRATOR_HTTP_TOKEN", raising=False)
+    senders = "r" * 31 + ":"
+    text = f"http:\n  tokens:\n    rc:\n      token_secret: rc-t\n      senders: '{senders}'\n"
+    (home / "orchestrator.yaml").write_text(text)
+    assert load_config(Home(home)).http_tokens == {"rc": HttpToken("rc", senders, None, "rc-t")}
+    (home / "orchestrator.yaml").write_text(text.replace(senders, "r" + senders))
+    with pytest.raises(InvalidConfig) as caught:
+        load_config(Home(home))
+    assert str(caught.value).endswith(
+        "http.tokens.rc.senders: is 33 characters; at most 32 allowed"
+    )
+
+
+def test_a_bridge_prefix_is_offered_up_to_the_32_characters_senders_takes() -> None:
+    from orchestrator.config.accounts import bridge_prefix
+
+    taken = "operator" + "o" * 16 + ":"
+    assert bridge_prefix(taken) == "bridge-" + taken
+    assert len(bridge_prefix(taken)) == 32
+    assert bridge_prefix("o" + taken) == "bridge:"
+
+
+def test_account_of_channel_splits_at_the_first_colon() -> None:
+    from orchestrator.config.accounts import account_of_channel
+
+    assert account_of_channel("telegram:fam:x") == "fam:x"
+
+
+def secrets_file(home: Path, text: str) -> Path:
+    path = home / "secrets.yaml"
+    path.write_text(text)
+    path.chmod(0o600)
+    return path
+
+
+def test_account_token_from_the_secrets_file_and_its_errors(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.config.accounts import ChannelAccount, account_token
+    from orchestrator.errors import OrchestratorError
+
+    secrets = secrets_file(home, "tg: s3cret\n")
+    assert account_token(ChannelAccount("fam", "telegram", token_secret="tg"), secrets) == "s3cret"
+    monkeypatch.delenv("TG_T", raising=False)
+    with pytest.raises(OrchestratorError) as caught:
+        account_token(ChannelAccount("fam", "telegram", token_env="TG_T"), None)
+    assert caught.value.message == "channel account 'fam': environment variable TG_T is not set"
+
+
+def test_http_tokens_each_found_or_named_in_its_problem(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.config.accounts import HttpToken, http_tokens
+
+    secrets = secrets_file(home, "good: " + "g" * 16 + "\nshort: s\n")
+    monkeypatch.delenv("NO_T", raising=False)
+    tokens = {
+        "absent": HttpToken("absent", "a:", "NO_T"),
+        "short": HttpToken("short", "s:", None, "short"),
+        "good": HttpToken("good", "g:", None, "good"),
+    }
+    assert http_tokens(tokens, secrets) == (
+        {"g" * 16: tokens["good"]},
+        [
+            "HTTP token 'absent': environment variable NO_T is not set",
+            "HTTP token 'short' is shorter than 16 characters",
+        ],
+    )
+
+
+def test_unregistering_a_kind_keeps_every_other_kind() -> None:
+    from orchestrator.config.kinds import (
+        NO_OPTIONS,
+        AccountKind,
+        account_kinds,
+        register_kind,
+        unregister_kind,
+    )
+
+    register_kind(AccountKind("zz_test", "ZZ", "", (), lambda item: NO_OPTIONS, "x:Y"))
+    assert "zz_test" in account_kinds()
+    unregister_kind("zz_test")
+    assert list(account_kinds()) == ["discord", "email", "matrix", "slack", "telegram"]
+
+
+def test_with_no_kind_at_all_the_error_says_none(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.config import kinds
+
+    monkeypatch.setattr(kinds, "_found", {})
+    monkeypatch.setattr(kinds, "_registered", {})
+    monkeypatch.setattr(kinds, "_merged", None)
+    with pytest.raises(InvalidConfig) as caught:
+        kinds.account_kind("irc")
+    assert str(caught.value) == "unknown channel kind 'irc'; valid kinds: none"
+
+
+def test_an_account_without_a_kind(home: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    assert error(home, channel("token_env: T"), monkeypatch) == (
+        "HOME/orchestrator.yaml:2: channels.fam.kind: is required"
+    )
+
+
+def test_kinds_are_looked_for_only_in_the_folders_of_packages(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import importlib.metadata
+    import pkgutil
+    from types import SimpleNamespace
+
+    from orchestrator.config import kinds
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [])
+    monkeypatch.setattr(kinds, "BUILT_IN_PACKAGE", "no_such_package_of_kinds")
+    assert kinds._discover() == {}
+    monkeypatch.undo()
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [])
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "kind.py").write_text("KIND = None\n")
+    found = [
+        pkgutil.ModuleInfo(SimpleNamespace(), "zipped", True),  # a finder with no folder
+        pkgutil.ModuleInfo(SimpleNamespace(path=str(tmp_path)), "plain", False),  # a module
+    ]
+    monkeypatch.setattr(pkgutil, "iter_modules", lambda places: found)
+    assert kinds._discover() == {}

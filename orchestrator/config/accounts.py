@@ -204,7 +204,7 @@ def bridge_prefix(taken: str) -> str:
     'slack:' -> 'slack-bridge:'."""
     base = taken.removesuffix(":")
     for candidate in (f"{base}-bridge:", f"bridge-{base}:"):
-        if prefix_owner(candidate) is None and len(candidate) <= 31:
+        if prefix_owner(candidate) is None and re.fullmatch(SENDER_PREFIX_PATTERN, candidate):
             return candidate
     return "bridge:"
 
