@@ -4,6 +4,8 @@ wire form, the host's remote MCP sessions, and the console script's dispatch."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -434,3 +436,196 @@ def test_everything_else_goes_to_the_cli(
 ) -> None:
     assert _run(monkeypatch, *args) is None
     assert routes[1:] == [("cli", ["orchestrator", *args])]
+
+
+# --- the MCP probe: in the container, and its answer read on the host ---------------------
+
+from orchestrator.agent import mcp_probe as agent_probe  # noqa: E402
+from orchestrator.mcp.tools import ListedTool  # noqa: E402
+from orchestrator.runtime.mcp_probe import ProbeFailed, list_stdio_tools  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _probe_in(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    **entry: Any,
+) -> dict[str, Any]:
+    (tmp_path / "files").mkdir(exist_ok=True)
+    monkeypatch.setenv("ORCHESTRATOR_AGENT_DIR", str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    assert agent_probe.main([json.dumps(entry)]) == 0
+    out = capfd.readouterr().out
+    assert out.endswith("\n") and out.count("\n") == 1  # one line of JSON
+    return dict(json.loads(out))
+
+
+def test_the_probe_lists_a_stdio_servers_tools_with_their_digests(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    answer = _probe_in(
+        tmp_path, monkeypatch, capfd,
+        command=sys.executable, args=["-m", "tests.mcpservers", "stdio", "--tools", "2"],
+        env={"PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert answer.get("cut") == 0, answer
+    names = [t["name"] for t in answer["tools"]]
+    assert "echo" in names and len(names) == len(set(names))
+    echo = next(t for t in answer["tools"] if t["name"] == "echo")
+    assert echo["description"] == "Say the text back."
+    tool = ListedTool(echo["name"], echo["description"], echo["schema"])
+    assert echo["digest"] == tool.digest and set(echo) == {
+        "name",
+        "description",
+        "schema",
+        "digest",
+    }
+
+
+def test_a_server_that_cannot_start_is_an_error_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    answer = _probe_in(tmp_path, monkeypatch, capfd, command=str(tmp_path / "no-such-server"))
+    assert set(answer) == {"error"}
+    assert answer["error"].startswith(
+        f"MCP server 'probe' ({tmp_path}/no-such-server) could not start: "
+    )
+
+
+class _Runtime:
+    def __init__(self, code: int, out: str) -> None:
+        self.code, self.out = code, out
+        self.asked: list[tuple[Any, list[str]]] = []
+
+    def probe(self, group: Any, argv: list[str]) -> tuple[int, str]:
+        self.asked.append((group, argv))
+        return self.code, self.out
+
+
+_GROUP = SimpleNamespace(folder="fam")
+_SERVER = SimpleNamespace(name="notes", command="npx", args=("-y", "srv"), env={"K": "v"})
+
+
+def _listed(out: str, code: int = 0) -> tuple[list[ListedTool], int]:
+    runtime = _Runtime(code, out)
+    result = list_stdio_tools(runtime, _GROUP, _SERVER)  # type: ignore[arg-type]
+    assert runtime.asked == [
+        (
+            _GROUP,
+            [
+                "python3",
+                "-m",
+                "orchestrator.agent.mcp_probe",
+                '{"command": "npx", "args": ["-y", "srv"], "env": {"K": "v"}}',
+            ],
+        )
+    ]
+    return result
+
+
+def test_the_hosts_reading_takes_the_last_line_of_the_probes_output() -> None:
+    tool = {"name": "t", "description": "d", "schema": {"type": "object"}}
+    out = "npm noise\n" + json.dumps({"tools": [tool], "cut": 3}) + "\n\n"
+    assert _listed(out) == ([ListedTool("t", "d", {"type": "object"})], 3)
+    assert _listed(json.dumps({"tools": []})) == ([], 0)
+    assert _listed(json.dumps({"tools": [], "cut": None})) == ([], 0)
+
+
+@pytest.mark.parametrize(
+    ("out", "code", "message", "hint"),
+    [
+        ("", 127, "the probe of MCP server 'notes' in fam's image gave no answer (exit code 127)",
+         "is the group's image built? orchestrator group packages fam"),
+        ("not json\n", 1, "the probe of MCP server 'notes' in fam's image gave no answer "
+         "(exit code 1)", "is the group's image built? orchestrator group packages fam"),
+        ('{"error": "  spawn npx ENOENT \\n"}', 0,
+         "the probe of MCP server 'notes' in fam's image failed: spawn npx ENOENT", None),
+        ('{"error": " "}', 0,
+         "the probe of MCP server 'notes' in fam's image failed: it gave no reason", None),
+        ("[1]", 0, "the probe of MCP server 'notes' in fam's image gave an answer of the "
+         "wrong shape: it is not an object", None),
+        ('{"tools": {}}', 0, "the probe of MCP server 'notes' in fam's image gave an answer "
+         "of the wrong shape: it has no list of tools", None),
+        ('{"tools": [{"name": ""}]}', 0, "the probe of MCP server 'notes' in fam's image gave "
+         "an answer of the wrong shape: a listed tool needs a name", None),
+        ('{"tools": [], "cut": "many"}', 0, "the probe of MCP server 'notes' in fam's image "
+         "gave an answer of the wrong shape: invalid literal for int() with base 10: 'many'",
+         None),
+        ('{"tools": [], "cut": [1]}', 0, "the probe of MCP server 'notes' in fam's image gave "
+         "an answer of the wrong shape: int() argument must be a string, a bytes-like object "
+         "or a real number, not 'list'", None),
+        ('{"tools": [], "cut": 1e999}', 0, "the probe of MCP server 'notes' in fam's image "
+         "gave an answer of the wrong shape: cannot convert float infinity to integer", None),
+    ],
+)  # fmt: skip
+def test_each_bad_answer_of_a_probe_is_named(
+    out: str, code: int, message: str, hint: str | None
+) -> None:
+    with pytest.raises(ProbeFailed) as caught:
+        _listed(out, code)
+    assert caught.value.message == message
+    assert caught.value.hint == hint
+    assert caught.value.__suppress_context__ or caught.value.__context__ is None
+
+
+# --- the offline base image's recipe ------------------------------------------------------
+
+from orchestrator.image import recipe  # noqa: E402
+
+
+def test_the_recipe_hash_is_of_the_sorted_packages_and_everything_else() -> None:
+    expected = hashlib.sha256(
+        json.dumps(
+            {
+                "suite": "bookworm",
+                "packages": sorted(recipe.PACKAGES),
+                "excludes": list(recipe.EXCLUDES),
+                "changes": list(recipe.IMPORT_CHANGES),
+            },
+            sort_keys=True,
+        ).encode()
+    ).hexdigest()
+    assert recipe.recipe_hash() == expected
+    assert recipe.base_tag() == f"orchestrator-base:bookworm-{expected[:12]}"
+
+
+def test_extra_packages_make_another_base_whatever_their_order_or_repeats() -> None:
+    plain = recipe.recipe_hash()
+    assert recipe.recipe_hash(("curl",)) == plain  # already in the base
+    assert recipe.recipe_hash(("b", "a")) == recipe.recipe_hash(("a", "b", "a"))
+    assert recipe.recipe_hash(("a",)) != plain
+    assert (
+        recipe.base_tag(("a",)) == f"orchestrator-base:bookworm-{recipe.recipe_hash(('a',))[:12]}"
+    )
+
+
+def test_the_probe_starts_the_server_in_files_with_the_entrys_environment_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "files").mkdir()
+    server = tmp_path / "files" / "srv"
+    server.write_text(  # it starts only with the entry's variable, as given
+        '#!/bin/sh\n[ "$PROBE_KEY" = v1 ] || exit 3\n'
+        f"exec {sys.executable} -m tests.mcpservers stdio\n"
+    )
+    server.chmod(0o755)
+    monkeypatch.delenv("PYTHONPATH", raising=False)  # the entry's env must bring it
+    monkeypatch.chdir(tmp_path)
+    answer = _probe_in(
+        tmp_path,
+        monkeypatch,
+        capfd,
+        command="./srv",
+        env={"PYTHONPATH": str(ROOT), "PROBE_KEY": "v1"},
+    )
+    assert "echo" in [t["name"] for t in answer.get("tools", [])], answer
+
+
+def test_a_server_that_never_lists_fails_at_the_listings_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(agent_probe, "MCP_LIST_TIMEOUT_SECONDS", 1.0)
+    answer = _probe_in(tmp_path, monkeypatch, capfd, command="sleep", args=["60"])
+    assert answer == {"error": "MCP server 'probe': it did not start within 1 s"}
