@@ -1276,3 +1276,13 @@ def test_kill_skips_what_is_gone() -> None:
     child = subprocess.Popen(["sleep", "30"])
     sh._kill([2**22 + 1, child.pid])  # the first is no process: the second is killed still
     assert child.wait(10) == -9
+
+
+def test_a_skill_file_name_holding_nul_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "skills"
+    _skill(root)
+    with pytest.raises(ToolError) as refused:
+        _skill_box(root).call("skill", {"name": "greet", "file": "a\x00b"})
+    assert str(refused.value) == (
+        "file 'a\\\\u{0000}b': refused: the path contains the control character U+0000"
+    )

@@ -100,8 +100,8 @@ class SkillSource:
         )
 
     def _read(self, folder: Path, file: str) -> str:
-        if not file or "\x00" in file or (problem := text_problem(file)):
-            raise ToolError(f"file {shown_name(file)!r}: refused: the path {problem or 'is empty'}")
+        if problem := text_problem(file):
+            raise ToolError(f"file {shown_name(file)!r}: refused: the path {problem}")
         given = Path(file)
         if given.is_absolute():
             try:
