@@ -1286,3 +1286,22 @@ def test_a_skill_file_name_holding_nul_is_refused(tmp_path: Path) -> None:
     assert str(refused.value) == (
         "file 'a\\\\u{0000}b': refused: the path contains the control character U+0000"
     )
+
+
+def test_a_skill_folder_named_as_a_file_is_refused_and_nothing_is_left_open(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "skills"
+    folder = _skill(root, **{"docs/ref.md": "REF"})
+    os.mkfifo(folder / "pipe")
+    box = _skill_box(root)
+    opened = len(os.listdir("/proc/self/fd"))
+    for file, want in (
+        ("docs", "docs: is a folder; see the skill's files"),
+        ("docs/", "docs/: is a folder; see the skill's files"),
+        ("pipe", "pipe: not a regular file"),
+    ):
+        with pytest.raises(ToolError) as refused:
+            box.call("skill", {"name": "greet", "file": file})
+        assert str(refused.value) == want
+    assert len(os.listdir("/proc/self/fd")) == opened

@@ -117,11 +117,14 @@ class SkillSource:
             fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             raise ToolError(f"{file}: no such file in the skill; see its files") from None
-        with os.fdopen(fd, "rb") as handle:
-            if stat.S_ISDIR(os.fstat(handle.fileno()).st_mode):
+        # checked before fdopen, which raises IsADirectoryError on a folder
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            if stat.S_ISDIR(mode):
                 raise ToolError(f"{file}: is a folder; see the skill's files")
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                raise ToolError(f"{file}: not a regular file")
+            raise ToolError(f"{file}: not a regular file")
+        with os.fdopen(fd, "rb") as handle:
             data = handle.read(TOOL_READ_MAX_CHARS * 4 + 1)
         text = data.decode("utf-8", errors="replace")
         if len(text) > TOOL_READ_MAX_CHARS:
