@@ -1305,3 +1305,12 @@ def test_a_skill_folder_named_as_a_file_is_refused_and_nothing_is_left_open(
             box.call("skill", {"name": "greet", "file": file})
         assert str(refused.value) == want
     assert len(os.listdir("/proc/self/fd")) == opened
+
+
+def test_a_skills_folders_are_listed_with_a_slash(tmp_path: Path) -> None:
+    root = tmp_path / "skills"
+    folder = _skill(root, **{"scripts/run.sh": "echo", "b.md": "b", "a/z.md": "z"})
+    assert sk._files(folder) == ("- SKILL.md\n- a/\n- a/z.md\n- b.md\n- scripts/\n- scripts/run.sh")
+    assert "\n\nFiles:\n- SKILL.md\n- a/\n- a/z.md\n" in _skill_box(root).call(
+        "skill", {"name": "greet"}
+    )

@@ -139,9 +139,9 @@ def _files(folder: Path) -> str:
     for parent, dirs, names in os.walk(folder):
         dirs.sort()
         base = Path(parent)
-        for name in sorted(names) + [d + "/" for d in dirs]:
+        for name, mark in [(n, "") for n in sorted(names)] + [(d, "/") for d in dirs]:
             if len(listed) < FILES_LISTED_MAX:
-                listed.append(shown_name((base / name).relative_to(folder).as_posix()))
+                listed.append(shown_name((base / name).relative_to(folder).as_posix() + mark))
             else:
                 more += 1
     listed.sort()
