@@ -1314,3 +1314,18 @@ def test_a_skills_folders_are_listed_with_a_slash(tmp_path: Path) -> None:
     assert "\n\nFiles:\n- SKILL.md\n- a/\n- a/z.md\n" in _skill_box(root).call(
         "skill", {"name": "greet"}
     )
+
+
+def test_an_output_replaced_by_a_folder_reads_as_nothing(tmp_path: Path, agent: Path) -> None:
+    (tmp_path / "dir").mkdir()
+    opened = len(os.listdir("/proc/self/fd"))
+    assert sh._read_capped(tmp_path / "dir") == ("", 0)
+    assert len(os.listdir("/proc/self/fd")) == opened
+    source = sh.ShellSource(agent, tmp_path / "shells")
+    try:
+        state = source.shell_of("k").state_dir
+        command = f"rm {state}/out-1; mkdir {state}/out-1"
+        assert source._call(_box(agent, session_key="k"), command) == "exit code 0"
+        assert source._call(_box(agent, session_key="k"), "echo fine") == "exit code 0\nfine\n"
+    finally:
+        source.close()
