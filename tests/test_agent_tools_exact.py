@@ -9,6 +9,7 @@ import itertools
 import json
 import logging
 import os
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -1329,3 +1330,25 @@ def test_an_output_replaced_by_a_folder_reads_as_nothing(tmp_path: Path, agent: 
         assert source._call(_box(agent, session_key="k"), "echo fine") == "exit code 0\nfine\n"
     finally:
         source.close()
+
+
+def test_an_excerpt_starts_at_a_word_found_at_the_very_start() -> None:
+    text = "tea " + "a" * 400 + " cake " + "b" * 400
+    assert ses._excerpt(text, "tea cake") == text[:300] + "…"
+
+
+def test_a_failed_search_says_what_the_index_said(
+    agent: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.memory import terms
+
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE VIRTUAL TABLE t USING fts5(text)")
+    with pytest.raises(sqlite3.Error) as said:
+        db.execute("SELECT text FROM t WHERE t MATCH ?", ("AND",)).fetchall()
+    db.close()
+    monkeypatch.setattr(terms, "expression", lambda found: "AND")
+    with pytest.raises(ToolError) as failed:
+        _search(agent, "tea")
+    assert str(failed.value) == f"the search failed: {said.value}"
+    assert failed.value.__suppress_context__
