@@ -1352,3 +1352,83 @@ def test_a_failed_search_says_what_the_index_said(
         _search(agent, "tea")
     assert str(failed.value) == f"the search failed: {said.value}"
     assert failed.value.__suppress_context__
+
+
+def test_a_shell_makes_its_folders_and_runs_in_a_session_of_its_own(tmp_path: Path) -> None:
+    shell = sh.Shell(tmp_path / "a" / "b" / "files", tmp_path / "c" / "d" / "state")
+    try:
+        result = shell.run("pwd; ls -a " + str(shell.state_dir), 10)
+        assert result == sh.ShellResult(
+            0, f"{tmp_path / 'a' / 'b' / 'files'}\n.\n..\ncmd-1\nout-1\ntmp\n", 0, None
+        )
+        pid = shell.process.pid  # type: ignore[union-attr]
+        assert os.getsid(pid) == pid == os.getpgid(pid)
+        assert shell.run("ls " + str(shell.state_dir), 10).output == "cmd-2\nout-2\ntmp\n"
+        again = sh.Shell(tmp_path / "a" / "b" / "files", tmp_path / "c" / "d" / "state")
+        assert again.run("true", 10) == sh.ShellResult(0, "", 0, None)
+        again.close()
+    finally:
+        shell.close()
+
+
+def test_a_command_keeps_bytes_that_were_not_utf8(tmp_path: Path) -> None:
+    shell = sh.Shell(tmp_path / "w", tmp_path / "s")
+    try:
+        result = shell.run("printf '%s' 'a\udcffb' | od -An -tx1", 10)
+        assert result.output.split() == ["61", "ff", "62"]
+    finally:
+        shell.close()
+
+
+def test_a_shell_that_cannot_take_a_command_is_closed(tmp_path: Path) -> None:
+    class Broken:
+        def write(self, data: bytes) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+    shell = sh.Shell(tmp_path / "w", tmp_path / "s")
+    shell._start()
+    real = shell.process.stdin  # type: ignore[union-attr]
+    shell.process.stdin = Broken()  # type: ignore[union-attr,assignment]
+    try:
+        result = shell.run("true", 10)
+    finally:
+        real.close()  # type: ignore[union-attr]
+        shell.close()
+    assert result == sh.ShellResult(None, "the shell could not start the command", 0, "exited")
+    assert result.text() == (
+        "THE SHELL EXITED (code None); the next call gets a fresh shell\n"
+        "the shell could not start the command"
+    )
+    assert shell.process is None and shell.status_read is None
+
+
+def test_a_call_past_its_timeout_gets_a_fresh_shell_next(agent: Path, tmp_path: Path) -> None:
+    source = sh.ShellSource(agent, tmp_path / "shells")
+    try:
+        run = source._call
+        box = _box(agent, session_key="k")
+        first = run(box, "echo $$").split("\n")[1]
+        assert run(box, "export A=1; echo started; sleep 30", 1) == (
+            "TIMED OUT: the command was killed; the next call gets a fresh shell\nstarted\n"
+        )
+        assert source.shells["k"].process is None
+        assert run(box, 'echo "$$ [${A-}]"').split("\n")[1] not in (f"{first} [1]", f"{first} []")
+        assert run(box, 'echo "[${A-}]"') == "exit code 0\n[]\n"
+    finally:
+        source.close()
+
+
+def test_the_shell_exiting_gives_its_code_and_a_fresh_shell(tmp_path: Path) -> None:
+    shell = sh.Shell(tmp_path / "w", tmp_path / "s")
+    try:
+        assert shell.run("echo bye; exit 5", 10) == sh.ShellResult(5, "bye\n", 0, "exited")
+        assert shell.process is None
+        assert shell.run("echo back", 10) == sh.ShellResult(0, "back\n", 0, None)
+    finally:
+        shell.close()
