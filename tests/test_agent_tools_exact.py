@@ -1432,3 +1432,42 @@ def test_the_shell_exiting_gives_its_code_and_a_fresh_shell(tmp_path: Path) -> N
         assert shell.run("echo back", 10) == sh.ShellResult(0, "back\n", 0, None)
     finally:
         shell.close()
+
+
+def test_a_path_climbing_out_and_back_into_the_skill_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "skills"
+    folder = _skill(root, **{"docs/ref.md": "REF"})
+    with pytest.raises(ToolError) as refused:
+        _skill_box(root).call("skill", {"name": "greet", "file": "../greet/docs/ref.md"})
+    assert str(refused.value) == f"../greet/docs/ref.md: outside the skill's folder {folder}"
+
+
+def test_disk_use_goes_on_past_a_missing_folder(agent: Path) -> None:
+    (agent / "memory" / "a.md").write_bytes(b"y" * 5000)
+    with_all = sh.disk_use(agent)
+    (agent / "sessions").rmdir()  # the first measured
+    assert sh.disk_use(agent) == with_all > 0
+
+
+def test_disk_use_goes_on_past_an_entry_gone_while_counting(
+    agent: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (agent / "files" / "a").write_bytes(b"a" * 5000)
+    (agent / "files" / "b").write_bytes(b"b" * 5000)
+    whole = sh.disk_use(agent)
+    real_scandir = os.scandir
+
+    class Gone:
+        path = str(agent / "files" / "gone")
+
+        def stat(self, *, follow_symlinks: bool = True) -> os.stat_result:
+            raise FileNotFoundError(2, "No such file or directory")
+
+    @contextlib.contextmanager
+    def scandir(folder: Path) -> Any:
+        with real_scandir(folder) as entries:
+            listed = list(entries)
+        yield ([Gone()] if Path(folder).name == "files" else []) + listed
+
+    monkeypatch.setattr(sh.os, "scandir", scandir)
+    assert sh.disk_use(agent) == whole
