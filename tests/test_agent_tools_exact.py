@@ -13,6 +13,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -1471,3 +1472,20 @@ def test_disk_use_goes_on_past_an_entry_gone_while_counting(
 
     monkeypatch.setattr(sh.os, "scandir", scandir)
     assert sh.disk_use(agent) == whole
+
+
+def test_times_are_in_utc_whatever_the_local_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        assert ses._when(1_700_000_000) == "2023-11-14 22:13 UTC"
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_an_excerpt_of_300_characters_is_whole_and_starts_at_a_words_first_place() -> None:
+    text = "a" * 296 + " tea"
+    assert ses._excerpt(text, "tea") == text
+    text = "tea " + "a" * 400 + " tea " + "b" * 400
+    assert ses._excerpt(text, "tea") == text[:300] + "…"
