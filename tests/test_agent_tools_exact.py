@@ -402,7 +402,7 @@ def test_sessions_share_a_total_budget_of_bytes(
     first = _said(agent, "a", _msg("tea one"), header=False)
     size = first.stat().st_size
     _said(agent, "b", _msg("tea two"), header=False)
-    _said(agent, "c", _msg("tea three"), header=False)
+    _said(agent, "c", _msg("tea"), header=False)  # shorter: read whole when reached
     monkeypatch.setattr(ses, "SESSIONS_SEARCH_TOTAL_BYTES", 2 * size)
     found = _search(agent, "tea", key=None, max_results=8)
     assert sorted(line.split(",")[0] for line in found.splitlines()[1:]) == ["[a", "[b"]
