@@ -9,6 +9,7 @@ import itertools
 import json
 import logging
 import os
+import signal
 import sqlite3
 import stat
 import subprocess
@@ -1489,3 +1490,40 @@ def test_an_excerpt_of_300_characters_is_whole_and_starts_at_a_words_first_place
     assert ses._excerpt(text, "tea") == text
     text = "tea " + "a" * 400 + " tea " + "b" * 400
     assert ses._excerpt(text, "tea") == text[:300] + "…"
+
+
+def test_a_transcripts_lines_that_are_no_message_are_passed_over(agent: Path) -> None:
+    path = _said(agent, "k", header=False)
+    lines = [
+        json.dumps({"t": "note", "role": "user", "content": "tea", "sender": "alice"}),
+        json.dumps(_msg("tea", role="system")),
+        json.dumps(_msg("")),
+        json.dumps({"t": "msg", "role": "user", "content": ["tea"], "sender": "alice"}),
+        json.dumps("alice"),
+        "not json alice",
+        json.dumps(_msg("tea from bob", sender="bob")),
+        json.dumps(_msg("tea from alice")),
+    ]
+    path.write_bytes("\n".join(lines).encode() + b"\n\xff\xfe broken\n")
+    assert ses._tail_events(path, 1 << 20, raw_filter='"alice"')[0] == [
+        ("tea from alice", 1e9, "alice")
+    ]
+    assert ses._tail_events(path, 1 << 20)[0] == [
+        ("tea from bob", 1e9, "bob"),
+        ("tea from alice", 1e9, "alice"),
+    ]
+
+
+def test_a_shell_persists_between_calls_and_a_dead_one_is_replaced(tmp_path: Path) -> None:
+    shell = sh.Shell(tmp_path / "w", tmp_path / "s")
+    try:
+        shell.run("export A=1; mkdir -p sub; cd sub", 10)
+        first = shell.process
+        assert shell.run('echo "$A $PWD"', 10).output == f"1 {tmp_path / 'w' / 'sub'}\n"
+        assert shell.process is first
+        os.kill(first.pid, signal.SIGKILL)  # type: ignore[union-attr]
+        first.wait()  # type: ignore[union-attr]
+        assert shell.run('echo "[${A-}]"', 10) == sh.ShellResult(0, "[]\n", 0, None)
+        assert shell.process is not first
+    finally:
+        shell.close()
