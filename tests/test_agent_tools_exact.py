@@ -1527,3 +1527,11 @@ def test_a_shell_persists_between_calls_and_a_dead_one_is_replaced(tmp_path: Pat
         assert shell.process is not first
     finally:
         shell.close()
+
+
+def test_a_long_message_found_is_shown_around_the_query(agent: Path) -> None:
+    said = "a" * 500 + " tea " + "b" * 500
+    _said(agent, "k", _msg(said, ts=1_700_000_000))
+    assert _search(agent, "tea").splitlines()[1] == (
+        f"[k, 2023-11-14 22:13 UTC, alice] …{said[401:701]}…"
+    )
