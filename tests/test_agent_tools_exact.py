@@ -1535,3 +1535,11 @@ def test_a_long_message_found_is_shown_around_the_query(agent: Path) -> None:
     assert _search(agent, "tea").splitlines()[1] == (
         f"[k, 2023-11-14 22:13 UTC, alice] …{said[401:701]}…"
     )
+
+
+def test_a_status_line_split_after_its_token_or_a_read_without_a_line_end(piped: Any) -> None:
+    shell, write = piped
+    os.write(write, b"x" * 4090 + b"\nbeef 42\n")  # the first read ends after "beef "
+    assert shell._wait("beef", 5, _never, _never) == (None, 42)
+    os.write(write, b"y" * 5000 + b"\nbeef 43\n")  # the first read holds no line end
+    assert shell._wait("beef", 5, _never, _never) == (None, 43)
