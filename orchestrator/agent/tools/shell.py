@@ -386,10 +386,12 @@ def _read_capped(path: Path) -> tuple[str, int]:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return "", 0
+    # checked before fdopen, which raises IsADirectoryError on a folder
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        return "", 0
     with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            return "", 0
         size = info.st_size
         keep = SHELL_OUTPUT_HEAD_BYTES + SHELL_OUTPUT_TAIL_BYTES
         if size <= keep:

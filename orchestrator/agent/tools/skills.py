@@ -100,8 +100,8 @@ class SkillSource:
         )
 
     def _read(self, folder: Path, file: str) -> str:
-        if not file or "\x00" in file or (problem := text_problem(file)):
-            raise ToolError(f"file {shown_name(file)!r}: refused: the path {problem or 'is empty'}")
+        if problem := text_problem(file):
+            raise ToolError(f"file {shown_name(file)!r}: refused: the path {problem}")
         given = Path(file)
         if given.is_absolute():
             try:
@@ -117,11 +117,14 @@ class SkillSource:
             fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             raise ToolError(f"{file}: no such file in the skill; see its files") from None
-        with os.fdopen(fd, "rb") as handle:
-            if stat.S_ISDIR(os.fstat(handle.fileno()).st_mode):
+        # checked before fdopen, which raises IsADirectoryError on a folder
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            if stat.S_ISDIR(mode):
                 raise ToolError(f"{file}: is a folder; see the skill's files")
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                raise ToolError(f"{file}: not a regular file")
+            raise ToolError(f"{file}: not a regular file")
+        with os.fdopen(fd, "rb") as handle:
             data = handle.read(TOOL_READ_MAX_CHARS * 4 + 1)
         text = data.decode("utf-8", errors="replace")
         if len(text) > TOOL_READ_MAX_CHARS:
@@ -136,9 +139,9 @@ def _files(folder: Path) -> str:
     for parent, dirs, names in os.walk(folder):
         dirs.sort()
         base = Path(parent)
-        for name in sorted(names) + [d + "/" for d in dirs]:
+        for name, mark in [(n, "") for n in sorted(names)] + [(d, "/") for d in dirs]:
             if len(listed) < FILES_LISTED_MAX:
-                listed.append(shown_name((base / name).relative_to(folder).as_posix()))
+                listed.append(shown_name((base / name).relative_to(folder).as_posix() + mark))
             else:
                 more += 1
     listed.sort()
