@@ -497,6 +497,32 @@ def test_the_status_is_read_from_the_first_line_only(fake_engine: Any) -> None:
     assert inspect_image("x:1") == {"Id": "a"}
 
 
+def test_a_status_line_with_no_reason_is_enough(fake_engine: Any) -> None:
+    fake_engine(b'HTTP/1.0 200\r\n\r\n{"Id": "a"}')
+    assert inspect_image("x:1") == {"Id": "a"}
+
+
+def test_the_status_line_is_split_at_spaces_only(fake_engine: Any) -> None:
+    fake_engine(b'HTTP/1.0\t200 OK\r\n\r\n{"Id": "a"}')
+    with pytest.raises(DirectFailed) as info:
+        inspect_image("x:1")
+    assert str(info.value) == "HTTP OK"
+
+
+def test_a_status_line_of_one_word_is_not_http_whatever_the_headers_say(
+    fake_engine: Any,
+) -> None:
+    fake_engine(b"HTTP/1.0\r\nX: 1\r\nY: 2\r\n\r\n{}")
+    with pytest.raises(DirectFailed) as info:
+        inspect_image("x:1")
+    assert str(info.value) == "not an HTTP answer"
+
+
+def test_the_body_starts_after_the_first_blank_line(fake_engine: Any) -> None:
+    fake_engine(b'HTTP/1.0 200 OK\r\n\r\n{"Id":\r\n\r\n "a"}')
+    assert inspect_image("x:1") == {"Id": "a"}
+
+
 def test_an_answer_up_to_the_bound_is_read_and_one_byte_more_is_too_large(
     fake_engine: Any,
 ) -> None:
@@ -572,7 +598,9 @@ def test_the_inspect_waits_ten_seconds_by_default(monkeypatch: pytest.MonkeyPatc
         inspect_image("x:1", timeout=2.5)
     with pytest.raises(EngineUnreachable):
         engine.inspect_image_directly("x:1")
-    assert waits == [10.0, 2.5, 10.0]
+    with pytest.raises(EngineUnreachable):
+        engine.inspect_image_directly("x:1", timeout=4.0)
+    assert waits == [10.0, 2.5, 10.0, 4.0]
 
 
 def test_the_engines_direct_inspect_maps_a_failure_to_unreachable(

@@ -115,6 +115,45 @@ def test_the_ca_certificate_is_a_p256_ca_for_the_home_for_the_credential_days(
     assert len(cert.extensions) == 2
 
 
+def test_the_ca_is_made_and_the_server_file_written_under_an_exclusive_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fcntl
+
+    from orchestrator.runtime.swarm import credentials
+
+    held: list[str] = []
+
+    def try_lock(what: str) -> None:
+        fd = os.open(tmp_path / ".lock", os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            held.append(what)
+        finally:
+            os.close(fd)
+
+    make_ca = Authority._make_ca
+    write_atomic = credentials.write_atomic
+
+    def making(self: Authority, cert_path: Path, key_path: Path) -> None:
+        try_lock("ca")
+        make_ca(self, cert_path, key_path)
+
+    def writing(path: Path, data: bytes, mode: int) -> None:
+        if path.name == "server.pem":
+            try_lock("server")
+        write_atomic(path, data, mode=mode)
+
+    monkeypatch.setattr(Authority, "_make_ca", making)
+    monkeypatch.setattr(credentials, "write_atomic", writing)
+    authority = Authority(tmp_path, HOME_ID)
+    authority.server_context("daemon")
+    assert held == ["ca", "server"]
+    try_lock("after")
+    assert held == ["ca", "server"]
+
+
 @pytest.mark.parametrize("missing", ["ca.pem", "ca.key"])
 def test_a_ca_missing_either_file_is_made_again(tmp_path: Path, missing: str) -> None:
     first = Authority(tmp_path, HOME_ID).ca_pem()
@@ -324,8 +363,9 @@ class Api:
 
     def create_service(self, task: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         self.calls.append(("create", task, kwargs))
-        self.probe_seen = (self.groups / storage.PROBE_FILE).read_text()
-        self.probe_mode = (self.groups / storage.PROBE_FILE).stat().st_mode & 0o777
+        probe = self.groups / ".orchestrator-storage-probe"
+        self.probe_seen = probe.read_text()
+        self.probe_mode = probe.stat().st_mode & 0o777
         return {"ID": "svc1"}
 
     def remove_service(self, service: str) -> None:
@@ -542,15 +582,15 @@ def test_the_wait_polls_until_every_task_has_ended(monkeypatch: pytest.MonkeyPat
     made, clock = wait_with(monkeypatch, tasks)
     assert storage._wait(made, "svc") == [("n1", "complete", ""), ("n2", "failed", "boom")]
     assert tasks.polls == 3
-    assert clock.slept == [storage.POLL_SECONDS, storage.POLL_SECONDS]
+    assert clock.slept == [0.2, 0.2]
 
 
 def test_the_wait_gives_up_after_the_probe_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
-    tasks = TaskList([{"NodeID": "n1", "Status": {"State": "running"}}])
+    tasks = TaskList([{"NodeID": "n1", "Status": {"State": "running"}}, {"NodeID": "n2"}])
     made, clock = wait_with(monkeypatch, tasks)
     monkeypatch.setattr(storage, "POLL_SECONDS", 1.0)
     monkeypatch.setattr(storage, "STORAGE_PROBE_TIMEOUT_SECONDS", 3.0)
-    assert storage._wait(made, "svc") == [("n1", "running", "")]
+    assert storage._wait(made, "svc") == [("n1", "running", ""), ("n2", "None", "")]
     # polled at 0, 1, 2 and 3 seconds (not yet past the deadline), and at 4 it is
     assert tasks.polls == 5
     assert clock.slept == [1.0, 1.0, 1.0, 1.0]
@@ -566,9 +606,9 @@ def test_the_wait_keeps_each_nodes_newest_task_and_skips_tasks_of_no_node(
             ended("n2", "rejected", "older", "2026-01-01T00:00:01Z"),
             ended("n1", "failed", "first", "2026-01-01T00:00:05Z"),
             ended("n1", "complete", "", "2026-01-01T00:00:05Z"),
-            ended("n3", "failed", "dated"),
-            ended("n3", "complete", "", "2026-01-01T00:00:00Z"),
-            ended("n4", "complete", "", "2026-01-01T00:00:00Z"),
+            ended("n3", "failed", "undated"),
+            ended("n3", "complete", "", "1970-01-01T00:00:00.5Z"),
+            ended("n4", "complete", "", "1970-01-01T00:00:00.5Z"),
             ended("n4", "failed", "undated"),
             ended("", "failed", "no node"),
             {"Status": {"State": "complete"}},
@@ -624,6 +664,52 @@ def test_the_probe_service_is_removed_and_the_token_too_when_the_wait_fails(
     assert not (tmp_path / "home" / "groups" / storage.PROBE_FILE).exists()
 
 
+def test_a_refused_probe_service_names_it(tmp_path: Path) -> None:
+    from docker.errors import APIError
+
+    made, api = backend(tmp_path)
+
+    def refuse(task: dict[str, Any], **kwargs: Any) -> None:
+        api.probe_seen = (tmp_path / "home" / "groups" / storage.PROBE_FILE).read_text()
+        raise APIError("Conflict", explanation="name in use")
+
+    api.create_service = refuse  # type: ignore[method-assign]
+    from orchestrator.errors import EngineError
+
+    with pytest.raises(EngineError) as info:
+        storage.check_storage(made, "agent:1")
+    assert api.probe_seen is not None
+    name = f"orchestrator-probe-{HOME_ID}-{api.probe_seen[:8]}"
+    assert info.value.message == f"engine refused create service {name}: name in use"
+    assert api.calls == []
+    assert not (tmp_path / "home" / "groups" / storage.PROBE_FILE).exists()
+
+
+def test_a_probe_service_that_cannot_be_removed_still_gives_the_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    import requests
+    import tenacity
+
+    monkeypatch.setattr(tenacity.nap, "time", SimpleNamespace(sleep=lambda _: None))
+    made, api = backend(tmp_path)
+    api.tasks_answer = [ended("n1")]
+
+    def away(service: str) -> None:
+        raise requests.ConnectionError("connection reset")
+
+    api.remove_service = away  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING, logger="orchestrator.runtime.engine"):
+        assert storage.check_storage(made, "agent:1") == []
+    assert api.probe_seen is not None
+    name = f"orchestrator-probe-{HOME_ID}-{api.probe_seen[:8]}"
+    assert caplog.records[0].getMessage() == (
+        f"engine call remove service {name} failed (connection reset); retry 1 of 4"
+    )
+
+
 # addresses
 
 
@@ -636,6 +722,38 @@ def test_this_machines_addresses_include_the_loopback() -> None:
     )
     assert ("::1" in found) == has_v6
     assert all(ipaddress.ip_address(a) for a in found)
+
+
+def test_the_addresses_are_each_interfaces_ipv4_then_the_ipv6_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import io
+
+    # an interface the kernel does not know has no IPv4 address: it is skipped
+    monkeypatch.setattr(
+        addresses.socket, "if_nameindex", lambda: [(1, "lo"), (9, "absent0"), (1, "lo")]
+    )
+    opened: list[str] = []
+
+    def fake_open(path: str) -> io.StringIO:
+        opened.append(path)
+        return io.StringIO(
+            "fe8000000000000000fc00fffe000001 04 40 20 80     eth0\n"
+            "00000000000000000000000000000001 01 80 10 80       lo\n"
+        )
+
+    monkeypatch.setattr(addresses, "open", fake_open, raising=False)
+    assert addresses.local_addresses() == ["127.0.0.1", "127.0.0.1", "fe80::fc:ff:fe00:1", "::1"]
+    assert opened == ["/proc/net/if_inet6"]
+
+
+def test_without_ipv6_the_addresses_are_the_ipv4_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_file(path: str) -> None:
+        raise FileNotFoundError(2, "No such file or directory")
+
+    monkeypatch.setattr(addresses.socket, "if_nameindex", lambda: [(1, "lo")])
+    monkeypatch.setattr(addresses, "open", no_file, raising=False)
+    assert addresses.local_addresses() == ["127.0.0.1"]
 
 
 def test_networks_take_a_host_address_as_its_network() -> None:
