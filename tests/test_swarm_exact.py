@@ -154,6 +154,41 @@ def test_the_ca_is_made_and_the_server_file_written_under_an_exclusive_lock(
     assert held == ["ca", "server"]
 
 
+class FixedNow(datetime.datetime):
+    """datetime at a fixed instant: the UTC one when asked with the UTC zone, the same
+    wall time an hour ahead when asked for the local time."""
+
+    NOW = datetime.datetime(2026, 1, 2, 3, 4, 5, 678, tzinfo=datetime.UTC)
+
+    @classmethod
+    def now(cls, tz: Any = None) -> Any:  # type: ignore[override]
+        if tz is datetime.UTC:
+            return cls.NOW
+        return cls.NOW.replace(tzinfo=None) + datetime.timedelta(hours=1)
+
+
+def test_certificates_are_valid_from_five_minutes_ago_in_utc(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.runtime.swarm import credentials
+
+    monkeypatch.setattr(
+        credentials,
+        "datetime",
+        SimpleNamespace(datetime=FixedNow, timedelta=datetime.timedelta, UTC=datetime.UTC),
+    )
+    authority = Authority(tmp_path, HOME_ID)
+    start = datetime.datetime(2026, 1, 2, 2, 59, 5, tzinfo=datetime.UTC)
+    end = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC) + datetime.timedelta(
+        days=RUNNER_CREDENTIAL_DAYS
+    )
+    ca = x509.load_pem_x509_certificate(authority.ca_pem())
+    leaf = x509.load_pem_x509_certificate(authority.issue("family").bundle)
+    for cert in (ca, leaf):
+        assert cert.not_valid_before_utc == start
+        assert cert.not_valid_after_utc == end
+
+
 @pytest.mark.parametrize("missing", ["ca.pem", "ca.key"])
 def test_a_ca_missing_either_file_is_made_again(tmp_path: Path, missing: str) -> None:
     first = Authority(tmp_path, HOME_ID).ca_pem()
@@ -320,6 +355,7 @@ def test_identify_names_the_group_and_home_of_a_certificate(tmp_path: Path) -> N
         (b"", subject(("organizationName", HOME_ID), ("commonName", "g")), "no certificate"),
         (b"der", {}, "no certificate"),
         (b"der", None, "no certificate"),
+        (b"der", {"issuer": ((("commonName", "x"),),)}, "a credential of another home (none)"),
         (
             b"der",
             subject(("organizationName", "fedcba9876543210"), ("commonName", "g")),
