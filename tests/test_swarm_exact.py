@@ -746,6 +746,20 @@ def test_a_probe_service_that_cannot_be_removed_still_gives_the_answer(
     )
 
 
+def test_a_probe_file_removed_meanwhile_is_no_error(tmp_path: Path) -> None:
+    made, api = backend(tmp_path)
+    api.tasks_answer = [ended("n1")]
+    create = api.create_service
+
+    def create_then_remove(task: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        made_service = create(task, **kwargs)
+        (tmp_path / "home" / "groups" / storage.PROBE_FILE).unlink()
+        return made_service
+
+    api.create_service = create_then_remove  # type: ignore[method-assign]
+    assert storage.check_storage(made, "agent:1") == []
+
+
 # addresses
 
 
