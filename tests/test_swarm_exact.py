@@ -140,10 +140,10 @@ def test_the_ca_is_made_and_the_server_file_written_under_an_exclusive_lock(
         try_lock("ca")
         make_ca(self, cert_path, key_path)
 
-    def writing(path: Path, data: bytes, mode: int) -> None:
+    def writing(path: Path, data: bytes, **kwargs: Any) -> None:
         if path.name == "server.pem":
             try_lock("server")
-        write_atomic(path, data, mode=mode)
+        write_atomic(path, data, **kwargs)
 
     monkeypatch.setattr(Authority, "_make_ca", making)
     monkeypatch.setattr(credentials, "write_atomic", writing)
