@@ -766,3 +766,21 @@ def test_over_limit_reason_in_mebibytes() -> None:
     assert over_limit_reason("g", 0, 1024**3).startswith(
         "group 'g' is over its disk limit (0.0 MiB of 1024.0 MiB)"
     )
+
+
+def test_removed_orders_a_tenth_removal_in_one_second_after_the_second(
+    store: GroupStore, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _freeze(monkeypatch, "20260101T000000Z")
+    for n in range(1, 12):
+        store.remove(store.add(GroupConfig(name="fam", creators=(f"c{n}",))), purge=False)
+    _freeze(monkeypatch, "20251231T235959Z")
+    store.remove(store.add(GroupConfig(name="zed")), purge=False)
+    (home / "groups/.removed/not-an-archive").mkdir()
+    assert [p.name for p in store.removed()] == [
+        "not-an-archive",
+        "zed-20251231T235959Z",
+        "fam-20260101T000000Z",
+        *(f"fam-20260101T000000Z-{n}" for n in range(2, 12)),
+    ]
+    assert store.restore("fam").config.creators == ("c11",)

@@ -38,6 +38,9 @@ from orchestrator.versions import GROUP_FILE_VERSION, FileTooNew
 from orchestrator.yamldoc import YamlDocument, parse_yaml_bytes, read_config_bytes
 
 REMOVED_DIR = ".removed"
+# An archive's name: the group's folder, the time of its removal and, for a second removal
+# of the same folder within that second, a count from 2.
+_ARCHIVE_STAMP = re.compile(r"-(\d{8}T\d{6}Z)(?:-(\d+))?$")
 _FOLDER_RE = re.compile(FOLDER_NAME_PATTERN)
 
 
@@ -389,7 +392,7 @@ class GroupStore:
             return []
         return sorted(
             (p for p in archive_root.iterdir() if p.is_dir() and not p.is_symlink()),
-            key=lambda p: p.name,
+            key=_archive_age,
         )
 
     def restore(self, name: str) -> Group:
@@ -436,3 +439,12 @@ class GroupStore:
             return
         with ConfinedDir.open(run_root) as runs:
             runs.remove_tree(folder)
+
+
+def _archive_age(archive: Path) -> tuple[str, str, int]:
+    """Sort key of an archive, oldest first: its time, its folder, then its count (so "-10"
+    comes after "-2"); a folder not named like an archive comes first."""
+    match = _ARCHIVE_STAMP.search(archive.name)
+    if not match:
+        return ("", archive.name, 0)
+    return (match[1], archive.name[: match.start()], int(match[2] or 1))
