@@ -687,11 +687,20 @@ def test_send_file_keeps_the_caption_or_else_the_path_when_the_host_says_no_text
     box = box_of(tmp_path, host=host)
     (tmp_path / "files" / "r.txt").write_text("abc")
     assert box.call("send_file", {"path": "files/r.txt", "caption": "the numbers"}) == (
-        "SENT: files/r.txt (None bytes)"
+        "SENT: files/r.txt"
     )
     box.call("send_file", {"path": "files/r.txt"})
     assert box.outbox == ["the numbers", "files/r.txt"]
     assert host.requests[1] == ("file.send", {"seq": 1, "path": "files/r.txt", "caption": ""})
+
+
+@pytest.mark.parametrize("size", [True, "3", 3.0])
+def test_send_file_shows_a_size_only_when_the_host_answers_a_whole_number(
+    tmp_path: Path, size: object
+) -> None:
+    box = box_of(tmp_path, host=FakeHost({"ok": True, "size": size}))
+    (tmp_path / "files" / "r.txt").write_text("abc")
+    assert box.call("send_file", {"path": "files/r.txt"}) == "SENT: files/r.txt"
 
 
 def test_send_file_refusals(tmp_path: Path) -> None:

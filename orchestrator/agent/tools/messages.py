@@ -53,7 +53,12 @@ def send_file(box: Toolbox, path: str, caption: str = "") -> str:
     except HostRequestFailed as exc:
         raise ToolError(f"the file was not sent: {exc}") from None
     box.outbox.append(str(answer.get("text") or caption or shown))
-    return f"SENT: {shown} ({answer.get('size')} bytes)"
+    size = answer.get("size")
+    # A request the host had already stored (a repeat of its sequence number) is answered
+    # without the file's size.
+    if isinstance(size, int) and not isinstance(size, bool):
+        return f"SENT: {shown} ({size} bytes)"
+    return f"SENT: {shown}"
 
 
 MESSAGES = StaticSource(
