@@ -878,6 +878,10 @@ def test_a_call_watches_the_host_and_the_disk_limit(
     unlimited = sh.ShellSource(agent, tmp_path / "shells2", disk_limit=None)
     unlimited._call(_box(agent), "true")
     assert calls[-1][2:] == (False, False)
+    nothing = sh.ShellSource(agent, tmp_path / "shells3", disk_limit=0)
+    nothing._call(_box(agent), "true")
+    assert calls[-1][2:] == (False, True)  # a limit of 0 is a limit, as for file sizes
+    assert nothing.file_limit == 0
 
 
 @pytest.mark.parametrize(

@@ -483,7 +483,9 @@ class ShellSource:
             command,
             timeout,
             cancelled=(lambda: host.closed()) if host is not None else (lambda: False),
-            over_disk=(lambda: disk_use(self.agent_dir) > limit) if limit else (lambda: False),
+            over_disk=(
+                (lambda: disk_use(self.agent_dir) > limit) if limit is not None else (lambda: False)
+            ),
         )
         return result.text()
 
