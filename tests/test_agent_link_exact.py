@@ -7,6 +7,7 @@ when set."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import socket
 import threading
@@ -295,6 +296,76 @@ def test_the_forwarder_answers_502_when_the_hosts_socket_is_not_there(tmp_path: 
     )
 
 
+class _ScriptedListener:
+    """A listener whose accept() answers from a script: an OSError is raised, a socket is
+    handed out; when the script ends the listener reads as closed."""
+
+    def __init__(self, script: list[object]) -> None:
+        self.script = script
+        self.closed = False
+
+    def accept(self) -> tuple[socket.socket, object]:
+        if not self.script:
+            self.closed = True
+            raise OSError(errno.EBADF, "Bad file descriptor")
+        step = self.script.pop(0)
+        if isinstance(step, OSError):
+            raise step
+        assert isinstance(step, socket.socket)
+        return step, None
+
+    def fileno(self) -> int:
+        return -1 if self.closed else 3
+
+
+def test_the_forwarder_backs_off_when_out_of_descriptors_and_goes_on(
+    upstream: tuple[Path, list[bytes]],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    path, received = upstream
+    sleeps: list[float] = []
+    monkeypatch.setattr(egress.time, "sleep", sleeps.append)
+    ours, theirs = socket.socketpair()
+    emfile = OSError(errno.EMFILE, "Too many open files")
+    script: list[object] = [emfile] * 6 + [OSError(errno.ECONNABORTED, "gone"), ours]
+    script += [OSError(errno.ENFILE, "Too many open files in system")]
+    with caplog.at_level(logging.WARNING, logger="orchestrator.agent.egress"):
+        egress._accept(_ScriptedListener(script), path)  # type: ignore[arg-type]
+    # doubling from 0.05 s up to 1 s; a client gone is retried at once; a taken
+    # connection starts the backoff over
+    assert sleeps == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 0.05]
+    assert caplog.messages[0] == (
+        "egress forwarder: accept failed (Too many open files); backing off"
+    )
+    assert len(caplog.messages) == 7
+    with theirs:
+        theirs.settimeout(5)
+        theirs.sendall(b"after")
+        theirs.shutdown(socket.SHUT_WR)
+        assert _read_all(theirs) == b"answer:after"
+    assert received == [b"after"]
+
+
+def test_the_forwarder_closes_a_connection_it_has_no_thread_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class NoThread:
+        def __init__(self, **kwargs: object) -> None:
+            pass
+
+        def start(self) -> None:
+            raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(egress.threading, "Thread", NoThread)
+    ours, theirs = socket.socketpair()
+    egress._accept(_ScriptedListener([ours]), tmp_path / "e.sock")  # type: ignore[arg-type]
+    assert ours.fileno() == -1
+    theirs.settimeout(5)
+    assert theirs.recv(10) == b""
+    theirs.close()
+
+
 def test_the_forwarder_listens_on_the_egress_port_by_default(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -315,6 +386,9 @@ def test_the_forwarder_listens_on_the_egress_port_by_default(
 
         def accept(self) -> Any:
             raise OSError("closed")
+
+        def fileno(self) -> int:
+            return -1  # closed: the accept loop ends
 
     monkeypatch.setattr(egress.socket, "socket", Listener)
     egress.start_forwarder(tmp_path / "s")
