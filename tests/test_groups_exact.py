@@ -683,6 +683,7 @@ MOUNTS = (
     "/dev/sdd1 /srvx ext4 ro 0 0\n"
     "/dev/sde1 /four ext4 rw\n"
     "/dev/sdf1 /mnt/X ext4 ro 0 0\n"
+    "/dev/sdg1 /t\\011a\\012b\\134040c ext4 rw,sync 0 0\n"
 )
 
 
@@ -711,6 +712,10 @@ def test_the_mount_of_a_path_is_the_longest_that_holds_it() -> None:
     assert mount_options(Path("/four/g")) == ("/four", "ext4", {"rw"})  # four fields do
     assert mount_options(Path("/mnt/X/g")) == ("/mnt/X", "ext4", {"ro"})
     assert mount_options(Path("/mnt/Y")) == ("/", "ext4", {"rw", "relatime"})
+    # a tab, a newline and a backslash come escaped too; an escaped backslash before
+    # "040" is a backslash, not a space
+    tab = "/t\ta\nb\\040c"
+    assert mount_options(Path(tab + "/g")) == (tab, "ext4", {"rw", "sync"})
 
 
 @pytest.mark.usefixtures("mounts")

@@ -10,6 +10,7 @@ paused with a lease that refuses new messages until space is freed.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,6 +63,12 @@ def free_space(path: Path) -> FreeSpace | None:
     return FreeSpace(str(path), st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize)
 
 
+def _unmangle(field: str) -> str:
+    """A field of /proc/self/mounts as it names a path: the kernel writes a space, a tab,
+    a newline and a backslash in it as octal escapes (\\040, \\011, \\012, \\134)."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), field)
+
+
 def mount_options(path: Path) -> tuple[str, str, set[str]] | None:
     """(mount point, filesystem type, options) of the mount holding ``path``."""
     try:
@@ -74,7 +81,7 @@ def mount_options(path: Path) -> tuple[str, str, set[str]] | None:
         fields = line.split()
         if len(fields) < 4:
             continue
-        point = fields[1].replace("\\040", " ")
+        point = _unmangle(fields[1])
         inside = real == point or real.startswith(point.rstrip("/") + "/")
         if inside and (best is None or len(point) >= len(best[0])):
             best = (point, fields[2], set(fields[3].split(",")))
