@@ -397,6 +397,27 @@ def test_the_sessions_are_listed_current_first_then_by_name(agent: Path) -> None
     assert ses._sessions(root, "c", "zoe") == ["c"]
 
 
+def test_a_session_whose_line_is_written_escaped_is_the_senders_too(agent: Path) -> None:
+    from orchestrator.agent.session import _line
+
+    # a message holding a lone surrogate is written with its non-ASCII escaped, the
+    # sender's name too
+    line = _line(_msg("tea \udce9", sender="zoë"))
+    assert b"zo\\u00eb" in line
+    path = agent / "sessions" / "escaped" / "transcript.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(line)
+    _said(agent, "plain", _msg("tea", sender="zoë"))
+    _said(agent, "other", _msg("tea", sender="zoe"))
+    assert ses._sessions(agent / "sessions", None, "zoë") == ["escaped", "plain"]
+    assert ses._sessions(agent / "sessions", None, "zoe") == ["other"]
+    # the lone surrogate is shown as U+FFFD: the answer has a UTF-8 form
+    assert _search(agent, "tea", key="escaped", sender="zoë").splitlines()[1:] == [
+        "[escaped, 2001-09-09 01:46 UTC, zoë] tea \ufffd",
+        "[plain, 2001-09-09 01:46 UTC, zoë] tea",
+    ]
+
+
 def test_sessions_share_a_total_budget_of_bytes(
     agent: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -425,7 +446,7 @@ def test_a_transcript_is_read_from_its_end(agent: Path, monkeypatch: pytest.Monk
     assert ([e[0] for e in events], used) == (["old tea", "new tea"], len(old + new))
     monkeypatch.setattr(ses, "SESSIONS_SEARCH_READ_BYTES", len(new))
     assert ses._tail_events(path, 1 << 20) == ([("new tea", 1e9, "alice")], len(new))
-    assert ses._tail_events(path, 1 << 20, raw_filter='"bob"') == ([], len(new))
+    assert ses._tail_events(path, 1 << 20, raw_filter=('"bob"',)) == ([], len(new))
 
 
 def test_what_is_not_a_regular_transcript_is_not_read(agent: Path) -> None:
@@ -1509,7 +1530,7 @@ def test_a_transcripts_lines_that_are_no_message_are_passed_over(agent: Path) ->
         json.dumps(_msg("tea from alice")),
     ]
     path.write_bytes("\n".join(lines).encode() + b"\n\xff\xfe broken\n")
-    assert ses._tail_events(path, 1 << 20, raw_filter='"alice"')[0] == [
+    assert ses._tail_events(path, 1 << 20, raw_filter=('"alice"',))[0] == [
         ("tea from alice", 1e9, "alice")
     ]
     assert ses._tail_events(path, 1 << 20)[0] == [

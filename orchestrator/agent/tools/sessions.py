@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sqlite3
 import stat
 from datetime import UTC, datetime
@@ -104,19 +105,26 @@ def _sessions(root: Path, current: str | None, sender: str | None) -> list[str]:
         entries = sorted(os.scandir(root), key=lambda e: e.name)
     except OSError:
         return keys
-    needle = json.dumps(sender, ensure_ascii=False)
+    # how the sender's name stands in a line: as it is, or with its non-ASCII characters
+    # escaped (a line holding a lone surrogate is written so)
+    needles = tuple(dict.fromkeys((json.dumps(sender, ensure_ascii=False), json.dumps(sender))))
     for entry in entries:
         if entry.name in keys or not entry.is_dir(follow_symlinks=False):
             continue
         events, _ = _tail_events(Path(entry.path) / "transcript.jsonl", SESSIONS_SEARCH_READ_BYTES,
-                                 raw_filter=needle)  # fmt: skip
+                                 raw_filter=needles)  # fmt: skip
         if any(who == sender for _, _, who in events):
             keys.append(entry.name)
     return keys
 
 
+# a lone surrogate (kept in a transcript line as an escape) has no UTF-8 form: SQLite and
+# the answer take U+FFFD in its place
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _tail_events(
-    path: Path, budget: int, raw_filter: str | None = None
+    path: Path, budget: int, raw_filter: tuple[str, ...] | None = None
 ) -> tuple[list[tuple[str, float, str]], int]:
     """(text, time, who) of the messages at the end of ``path`` (at most ``budget`` and
     SESSIONS_SEARCH_READ_BYTES of it), and the bytes read. A symlink or anything but a
@@ -136,7 +144,7 @@ def _tail_events(
         os.close(fd)
     out = []
     for line in data.decode("utf-8", errors="replace").splitlines():
-        if raw_filter is not None and raw_filter not in line:
+        if raw_filter is not None and not any(needle in line for needle in raw_filter):
             continue
         try:
             event = json.loads(line)
@@ -149,7 +157,9 @@ def _tail_events(
             continue
         who = str(event.get("sender") or "") if role == "user" else "you"
         at = event.get("ts")
-        out.append((content, float(at) if isinstance(at, int | float) else 0.0, who or "?"))
+        out.append((_LONE_SURROGATE.sub("\ufffd", content),
+                    float(at) if isinstance(at, int | float) else 0.0,
+                    _LONE_SURROGATE.sub("\ufffd", who) or "?"))  # fmt: skip
     return out, len(data)
 
 
