@@ -721,6 +721,35 @@ def test_a_refused_probe_service_names_it(tmp_path: Path) -> None:
     assert not (tmp_path / "home" / "groups" / storage.PROBE_FILE).exists()
 
 
+@pytest.mark.parametrize(
+    ("call", "what"),
+    [
+        ("tasks", "list the tasks of service svc1"),
+        ("service_logs", "read the log of service svc1"),
+        ("nodes", "list nodes"),
+    ],
+)
+def test_an_engine_refusal_while_probing_names_the_call(
+    tmp_path: Path, call: str, what: str
+) -> None:
+    from docker.errors import APIError
+
+    from orchestrator.errors import EngineError
+
+    made, api = backend(tmp_path)
+    api.tasks_answer = [{"NodeID": n["ID"], "Status": {"State": "complete"}} for n in api.node_list]
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise APIError("Bad Request", explanation="node is not a swarm manager")
+
+    setattr(api, call, refuse)
+    with pytest.raises(EngineError) as info:
+        storage.check_storage(made, "agent:1")
+    assert info.value.message == f"engine refused {what}: node is not a swarm manager"
+    assert ("remove", "svc1") in api.calls
+    assert not (tmp_path / "home" / "groups" / storage.PROBE_FILE).exists()
+
+
 def test_a_probe_service_that_cannot_be_removed_still_gives_the_answer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

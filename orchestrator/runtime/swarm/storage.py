@@ -88,9 +88,8 @@ def check_storage(backend: SwarmBackend, image: str) -> list[str]:
                 )
     finally:
         probe.unlink(missing_ok=True)
-    names = {
-        n["ID"]: n.get("Description", {}).get("Hostname", n["ID"]) for n in backend.api.nodes()
-    }
+    nodes = call_engine("list nodes", backend.api.nodes)
+    names = {n["ID"]: n.get("Description", {}).get("Hostname", n["ID"]) for n in nodes}
     if not tasks:
         return [
             "no node may run the groups"
@@ -117,7 +116,10 @@ def _wait(backend: SwarmBackend, service: str) -> list[tuple[str, str, str]]:
     """(node, state, error) of each task once all have ended."""
     deadline = time.monotonic() + STORAGE_PROBE_TIMEOUT_SECONDS
     while True:
-        tasks = backend.api.tasks(filters={"service": service})
+        tasks = call_engine(
+            f"list the tasks of service {service}",
+            lambda: backend.api.tasks(filters={"service": service}),
+        )
         ended = [t for t in tasks if t.get("Status", {}).get("State") in ENDED]
         if tasks and len(ended) == len(tasks):
             break
@@ -142,7 +144,10 @@ def _wait(backend: SwarmBackend, service: str) -> list[tuple[str, str, str]]:
 def _seen(backend: SwarmBackend, service: str) -> dict[str, str]:
     """node -> what its task read, from the service's log."""
     out: dict[str, str] = {}
-    raw = backend.api.service_logs(service, stdout=True, stderr=True, follow=False)
+    raw = call_engine(
+        f"read the log of service {service}",
+        lambda: list(backend.api.service_logs(service, stdout=True, stderr=True, follow=False)),
+    )
     for chunk in raw:
         text = chunk.decode("utf-8", "replace") if isinstance(chunk, bytes) else str(chunk)
         for line in text.splitlines():
