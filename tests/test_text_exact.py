@@ -371,6 +371,17 @@ def test_mrkdwn_pieces() -> None:
     assert mrkdwn_pieces("<<<<<<<<<< <<<<<<<<<<", 40) == ["&lt;" * 10, "&lt;" * 10]
     assert mrkdwn_pieces("<" * 30, 64) == ["&lt;" * 14, "&lt;" * 10, "&lt;" * 6]
     assert mrkdwn_pieces("abc\n\ndef", 40, 20) == ["abc\n\ndef"]
+    # a limit under 80 may be too small for 16 characters, the smallest cut: said, not
+    # cut again and again
+    with pytest.raises(ValueError) as small:
+        mrkdwn_pieces("&" * 16, 79)
+    assert str(small.value) == (
+        f"{'&' * 16!r} renders to 80 characters, over the limit of 79; "
+        "a limit of at least 80 fits any text"
+    )
+    assert mrkdwn.MRKDWN_LIMIT_MIN == 80
+    assert mrkdwn_pieces("&" * 16, 80) == ["&amp;" * 16]
+    assert mrkdwn_pieces("&" * 17, 80) == ["&amp;" * 12, "&amp;" * 5]
     assert mrkdwn_pieces("abc " * 20, 40, 20) == [
         "abc abc abc abc",
         "abc abc abc abc",

@@ -83,16 +83,27 @@ def markdown_to_mrkdwn(text: str) -> str:
     return "\n".join(out)
 
 
+# the smallest limit every text can be cut to: split_message's smallest piece (16
+# characters), each of them escaped to the longest escape (& as &amp;, 5 characters)
+MRKDWN_LIMIT_MIN = 16 * 5
+
+
 def mrkdwn_pieces(text: str, limit: int = SLACK_TEXT_MAX, cut: int | None = None) -> list[str]:
     """``text`` rendered as mrkdwn in pieces of at most ``limit`` characters, cut on
     paragraph boundaries of the Markdown every ``cut`` characters (``limit`` at first; a
-    piece whose escapes made it too long is cut smaller)."""
+    piece whose escapes made it too long is cut smaller, down to 16 characters, which
+    render to at most MRKDWN_LIMIT_MIN; a piece of 16 still too long is a ValueError)."""
     size = cut or limit
     pieces: list[str] = []
     for piece in split_message(text, size):
         rendered = markdown_to_mrkdwn(piece)
         if len(rendered) <= limit:
             pieces.append(rendered)
+        elif size <= 16:
+            raise ValueError(
+                f"{piece!r} renders to {len(rendered)} characters, over the limit of {limit}; "
+                f"a limit of at least {MRKDWN_LIMIT_MIN} fits any text"
+            )
         else:
             pieces.extend(mrkdwn_pieces(piece, limit, max(16, size * 2 // 3)))
     return pieces
