@@ -160,6 +160,12 @@ class MappingReader:
         self, key: str, default: Any = _MISSING, *, max_chars: int = 200, pattern: str = ""
     ) -> str:
         value = self.raw(key, default)
+        if isinstance(value, bool):
+            raise self.fail(
+                key,
+                f"must be a non-empty string, got {_show(value)} (YAML reads an unquoted yes, "
+                "no, on, off, true or false as true or false: put the value in quotes)",
+            )
         if not isinstance(value, str) or not value.strip():
             raise self.fail(key, f"must be a non-empty string, got {_show(value)}")
         if len(value) > max_chars:

@@ -272,6 +272,14 @@ def test_text_limits_and_patterns() -> None:
         "/cfg/group.yaml:1: missing: must be a non-empty string, got ''"
     )
     assert refusal(lambda: r.text("missing")) == "/cfg/group.yaml:1: missing: is required"
+    for flag in ("off", "true"):
+        flagged = reader(f"mode: {flag}\n")
+        said = refusal(lambda: flagged.text("mode"))  # noqa: B023 (called at once)
+        assert said == (
+            f"/cfg/group.yaml:1: mode: must be a non-empty string, got {flag == 'true'} (YAML "
+            "reads an unquoted yes, no, on, off, true or false as true or false: put the "
+            "value in quotes)"
+        )
     assert r.text("long", max_chars=200) == "abcdef"
     assert refusal(lambda: r.text("bad")) == (
         "/cfg/group.yaml:5: bad: contains the control character U+0001"

@@ -260,6 +260,11 @@ def error(text: str, providers: dict[str, ProviderDef] | None = None) -> str:
         ),
         ("media: {images: 1}", "media.images: unknown key; valid keys here: transcribe"),
         (
+            "media: {transcribe: yes}",
+            "media.transcribe: must be a non-empty string, got True (YAML reads an unquoted "
+            "yes, no, on, off, true or false as true or false: put the value in quotes)",
+        ),
+        (
             "packages: {debian: ['Bad Name']}",
             "packages.debian[0]: got 'Bad Name'; expected a Debian package name: lowercase "
             "letters, digits, '+', '-' and '.', at least two characters, starting with a letter "
@@ -354,6 +359,8 @@ def test_each_bad_value_is_named_with_its_line_and_what_is_valid(
         ("memory: {consolidate: daily}", "memory.consolidate", "daily"),
         ("memory: {consolidate: off}", "memory.consolidate", "off"),
         ("media: {transcribe: whisper-1}", "media.transcribe", "whisper-1"),
+        ("media: {transcribe: off}", "media.transcribe", "off"),
+        ("media: {transcribe: no}", "media.transcribe", "off"),
         ("timezone: Europe/Lisbon", "tasks.timezone", "Europe/Lisbon"),
         ("skills: []", "skills", ()),
         ("skills: [a, b-2]", "skills", ("a", "b-2")),

@@ -500,6 +500,8 @@ def _memory(reader: MappingReader) -> MemorySettings:
 
 def _media(reader: MappingReader) -> MediaSettings:
     reader.reject_unknown(["transcribe"])
+    if reader.data.get("transcribe") is False:  # YAML reads a bare off as false
+        return MediaSettings(transcribe="off")
     transcribe = reader.text("transcribe", "off", pattern=r"[a-z0-9][a-z0-9_-]{0,39}")
     return MediaSettings(transcribe=transcribe)
 
