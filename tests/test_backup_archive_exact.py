@@ -659,3 +659,49 @@ def test_a_folder_is_synced_and_a_file_is_not_one(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("x")
     with pytest.raises(NotADirectoryError):
         fsync_path(tmp_path / "f")
+
+
+# -- an archive given up on ------------------------------------------------------------------
+
+
+class _Full(io.BytesIO):
+    """A file that takes ``room`` bytes, then fails as a full disk does."""
+
+    def __init__(self, room: int) -> None:
+        super().__init__()
+        self.room = room
+
+    def write(self, data: Any) -> int:
+        if self.tell() + len(data) > self.room:
+            raise OSError(28, "No space left on device")
+        return super().write(data)
+
+
+@pytest.mark.parametrize("gzipped", [True, False])
+def test_discard_closes_the_streams_into_the_still_open_file(tmp_path: Path, gzipped: bool) -> None:
+    out = io.BytesIO()
+    writer = ArchiveWriter(out, gzipped=gzipped, spool_dir=tmp_path)
+    writer.add_dir("state", 0o700, 1e9)
+    writer.discard()
+    assert writer._tar.closed
+    assert writer._gzip is None or writer._gzip.closed
+    assert not out.closed
+    data = gzip.decompress(out.getvalue()) if gzipped else out.getvalue()
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        assert tar.getnames() == ["state"]  # what was added, and no manifest
+
+
+@pytest.mark.parametrize("gzipped", [True, False])
+def test_discard_says_nothing_of_a_file_full_or_closed(tmp_path: Path, gzipped: bool) -> None:
+    full = _Full(room=10)
+    writer = ArchiveWriter(full, gzipped=gzipped, spool_dir=tmp_path)
+    writer.discard()  # the closing writes fail with OSError
+    assert writer._tar.closed
+    assert writer._gzip is None or writer._gzip.closed
+    gone = io.BytesIO()
+    writer = ArchiveWriter(gone, gzipped=gzipped, spool_dir=tmp_path)
+    writer.add_dir("state", 0o700, 1e9)
+    gone.close()
+    writer.discard()  # the closing writes fail with ValueError
+    assert writer._tar.closed
+    assert writer._gzip is None or writer._gzip.closed

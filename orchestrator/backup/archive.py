@@ -20,6 +20,7 @@ with no member. A damaged compressed stream fails its own check on the way.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import io
@@ -210,6 +211,15 @@ class ArchiveWriter:
         self._tar.close()
         if self._gzip is not None:
             self._gzip.close()
+
+    def discard(self) -> None:
+        """Close the streams of an archive given up on, while its file is still open: one
+        left to the garbage collector would write to the file closed by then."""
+        with contextlib.suppress(OSError, ValueError):
+            self._tar.close()
+        if self._gzip is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self._gzip.close()
 
 
 @dataclass(frozen=True)

@@ -146,8 +146,14 @@ def create_backup(
         try:
             with os.fdopen(fd, "wb") as out:
                 writer = ArchiveWriter(out, gzipped=gzipped, spool_dir=work)
-                report = _write(home, config, writer, head, snap, work, include_secrets, progress)
-                writer.finish(head)
+                try:
+                    report = _write(
+                        home, config, writer, head, snap, work, include_secrets, progress
+                    )
+                    writer.finish(head)
+                except BaseException:
+                    writer.discard()
+                    raise
                 out.flush()
                 os.fsync(out.fileno())
             try:
