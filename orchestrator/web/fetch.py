@@ -215,11 +215,19 @@ def _content_type(header: str) -> tuple[str, str | None]:
 
 def _html(html: str, url: str) -> tuple[str, str]:
     import trafilatura
+    from trafilatura.utils import load_html
 
+    # Links made absolute first, by the page's own address (or its <base href>):
+    # trafilatura alone joins a relative link to the site's root, so "other.html" on
+    # /docs/page.html became /other.html.
+    tree = load_html(html)
+    if tree is not None:
+        tree.make_links_absolute(url, resolve_base_href=True, handle_failures="ignore")
+    document = tree if tree is not None else html
     text = trafilatura.extract(
-        html, url=url, output_format="markdown", include_links=True, include_comments=False
+        document, url=url, output_format="markdown", include_links=True, include_comments=False
     )
-    metadata = trafilatura.extract_metadata(html)
+    metadata = trafilatura.extract_metadata(document)
     title = (metadata.title if metadata is not None else None) or ""
     if not title:
         found = re.search(r"<title[^>]*>(.*?)</title>", html, re.I | re.S)
