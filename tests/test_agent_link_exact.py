@@ -400,17 +400,23 @@ def test_the_forwarder_listens_on_the_egress_port_by_default(
     ]
 
 
-def test_the_forwarders_threads_never_keep_the_runner_alive_and_stop_when_it_closes(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    made: list[threading.Thread] = []
+@pytest.fixture
+def made(monkeypatch: pytest.MonkeyPatch) -> list[threading.Thread]:
+    """The threads the forwarder makes, in order (real ones, started by it)."""
+    threads: list[threading.Thread] = []
     real = threading.Thread
 
     def thread(*args: Any, **kwargs: Any) -> threading.Thread:
-        made.append(real(*args, **kwargs))
-        return made[-1]
+        threads.append(real(*args, **kwargs))
+        return threads[-1]
 
     monkeypatch.setattr(egress.threading, "Thread", thread)
+    return threads
+
+
+def test_the_forwarders_threads_never_keep_the_runner_alive_and_stop_when_it_closes(
+    made: list[threading.Thread], tmp_path: Path
+) -> None:
     port = _free_port()
     listener = egress.start_forwarder(tmp_path / "absent.sock", port)
     [accepting] = made
@@ -426,25 +432,15 @@ def test_the_forwarders_threads_never_keep_the_runner_alive_and_stop_when_it_clo
 
 
 def test_a_connection_pipes_both_ways_on_daemon_threads(
-    monkeypatch: pytest.MonkeyPatch, upstream: tuple[Path, list[bytes]]
-) -> None:
+    upstream: tuple[Path, list[bytes]], made: list[threading.Thread]
+) -> None:  # the host's end starts its thread first, unrecorded
     path, received = upstream
-    made: list[threading.Thread] = []
-    real = threading.Thread
-
-    def thread(*args: Any, **kwargs: Any) -> threading.Thread:
-        made.append(real(*args, **kwargs))
-        return made[-1]
-
-    monkeypatch.setattr(egress.threading, "Thread", thread)
     client, ours = socket.socketpair()
     with client:
         client.sendall(b"hello")
         client.shutdown(socket.SHUT_WR)
-        serving = real(target=egress._serve, args=(ours, path))
-        serving.start()
+        egress._serve(ours, path)  # here; the way back on a thread of its own
         assert _read_all(client) == b"answer:hello"
-        serving.join(5)
     assert [t.daemon for t in made] == [True]
     assert received == [b"hello"]
     assert ours.fileno() == -1
