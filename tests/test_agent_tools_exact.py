@@ -411,6 +411,13 @@ def test_a_session_whose_line_is_written_escaped_is_the_senders_too(agent: Path)
     _said(agent, "other", _msg("tea", sender="zoe"))
     assert ses._sessions(agent / "sessions", None, "zoë") == ["escaped", "plain"]
     assert ses._sessions(agent / "sessions", None, "zoe") == ["other"]
+    # a sender's name with a lone surrogate, in the session the turn is in, too
+    odd = agent / "sessions" / "odd" / "transcript.jsonl"
+    odd.parent.mkdir()
+    odd.write_bytes(_line(_msg("tea", sender="a\udce9b")))
+    assert _search(agent, "tea", key="odd", sender="x").splitlines()[1:] == [
+        "[odd, 2001-09-09 01:46 UTC, a\ufffdb] tea"
+    ]
     # the lone surrogate is shown as U+FFFD: the answer has a UTF-8 form
     assert _search(agent, "tea", key="escaped", sender="zoë").splitlines()[1:] == [
         "[escaped, 2001-09-09 01:46 UTC, zoë] tea \ufffd",
