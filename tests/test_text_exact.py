@@ -382,6 +382,7 @@ def test_mrkdwn_pieces() -> None:
     assert mrkdwn.MRKDWN_LIMIT_MIN == 80
     assert mrkdwn_pieces("&" * 16, 80) == ["&amp;" * 16]
     assert mrkdwn_pieces("&" * 17, 80) == ["&amp;" * 12, "&amp;" * 5]
+    assert mrkdwn_pieces("&" * 17, 80, 26) == ["&amp;" * 12, "&amp;" * 5]  # 26, 17, 16
     assert mrkdwn_pieces("abc " * 20, 40, 20) == [
         "abc abc abc abc",
         "abc abc abc abc",
