@@ -107,8 +107,8 @@ def _try_pull(client: docker.DockerClient, ref: str) -> str | None:
     try:
         client.api.pull(repository, tag=tag or "latest")
     except (DockerException, RequestException, OSError) as exc:
-        reason = str(getattr(exc, "explanation", None) or exc).splitlines()[0][:160]
-        return reason or type(exc).__name__
+        lines = str(getattr(exc, "explanation", None) or exc).splitlines() or [""]
+        return lines[0][:160] or type(exc).__name__
     finally:
         client.api.timeout = saved
     return None
