@@ -5,7 +5,12 @@ requests listed, approved and denied (cli/held.py), a group's web policy decided
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import json
+import os
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -668,6 +673,22 @@ def test_image_recorded_noop_inspects_directly_and_is_none_on_an_error(
 # memory history (cli/history.py)
 
 
+@contextlib.contextmanager
+def _zone(name: str) -> Iterator[None]:
+    """The process's local time zone set to ``name`` for a while."""
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = name
+    time.tzset()
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = before
+        time.tzset()
+
+
 def _history_home(home: Path) -> None:
     (home / "orchestrator.yaml").write_text("project: proj\nhistory:\n  max_file_bytes: 2k\n")
     GroupStore(Home(home)).add(GroupConfig(name="fam"))
@@ -757,6 +778,8 @@ def test_history_when_and_who() -> None:
     from orchestrator.memory.history import Provenance
 
     assert _when(86_400 * 365 + 3661.5) == "1971-01-01 01:01:01"
+    with _zone("Asia/Kolkata"):  # UTC whatever the local zone
+        assert _when(86_400 * 365 + 3661.5) == "1971-01-01 01:01:01"
 
     def change(**kwargs: Any) -> Any:
         return SimpleNamespace(provenance=Provenance(**kwargs))
@@ -775,6 +798,8 @@ def test_learned_when_is_utc_or_a_dash() -> None:
     assert _when(None) == "-"
     assert _when(0.0) == "1970-01-01 00:00:00 UTC"
     assert _when(86_400 * 365 + 3661.5) == "1971-01-01 01:01:01 UTC"
+    with _zone("America/Sao_Paulo"):  # UTC whatever the local zone
+        assert _when(0.0) == "1970-01-01 00:00:00 UTC"
 
 
 def test_learned_held_are_the_learned_requests_of_the_group(home: Path) -> None:
@@ -803,13 +828,14 @@ def test_learned_held_request_is_found_or_the_waiting_ids_are_named(home: Path) 
     assert caught.value.message == "no change to the learned behaviors of 'fam' waits as request 5"
     assert caught.value.hint == hint
     first = _hold(home, kind=LEARNED_LABEL)
+    elsewhere = _hold(home, group="other", kind=LEARNED_LABEL)
     second = _hold(home, kind=LEARNED_LABEL)
     group, found = _held_request(obj, "fam", second.id)
     assert (group.folder, found.id, found.content) == ("fam", second.id, second.content)
     with pytest.raises(BadInput) as caught:
-        _held_request(obj, "fam", 99)
+        _held_request(obj, "fam", elsewhere.id)  # another group's
     assert caught.value.message == (
-        "no change to the learned behaviors of 'fam' waits as request 99 "
+        f"no change to the learned behaviors of 'fam' waits as request {elsewhere.id} "
         f"(waiting: {first.id}, {second.id})"
     )
     assert caught.value.hint == hint
@@ -912,7 +938,9 @@ def test_memory_index_is_opened_with_the_search_settings(
     from orchestrator.memory import search
     from orchestrator.memory.embeddings import EmbedderUnavailable
 
-    (home / "orchestrator.yaml").write_text("memory_search:\n  vector_weight: 0.25\n")
+    (home / "orchestrator.yaml").write_text(
+        "memory_search:\n  embedder: wordllama\n  vector_weight: 0.25\n"
+    )
     GroupStore(Home(home)).add(GroupConfig(name="fam"))
     seen: list[Any] = []
 
@@ -923,7 +951,7 @@ def test_memory_index_is_opened_with_the_search_settings(
     monkeypatch.setattr(search, "index_for", index_for)
     group, index = _index(CliContext(Home(home), False), "fam")
     assert (group.folder, index) == ("fam", "the index")
-    assert seen == [(Home(home).state_dir, home / "groups", "fam", None, 0.25)]
+    assert seen == [(Home(home).state_dir, home / "groups", "fam", "wordllama", 0.25)]
 
     def unavailable(*args: Any) -> str:
         raise EmbedderUnavailable("the vectors extra is not installed")
@@ -1059,3 +1087,44 @@ def test_memory_has_the_history_commands() -> None:
     for command in (history.log, history.show, history.diff, history.blame, history.revert):
         assert memory.commands[str(command.name)] is command
     assert memory.commands["prune"] is history.prune
+
+
+def _fresh(module: str) -> Any:
+    """``module`` imported again into a new module object, its import-time code run once
+    more (sys.modules keeps the one it had)."""
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.loader is not None
+    made = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(made)
+    return made
+
+
+def test_memory_as_imported_has_the_history_commands() -> None:
+    from orchestrator.cli import history
+
+    fresh = _fresh("orchestrator.cli.memory")
+    expected = [history.log, history.show, history.diff, history.blame, history.revert]
+    for command in [*expected, history.prune]:
+        assert fresh.memory.commands[str(command.name)] is command
+
+
+def test_task_as_imported_has_its_change_commands_with_their_help() -> None:
+    fresh = _fresh("orchestrator.cli.task")
+    commands = fresh.task.commands
+    assert commands["pause"].help == "Pause task ID: it does not run until resumed."
+    assert commands["remove"].help == "Delete task ID and the record of its runs."
+    assert commands["run"].help == "Run task ID now, once; its schedule is unchanged."
+    assert str(commands["resume"].help).startswith("Resume task ID; a due time")
+    assert all(commands[verb].callback is not None for verb in ("pause", "resume", "run"))
+    assert [commands[v].name for v in ("pause", "resume", "remove", "run")] == [
+        "pause", "resume", "remove", "run"
+    ]  # fmt: skip
+
+
+def test_task_change_commands_need_a_queue(home: Path) -> None:
+    for verb in ("pause", "resume", "remove", "run"):
+        done = invoke(home, "task", verb, "3")
+        assert (done.exit_code, done.stderr) == (
+            2,
+            "error: no task 3\nhint: this home has no tasks yet\n",
+        )
