@@ -147,6 +147,37 @@ def test_held_deny_drops_the_request_and_tells_the_chat(home: Path, capsys: Any)
         queue.close()
 
 
+def test_held_approve_and_deny_together_are_refused_and_nothing_changes(home: Path) -> None:
+    from orchestrator.errors import BadInput
+    from orchestrator.store.held import HeldRequests
+    from orchestrator.store.messages import open_queue
+
+    GroupStore(Home(home)).add(GroupConfig(name="fam"))
+    made = [_hold(home, kind=kind) for kind in ("packages", "packages", "mcp-server", "mcp-server")]
+    with pytest.raises(BadInput) as caught:
+        _handle(home, approve_id=made[0].id, deny_id=made[1].id)
+    assert caught.value.message == (
+        f"give --approve or --deny, not both (got --approve {made[0].id} --deny {made[1].id})"
+    )
+    for args, first, second in (
+        (["group", "packages", "fam"], made[0], made[1]),
+        (["mcp", "requests", "--group", "fam"], made[2], made[3]),
+    ):
+        done = invoke(home, *args, "--approve", str(first.id), "--deny", str(second.id))
+        assert done.exit_code == 2
+        assert done.stderr.startswith(
+            f"error: give --approve or --deny, not both (got --approve {first.id} "
+        )
+    queue = open_queue(Home(home))
+    try:
+        assert [r.id for r in HeldRequests(queue).waiting("fam")] == [r.id for r in made]
+        for request in made:
+            asked = queue.get(request.message_id)
+            assert asked is not None and asked.replies == ()
+    finally:
+        queue.close()
+
+
 def test_held_approve_applies_as_the_operator_in_the_foreground(
     home: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
