@@ -23,10 +23,15 @@ def handle_requests(
     """List ``folder``'s waiting requests of ``kind`` (``what`` names them, such as
     "package request"), or approve or deny the one named; ``listing`` is how a person
     lists them (named when an id waits for nothing)."""
+    from orchestrator.errors import BadInput
     from orchestrator.relay.approvals import approve
     from orchestrator.store.held import HeldRequests
     from orchestrator.store.messages import open_queue_if_any
 
+    if approve_id is not None and deny_id is not None:
+        raise BadInput(
+            f"give --approve or --deny, not both (got --approve {approve_id} --deny {deny_id})"
+        )
     queue = open_queue_if_any(obj.home)
     if queue is None:
         raise click.ClickException("no state database yet: no requests were ever made")
