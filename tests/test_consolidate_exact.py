@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, date, datetime
+from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
+from orchestrator.confined import open_group_dir
 from orchestrator.limits import CONSOLIDATE_MAX_DAYS, MEMORY_FILE_BUDGET_CHARS
 from orchestrator.memory import consolidate as mc
-from orchestrator.memory.history import Provenance
+from orchestrator.memory.history import Change, HistoryError, Provenance
 from orchestrator.relay.consolidation import FACTS
 
 A = " — "  # the attribution of memory flushes
@@ -599,3 +601,561 @@ def test_a_reports_dictionary() -> None:
     }
     assert mc.Report("f", "t", mc.MODEL, "p/m").to_dict()["model"] == "p/m"
     json.dumps(report.to_dict())
+
+
+# the history's word, line by line
+
+
+class FakeHistory:
+    """A memory history of ``changes`` (each a Change), the last record's files and each
+    file's blame, keeping what it was asked and what was applied."""
+
+    def __init__(
+        self,
+        changes: list[Any] | None = None,
+        shown: dict[str, bytes] | None = None,
+        blames: dict[str, list[tuple[str, Any]]] | None = None,
+        head: bool = True,
+        dirty: bool = False,
+    ) -> None:
+        self.changes = changes or []
+        self.shown = shown or {}
+        self.blames = blames or {}
+        self.head = head
+        self.dirty = dirty
+        self.logged: list[str] = []
+        self.recorded: list[Provenance] = []
+        self.applied: list[tuple[dict[str, bytes | None], Provenance]] = []
+
+    def resolve(self, rev: str) -> str:
+        assert rev == "HEAD"
+        if not self.head:
+            raise HistoryError("no history")
+        return "r1"
+
+    def log(self, path: str) -> list[Any]:
+        self.logged.append(path)
+        return self.changes
+
+    def show(self, rev: str, path: str) -> bytes:
+        assert rev == "HEAD"
+        if path not in self.shown:
+            raise HistoryError("not there")
+        return self.shown[path]
+
+    def blame(self, path: str) -> list[tuple[str, Any]]:
+        return self.blames[path]
+
+    def changed(self) -> bool:
+        return self.dirty
+
+    def record(self, provenance: Provenance) -> None:
+        self.recorded.append(provenance)
+
+    def apply(self, content: dict[str, bytes | None], provenance: Provenance) -> Any:
+        self.applied.append((content, provenance))
+        return SimpleNamespace(rev="r2")
+
+
+def written(kind: str, path: str, trust: str = "creator") -> Change:
+    return Change("r", Provenance(kind, sender="s", trust=trust), (path,))
+
+
+UNKNOWN = "not in the memory history yet (it is consolidated once it is recorded)"
+
+
+def test_without_a_history_the_writers_are_not_checked() -> None:
+    report = mc.Report("fam", "t", mc.FALLBACK)
+    lines = [line(1)]
+    assert mc._check_writers(cast(Any, FakeHistory(head=False)), lines, {}, report) is lines
+    assert report.notes == ["no memory history yet: who wrote the note lines was not checked"]
+
+
+def test_each_line_takes_the_word_of_the_change_that_wrote_it() -> None:
+    d1, d2, d3, d4 = "2026-12-01", "2026-12-02", "2026-12-03", "2026-12-04"
+    p1, p2, p4 = (f"memory/daily/{d}.md" for d in (d1, d2, d4))
+    guest = written("turn", p2, "guest")
+    history = FakeHistory(
+        changes=[written("turn", p1), written("host", p1), guest, written("flush", p4)],
+        shown={p1: b"- a\n- b\n"},
+        blames={p2: [("- x", written("turn", p2)), ("- y", guest)]},
+    )
+    texts = {d1: ["- new", "- a", "- b"], d2: ["- x", "- y"], d3: ["- z"], d4: ["- w"]}
+    lines = [
+        line(1, d1, 1),
+        line(2, d1, 2),
+        line(3, d1, 3),
+        line(4, d2, 1),
+        line(5, d2, 2),
+        line(6, d3, 1),
+        line(7, d4, 1),
+        line(8, d1, 2, reason="r"),
+        line(9, d1, 1, cited=True),
+    ]
+    report = mc.Report("fam", "t", mc.FALLBACK)
+    checked = mc._check_writers(cast(Any, history), lines, texts, report)
+    assert history.logged == ["memory/daily"]
+    assert [n.reason for n in checked] == [
+        UNKNOWN,
+        None,
+        None,
+        None,
+        "the history shows a turn of s (guest) wrote it, whatever its source says",
+        UNKNOWN,
+        UNKNOWN,
+        "r",
+        None,
+    ]
+    assert report.notes == []
+
+
+def test_the_history_is_not_walked_when_no_line_is_eligible() -> None:
+    history = FakeHistory()
+    lines = [line(1, reason="r"), line(2, cited=True)]
+    report = mc.Report("fam", "t", mc.FALLBACK)
+    assert mc._check_writers(cast(Any, history), lines, {}, report) == lines
+    assert history.logged == []
+
+
+# reading the group's files
+
+
+@pytest.fixture
+def groups(tmp_path: Path) -> Path:
+    (tmp_path / "fam" / "memory" / "daily").mkdir(parents=True)
+    return tmp_path
+
+
+def daily(groups: Path, day: str, text: str) -> None:
+    (groups / "fam" / "memory" / "daily" / f"{day}.md").write_text(text, encoding="utf-8")
+
+
+def memory(groups: Path, path: str, text: str) -> None:
+    target = groups / "fam" / "memory" / path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
+
+
+TODAY = date(2026, 12, 3)
+
+
+def test_the_notes_of_the_days_are_read_and_numbered_in_order(groups: Path) -> None:
+    daily(groups, "2026-12-01", f"- One.{A}alice (creator){SRC}\n- Two.{A}bob (member){SRC}\n")
+    daily(groups, "2026-12-03", f"- Three.{A}alice (creator){SRC}\n")
+    daily(groups, "2026-11-30", f"- Old.{A}alice (creator){SRC}\n")
+    report = mc.prepare(groups, "fam", facts=FACTS, today=TODAY, days=3)
+    assert report.days == ["2026-12-01", "2026-12-03"]
+    assert [(n.number, n.day, n.line, n.text) for n in report.lines] == [
+        (1, "2026-12-01", 1, "One."),
+        (2, "2026-12-01", 2, "Two."),
+        (3, "2026-12-03", 1, "Three."),
+    ]
+    assert report.mode == mc.FALLBACK and report.today == "2026-12-03"
+    assert report.proposals == [] and report.refused == [] and report.notes == []
+    assert report.seconds >= 0
+
+
+def test_no_note_in_the_days_is_no_notes(groups: Path, tmp_path: Path) -> None:
+    daily(groups, "2026-11-30", "- x\n")
+    with pytest.raises(mc.NoNotes) as none:
+        mc.prepare(groups, "fam", facts=FACTS, today=TODAY, days=2)
+    assert none.value.message == (
+        "no daily notes in memory/daily/ of fam from 2026-12-02 to 2026-12-03; "
+        "nothing to consolidate"
+    )
+    assert none.value.hint == (
+        "memory flushes write them as conversations go on; --days reads more"
+    )
+    (groups / "other" / "memory").mkdir(parents=True)
+    with pytest.raises(mc.NoNotes):
+        mc.prepare(groups, "other", facts=FACTS, today=TODAY)
+
+
+def test_a_long_note_is_read_to_its_last_whole_line_in_the_bound(
+    groups: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mc, "NOTE_READ_MAX_BYTES", 40)
+    daily(groups, "2026-12-03", "- One.\n- Two is long enough to pass the bound\n")
+    report = mc.prepare(groups, "fam", facts=FACTS, today=TODAY, days=1)
+    assert [n.text for n in report.lines] == ["One."]
+    assert report.notes == ["daily/2026-12-03.md: only its first 40 bytes were read"]
+
+
+def test_a_note_that_is_a_symlink_is_not_read_and_said(groups: Path) -> None:
+    daily(groups, "2026-12-02", "- x\n")
+    (groups / "fam" / "memory" / "daily" / "2026-12-03.md").symlink_to("2026-12-02.md")
+    report = mc.prepare(groups, "fam", facts=FACTS, today=TODAY, days=2)
+    assert report.days == ["2026-12-02"]
+    assert len(report.notes) == 1
+    assert report.notes[0].startswith("daily/2026-12-03.md ")
+    assert report.notes[0].endswith("; not read")
+
+
+def test_a_daily_folder_that_is_a_symlink_stops_the_run(groups: Path) -> None:
+    daily_dir = groups / "fam" / "memory" / "daily"
+    daily_dir.rename(groups / "elsewhere")
+    daily_dir.symlink_to(groups / "elsewhere")
+    with pytest.raises(mc.ConsolidationError) as stopped:
+        mc.prepare(groups, "fam", facts=FACTS, today=TODAY)
+    assert stopped.value.message.endswith("; nothing was read")
+    assert stopped.value.hint == (
+        "move it away (the confined file layer never follows it), then run again"
+    )
+
+
+def test_memory_is_read_for_titles_and_citations_but_not_daily_or_system(
+    groups: Path,
+) -> None:
+    daily(groups, "2026-12-03", f"- One.{A}alice (creator){SRC}\n- Two.{A}alice (creator){SRC}\n")
+    memory(groups, "index.md", "# Memory\n")
+    memory(groups, "people/ann.md", f"# Ann\n- One.{A}from daily/2026-12-03.md line 1; a\n")
+    memory(groups, "system/s.md", "# S\n")
+    memory(groups, "daily/x.md", "# X\n")
+    memory(groups, "notes.txt", "# T\n")
+    memory(groups, ".hidden/h.md", "# H\n")
+    (groups / "fam" / "memory" / "link.md").symlink_to("index.md")
+    report = mc.prepare(groups, "fam", facts=FACTS, today=TODAY, days=1)
+    known = report._known
+    assert known is not None
+    assert known.index == "# Memory\n"
+    assert known.titles == [("people/ann.md", "Ann")]
+    assert known.cited == {("2026-12-03", 1)}
+    assert [(n.number, n.cited) for n in report.lines] == [(1, True), (2, False)]
+    assert report.to_dict()["cited_before"] == 1
+
+
+def test_memory_past_the_runs_bound_is_not_read_and_said(
+    groups: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mc, "MEMORY_READ_MAX_BYTES", 10)
+    daily(groups, "2026-12-03", f"- One.{A}alice (creator){SRC}\n")
+    memory(groups, "a.md", "# Aaaa\n# more text\n")
+    memory(groups, "b.md", "# B\n")
+    report = mc.prepare(groups, "fam", facts=FACTS, today=TODAY, days=1)
+    assert report._known is not None and report._known.titles == [("a.md", "Aaaa")]
+    assert report.notes == [
+        "memory holds more than 10 bytes of Markdown: memory/b.md and the files after it "
+        "were not read"
+    ]
+
+
+def test_a_model_is_asked_with_the_eligible_lines_and_its_proposals_checked(
+    groups: Path,
+) -> None:
+    daily(
+        groups,
+        "2026-12-03",
+        f"- One.{A}alice (creator){SRC}\n- Two.{A}eve (guest){SRC}\n- Three.{A}bob (member){SRC}\n",
+    )
+    asked: list[tuple[str, list[dict[str, Any]], int]] = []
+
+    def complete(system: str, messages: list[dict[str, Any]], max_tokens: int) -> str:
+        asked.append((system, messages, max_tokens))
+        return json.dumps(
+            {"promotions": [{"target": "index.md", "text": "One.", "from": [1]}, "x"]}
+        )
+
+    report = mc.prepare(
+        groups,
+        "fam",
+        facts=FACTS,
+        today=TODAY,
+        days=1,
+        complete=complete,
+        model="p/m",
+        max_tokens=77,
+    )
+    message = asked[0][1][0]["content"]
+    assert asked == [(mc.SYSTEM_PROMPT, [{"role": "user", "content": message}], 77)]
+    assert message.endswith("1. [2026-12-03] One.\n3. [2026-12-03] Three.\n")
+    assert report.shown == [1, 3]
+    assert report.mode == mc.MODEL and report.model == "p/m"
+    assert report.model_calls == 1
+    assert report.prompt_chars == len(mc.SYSTEM_PROMPT) + len(message)
+    assert report.answer_chars == len(
+        json.dumps({"promotions": [{"target": "index.md", "text": "One.", "from": [1]}, "x"]})
+    )
+    assert [p.target for p in report.proposals] == ["index.md"]
+    assert report.refused == [
+        mc.Refusal("proposal 2", "not a JSON object with target, text and from")
+    ]
+
+
+def test_a_model_is_not_asked_without_candidates_and_is_told_of_lines_not_shown(
+    groups: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    daily(groups, "2026-12-03", f"- One.{A}eve (guest){SRC}\n")
+
+    def never(system: str, messages: list[dict[str, Any]], max_tokens: int) -> str:
+        raise AssertionError("asked")
+
+    report = mc.prepare(groups, "fam", facts=FACTS, today=TODAY, days=1, complete=never)
+    assert report.model_calls == 0 and report.proposals == []
+    monkeypatch.setattr(mc, "LINES_SHOWN_MAX_CHARS", 30)
+    daily(
+        groups,
+        "2026-12-03",
+        f"- One.{A}alice (creator){SRC}\n- Two.{A}alice (creator){SRC}\n",
+    )
+    shown = mc.prepare(
+        groups,
+        "fam",
+        facts=FACTS,
+        today=TODAY,
+        days=1,
+        complete=lambda s, m, t: '{"promotions": []}',
+    )
+    assert shown.shown == [2]
+    assert shown.notes == [
+        "1 older eligible lines were not shown to the model (over 30 characters); "
+        "--days reads fewer"
+    ]
+
+
+def test_the_history_is_asked_when_given(groups: Path) -> None:
+    daily(groups, "2026-12-03", f"- One.{A}alice (creator){SRC}\n")
+    history = FakeHistory(head=False)
+    report = mc.prepare(groups, "fam", facts=FACTS, today=TODAY, days=1, history=cast(Any, history))
+    assert report.notes == ["no memory history yet: who wrote the note lines was not checked"]
+
+
+# committing
+
+
+def ready(groups: Path, *proposals: mc.Promotion, known: mc._Known | None = None) -> mc.Report:
+    report = mc.Report("fam", "2026-12-03", mc.MODEL, "prov/mod", days=["2026-12-03"])
+    report.proposals = list(proposals)
+    report._known = known
+    return report
+
+
+def promo(target: str, text: str) -> mc.Promotion:
+    return mc.Promotion(
+        target, text, (1,), f"{text}{A}from daily/2026-12-03.md line 1; a (creator)"
+    )
+
+
+WHEN = datetime(2026, 12, 3, 4, 5, tzinfo=UTC).timestamp()
+
+
+def test_a_run_without_proposals_writes_nothing(groups: Path) -> None:
+    history = FakeHistory()
+    report = mc.commit(
+        groups, ready(groups), facts=FACTS, history=cast(Any, history), when=WHEN, dry_run=True
+    )
+    assert report.dry_run is True and report.writes == [] and history.applied == []
+
+
+def test_promotions_are_appended_linked_and_logged_as_one_change(groups: Path) -> None:
+    memory(groups, "index.md", "# Memory\n\n- Old fact.\n")
+    memory(groups, "log.md", "# Log\n- earlier")
+    memory(groups, "people/known.md", "# Known\n")
+    history = FakeHistory(dirty=True)
+    report = ready(
+        groups,
+        promo("index.md", "Ann is a vet."),
+        promo("people/new-one.md", "Bob likes tea."),
+        promo("people/new-one.md", "Bob lives in Porto."),
+        promo("people/known.md", "Carol is 9."),
+        promo("index.md", "- old fact"),
+        promo("people/known.md", "Ann is a vet!"),
+    )
+    done = mc.commit(
+        groups,
+        report,
+        facts=FACTS,
+        history=cast(Any, history),
+        when=WHEN,
+        zone="UTC",
+        sender="alice",
+    )
+    assert [p.text for p in done.promoted] == [
+        "Ann is a vet.",
+        "Bob likes tea.",
+        "Bob lives in Porto.",
+        "Carol is 9.",
+    ]
+    assert done.skipped == [
+        mc.Refusal("'- old fact' to index.md", "memory/index.md holds it already (line 3)"),
+        mc.Refusal(
+            "'Ann is a vet!' to people/known.md",
+            "this run promotes it to memory/index.md already",
+        ),
+    ]
+    assert done.writes == [
+        "memory/index.md",
+        "memory/log.md",
+        "memory/people/known.md",
+        "memory/people/new-one.md",
+    ]
+    assert history.recorded == [
+        Provenance(
+            "unattributed", note="found before a consolidation", time=history.recorded[0].time
+        )
+    ]
+    [(content, made)] = history.applied
+    assert made == Provenance(
+        "consolidation",
+        sender="alice",
+        provider="prov",
+        model="mod",
+        note="4 promoted from the daily notes of 2026-12-03 to 2026-12-03 into index.md, "
+        "people/new-one.md, people/known.md (proposed by prov/mod)",
+        time=WHEN,
+    )
+    assert (
+        content["memory/index.md"]
+        == (
+            "# Memory\n\n- Old fact.\n\n## Consolidated\n\n"
+            f"- Ann is a vet.{A}from daily/2026-12-03.md line 1; a (creator)\n"
+            "- [New One](people/new-one.md): consolidated from the daily notes\n"
+        ).encode()
+    )
+    assert (
+        content["memory/people/new-one.md"]
+        == (
+            '---\ntype: people\ntitle: "New One"\n'
+            'description: "Facts consolidated from the daily notes."\n---\n\n'
+            "# New One\n\n## Consolidated\n\n"
+            f"- Bob likes tea.{A}from daily/2026-12-03.md line 1; a (creator)\n"
+            f"- Bob lives in Porto.{A}from daily/2026-12-03.md line 1; a (creator)\n"
+        ).encode()
+    )
+    assert content["memory/log.md"] == ("# Log\n- earlier\n\n" + done.log_entry).encode()
+    assert done.log_entry.startswith("## 2026-12-03 04:05 UTC: consolidation\n")
+    assert done.change == "r2"
+    assert done.dry_run is False
+
+
+def test_a_new_log_gets_its_head_and_a_dry_run_writes_nothing(groups: Path) -> None:
+    memory(groups, "index.md", "# Memory\n\n- [Recurring](notes/recurring.md)\n")
+    history = FakeHistory()
+    report = ready(groups, promo("notes/recurring.md", "Ann is a vet."))
+    report.mode, report.model = mc.FALLBACK, ""
+    done = mc.commit(
+        groups, report, facts=FACTS, history=cast(Any, history), when=WHEN, dry_run=True
+    )
+    assert done.writes == ["memory/log.md", "memory/notes/recurring.md"]
+    assert history.applied == [] and history.recorded == []
+    assert done.change is None and done.dry_run is True
+    done = mc.commit(groups, report, facts=FACTS, history=cast(Any, history), when=WHEN)
+    [(content, made)] = history.applied
+    assert history.recorded == []
+    assert (made.provider, made.model) == ("", "")
+    assert (
+        content["memory/log.md"]
+        == (
+            '---\nokf_version: "0.1"\ntitle: Log\ndescription: What memory housekeeping changed '
+            "in this memory, oldest first.\n---\n\n# Log\n\n" + done.log_entry
+        ).encode()
+    )
+    assert "memory/index.md" not in content
+
+
+def test_a_fact_consolidated_before_is_skipped(groups: Path) -> None:
+    known = mc._Known(facts=[("people/ann.md", "ann is a vet")])
+    report = ready(groups, promo("index.md", "Ann is a vet."), known=known)
+    history = FakeHistory()
+    done = mc.commit(groups, report, facts=FACTS, history=cast(Any, history), when=WHEN)
+    assert done.skipped == [
+        mc.Refusal("'Ann is a vet.' to index.md", "consolidated already, into memory/people/ann.md")
+    ]
+    assert done.promoted == [] and done.writes == [] and history.applied == []
+    assert done.log_entry == ""
+
+
+def test_the_core_memorys_budget_holds(groups: Path) -> None:
+    memory(groups, "index.md", "x" * (MEMORY_FILE_BUDGET_CHARS - 40))
+    report = ready(
+        groups,
+        promo("index.md", "Ann is a vet and a long fact that passes the budget."),
+        promo("people/zed.md", "Zed is tall."),
+    )
+    done = mc.commit(groups, report, facts=FACTS, history=cast(Any, FakeHistory()), when=WHEN)
+    assert done.skipped == [
+        mc.Refusal(
+            "'Ann is a vet and a long fact that passes the budget.' to index.md",
+            f"index.md would pass its {MEMORY_FILE_BUDGET_CHARS:,}-character budget (it is "
+            "injected whole into every fresh context): promote it to a concept file",
+        ),
+        mc.Refusal(
+            "'Zed is tall.' to people/zed.md",
+            "index.md has no room left for a link to the new file people/zed.md",
+        ),
+    ]
+
+
+def test_fits_counts_the_core_memory_as_written() -> None:
+    index = mc._Target("index.md", "")
+    room = MEMORY_FILE_BUDGET_CHARS - len("## Consolidated\n\n- ")
+    assert mc._fits(index, ["y" * room]) is True
+    assert mc._fits(index, ["y" * (room + 1)]) is False
+    assert mc._Target("x.md", "a\nb", ["c"]).lines() == ["a", "b", "c"]
+    assert mc._Target("x.md", None, ["c"]).lines() == ["", "c"]
+
+
+def test_a_fact_held_is_found_in_the_target_then_this_run_then_earlier_runs() -> None:
+    target = mc._Target("p.md", "# P\n- Ann is a vet.\n", ["Bob."])
+    other = mc._Target("q.md", None, ["Carol is 9."])
+    targets = {"p.md": target, "q.md": other}
+    known = mc._Known(facts=[("r.md", "dave")])
+
+    def held(text: str) -> str | None:
+        return mc._held(promo("p.md", text), target, targets, known, FACTS)
+
+    assert held("ann is a vet") == "memory/p.md holds it already (line 2)"
+    assert held("Bob") == "memory/p.md holds it already (this run)"
+    assert held("Carol is 9") == "this run promotes it to memory/q.md already"
+    assert held("Dave") == "consolidated already, into memory/r.md"
+    assert held("# P") is None
+    assert held("Erin") is None
+
+
+def test_a_target_that_is_not_a_regular_utf8_file_stops_the_run(groups: Path) -> None:
+    memory(groups, "people/x.md", "")
+    (groups / "fam" / "memory" / "people" / "x.md").write_bytes(b"\xff")
+    with pytest.raises(mc.ConsolidationError) as bad:
+        mc.commit(
+            groups,
+            ready(groups, promo("people/x.md", "A.")),
+            facts=FACTS,
+            history=cast(Any, FakeHistory()),
+            when=WHEN,
+        )
+    assert bad.value.message == "memory/people/x.md is not UTF-8; nothing was changed"
+    (groups / "fam" / "memory" / "file").write_text("")
+    with pytest.raises(mc.ConsolidationError) as folder:
+        mc.commit(
+            groups,
+            ready(groups, promo("file/x/y.md", "A.")),
+            facts=FACTS,
+            history=cast(Any, FakeHistory()),
+            when=WHEN,
+        )
+    assert (
+        folder.value.message == "memory/file is a regular file, not a folder; nothing was changed"
+    )
+    assert folder.value.hint == (
+        "move it away (the confined file layer never follows it), then run again"
+    )
+    (groups / "fam" / "memory" / "link.md").symlink_to("index.md")
+    with pytest.raises(mc.ConsolidationError) as link:
+        mc.commit(
+            groups,
+            ready(groups, promo("link.md", "A.")),
+            facts=FACTS,
+            history=cast(Any, FakeHistory()),
+            when=WHEN,
+        )
+    assert link.value.message.endswith("; nothing was changed")
+    assert link.value.hint == (
+        "move it away (the confined file layer never follows it), then run again"
+    )
+
+
+def test_a_new_target_under_new_folders_is_none(groups: Path) -> None:
+    with open_group_dir(groups, "fam") as group:
+        assert mc._load(group, "a/b/c.md") is None
+        assert mc._load(group, "new.md") is None
+        memory(groups, "a/b/c.md", "é")
+        assert mc._load(group, "a/b/c.md") == "é"
