@@ -277,3 +277,11 @@ def test_a_long_text_is_cut_at_the_cap_with_a_notice_and_the_descriptions_kept()
     assert render_result("srv", result(whole)).endswith(
         "y\n[... 1 more characters of the result cut ...]"
     )
+
+
+def test_a_tools_name_is_judged_with_its_own_servers_name() -> None:
+    fits = ListedTool("t" * (64 - len("mcp__a__")), "d", OBJECT)
+    assert sort_tools("a", [fits], {fits.name: fits.digest}) == Sorted((fits,), (), ())
+    long = sort_tools("abcde", [fits], {fits.name: fits.digest})
+    assert long.offered == ()
+    assert long.waiting[0][1].startswith(f"cannot be offered: its name {fits.name!r} makes ")
