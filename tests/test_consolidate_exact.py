@@ -1159,3 +1159,32 @@ def test_a_new_target_under_new_folders_is_none(groups: Path) -> None:
         assert mc._load(group, "new.md") is None
         memory(groups, "a/b/c.md", "é")
         assert mc._load(group, "a/b/c.md") == "é"
+
+
+class Clock:
+    """``time`` for the consolidation module: each monotonic reading one of ``readings``."""
+
+    def __init__(self, *readings: float) -> None:
+        self.readings = list(readings)
+
+    def monotonic(self) -> float:
+        return self.readings.pop(0)
+
+
+def test_a_runs_seconds_are_its_own(groups: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    daily(groups, "2026-12-03", f"- One.{A}alice (creator){SRC}\n")
+    monkeypatch.setattr(mc, "time", Clock(10.0, 12.5))
+    report = mc.prepare(groups, "fam", facts=FACTS, today=TODAY, days=1)
+    assert report.seconds == 2.5
+    report.proposals = [promo("index.md", "Ann is a vet.")]
+    report._known = None
+    monkeypatch.setattr(mc, "time", Clock(100.0, 101.0, 104.0))
+    done = mc.commit(groups, report, facts=FACTS, history=cast(Any, FakeHistory()), when=WHEN)
+    assert done.seconds == 2.5 + 1.0 + 4.0
+    skipped = ready(groups, promo("index.md", "Ann is a vet."))
+    skipped._known = mc._Known(facts=[("x.md", "ann is a vet")])
+    monkeypatch.setattr(mc, "time", Clock(7.0, 7.5))
+    assert (
+        mc.commit(groups, skipped, facts=FACTS, history=cast(Any, FakeHistory()), when=WHEN).seconds
+        == 0.5
+    )

@@ -428,7 +428,7 @@ def test_recall_greps_memory_for_the_keywords() -> None:
 
 
 def test_keywords_leave_out_the_stopwords_and_single_letters() -> None:
-    assert _keywords(" ".join(sorted(STOPWORDS)) + " x Cat's a/b") == ["cat's", "a/b"]
+    assert _keywords(" ".join(sorted(STOPWORDS)) + " x Cat's a/b ox") == ["cat's", "a/b", "ox"]
     assert _keywords("the a") == ["the", "a"]
     assert len(STOPWORDS) == 32
     assert {"a", "an", "the", "my", "with", "this", "that", "or", "and"} <= STOPWORDS
@@ -510,3 +510,18 @@ def test_the_gist_is_the_body_line_naming_most_keywords() -> None:
     assert _gist("---\na: b\n---\n# only a title\n", ["a"]) == ("---\na: b\n---\n# only a title")
     assert _gist("  " + "w" * 400, ["w"]) == "w" * 300
     assert _gist("# T\n" + "k " * 200, ["k"]) == ("k " * 200).strip()[:300]
+
+
+def test_a_file_of_headings_only_is_its_own_gist_cut() -> None:
+    assert _gist("# " + "h" * 400, ["h"]) == ("# " + "h" * 400)[:300]
+
+
+def test_remember_takes_the_last_two_results_of_its_reads(fixed_day: None) -> None:
+    completion = ask(
+        REMEMBER,
+        called(*READS),
+        {"role": "tool", "tool_call_id": "x", "name": "read_file", "content": "extra"},
+        answer(READS[0], "ERROR: none"),
+        answer(READS[1], "# Memory\n"),
+    )
+    assert completion == Completion(None, (WRITE, APPEND, LINK))
