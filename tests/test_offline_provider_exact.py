@@ -525,3 +525,43 @@ def test_remember_takes_the_last_two_results_of_its_reads(fixed_day: None) -> No
         answer(READS[1], "# Memory\n"),
     )
     assert completion == Completion(None, (WRITE, APPEND, LINK))
+
+
+def test_a_rule_keeps_its_last_letters() -> None:
+    assert ask("from now on, greet REX.", called(READ), answer(READ, "")) == Completion(
+        None, (write("- From now on, greet REX.\n"),)
+    )
+
+
+def test_a_tool_result_without_content_is_empty_text() -> None:
+    silent = {"role": "tool", "tool_call_id": "l1", "name": "memory_read"}
+    assert ask(LEARN, called(READ), silent) == Completion(
+        None, (write("- From now on, answer in French.\n"),)
+    )
+
+
+def test_the_first_learned_section_is_quoted() -> None:
+    system = "## Learned behaviors\n- first\n## Learned behaviors\n- second\n"
+    assert ask("what have you learned", system=system) == Completion(
+        "The learned behaviors in my context:\n- first"
+    )
+
+
+def test_user_messages_without_text_are_not_flushed_or_summed_up() -> None:
+    for said in ({"role": "user"}, {"role": "user", "content": "  "}):
+        request = CompletionRequest("", [said, {"role": "user", "content": "flush"}], purpose=FLUSH)
+        assert PROVIDER.complete(request) == Completion("NO_REPLY")
+    summary = CompletionRequest("", [{"role": "user"}], purpose=SUMMARY)
+    assert PROVIDER.complete(summary) == Completion("1 earlier user messages:\n- ")
+
+
+def test_sentences_keep_their_letters() -> None:
+    assert _sentences("X is here. X") == ["X is here.", "X"]
+
+
+def test_a_tasks_result_is_the_last_message_of_the_turn() -> None:
+    call = ToolCall("t1", "list_tasks", {})
+    thinking = {"role": "assistant", "content": "thinking"}
+    assert ask("list tasks", thinking, called(call), answer(call, "done.")) == Completion("Done.")
+    silent = {"role": "tool", "tool_call_id": "t1", "name": "list_tasks"}
+    assert ask("list tasks", called(call), silent) == Completion("")
