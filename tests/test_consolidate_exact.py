@@ -1188,3 +1188,44 @@ def test_a_runs_seconds_are_its_own(groups: Path, monkeypatch: pytest.MonkeyPatc
         mc.commit(groups, skipped, facts=FACTS, history=cast(Any, FakeHistory()), when=WHEN).seconds
         == 0.5
     )
+
+
+def test_a_title_from_the_name_is_the_files_own_name() -> None:
+    assert mc._title("a/b/c-d.md", "no heading\n") == "c-d"
+
+
+def test_a_line_of_no_words_does_not_end_the_fallback() -> None:
+    said = [
+        line(1, "2026-12-01", 1, "...", senders=(("a", "creator"),)),
+        line(2, "2026-12-01", 2, "Tea at 5.", senders=(("a", "creator"),)),
+        line(3, "2026-12-02", 1, "Tea at 5.", senders=(("a", "creator"),)),
+    ]
+    good, refused = mc.recurring(said, FACTS)
+    assert [p.lines for p in good] == [(2, 3)] and refused == []
+
+
+def test_a_new_files_title_is_from_its_own_name() -> None:
+    assert mc._new_title("a/b/grandma-rosa.md") == "Grandma Rosa"
+
+
+def test_a_fact_on_the_last_line_of_a_file_without_newline_is_held_there() -> None:
+    target = mc._Target("p.md", "# P\n- Ann is a vet.")
+    assert mc._held(promo("p.md", "Ann is a vet"), target, {}, mc._Known(), FACTS) == (
+        "memory/p.md holds it already (line 2)"
+    )
+
+
+def test_a_new_core_memory_fits_as_it_would_be_written() -> None:
+    index = mc._Target("index.md", None)
+    room = MEMORY_FILE_BUDGET_CHARS - len(mc._appended(None, ["y"], "", "index.md").strip()) + 1
+    assert mc._fits(index, ["y" * room]) is True
+    assert mc._fits(index, ["y" * (room + 1)]) is False
+
+
+def test_the_log_lists_all_the_lines_never_promoted_up_to_its_bound() -> None:
+    when = datetime(2026, 12, 7, 20, 30, tzinfo=UTC).timestamp()
+    report = mc.Report("fam", "2026-12-07", mc.FALLBACK, days=["2026-12-07"])
+    report.lines = [line(n, at=n, reason="r") for n in range(1, mc.LOG_REFUSED_MAX + 1)]
+    entry = mc.log_entry(report, when, "UTC")
+    assert entry.endswith(f"- daily/2026-12-01.md line {mc.LOG_REFUSED_MAX}: r\n")
+    assert "- and " not in entry
