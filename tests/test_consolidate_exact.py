@@ -617,7 +617,9 @@ class FakeHistory:
         blames: dict[str, list[tuple[str, Any]]] | None = None,
         head: bool = True,
         dirty: bool = False,
+        same: bool = False,
     ) -> None:
+        self.same = same  # applying changes nothing (no change is made)
         self.changes = changes or []
         self.shown = shown or {}
         self.blames = blames or {}
@@ -654,7 +656,7 @@ class FakeHistory:
 
     def apply(self, content: dict[str, bytes | None], provenance: Provenance) -> Any:
         self.applied.append((content, provenance))
-        return SimpleNamespace(rev="r2")
+        return None if self.same else SimpleNamespace(rev="r2")
 
 
 def written(kind: str, path: str, trust: str = "creator") -> Change:
@@ -1229,3 +1231,35 @@ def test_the_log_lists_all_the_lines_never_promoted_up_to_its_bound() -> None:
     entry = mc.log_entry(report, when, "UTC")
     assert entry.endswith(f"- daily/2026-12-01.md line {mc.LOG_REFUSED_MAX}: r\n")
     assert "- and " not in entry
+
+
+def test_one_concept_over_the_shown_ones_is_counted() -> None:
+    titles = [(f"t{i}.md", f"T{i}") for i in range(mc.CONCEPTS_SHOWN_MAX + 1)]
+    message, _ = mc._prompt([], mc._Known(titles=titles))
+    assert "\n(and 1 more)\n" in message
+
+
+def test_a_memory_folder_that_is_a_file_stops_the_run(tmp_path: Path) -> None:
+    (tmp_path / "fam").mkdir()
+    (tmp_path / "fam" / "memory").write_text("x")
+    with pytest.raises(mc.ConsolidationError) as stopped:
+        mc.commit(
+            tmp_path,
+            ready(tmp_path, promo("index.md", "A.")),
+            facts=FACTS,
+            history=cast(Any, FakeHistory()),
+            when=WHEN,
+        )
+    assert stopped.value.message == "memory is a regular file, not a folder; nothing was changed"
+
+
+def test_the_change_names_the_provider_and_the_whole_model_and_no_sender(groups: Path) -> None:
+    memory(groups, "log.md", "# Log\n")
+    history = FakeHistory(same=True)
+    report = ready(groups, promo("index.md", "Ann is a vet."))
+    report.model = "prov/org/mod"
+    done = mc.commit(groups, report, facts=FACTS, history=cast(Any, history), when=WHEN)
+    [(content, made)] = history.applied
+    assert (made.sender, made.provider, made.model) == ("", "prov", "org/mod")
+    assert content["memory/log.md"] == ("# Log\n\n" + done.log_entry).encode()
+    assert done.change is None
