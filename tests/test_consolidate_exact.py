@@ -1263,3 +1263,56 @@ def test_the_change_names_the_provider_and_the_whole_model_and_no_sender(groups:
     assert (made.sender, made.provider, made.model) == ("", "prov", "org/mod")
     assert content["memory/log.md"] == ("# Log\n\n" + done.log_entry).encode()
     assert done.change is None
+
+
+def test_a_memory_folder_that_is_a_symlink_stops_the_reading(tmp_path: Path) -> None:
+    (tmp_path / "fam").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "fam" / "memory").symlink_to(tmp_path / "elsewhere")
+    report = mc.Report("fam", "t", mc.FALLBACK)
+    with open_group_dir(tmp_path, "fam") as group, pytest.raises(mc.ConsolidationError) as stopped:
+        mc._read_memory(group, FACTS, report)
+    assert stopped.value.message.endswith("; nothing was read")
+    assert "memory" in stopped.value.message
+    assert stopped.value.hint == (
+        "move it away (the confined file layer never follows it), then run again"
+    )
+
+
+def test_a_citation_is_found_before_a_later_attribution() -> None:
+    known = mc._Known()
+    text = f"- Fact.{A}from daily/2026-12-01.md line 4; a (creator){A}later\n"
+    mc._learn(known, "p.md", text, FACTS)
+    assert known.cited == {("2026-12-01", 4)}
+
+
+def test_a_nested_index_has_no_title_and_a_plain_file_is_titled_by_its_name() -> None:
+    known = mc._Known()
+    mc._learn(known, "a/b/index.md", "# Sub index\n", FACTS)
+    mc._learn(known, "p/q.md", "text only\n", FACTS)
+    assert known.titles == [("p/q.md", "q")]
+
+
+def test_each_day_is_checked_whatever_the_days_before_it() -> None:
+    days = [f"2026-12-0{n}" for n in range(1, 5)]
+    paths = [f"memory/daily/{d}.md" for d in days]
+    history = FakeHistory(
+        changes=[written("turn", paths[1]), written("turn", paths[2]), written("turn", paths[3])],
+        shown={paths[1]: b"- a \xff\n", paths[3]: b"- d\n"},
+    )
+    texts = {days[0]: ["- z"], days[1]: ["- a \ufffd"], days[2]: ["- c"], days[3]: ["- d"]}
+    lines = [line(n + 1, d, 1) for n, d in enumerate(days)]
+    report = mc.Report("fam", "t", mc.FALLBACK)
+    checked = mc._check_writers(cast(Any, history), lines, texts, report)
+    # day 1 never recorded, day 3 not in the last record: unknown; days 2 and 4 trusted
+    assert [n.reason for n in checked] == [UNKNOWN, None, UNKNOWN, None]
+
+
+def test_many_equal_lines_are_each_matched_to_the_record() -> None:
+    day = "2026-12-01"
+    path = f"memory/daily/{day}.md"
+    history = FakeHistory(changes=[written("turn", path)], shown={path: b"- same\n" * 250})
+    lines = [line(1, day, 1), line(2, day, 250)]
+    report = mc.Report("fam", "t", mc.FALLBACK)
+    checked = mc._check_writers(cast(Any, history), lines, {day: ["- same"] * 250}, report)
+    assert [n.reason for n in checked] == [None, None]
