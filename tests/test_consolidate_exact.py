@@ -1311,8 +1311,11 @@ def test_each_day_is_checked_whatever_the_days_before_it() -> None:
 def test_many_equal_lines_are_each_matched_to_the_record() -> None:
     day = "2026-12-01"
     path = f"memory/daily/{day}.md"
-    history = FakeHistory(changes=[written("turn", path)], shown={path: b"- same\n" * 250})
-    lines = [line(1, day, 1), line(2, day, 250)]
+    recorded = b"- same\n" * 250 + b"- kept\n"
+    history = FakeHistory(changes=[written("turn", path)], shown={path: recorded})
+    lines = [line(1, day, 1), line(2, day, 2), line(3, day, 251)]
     report = mc.Report("fam", "t", mc.FALLBACK)
-    checked = mc._check_writers(cast(Any, history), lines, {day: ["- same"] * 250}, report)
-    assert [n.reason for n in checked] == [None, None]
+    read = ["- kept", *["- same"] * 250]
+    checked = mc._check_writers(cast(Any, history), lines, {day: read}, report)
+    # the longest run of equal lines is matched, however common its line is
+    assert [n.reason for n in checked] == [UNKNOWN, None, None]
