@@ -14,7 +14,7 @@ from typing import Any, cast
 
 import pytest
 
-from orchestrator.confined import open_group_dir
+from orchestrator.confined import ConfinedDir, open_group_dir
 from orchestrator.limits import CONSOLIDATE_MAX_DAYS, MEMORY_FILE_BUDGET_CHARS
 from orchestrator.memory import consolidate as mc
 from orchestrator.memory.history import Change, HistoryError, Provenance
@@ -1319,3 +1319,59 @@ def test_many_equal_lines_are_each_matched_to_the_record() -> None:
     checked = mc._check_writers(cast(Any, history), lines, {day: read}, report)
     # the longest run of equal lines is matched, however common its line is
     assert [n.reason for n in checked] == [UNKNOWN, None, None]
+
+
+def test_memory_past_the_first_file_of_another_kind_is_read(groups: Path) -> None:
+    daily(groups, "2026-12-03", f"- One.{A}alice (creator){SRC}\n")
+    memory(groups, "a.txt", "# T\n")
+    memory(groups, "b.md", "# B \xff\n")
+    (groups / "fam" / "memory" / "b.md").write_bytes(b"# B \xff\n")
+    memory(groups, "daily/sub/x.md", "# X\n")
+    memory(groups, "system/sub/y.md", "# Y\n")
+    report = mc.prepare(groups, "fam", facts=FACTS, today=TODAY, days=1)
+    assert report._known is not None
+    assert report._known.titles == [("b.md", "B \ufffd")]
+
+
+def test_the_last_byte_of_the_runs_bound_is_read(
+    groups: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mc, "MEMORY_READ_MAX_BYTES", 5)
+    daily(groups, "2026-12-03", f"- One.{A}alice (creator){SRC}\n")
+    memory(groups, "a.md", "# A\n")
+    memory(groups, "b.md", "# B\n")
+    report = mc.prepare(groups, "fam", facts=FACTS, today=TODAY, days=1)
+    assert report._known is not None
+    assert report._known.titles == [("a.md", "A"), ("b.md", "b")]
+    assert report.notes == []
+
+
+def test_a_memory_file_gone_since_it_was_listed_is_passed_over(
+    groups: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    daily(groups, "2026-12-03", f"- One.{A}alice (creator){SRC}\n")
+    memory(groups, "a.md", "# A\n")
+    memory(groups, "b.md", "# B\n")
+    real = ConfinedDir.read_bytes
+
+    def read_bytes(self: ConfinedDir, name: str, *args: Any, **kwargs: Any) -> bytes:
+        if name == "a.md":
+            raise FileNotFoundError(name)
+        return real(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(ConfinedDir, "read_bytes", read_bytes)
+    report = mc.prepare(groups, "fam", facts=FACTS, today=TODAY, days=1)
+    assert report._known is not None and report._known.titles == [("b.md", "B")]
+
+
+def test_a_symlink_after_the_runs_bound_is_passed_over_unread_and_unsaid(
+    groups: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mc, "MEMORY_READ_MAX_BYTES", 4)
+    daily(groups, "2026-12-03", f"- One.{A}alice (creator){SRC}\n")
+    memory(groups, "a.md", "# A\n")
+    (groups / "fam" / "memory" / "z").mkdir()
+    (groups / "fam" / "memory" / "z" / "link.md").symlink_to("../a.md")
+    report = mc.prepare(groups, "fam", facts=FACTS, today=TODAY, days=1)
+    assert report._known is not None and report._known.titles == [("a.md", "A")]
+    assert report.notes == []
