@@ -1375,3 +1375,54 @@ def test_a_symlink_after_the_runs_bound_is_passed_over_unread_and_unsaid(
     report = mc.prepare(groups, "fam", facts=FACTS, today=TODAY, days=1)
     assert report._known is not None and report._known.titles == [("a.md", "A")]
     assert report.notes == []
+
+
+@pytest.mark.parametrize(
+    ("note", "lines", "cut"),
+    [
+        # exactly the bound: read whole
+        ("- One.\n" + "T" * 32 + "\n", ["One.", "T" * 32], False),
+        # a newline just past the bound: the line before it is not kept
+        ("- One.\n" + "T" * 33 + "\n", ["One."], True),
+        # the last newline inside the bound ends what is read, nothing after it
+        ("- One.\n- Two.\nX" + "x" * 40 + "\n", ["One.", "Two."], True),
+    ],
+)
+def test_a_note_is_read_to_its_last_whole_line_in_the_bound(
+    groups: Path, monkeypatch: pytest.MonkeyPatch, note: str, lines: list[str], cut: bool
+) -> None:
+    monkeypatch.setattr(mc, "NOTE_READ_MAX_BYTES", 40)
+    daily(groups, "2026-12-03", note)
+    report = mc.prepare(groups, "fam", facts=FACTS, today=TODAY, days=1)
+    assert [n.text for n in report.lines] == lines
+    assert report.notes == (
+        ["daily/2026-12-03.md: only its first 40 bytes were read"] if cut else []
+    )
+
+
+def test_a_note_of_other_bytes_is_read_with_replacements(groups: Path) -> None:
+    (groups / "fam" / "memory" / "daily" / "2026-12-03.md").write_bytes(b"- A \xff.\n")
+    report = mc.prepare(groups, "fam", facts=FACTS, today=TODAY, days=1)
+    assert [n.text for n in report.lines] == ["A \ufffd."]
+    assert report.model == ""
+
+
+def test_a_symlinked_note_does_not_end_the_reading(groups: Path) -> None:
+    daily(groups, "2026-12-01", "- x\n")
+    daily(groups, "2026-12-03", "- y\n")
+    (groups / "fam" / "memory" / "daily" / "2026-12-02.md").symlink_to("2026-12-01.md")
+    report = mc.prepare(groups, "fam", facts=FACTS, today=TODAY, days=3)
+    assert report.days == ["2026-12-01", "2026-12-03"]
+
+
+def test_a_model_shown_every_line_is_not_told_of_lines_left_out(groups: Path) -> None:
+    daily(groups, "2026-12-03", f"- One.{A}alice (creator){SRC}\n")
+    report = mc.prepare(
+        groups,
+        "fam",
+        facts=FACTS,
+        today=TODAY,
+        days=1,
+        complete=lambda s, m, t: '{"promotions": []}',
+    )
+    assert report.shown == [1] and report.notes == []
