@@ -565,3 +565,54 @@ def test_a_tasks_result_is_the_last_message_of_the_turn() -> None:
     assert ask("list tasks", thinking, called(call), answer(call, "done.")) == Completion("Done.")
     silent = {"role": "tool", "tool_call_id": "t1", "name": "list_tasks"}
     assert ask("list tasks", called(call), silent) == Completion("")
+
+
+def test_each_task_command_says_its_result() -> None:
+    for text, tool in (
+        ("remind me in 5 minutes to stretch", "schedule_task"),
+        ("every day at 08:00 stretch", "schedule_task"),
+        ("cancel reminder 2", "cancel_task"),
+    ):
+        call = ToolCall("t1", tool, {})
+        assert ask(text, called(call), answer(call, "ok.")) == Completion("Ok.")
+
+
+def test_searchs_result_is_the_last_message_and_may_be_empty() -> None:
+    call = ToolCall("s1", "memory_search", {"query": "tea"})
+    thinking = {"role": "assistant", "content": "thinking"}
+    assert ask("search memory for tea", thinking, called(call), answer(call, "a.md: tea")) == (
+        Completion("Found in memory:\n\na.md: tea")
+    )
+    silent = {"role": "tool", "tool_call_id": "s1", "name": "memory_search"}
+    assert ask("search memory for tea", called(call), silent) == Completion("Found in memory:\n\n")
+
+
+def test_learn_keeps_the_current_texts_own_ending() -> None:
+    assert learn_step("- old \n") == Completion(
+        None, (write("- old \n- From now on, answer in French.\n"),)
+    )
+    assert learn_step("- say X\n") == Completion(
+        None, (write("- say X\n- From now on, answer in French.\n"),)
+    )
+
+
+def test_learn_says_the_last_result() -> None:
+    line = write("x")
+    extra = {"role": "tool", "tool_call_id": "z", "name": "other", "content": "other"}
+    done = ask(
+        LEARN, called(READ), answer(READ, ""), extra, called(line), answer(line, "PERSISTED")
+    )
+    assert done == Completion("Learned: from now on, answer in French. (PERSISTED)")
+
+
+def test_recall_answers_for_reads_without_path_or_content() -> None:
+    odd = ToolCall("r0", "read_file", {})
+    silent = {"role": "tool", "tool_call_id": "r0", "name": "read_file"}
+    completion = ask(
+        "what is Ann tea-time",
+        called(GREP),
+        answer(GREP, "memory/a.md:Ann tea-time"),
+        called(odd),
+        silent,
+    )
+    assert completion == Completion("From memory:\n-  ()")
