@@ -1196,9 +1196,10 @@ def test_a_title_from_the_name_is_the_files_own_name() -> None:
     assert mc._title("a/b/c-d.md", "no heading\n") == "c-d"
 
 
-def test_a_line_of_no_words_does_not_end_the_fallback() -> None:
+def test_a_line_of_no_words_or_a_fact_said_once_does_not_end_the_fallback() -> None:
     said = [
         line(1, "2026-12-01", 1, "...", senders=(("a", "creator"),)),
+        line(4, "2026-12-01", 3, "Said once.", senders=(("a", "creator"),)),
         line(2, "2026-12-01", 2, "Tea at 5.", senders=(("a", "creator"),)),
         line(3, "2026-12-02", 1, "Tea at 5.", senders=(("a", "creator"),)),
     ]
@@ -1323,7 +1324,8 @@ def test_many_equal_lines_are_each_matched_to_the_record() -> None:
 
 def test_memory_past_the_first_file_of_another_kind_is_read(groups: Path) -> None:
     daily(groups, "2026-12-03", f"- One.{A}alice (creator){SRC}\n")
-    memory(groups, "a.txt", "# T\n")
+    for n in range(30):  # other files, listed before and after b.md
+        memory(groups, f"a{n}.txt", "# T\n")
     memory(groups, "b.md", "# B \xff\n")
     (groups / "fam" / "memory" / "b.md").write_bytes(b"# B \xff\n")
     memory(groups, "daily/sub/x.md", "# X\n")
