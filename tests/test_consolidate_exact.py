@@ -1428,3 +1428,40 @@ def test_a_model_shown_every_line_is_not_told_of_lines_left_out(groups: Path) ->
         complete=lambda s, m, t: '{"promotions": []}',
     )
     assert report.shown == [1] and report.notes == []
+
+
+def test_a_recurring_fact_refused_does_not_end_the_fallback() -> None:
+    said = [
+        line(1, "2026-12-01", 1, "# Heading only", senders=(("a", "creator"),)),
+        line(2, "2026-12-02", 1, "# heading only", senders=(("a", "creator"),)),
+        line(3, "2026-12-01", 2, "Tea at 5.", senders=(("a", "creator"),)),
+        line(4, "2026-12-02", 2, "Tea at 5.", senders=(("a", "creator"),)),
+    ]
+    good, refused = mc.recurring(said, FACTS)
+    assert [p.lines for p in good] == [(3, 4)]
+    assert [r.what for r in refused] == ["the recurring fact of daily/2026-12-01.md line 1"]
+
+
+class Vanished:
+    """A listed entry gone before it is looked at."""
+
+    name = "gone.md"
+
+    def stat(self, *, follow_symlinks: bool = True) -> Any:
+        raise FileNotFoundError(self.name)
+
+
+def test_a_memory_file_gone_before_its_stat_is_passed_over(
+    groups: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    daily(groups, "2026-12-03", f"- One.{A}alice (creator){SRC}\n")
+    memory(groups, "b.md", "# B\n")
+    real = ConfinedDir.walk
+
+    def walk(self: ConfinedDir, **kwargs: Any) -> Any:
+        for rel, folder, entries in real(self, **kwargs):
+            yield rel, folder, [Vanished(), *entries]
+
+    monkeypatch.setattr(ConfinedDir, "walk", walk)
+    report = mc.prepare(groups, "fam", facts=FACTS, today=TODAY, days=1)
+    assert report._known is not None and report._known.titles == [("b.md", "B")]
