@@ -924,18 +924,28 @@ def test_relative_links_of_html_are_made_absolute_by_the_pages_address() -> None
         b"<html><head><title>T</title></head><body><article><p>"
         + b"Tram 28 climbs from Martim Moniz through the old town. " * 5
         + b'See <a href="/trams">the trams</a>, <a href="c">the next</a>, <a href="../up">up'
-        + b'</a>, <a href="#map">the map</a> and <a href="//cdn.example.net/x">a copy</a>.'
+        + b'</a>, <a href="#map">the map</a>, <a href="http://[oops">a typo</a> and '
+        + b'<a href="//cdn.example.net/x">a copy</a>.'
         + b"</p></article></body></html>"
     )
     page, _ = get("http://example.org/a/b", response(html, headers=("Content-Type: text/html",)))
     assert (
         "See [the trams](http://example.org/trams), [the next](http://example.org/a/c), "
-        "[up](http://example.org/up), [the map](http://example.org/a/b#map) and "
+        "[up](http://example.org/up), [the map](http://example.org/a/b#map), "
+        "[a typo](http://[oops) and "
         "[a copy](http://cdn.example.net/x)."
     ) in page.text
-    deep = html.replace(b"<head>", b'<head><base href="http://example.org/x/y/">')
+    # the first <base> with an href counts, its spaces trimmed
+    deep = html.replace(
+        b"<head>",
+        b'<head><base target="_top"><base href=" /x/y/ "><base href="http://example.org/z/">',
+    )
     page, _ = get("http://example.org/a/b", response(deep, headers=("Content-Type: text/html",)))
     assert "[the next](http://example.org/x/y/c), [up](http://example.org/x/up)" in page.text
+    # one that is no URL is passed over
+    odd = html.replace(b"<head>", b'<head><base href="http://[oops/">')
+    page, _ = get("http://example.org/a/b", response(odd, headers=("Content-Type: text/html",)))
+    assert "[the next](http://example.org/a/c), [up](http://example.org/up)" in page.text
 
 
 def test_html_is_given_as_markdown() -> None:

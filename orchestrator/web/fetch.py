@@ -5,6 +5,7 @@ Markdown (trafilatura), plain text, Markdown and JSON passed, anything else desc
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import re
 import socket
@@ -217,15 +218,21 @@ def _html(html: str, url: str) -> tuple[str, str]:
     import trafilatura
     from trafilatura.utils import load_html
 
-    # Links made absolute first, by the page's own address (or its <base href>):
+    # Links made absolute first, by the page's own address (or its first <base href>):
     # trafilatura alone joins a relative link to the site's root, so "other.html" on
-    # /docs/page.html became /other.html.
+    # /docs/page.html became /other.html. A link that is no URL is left as it is.
     tree = load_html(html)
     if tree is not None:
-        tree.make_links_absolute(url, resolve_base_href=True, handle_failures="ignore")
+        base = url
+        for element in tree.iter("base"):
+            if href := element.get("href"):
+                with contextlib.suppress(ValueError):  # a base that is no URL is passed over
+                    base = urljoin(url, href.strip())
+                break
+        tree.rewrite_links(lambda link: _joined(base, link), resolve_base_href=False)
     document = tree if tree is not None else html
     text = trafilatura.extract(
-        document, url=url, output_format="markdown", include_links=True, include_comments=False
+        document, output_format="markdown", include_links=True, include_comments=False
     )
     metadata = trafilatura.extract_metadata(document)
     title = (metadata.title if metadata is not None else None) or ""
@@ -233,6 +240,14 @@ def _html(html: str, url: str) -> tuple[str, str]:
         found = re.search(r"<title[^>]*>(.*?)</title>", html, re.I | re.S)
         title = " ".join(found.group(1).split()) if found else ""
     return title, text or "[no main text found on the page]"
+
+
+def _joined(base: str, link: str) -> str:
+    """``link`` made absolute by ``base``; one that is no URL (``http://[x``) as it is."""
+    try:
+        return urljoin(base, link)
+    except ValueError:
+        return link
 
 
 def _printable(text: str) -> str:
