@@ -248,3 +248,29 @@ def test_the_loop_is_a_new_one_per_channel(recorded: None) -> None:
     finally:
         one.loop.close()
         two.loop.close()
+
+
+def test_an_accounts_start_and_the_channels_stop_are_bounded_in_time(
+    recorded: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    waits: list[float | None] = []
+    real = asyncio.run_coroutine_threadsafe
+
+    class Bounded:
+        def __init__(self, future: Any) -> None:
+            self.future = future
+
+        def result(self, timeout: float | None = None) -> Any:
+            waits.append(timeout)
+            return self.future.result(timeout)
+
+    monkeypatch.setattr(
+        asyncio, "run_coroutine_threadsafe", lambda coro, loop: Bounded(real(coro, loop))
+    )
+    daemon = Daemon(config_of(account("a"), account("b")))
+    channel = ChatAppChannel.of_kind(kind_like())(daemon)  # type: ignore[arg-type]
+    channel.start()
+    assert waits == [10, 10]  # each account's start: at most 10 s
+    channel.stop()
+    assert waits == [10, 10, 15]  # the accounts' stop together: at most 15 s
+    assert channel.loop.is_closed()

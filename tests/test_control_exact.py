@@ -433,7 +433,14 @@ def test_a_broken_frame_closes_the_connection_and_is_logged(
     assert chan.open_connections == 0
     [record] = [r for r in caplog.records if r.name == LOGGER]
     assert record.levelno == logging.WARNING
-    assert record.getMessage().startswith("closing a CLI connection: ")
+    one, two = socket.socketpair()
+    with one, two:
+        one.sendall(b"\x00\x00\x00\x05nope!")
+        one.shutdown(socket.SHUT_WR)
+        with pytest.raises(wire.ProtocolError) as broken:
+            wire.recv_frame(two)
+    assert str(broken.value)
+    assert record.getMessage() == f"closing a CLI connection: {broken.value}"
 
 
 class Listener:
@@ -505,8 +512,10 @@ def _wait_for(served: list[Any]) -> list[Any]:
 def test_accept_retries_at_once_on_a_passing_fault(
     code: int, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    chan, slept, _ = accepting([OSError(code, "x")], monkeypatch)
+    conn = Conn()
+    chan, slept, served = accepting([OSError(code, "x"), conn], monkeypatch)
     chan._accept()
+    assert _wait_for(served) == [conn]
     assert slept == []
     assert [r for r in caplog.records if r.name == LOGGER] == []
 
@@ -594,3 +603,68 @@ def test_the_socket_is_the_owners_only_and_goes_at_stop(home: Path) -> None:
     chan.thread.join(10)
     assert not chan.thread.is_alive()
     chan.stop()  # again: nothing to close or remove
+
+
+def test_each_connection_is_served_on_a_daemon_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    conn = Conn()
+    chan, _, served = accepting([conn], monkeypatch)
+    made: list[threading.Thread] = []
+
+    class Recorded(threading.Thread):
+        def __init__(self, *args: Any, **kw: Any) -> None:
+            super().__init__(*args, **kw)
+            made.append(self)
+
+    monkeypatch.setattr(control.threading, "Thread", Recorded)
+    chan._accept()
+    [thread] = made
+    assert thread.daemon is True
+    thread.join(10)
+    assert served == [conn]
+
+
+def test_the_listening_socket_is_a_unix_stream_with_a_backlog_of_64(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = Home(home)
+    h.ensure_writable()
+    backlogs: list[int] = []
+
+    class Recorded(socket.socket):
+        def listen(self, backlog: int = 0) -> None:
+            backlogs.append(backlog)
+            super().listen(backlog)
+
+    monkeypatch.setattr(control.socket, "socket", Recorded)
+    chan = channel(Daemon(h))
+    chan.start()
+    try:
+        assert backlogs == [64]
+        assert chan.sock.family == socket.AF_UNIX
+        assert chan.sock.type == socket.SOCK_STREAM
+    finally:
+        chan.stop()
+        chan.thread.join(10)
+
+
+def test_a_socket_that_fails_to_close_still_leaves_no_file(home: Path) -> None:
+    class Failing:
+        calls: list[str] = []
+
+        def shutdown(self, how: int) -> None:
+            self.calls.append("shutdown")
+            raise OSError(errno.ENOTCONN, "not connected")
+
+        def close(self) -> None:
+            self.calls.append("close")
+            raise OSError(errno.EIO, "I/O error")
+
+    path = home / "orchestrator.sock"
+    path.write_text("")
+    chan = channel()
+    chan.sock = Failing()  # type: ignore[assignment]
+    chan.path = path
+    chan.stop()
+    assert Failing.calls == ["shutdown", "close"]
+    assert not path.exists()
+    assert chan.closed is True

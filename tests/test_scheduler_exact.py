@@ -209,6 +209,7 @@ def test_an_author_no_longer_allowed_pauses_the_task() -> None:
     )
     assert store.calls[1:] == [("pause", 7, ran.outcome)]
     assert ran.message_id is None
+    assert ran.due == NOW
 
 
 def test_an_operators_task_is_not_checked_against_the_groups_lists() -> None:

@@ -260,3 +260,87 @@ def test_a_layout_one_newer_is_refused(setup: tuple[GroupStore, MessageQueue]) -
         f"{LAYOUT_VERSION + 1}, written by a newer release than this orchestrator ({RELEASE}, "
         f"which reads up to version {LAYOUT_VERSION})"
     )
+
+
+def test_the_key_follows_the_groups_mode(home: Path) -> None:
+    store = GroupStore(Home(home))
+    store.add(GroupConfig(name="fam", creators=("alice",), session_mode="per-chat"))
+    store.add(GroupConfig(name="team", creators=("alice",), session_mode="shared"))
+    queue = open_queue(Home(home))
+    try:
+        threaded = queue.enqueue(
+            group="fam", session="chat-a", chat="a", thread="t", sender="alice",
+            trust="creator", text="hi", channel="cli",
+        ).id  # fmt: skip
+        shared = old(queue, "b", "cli", group="team")
+        carry_sessions_to_channels(queue, store)
+        assert queue.get(threaded).session == session_key("per-chat", "cli", "a", None)  # type: ignore[union-attr]
+        assert queue.get(shared).session == "shared"  # type: ignore[union-attr]
+    finally:
+        queue.close()
+
+
+def test_every_old_folder_is_looked_at_whatever_came_before(
+    setup: tuple[GroupStore, MessageQueue], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, queue = setup
+    for chat in "abcdef":
+        old(queue, chat, "cli")
+    folders = sessions(store)
+    # a: never made; b, c: their new keys taken; d, e: refused; f: moved
+    for name in ("chat-b", "chat-c", "chat-d", "chat-e", "chat-f"):
+        (folders / name).mkdir()
+    for chat in "bc":
+        (folders / session_key("per-chat", "cli", chat, None)).mkdir()
+    real = ConfinedDir.move
+
+    def move(self: ConfinedDir, source: str, target: str) -> None:
+        if source in ("chat-d", "chat-e"):
+            raise PermissionError(13, "Permission denied")
+        real(self, source, target)
+
+    monkeypatch.setattr(ConfinedDir, "move", move)
+    done = carry_sessions_to_channels(queue, store)
+    assert done == SessionsCarried(renamed=1, messages=6, left=4)
+    assert (folders / session_key("per-chat", "cli", "f", None)).is_dir()
+
+
+def test_rows_re_keyed_with_no_folder_moved_are_said(
+    setup: tuple[GroupStore, MessageQueue],
+) -> None:
+    store, queue = setup
+    old(queue, "a", "cli")
+    sessions(store)
+    assert LAYOUT_STEPS[0].apply(queue, store) == "0 session folders renamed, 1 messages re-keyed"
+
+
+def test_each_missing_layout_step_is_applied_in_order(
+    setup: tuple[GroupStore, MessageQueue], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, queue = setup
+    applied: list[int] = []
+
+    def step(version: int) -> upgrade.LayoutStep:
+        def apply(q: MessageQueue, g: GroupStore) -> str:
+            assert (q, g) == (queue, store)
+            applied.append(version)
+            return f"did {version}"
+
+        return upgrade.LayoutStep(version, f"step {version}", apply)
+
+    monkeypatch.setattr(upgrade, "LAYOUT_STEPS", (step(2), step(3)))
+    monkeypatch.setattr(upgrade, "LAYOUT_VERSION", 3)
+    record = HomeRecord(queue)
+    queue.transaction(lambda db: db.execute("DELETE FROM home"))
+    report = upgrade_home(queue, store)
+    assert applied == [2, 3]
+    assert report.lines()[:2] == [
+        "home layout 1 -> 2: step 2 (did 2)",
+        "home layout 2 -> 3: step 3 (did 3)",
+    ]
+    assert record.layout() == 3
+    applied.clear()
+    queue.transaction(lambda db: db.execute("DELETE FROM home"))
+    record.set_layout(2, "done before", RELEASE)
+    upgrade_home(queue, store)
+    assert applied == [3]
