@@ -123,9 +123,13 @@ def logged(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
 
 
 def test_a_voice_note_is_transcribed_and_its_usage_recorded(
-    tmp_path: Path, made: list[Any]
+    tmp_path: Path, made: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     prep = preparer(tmp_path, VOICE, cloud=CLOUD)
+    prep.transcriber("cloud")  # made before the clocks below are read
+    ticks = iter([10.0, 10.25])
+    monkeypatch.setattr(media.time, "monotonic", lambda: next(ticks, 11.0))
+    monkeypatch.setattr(media.time, "time", lambda: 1234.5)
     [line] = prep.lines(message(VOICE), group_config())
     assert line == voice_line(replace(VOICE, duration=3.5), "the words")
     [(definition, secrets, speaker)] = made
@@ -143,7 +147,8 @@ def test_a_voice_note_is_transcribed_and_its_usage_recorded(
     assert (call.input_tokens, call.output_tokens, call.outcome, call.error) == (0, 0, OK, None)
     assert call.cost == pytest.approx(0.035)
     assert call.currency == "EUR"
-    assert call.latency_ms >= 0
+    assert call.started == 1234.5
+    assert call.latency_ms == 250.0
 
 
 def test_an_unpriced_transcription_has_no_cost_or_currency(tmp_path: Path, made: list[Any]) -> None:
@@ -357,6 +362,7 @@ def test_the_next_to_prepare() -> None:
     assert next_to_prepare(everything, set(), {"a"}, {}) is b1
     assert next_to_prepare(everything, {"a1", "a3", "b1"}, set(), {}) is None
     assert next_to_prepare([a1, b1], set(), set(), {"b": -1.0}) is b1
+    assert next_to_prepare([a1, b1], set(), set(), {"b": 0.5}) is a1  # a: never served
 
 
 class Queue:
@@ -569,3 +575,44 @@ def test_a_message_is_released_after_its_preparation_even_when_it_raises(
     queue._loop()
     assert queue.working == set()
     assert notified == [1]
+
+
+def test_the_groups_own_settings_prepare_its_files(tmp_path: Path) -> None:
+    daemon = Daemon(tmp_path)
+    daemon._load = lambda folder: SimpleNamespace(config=group_config("off"))  # type: ignore[method-assign]
+    daemon.runtime.store.load = daemon._load
+    queue = MediaQueue(daemon)  # type: ignore[arg-type]
+    queue.prepare(message(VOICE))
+    off = voice_line(VOICE, None, "transcription is off for this group")
+    assert daemon.queue.done == [("m1", *compose("hello", None, [off]))]
+
+
+def test_the_preparation_time_is_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    queue = MediaQueue(Daemon(tmp_path))  # type: ignore[arg-type]
+    ticks = iter([100.0, 102.5])
+    monkeypatch.setattr(media.time, "monotonic", lambda: next(ticks, 103.0))
+    queue.prepare(message(PHOTO, PHOTO))
+    assert logged(caplog) == [(logging.INFO, "message m1 of fam: 2 file(s) prepared in 2.5s")]
+
+
+def test_a_worker_with_nothing_to_do_looks_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = MediaQueue(Daemon(tmp_path))  # type: ignore[arg-type]
+    one = message(PHOTO)
+    script: list[Any] = [None, one]
+    prepared: list[Message] = []
+
+    def take() -> Any:
+        if not script:
+            queue.stopping.set()
+            return None
+        return script.pop(0)
+
+    monkeypatch.setattr(queue, "_take", take)
+    monkeypatch.setattr(queue, "prepare", prepared.append)
+    queue._loop()
+    assert prepared == [one]

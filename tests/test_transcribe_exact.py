@@ -502,3 +502,60 @@ def test_make_transcriber(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     local_one = make_transcriber(here, None)
     assert isinstance(local_one, LocalTranscriber)
     assert local_one.definition is here
+
+
+def test_the_load_time_is_logged(
+    whisper: type[Whisper],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    made = local(tmp_path)
+    ticks = iter([100.0, 102.5])
+    monkeypatch.setattr(transcribe.time, "monotonic", lambda: next(ticks))
+    caplog.set_level(logging.INFO, logger="orchestrator.media")
+    made._load()
+    folder = tmp_path / "whisper-small"
+    assert [r.getMessage() for r in caplog.records if r.name == "orchestrator.media"] == [
+        f"transcriber here: loaded {folder} in 2.5s"
+    ]
+
+
+def test_the_local_kind_measures_the_file_before_decoding(
+    whisper: type[Whisper], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    decoded: list[bytes] = []
+    monkeypatch.setattr(
+        transcribe,
+        "decode",
+        lambda audio, cap: (decoded.append(audio), np.zeros(16, dtype=np.float32))[1],
+    )
+    made = local(tmp_path, max_seconds=1)
+    with pytest.raises(AudioTooLong, match="it is 0:02 long"):
+        made.transcribe(wav(2), name="v.wav", mime=None, seconds=None)
+    assert decoded == []
+
+
+def test_a_segment_at_the_deadline_is_still_in_time(
+    whisper: type[Whisper], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(transcribe, "decode", lambda audio, cap: np.zeros(16, dtype=np.float32))
+    made = local(tmp_path)
+    made.model = Whisper("folder")
+    ticks = iter([0.0, TRANSCRIBE_TIMEOUT_SECONDS, TRANSCRIBE_TIMEOUT_SECONDS])
+    monkeypatch.setattr(transcribe.time, "monotonic", lambda: next(ticks, 0.0))
+    found = made.transcribe(b"audio", name="v.ogg", mime=None, seconds=None)
+    assert found.text == "one two"
+
+
+def test_the_endpoints_key_may_come_from_the_secrets_file(tmp_path: Path) -> None:
+    from orchestrator.secrets import SecretRef
+
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text(f"transcribe: {KEY}\n")
+    secrets.chmod(0o600)
+    cloud = TranscriberDef("cloud", "openai", key=SecretRef(secret="transcribe"))
+    made = make_transcriber(cloud, secrets)
+    assert isinstance(made, OpenAITranscriber)
+    assert made.key == KEY
+    made.close()
