@@ -328,4 +328,5 @@ def test_an_app_that_cannot_send_files_says_so_in_the_chat(rig: Rig, home: Path)
         "the report\n\n[a file was meant for you here, report.pdf (4 B), but I cannot send "
         "files in Loop]"
     )
-    assert rig.daemon.chats.sent(message.id)[0][0] == "sent"
+    # the chat shows the line before the delivery is recorded as sent
+    wait_for(lambda: rig.daemon.chats.sent(message.id)[0][0] == "sent")
