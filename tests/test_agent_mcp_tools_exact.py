@@ -474,3 +474,12 @@ def test_a_server_request_refused_or_without_a_host_is_the_tools_error(tmp_path:
     assert str(caught.value) == "MCP servers are granted by the orchestrator; no host here"
     assert MCP_REQUEST_TOOLS.name == "mcp-requests"
     assert [t.spec.name for t in MCP_REQUEST_TOOLS.members] == ["request_mcp_server"]
+
+
+def test_a_tool_is_offered_when_its_name_fits_with_its_own_servers(
+    links: list[FakeLink], tmp_path: Path
+) -> None:
+    longest = _tool("n" * (64 - len("mcp__t__")))  # mcp__t__nnn...: 64 characters
+    source = McpSource("t", "c", pins={longest.name: longest.digest})
+    source._link().listed = [longest]
+    assert [t.tool for t in source.tools(_box(tmp_path))] == [longest.name]

@@ -503,3 +503,104 @@ def test_main_serves_with_the_settings_of_the_environment(
             "format": "%(asctime)s %(levelname)s %(name)s: %(message)s",
         }
     ]
+
+
+# --- details a run depends on ----------------------------------------------------------
+
+
+def test_a_new_server_has_no_socket_and_is_not_stopping(tmp_path: Path) -> None:
+    server = _server(tmp_path)
+    assert server.sock is None
+    assert not server.stopping.is_set()
+
+
+def test_the_socket_queues_sixteen_connections_before_they_are_accepted(short: Path) -> None:
+    server = _server(short)
+    server.bind()
+    assert server.sock is not None
+    clients: list[socket.socket] = []
+    try:
+        while True:
+            client = socket.socket(socket.AF_UNIX)
+            client.setblocking(False)
+            try:
+                client.connect(str(server.settings.socket_path))
+            except BlockingIOError:
+                client.close()
+                break
+            clients.append(client)
+        # Linux queues one more than the backlog on a Unix socket
+        assert len(clients) == 16 + 1
+    finally:
+        for client in clients:
+            client.close()
+        server.sock.close()
+
+
+def test_each_accepted_connection_is_served_on_a_daemon_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[tuple[Any, tuple[Any, ...], Any]] = []
+
+    class Thread:
+        def __init__(self, target: Any, args: tuple[Any, ...], daemon: Any = None) -> None:
+            made.append((target, args, daemon))
+
+        def start(self) -> None:
+            pass
+
+    monkeypatch.setattr(servemod.threading, "Thread", Thread)
+    server = _server(tmp_path)
+    conn = object()
+
+    class Once:
+        accepted = False
+
+        def settimeout(self, value: float) -> None:
+            pass
+
+        def accept(self) -> Any:
+            if self.accepted:
+                server.stopping.set()
+                raise OSError("closed")
+            self.accepted = True
+            return conn, "peer"
+
+    server.sock = Once()  # type: ignore[assignment]
+    server.serve_forever()
+    assert made == [(server.serve_connection, (conn,), True)]
+
+
+def test_a_turns_host_link_is_its_connection(tmp_path: Path) -> None:
+    runner = FakeRunner()
+    ours, thread = _served(_server(tmp_path, runner))
+    with ours:
+        wire.send_frame(ours, {"op": "turn", "turn": TURN})
+        wire.recv_frame(ours)
+    thread.join(10)
+    [(_, host, _)] = runner.turns
+    assert isinstance(host.sock, socket.socket) and host.sock is not ours
+    assert host.sock.fileno() == -1  # the served end, closed with the connection
+
+
+def test_the_logged_faults_name_the_error(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    class Huge(FakeRunner):
+        def handle(self, turn: TurnRequest, host: Any = None) -> Result:
+            return Result(["x" * (wire.MAX_FRAME_BYTES + 1)])
+
+    with caplog.at_level(logging.WARNING, logger="orchestrator.agent.serve"):
+        ours, thread = _served(_server(tmp_path))
+        with ours:
+            ours.sendall(b"\x00\x00\x00\x02[]")
+            ours.recv(1)
+        thread.join(10)
+        ours, thread = _served(_server(tmp_path, Huge()))
+        with ours:
+            wire.send_frame(ours, {"op": "turn", "turn": TURN})
+            ours.recv(1)
+        thread.join(10)
+    assert [r.getMessage() for r in caplog.records] == [
+        "closing a connection after a bad frame: frame is not a JSON object",
+        f"could not answer: frame of {len(wire.encode(Huge().handle(None).to_wire('t1')))} "  # type: ignore[arg-type]
+        f"bytes exceeds {wire.MAX_FRAME_BYTES}",
+    ]

@@ -612,3 +612,77 @@ def test_only_the_newest_archives_are_kept(tmp_path: Path, clock: Clock) -> None
         + [f"transcript-2020010{n}T000000Z-aaaaaa.jsonl.gz" for n in range(2, 5)]
     )
     assert len(left) == TRANSCRIPT_ARCHIVES_KEPT + 1
+
+
+# --- details a run depends on ----------------------------------------------------------
+
+
+def test_a_new_session_holds_its_key_and_nothing_yet(tmp_path: Path) -> None:
+    session = Session(tmp_path, "cli.chat-c")
+    assert session.key == "cli.chat-c"
+    assert session.context is None
+    assert session.completed == {}
+
+
+def test_a_measured_context_at_one_character_a_token_adds_nothing_when_smaller() -> None:
+    context = _context(system="x" * 10, measured=(100, 10))
+    assert context.tokens(1) == 100
+    context.measured = (100, 50)
+    assert context.tokens(1) == 100
+
+
+def test_a_one_byte_torn_transcript_is_not_glued_onto(tmp_path: Path, clock: Clock) -> None:
+    session = Session(tmp_path, "k")
+    _write(session, raw=b"x")
+    session.append({"t": "note"})
+    assert session.path.read_bytes() == b'x\n{"ts": 1700000000.123, "t": "note"}\n'
+
+
+def test_a_one_byte_transcript_is_not_new(tmp_path: Path, clock: Clock) -> None:
+    session = Session(tmp_path, "k")
+    _write(session, raw=b"\n")
+    session.append({"t": "note"})
+    assert session.path.read_bytes() == b'\n{"ts": 1700000000.123, "t": "note"}\n'
+
+
+def test_an_empty_batch_of_a_new_session_syncs_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[int] = []
+    monkeypatch.setattr(sessionmod.os, "fsync", synced.append)
+    session = Session(tmp_path, "k")
+    with session.batch():
+        pass
+    assert synced == []
+    assert not session.path.exists()
+
+
+def test_a_bad_event_appended_is_logged_without_a_line_number(
+    tmp_path: Path, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    session = Session(tmp_path, "k")
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        session.append({"t": "msg", "role": "system"})
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{session.path}: transcript event skipped: role must be user, assistant or tool"
+    ]
+
+
+def test_an_archive_is_compressed_at_level_6(tmp_path: Path, clock: Clock) -> None:
+    import random
+    import zlib
+
+    pick = random.Random(1)
+    words = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta", "iota"]
+    session = Session(tmp_path, "k")
+    session.append(
+        *(
+            {"t": "note", "text": " ".join(pick.choice(words) for _ in range(40))}
+            for _ in range(300)
+        )
+    )
+    old = session.path.read_bytes()
+    archive = session.rotate().read_bytes()
+    deflate = zlib.compressobj(6, zlib.DEFLATED, -15)
+    assert archive[8] == 0  # the gzip header's flag for levels 2 to 8
+    assert archive[10:-8] == deflate.compress(old) + deflate.flush()
