@@ -46,7 +46,8 @@ def test_an_address_is_split_at_its_last_colon(address: str, pair: tuple[str, in
 
 
 @pytest.mark.parametrize(
-    "address", ["", "host", "host:", ":80", "h:0", "h:65536", "h:8a", "h:-1", "h: 80", ":"]
+    "address",
+    ["", "host", "host:", ":80", "h:0", "h:65536", "h:8a", "h:-1", "h: 80", ":", "[]:80"],
 )
 def test_anything_but_host_and_port_is_refused_by_name(address: str) -> None:
     with pytest.raises(ValueError) as caught:

@@ -39,9 +39,10 @@ _PEM_CERT = re.compile(rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE----
 def split_address(address: str) -> tuple[str, int]:
     """``host:port`` (``[v6]:port`` too) as a pair; ValueError for anything else."""
     host, sep, port = address.rpartition(":")
+    host = host.strip("[]")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"not HOST:PORT: {address!r}")
-    return host.strip("[]"), int(port)
+    return host, int(port)
 
 
 def client_context(credential: Path) -> ssl.SSLContext:
