@@ -422,3 +422,44 @@ def test_a_turn_to_no_runner_is_runner_unavailable() -> None:
 
     with pytest.raises(RunnerUnavailable):
         RunnerClient(Nobody()).turn({}, timeout=1)  # type: ignore[arg-type]
+
+
+def test_a_ping_answered_slower_than_its_timeout_is_false() -> None:
+    """Each byte of the answer comes well within the timeout, the whole answer after it:
+    the ping's one deadline covers the whole exchange, not each read."""
+    stop = threading.Event()
+
+    def drip(runner: socket.socket) -> None:
+        wire.recv_frame(runner)
+        body = wire.encode({"ok": True})
+        for byte in len(body).to_bytes(4, "big") + body:
+            if stop.wait(0.1):
+                return
+            try:
+                runner.sendall(bytes([byte]))
+            except OSError:
+                return
+
+    endpoint = Scripted(drip)
+    try:
+        assert RunnerClient(endpoint).ping(timeout=0.5) is False
+    finally:
+        stop.set()
+    assert endpoint.released == [] and endpoint.host[0].fileno() == -1
+
+
+def test_an_answer_is_sent_within_the_turns_deadline_whatever_the_socket_had() -> None:
+    """The answer's send takes its time from the turn's deadline, not from the timeout
+    the socket was left with: here the handler leaves it non-blocking, and an answer
+    larger than the socket's buffer still goes whole to a runner that reads it."""
+    seen: list[Any] = []
+    endpoint = Scripted(answering({"req": 1}, {"done": 1}, seen=seen))
+    big = "x" * (wire.MAX_FRAME_BYTES - 100)
+
+    def handle(frame: dict[str, Any], size: int) -> dict[str, Any]:
+        endpoint.host[0].setblocking(False)
+        return {"req": 1, "pad": big}
+
+    assert RunnerClient(endpoint).turn({}, timeout=30, handle=handle) == {"done": 1}
+    endpoint.join()
+    assert seen[1] == {"req": 1, "pad": big}

@@ -703,3 +703,56 @@ def test_the_engine_facts_say_rootless_podman_and_versions(
     engine.version_answer = {}
     facts = backend.engine_facts()
     assert (facts["rootless"], facts["podman"]) == (False, False)
+
+
+def test_only_six_digits_of_the_fraction_are_read_and_the_time_is_utc() -> None:
+    # what follows the microseconds is cut, an offset with it: the engine's times are UTC
+    assert _parse_time("2024-01-02T03:04:05.123456+01:00") == T1_SECONDS
+    assert _parse_time("2024-01-02T03:04:05.12X") is None  # only a trailing Z is taken off
+
+
+def test_the_name_is_the_engines_without_its_slash() -> None:
+    assert _info(Container({"Name": "/Xfam"}, name="other")).name == "Xfam"
+    assert _info(Container({}, name="/fallback")).name == "fallback"
+
+
+def test_run_once_starts_the_container_it_made(engine: Engine, backend: DockerBackend) -> None:
+    engine.made = running()
+    backend.run_once(spec(), 1)
+    assert engine.calls[1] == ("start", "p.fam")
+    assert engine.calls[2] == ("get", "p.fam")
+
+
+def test_run_once_whose_output_is_refused_names_it_and_removes(
+    engine: Engine, backend: DockerBackend
+) -> None:
+    made = running()
+
+    def refuse(**kwargs: Any) -> Any:
+        raise APIError("x", response=SimpleNamespace(status_code=409), explanation="gone")  # type: ignore[arg-type]
+
+    made.logs = refuse  # type: ignore[method-assign]
+    engine.made = made
+    with pytest.raises(EngineError) as caught:
+        backend.run_once(spec(), 1)
+    assert caught.value.message == "engine refused logs p.fam: gone (HTTP 409)"
+    assert engine.calls[-1][0] == "remove"
+
+
+def test_refused_engine_facts_name_what_was_asked(engine: Engine, backend: DockerBackend) -> None:
+    def refuse() -> Any:
+        raise APIError("x", response=SimpleNamespace(status_code=403), explanation="no")  # type: ignore[arg-type]
+
+    engine.version = refuse  # type: ignore[method-assign]
+    with pytest.raises(EngineError) as caught:
+        backend.engine_facts()
+    assert caught.value.message == "engine refused engine version: no (HTTP 403)"
+    engine.info = refuse  # type: ignore[method-assign]
+    with pytest.raises(EngineError) as caught:
+        backend.engine_facts()
+    assert caught.value.message == "engine refused engine info: no (HTTP 403)"
+
+
+def test_a_memory_stat_line_that_is_not_a_key_and_a_number_is_unreadable(cgroups: Path) -> None:
+    cgroup(cgroups, "v2", "a", "1000", "inactive_file 5 6\n")
+    assert cgroup_memory("a") is None
