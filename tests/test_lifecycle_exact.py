@@ -1101,3 +1101,268 @@ def test_the_overview_reads_each_groups_disk_limit_and_zone(runtime: GroupRuntim
         "work": runtime.store.load("work").config.container.disk_bytes,
     }
     assert set(overview.disk_bytes) == {"fam", "work"}
+
+
+# more of the spec, the host folders and the waits
+
+
+def test_the_image_and_skills_given_are_kept(home: Path, tmp_path: Path) -> None:
+    def own(group: Group, agent: str) -> str:
+        return "own:" + agent
+
+    runtime = GroupRuntime(
+        Home(home),
+        OrchestratorConfig(project="t"),
+        FakeBackend(),
+        lambda: "i",
+        group_image=own,
+        skills_root=tmp_path,
+    )
+    assert runtime.group_image is own and runtime.skills_root == tmp_path
+
+
+def test_the_built_in_skills_are_mounted(runtime: GroupRuntime, tmp_path: Path) -> None:
+    skills = tmp_path / "skills"
+    (skills / "known").mkdir(parents=True)
+    (skills / "known" / "SKILL.md").write_text("---\nname: known\ndescription: d\n---\nx\n")
+    runtime.skills_root = skills
+    spec = runtime.desired_spec(runtime.store.load("fam"))
+    assert str(skills) in {m.source for m in spec.mounts}
+
+
+def test_installed_skills_are_mounted_one_by_one(runtime: GroupRuntime, tmp_path: Path) -> None:
+    from orchestrator.skills.catalog import mounts_for
+
+    skills = tmp_path / "skills"
+    (skills / "known").mkdir(parents=True)
+    (skills / "known" / "SKILL.md").write_text("---\nname: known\ndescription: d\n---\nx\n")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "SKILL.md").write_text("---\nname: mine\ndescription: d\n---\nx\n")
+    from orchestrator.skills.catalog import install
+
+    install(runtime.home, mine, "fam", skills)
+    runtime.skills_root = skills
+    group = runtime.store.load("fam")
+    expected = mounts_for(runtime.home, "fam", group.config.skills, skills)
+    assert expected  # installed skills: each is mounted
+    sources = {m.source for m in runtime.desired_spec(group).mounts}
+    assert {str(path) for _, path in expected} <= sources
+    assert str(skills) not in sources
+
+
+def test_a_web_group_mounts_its_gate_folder(runtime: GroupRuntime) -> None:
+    group = runtime.store.load("fam")
+    web = WebSettings(enabled=True)
+    group = dataclasses.replace(group, config=dataclasses.replace(group.config, web=web))
+    sources = {m.source for m in runtime.desired_spec(group).mounts}
+    assert str(runtime.egress_dir("fam")) in sources
+
+
+def test_an_own_image_on_a_moved_home_and_an_adapting_backend_is_hashed_as_a_setting(
+    runtime: GroupRuntime,
+) -> None:
+    runtime.config = dataclasses.replace(runtime.config, host_home=Path("/srv/home"))
+    runtime.backend = Adapting()
+    runtime.group_image = lambda g, agent: "own:1"
+    spec = runtime.desired_spec(packaged(runtime.store.load("fam")), "agent:1")
+    assert spec.labels == with_hashes(spec, "own:1").labels
+    runtime.backend = FakeBackend()
+    spec = runtime.desired_spec(packaged(runtime.store.load("fam")), "agent:1")
+    assert spec.labels == with_hashes(spec, "own:1").labels
+
+
+def test_on_host_and_adapted_hash_with_no_image_setting_by_default(runtime: GroupRuntime) -> None:
+    plain = runtime.desired_spec(runtime.store.load("fam"), "agent:1")
+    runtime.backend = Adapting()
+    assert runtime.adapted(plain).labels == with_hashes(Adapting().adapt(plain)).labels
+    runtime.config = dataclasses.replace(runtime.config, host_home=Path("/srv/home"))
+    moved = runtime.on_host(plain)
+    assert moved.labels == with_hashes(moved).labels
+
+
+def test_a_probe_has_no_network_whatever_the_group_has(
+    runtime: GroupRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran: list[ContainerSpec] = []
+    monkeypatch.setattr(
+        fake(runtime), "run_once", lambda spec, timeout: ran.append(spec) or (0, "")
+    )
+    group = runtime.store.load("fam")
+    set_option(group.config_file, "container.network", "bridge")
+    group = runtime.store.load("fam")
+    assert runtime.desired_spec(group).network_mode == "bridge"
+    runtime.probe(group, ["x"])
+    assert ran[0].network_mode == "none"
+
+
+@needs_root
+def test_a_host_not_running_as_root_gives_nothing_away(
+    runtime: GroupRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    group = runtime.store.load("fam")
+    spec = dataclasses.replace(runtime.desired_spec(group), user="1500:1600")
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    runtime.prepare_host(group, spec)
+    assert os.stat(group.sessions_dir).st_uid == 0
+    assert os.stat(runtime.home.runtime_dir("fam")).st_uid == 0
+
+
+@needs_root
+def test_memory_made_without_an_owner_belongs_to_its_folders_owner(
+    runtime: GroupRuntime,
+) -> None:
+    group = runtime.store.load("fam")
+    # a rootless engine runs the group as 0:0: nothing is given to it, and what is made
+    # belongs to the owner of the folder it is made in
+    spec = dataclasses.replace(runtime.desired_spec(group), user="0:0")
+    os.chown(group.memory_dir, 1500, 1600)
+    (group.memory_dir / "index.md").unlink()
+    runtime.prepare_host(group, spec)
+    assert os.stat(group.memory_dir / "index.md").st_uid == 1500
+
+
+@needs_root
+@pytest.mark.parametrize(("user", "owner"), [("1:0", (1, 0)), ("0:1", (0, 1))])
+def test_a_user_or_group_of_root_alone_still_gets_the_folders(
+    runtime: GroupRuntime, user: str, owner: tuple[int, int]
+) -> None:
+    group = runtime.store.load("fam")
+    spec = dataclasses.replace(runtime.desired_spec(group), user=user)
+    runtime.prepare_host(group, spec)
+    st = os.stat(group.sessions_dir)
+    assert (st.st_uid, st.st_gid) == owner
+
+
+@needs_root
+def test_fresh_folders_are_made_with_their_owner_not_handed_over(
+    runtime: GroupRuntime, caplog: pytest.LogCaptureFixture
+) -> None:
+    group = runtime.store.load("fam")
+    os.chown(group.path, 1500, 1600)
+    import shutil
+
+    shutil.rmtree(group.memory_dir)
+    group.instructions_file.unlink()
+    group.learned_file.unlink()
+    spec = runtime.desired_spec(group)
+    with caplog.at_level(logging.INFO, logger="orchestrator.runtime.lifecycle"):
+        runtime.prepare_host(group, spec)
+    assert caplog.messages == []  # nothing needed handing over
+    assert os.stat(group.memory_dir / "index.md").st_uid == 1500
+    assert os.stat(group.instructions_file).st_uid == 0
+    assert os.stat(group.learned_file).st_uid == 0
+
+
+def test_every_memory_problem_is_named(runtime: GroupRuntime) -> None:
+    group = runtime.store.load("fam")
+    spec = runtime.desired_spec(group)
+    for name in ("index.md", "log.md"):
+        (group.memory_dir / name).unlink(missing_ok=True)
+        (group.memory_dir / name).mkdir()
+    with pytest.raises(InvalidConfig) as caught:
+        runtime.prepare_host(group, spec)
+    assert caught.value.message.count("; ") >= 1
+    assert "XX" not in caught.value.message
+
+
+def test_a_group_seeing_all_skills_is_not_checked_name_by_name(
+    runtime: GroupRuntime, tmp_path: Path
+) -> None:
+    skills = tmp_path / "skills"
+    (skills / "known").mkdir(parents=True)
+    (skills / "known" / "SKILL.md").write_text("---\nname: known\ndescription: d\n---\nx\n")
+    runtime.skills_root = skills
+    group = runtime.store.load("fam")
+    assert group.config.skills == "all"
+    runtime.prepare_host(group, runtime.desired_spec(group))
+
+
+def test_a_container_is_settled_only_past_the_ready_timeout(
+    runtime: GroupRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        lifecycle, "time", SimpleNamespace(time=lambda: 1000.0 + CONTAINER_READY_TIMEOUT_SECONDS)
+    )
+    info = ContainerInfo("t.fam", "a", "running", {LABEL_GROUP: "fam"}, started_at=1000.0)
+    assert runtime._settled(info) is False
+    assert runtime._settled(dataclasses.replace(info, started_at=999.0)) is True
+    # no start time counts as the epoch
+    monkeypatch.setattr(
+        lifecycle, "time", SimpleNamespace(time=lambda: CONTAINER_READY_TIMEOUT_SECONDS + 0.5)
+    )
+    assert runtime._settled(dataclasses.replace(info, started_at=None)) is True
+
+
+def test_the_runner_pinged_is_the_groups(runtime: GroupRuntime, clock: SimpleNamespace) -> None:
+    started(runtime)
+    pinged: list[Any] = []
+    runtime._ready = lambda client: pinged.append(client) or True
+    runtime.wait_ready(runtime.store.load("fam"))
+    assert isinstance(pinged[0], RunnerClient)
+    assert pinged[0].endpoint == runtime.runner(runtime.store.load("fam")).endpoint
+
+
+def test_the_last_lines_are_of_the_container_waited_for(
+    runtime: GroupRuntime, clock: SimpleNamespace
+) -> None:
+    asked: list[str] = []
+
+    class Named(Logged):
+        def logs(
+            self, name: str, *, follow: bool = False, tail: int | None = None
+        ) -> Iterator[str]:
+            asked.append(name)
+            yield from super().logs(name, follow=follow, tail=tail)
+
+    runtime.backend = Named(["x"])
+    started(runtime, "exited")
+    runtime._ready = lambda client: False
+    with pytest.raises(OrchestratorError):
+        runtime.wait_ready(runtime.store.load("fam"))
+    assert asked == ["t.fam"]
+
+
+def test_the_wait_ends_only_once_past_the_deadline(
+    runtime: GroupRuntime, clock: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(lifecycle, "READY_POLL_SECONDS", 0.5)
+    started(runtime)
+    runtime._ready = lambda client: False
+    with pytest.raises(OrchestratorError):
+        runtime.wait_ready(runtime.store.load("fam"), timeout=1.0)
+    assert clock.slept == [0.5, 0.5, 0.5]  # at exactly the deadline it polls once more
+
+
+def test_the_image_is_asked_once_for_all_groups(runtime: GroupRuntime) -> None:
+    GroupStore(runtime.home).add(GroupConfig(name="Work"))
+    asked: list[int] = []
+    runtime.image = lambda: asked.append(1) or "img:1"  # type: ignore[func-returns-value]
+    labels = runtime._desired_labels([runtime.store.load("fam"), runtime.store.load("work")])
+    assert asked == [1] and all(labels.values())
+
+
+def test_the_plan_takes_groups_whose_spec_cannot_be_made_as_unknown(
+    runtime: GroupRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(
+        lifecycle, "plan_reconcile", lambda containers, desired, **kw: seen.update(desired) or []
+    )
+
+    def no_image() -> str:
+        raise OrchestratorError("no image")
+
+    runtime.image = no_image
+    assert runtime.plan(now=1.0) == []
+    assert seen == {"fam": None}
+
+
+def test_the_overview_reads_the_groups_once(
+    runtime: GroupRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def again() -> Any:
+        raise AssertionError("the groups were read again")
+
+    monkeypatch.setattr(runtime.store, "groups", again)
+    assert [r.folder for r in runtime.overview().rows] == ["fam"]
