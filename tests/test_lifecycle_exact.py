@@ -1257,13 +1257,15 @@ def test_fresh_folders_are_made_with_their_owner_not_handed_over(
 def test_every_memory_problem_is_named(runtime: GroupRuntime) -> None:
     group = runtime.store.load("fam")
     spec = runtime.desired_spec(group)
-    for name in ("index.md", "log.md"):
-        (group.memory_dir / name).unlink(missing_ok=True)
+    for name in ("index.md", "system/index.md"):
+        (group.memory_dir / name).unlink()
         (group.memory_dir / name).mkdir()
     with pytest.raises(InvalidConfig) as caught:
         runtime.prepare_host(group, spec)
-    assert caught.value.message.count("; ") >= 1
-    assert "XX" not in caught.value.message
+    problem = "is a folder, not a regular file; left untouched"
+    assert sorted(caught.value.message.split("; memory/")) == sorted(
+        [f"memory of group 'fam': memory/index.md {problem}", f"system/index.md {problem}"]
+    )
 
 
 def test_a_group_seeing_all_skills_is_not_checked_name_by_name(
@@ -1366,3 +1368,28 @@ def test_the_overview_reads_the_groups_once(
 
     monkeypatch.setattr(runtime.store, "groups", again)
     assert [r.folder for r in runtime.overview().rows] == ["fam"]
+
+
+def test_an_allowed_extra_mount_is_in_the_spec(runtime: GroupRuntime, tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    allowlist = tmp_path / "config" / "allow.yaml"
+    allowlist.parent.mkdir()
+    allowlist.write_text(f"roots:\n  - path: {shared}\n")
+    runtime.config = dataclasses.replace(runtime.config, mount_allowlist=allowlist)
+    group = runtime.store.load("fam")
+    text = group.config_file.read_text().replace("mounts: []", f"mounts: [{{host: {shared}}}]")
+    group.config_file.write_text(text)
+    spec = runtime.desired_spec(runtime.store.load("fam"))
+    assert str(shared) in {m.source for m in spec.mounts}
+
+
+@needs_root
+def test_memory_made_for_a_user_is_theirs_in_any_folder(runtime: GroupRuntime) -> None:
+    group = runtime.store.load("fam")
+    spec = dataclasses.replace(runtime.desired_spec(group), user="1500:1600")
+    os.chown(group.memory_dir, 1500, 1600)  # its top is theirs: no walk hands it over
+    (group.memory_dir / "system" / "index.md").unlink()
+    runtime.prepare_host(group, spec)
+    st = os.stat(group.memory_dir / "system" / "index.md")
+    assert (st.st_uid, st.st_gid) == (1500, 1600)
