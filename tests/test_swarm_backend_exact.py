@@ -535,13 +535,14 @@ def test_stop_scales_to_zero_and_waits_for_no_running_task(
 ) -> None:
     swarm, client = make(home)
     client.api.services_by_name[service_name("proj.fam")] = a_service()
-    answers = [[running_task()], [running_task()], [running_task(state="shutdown")]]
+    answers = [[running_task()], [running_task()], [running_task(state="shutdown"), {}]]
     sleeps: list[float] = []
     monkeypatch.setattr(backend.time, "sleep", sleeps.append)
     client.api.tasks = lambda filters: answers.pop(0)  # type: ignore[method-assign]
     swarm.stop("proj.fam")
     ((_, _, kw),) = client.api.named("update_service")
     assert kw["mode"] == {"Replicated": {"Replicas": 0}}
+    assert kw["task_template"] == a_service()["Spec"]["TaskTemplate"]  # not made again
     assert sleeps == [0.1, 0.1]
     assert answers == []
 
@@ -587,6 +588,9 @@ def test_remove_takes_the_service_its_secrets_and_what_was_known_of_it(home: Hom
     swarm._facts["other"] = (None, 0.0)
     swarm.remove("proj.fam")
     assert client.api.named("remove_service") == ["svc-id"]
+    assert client.api.named("secrets") == [
+        {"label": ["org.orchestrator.container=proj.fam", f"org.orchestrator.home={HOME_ID}"]}
+    ]
     assert client.api.named("remove_secret") == ["s1", "s2"]
     assert set(swarm._facts) == {"other"}
 
@@ -643,6 +647,7 @@ def test_the_groups_runner_from_its_own_task_is_admitted(home: Home) -> None:
     client.api.task_list = [running_task("10.9.0.5/24")]
     assert swarm.admit(peer(), "10.9.0.5") is None
     assert client.api.named("inspect_service") == [service_name("proj.fam")]
+    assert client.api.named("tasks") == [{"service": ["svc-id"]}]
 
 
 def test_a_group_with_no_service_of_this_home_is_refused(home: Home) -> None:
@@ -856,15 +861,17 @@ def test_logs_are_the_services_lines_after_why_no_task_runs(home: Home) -> None:
     failed = running_task(state="failed")
     failed["Status"]["Err"] = "exit 1"
     failed["Slot"] = 1
-    client.api.task_list = [failed]
+    client.api.task_list = [failed, {"Slot": 2, "CreatedAt": "0"}]
     client.api.log_lines = [b"one\ntwo\n", "three", b"\xff"]
     assert list(swarm.logs("proj.fam", tail=5)) == [
         "task 1: failed: exit 1",
+        "task 2: ?",
         "one",
         "two",
         "three",
         "\ufffd",
     ]
+    assert client.api.named("tasks") == [{"service": ["svc-id"]}]
     ((ident, kw),) = client.api.named("service_logs")
     assert ident == "svc-id"
     assert kw == {"stdout": True, "stderr": True, "follow": False, "tail": "5"}
@@ -899,11 +906,12 @@ def test_events_are_the_task_containers_with_the_homes_label_given_back(
             },
             {"status": "start", "time": 1002},
             {"time": 999},
+            {},
         ],
         [],
     ]
     events = swarm.events({"org.orchestrator.home": HOME_ID, "org.orchestrator.project": "proj"})
-    got = [next(events) for _ in range(5)]
+    got = [next(events) for _ in range(6)]
     assert got == [
         ContainerEvent(
             "die",
@@ -917,6 +925,7 @@ def test_events_are_the_task_containers_with_the_homes_label_given_back(
         ),
         ContainerEvent("start", None, {}, 1002.0),
         ContainerEvent("", None, {}, 999.0),
+        ContainerEvent("", None, {}, 0.0),
         ContainerEvent("resync", None, {}, 1000.5),
         ContainerEvent("resync", None, {}, 1000.5),
     ]
@@ -970,8 +979,8 @@ def test_memory_is_read_for_a_running_task_only(
     assert swarm.memory_usage("proj.fam") == 7
     running = ContainerInfo("a", "ctr-1", "running")
     idle = ContainerInfo("b", "svc-2", "idle")
-    monkeypatch.setattr(backend, "cgroup_memory", cgroup)
-    assert swarm.memory_usages([running, idle], 0.0) == {"a": 123, "b": None}
+    monkeypatch.setattr(backend, "cgroup_memory", lambda ident: 5)
+    assert swarm.memory_usages([running, idle], 0.0) == {"a": 5, "b": None}
 
 
 def test_a_one_off_container_runs_here_unplaced(
@@ -1002,3 +1011,71 @@ def test_the_engine_facts_add_the_swarms(home: Home, monkeypatch: pytest.MonkeyP
         "managers": None,
         "nodes": None,
     }
+
+
+def test_the_local_backend_is_on_the_same_engine(home: Home) -> None:
+    swarm, client = make(home)
+    assert swarm.local.client is client
+    assert swarm.api is client.api
+
+
+def test_a_service_with_no_spec_or_id_is_read_as_empty(home: Home) -> None:
+    swarm, _ = make(home)
+    assert swarm._info({}, []) == ContainerInfo(
+        name="", id="", state="idle", labels={}, started_at=None, image="", mounts=()
+    )
+
+
+def refusing(*args: Any, **kw: Any) -> Any:
+    raise APIError("no")
+
+
+@pytest.mark.parametrize(
+    ("method", "what", "call"),
+    [
+        ("info", "engine info", lambda swarm: swarm.node()),
+        ("info", "engine info", lambda swarm: swarm.engine_facts()),
+        ("inspect_network", "inspect network runners", lambda swarm: swarm.network_subnets()),
+        (
+            "inspect_service",
+            f"inspect service {service_name('proj.fam')}",
+            lambda swarm: swarm.inspect("proj.fam"),
+        ),
+        ("tasks", "list tasks", lambda swarm: swarm.inspect("proj.fam")),
+        ("services", "list services", lambda swarm: swarm.list({})),
+        ("create_secret", "create secret ", lambda swarm: swarm.create(spec())),
+        (
+            "update_service",
+            f"scale {service_name('proj.fam')} to 0",
+            lambda swarm: swarm.stop("proj.fam"),
+        ),
+        (
+            "remove_service",
+            f"remove service {service_name('proj.fam')}",
+            lambda swarm: swarm.remove("proj.fam"),
+        ),
+        ("secrets", "list secrets", lambda swarm: swarm._remove_secrets("proj.fam")),
+        ("service_logs", "logs proj.fam", lambda swarm: list(swarm.logs("proj.fam"))),
+    ],
+)
+def test_an_engine_call_refused_is_named(
+    home: Home, monkeypatch: pytest.MonkeyPatch, method: str, what: str, call: Any
+) -> None:
+    swarm, client = make(home)
+    client.api.services_by_name[service_name("proj.fam")] = a_service()
+    monkeypatch.setattr(client if method == "info" else client.api, method, refusing)
+    with pytest.raises(EngineError) as raised:
+        call(swarm)
+    assert raised.value.message.startswith(f"engine refused {what}")
+
+
+def test_a_secret_removal_retried_by_the_engine_call_is_named(
+    home: Home, caplog: pytest.LogCaptureFixture
+) -> None:
+    swarm, client = make(home)
+    client.api.secret_list = [{"ID": "s1"}]
+    client.api.remove_secret_errors = [ConnectionError("away")]
+    with caplog.at_level("WARNING", logger="orchestrator.runtime.engine"):
+        swarm._remove_secrets("proj.fam")
+    assert client.api.named("remove_secret") == ["s1", "s1"]
+    assert caplog.messages[0].startswith("engine call remove secret s1 failed (away)")
