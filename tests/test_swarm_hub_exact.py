@@ -67,6 +67,7 @@ class Conn:
         self.closed = 0
         self.options: list[tuple[int, int, int]] = []
         self.settimeout_error: OSError | None = None
+        self.close_error: OSError | None = None
 
     def pending(self) -> int:
         return self._pending
@@ -81,18 +82,22 @@ class Conn:
 
     def close(self) -> None:
         self.closed += 1
+        if self.close_error is not None:
+            raise self.close_error
 
 
 class Authority:
     def __init__(self, peer: Peer | Exception | None = None) -> None:
         self.peer = peer
         self.contexts: list[str] = []
+        self.identified: list[Any] = []
 
     def server_context(self, name: str) -> Any:
         self.contexts.append(name)
         return ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
 
     def identify(self, conn: Any) -> Peer:
+        self.identified.append(conn)
         if isinstance(self.peer, Exception):
             raise self.peer
         assert self.peer is not None
@@ -137,6 +142,7 @@ def test_a_new_hub_holds_nothing_and_has_refused_none() -> None:
 def test_take_hands_out_the_newest_live_connection_with_its_timeout() -> None:
     hub = make_hub()
     old, dead, talking, new = Conn("old"), Conn("dead", pending=1), Conn("t", readable=True), Conn()
+    talking.close_error = OSError("already reset")  # a close that fails is no matter
     for conn in (old, talking, dead, new):
         hub._file("fam", conn)  # type: ignore[arg-type]
     assert hub.idle("fam") == 4
@@ -206,6 +212,7 @@ def test_a_stopping_hub_hands_out_nothing_and_files_nothing(tmp_path: Path) -> N
 def test_a_groups_unused_connections_are_bounded_closing_the_oldest() -> None:
     hub = make_hub()
     conns = [Conn(str(n)) for n in range(RUNNER_IDLE_PER_GROUP + 2)]
+    conns[0].close_error = OSError("already reset")
     for conn in conns:
         hub._file("fam", conn)  # type: ignore[arg-type]
     assert hub.idle("fam") == RUNNER_IDLE_PER_GROUP
@@ -217,7 +224,7 @@ def test_give_back_files_it_untimed_unless_it_is_gone() -> None:
     hub = make_hub()
     conn = Conn()
     hub.give_back("fam", conn)  # type: ignore[arg-type]
-    assert conn.timeouts == [None] and hub.idle("fam") == 1
+    assert conn.timeouts == [None] and list(hub._idle["fam"]) == [conn]
     gone = Conn()
     gone.settimeout_error = OSError("closed")
     hub.give_back("fam", gone)  # type: ignore[arg-type]
@@ -253,10 +260,13 @@ def admit_one(hub: RunnerHub, context: Context, raw: Conn) -> None:
 
 def test_an_admitted_connection_is_filed_under_its_group_untimed_and_kept_alive() -> None:
     asked: list[tuple[Peer, str]] = []
-    hub = make_hub(admit=lambda peer, address: asked.append((peer, address)))
+    authority = Authority(PEER)
+    hub = make_hub(admit=lambda peer, address: asked.append((peer, address)), authority=authority)
     raw, conn = Conn("raw"), Conn("tls")
     context = Context(conn)
     admit_one(hub, context, raw)
+    assert authority.identified == [conn]
+    assert list(hub._idle["fam"]) == [conn]
     assert raw.timeouts == [RUNNER_HANDSHAKE_TIMEOUT_SECONDS]
     assert context.wrapped == [(raw, True)]
     assert asked == [(PEER, "10.0.0.9")]
@@ -299,6 +309,10 @@ def test_a_connection_not_admitted_is_refused_closed_and_logged(
     assert conn.closed == 1 and raw.closed == 0
     assert hub.refused == 1 and hub.idle("fam") == 0
     assert caplog.messages == [f"runner port: refused a connection from 10.0.0.9: {why}"]
+    gone = Conn("gone")
+    gone.close_error = OSError("already reset")  # a close that fails is no matter
+    admit_one(hub, Context(gone), Conn("raw"))
+    assert gone.closed == 1 and hub.refused == 2
 
 
 class Listener:
@@ -334,18 +348,19 @@ def test_accept_refuses_past_the_handshakes_at_once_and_waits_out_errors(
 
 def test_accept_hands_each_connection_to_a_handshake(monkeypatch: pytest.MonkeyPatch) -> None:
     hub = make_hub()
-    admitted: list[tuple[Any, str]] = []
+    admitted: list[tuple[Any, str, str, bool]] = []
     done = threading.Event()
 
     def admit(raw: Any, where: str) -> None:
-        admitted.append((raw, where))
+        thread = threading.current_thread()
+        admitted.append((raw, where, thread.name, thread.daemon))
         done.set()
 
     monkeypatch.setattr(hub, "_admit", admit)
     raw = Conn()
     hub._accept(Listener(hub, [raw]))  # type: ignore[arg-type]
     assert done.wait(5)
-    assert admitted == [(raw, "10.0.0.8")] and hub.refused == 0
+    assert admitted == [(raw, "10.0.0.8", "runner-admit", True)] and hub.refused == 0
 
 
 # starting, the relay socket
@@ -363,6 +378,8 @@ def test_start_binds_every_host_and_the_relay_socket_private(
         hub.start()
     try:
         assert authority.contexts == ["orch"] and hub.context is not None
+        threads = {t.name: t.daemon for t in threading.enumerate()}
+        assert threads.get("runner-port") is True and threads.get("runner-relay") is True
         ((host, port),) = hub.bound
         assert host == "127.0.0.1" and port > 0
         (listener,) = hub._listeners
@@ -735,3 +752,97 @@ def test_the_relay_endpoint_says_when_the_daemon_did_not_relay(tmp_path: Path) -
     with pytest.raises(RunnerUnavailable) as raised:
         RelayEndpoint(path, "fam").connect(5.0)
     assert raised.value.message.startswith(f"the daemon at {path} did not relay: ")
+
+
+def test_each_relay_is_served_in_a_daemon_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hub = make_hub(tmp_path)
+    served: list[bool] = []
+    done = threading.Event()
+
+    def relay_one(local: socket.socket) -> None:
+        served.append(threading.current_thread().daemon)
+        local.close()
+        hub._relays.release()
+        done.set()
+
+    monkeypatch.setattr(hub, "_relay_one", relay_one)
+    hub.start()
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.connect(str(tmp_path / "runners.sock"))
+            assert done.wait(10)
+        assert served == [True]
+    finally:
+        hub.close()
+
+
+def test_accepting_relays_waits_out_errors_until_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
+    hub = make_hub()
+    sleeps: list[float] = []
+    monkeypatch.setattr(hubmod.time, "sleep", sleeps.append)
+    for _ in range(RUNNER_RELAYS_AT_ONCE):
+        hub._relays.acquire()
+    over, more = Conn("over"), Conn("more")
+    hub._relay = Listener(hub, [OSError("no descriptors"), over, more])  # type: ignore[assignment]
+    hub._accept_relays()
+    assert sleeps == [0.05]
+    assert (over.closed, more.closed) == (1, 1)  # past the relays at once: closed unserved
+
+
+def test_readable_says_whether_a_connection_has_something_to_read() -> None:
+    one, two = socket.socketpair()
+    with one, two:
+        assert hubmod._readable(one) is False
+        two.sendall(b"x")
+        deadline = time.monotonic() + 10
+        while not hubmod._readable(one):
+            assert time.monotonic() < deadline, "the byte never arrived"
+        assert hubmod._readable(one) is True
+
+
+def relay_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.endswith("(_relay_one)")]
+
+
+def test_the_relay_gives_up_on_a_silent_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(hubmod, "RUNNER_RELAY_REQUEST_SECONDS", 0.2)
+    hub = make_hub(tmp_path)
+    hub.start()
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(10)
+            sock.connect(str(tmp_path / "runners.sock"))
+            assert sock.recv(10) == b""  # closed by the relay, nothing asked
+    finally:
+        hub.close()
+
+
+def test_a_process_gone_before_its_answer_is_no_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hub = make_hub(tmp_path)
+    asked = threading.Event()
+    go_on = threading.Event()
+
+    def take(group: str, timeout: float) -> Any:
+        asked.set()
+        assert go_on.wait(10)
+        raise RunnerUnavailable("none")
+
+    monkeypatch.setattr(hub, "take", take)
+    hub.start()
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.connect(str(tmp_path / "runners.sock"))
+            wire.send_frame(sock, {"op": "runner", "group": "fam"})
+            assert asked.wait(10)
+        go_on.set()  # the answer goes to a process that hung up
+        for thread in relay_threads():
+            thread.join(10)
+            assert not thread.is_alive()
+    finally:
+        hub.close()
