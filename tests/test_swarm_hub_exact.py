@@ -196,6 +196,7 @@ def test_a_stopping_hub_hands_out_nothing_and_files_nothing(tmp_path: Path) -> N
     hub = make_hub(tmp_path)
     hub.start()
     kept = Conn()
+    kept.close_error = OSError("already reset")  # a close that fails is no matter
     hub._file("fam", kept)  # type: ignore[arg-type]
     hub.close()
     assert kept.closed == 1 and hub.idle("fam") == 0
@@ -338,12 +339,12 @@ def test_accept_refuses_past_the_handshakes_at_once_and_waits_out_errors(
     monkeypatch.setattr(hubmod.time, "sleep", sleeps.append)
     for _ in range(RUNNER_HANDSHAKES_AT_ONCE):
         hub._handshakes.acquire()
-    over = Conn("over")
+    over, more = Conn("over"), Conn("more")
     with caplog.at_level(logging.WARNING, logger=hubmod.__name__):
-        hub._accept(Listener(hub, [OSError("no descriptors"), over]))  # type: ignore[arg-type]
+        hub._accept(Listener(hub, [OSError("no descriptors"), over, more]))  # type: ignore[arg-type]
     assert sleeps == [0.05]
-    assert over.closed == 1 and hub.refused == 1
-    assert caplog.messages == ["runner port: too many handshakes at once; closed 10.0.0.8"]
+    assert (over.closed, more.closed) == (1, 1) and hub.refused == 2
+    assert caplog.messages == ["runner port: too many handshakes at once; closed 10.0.0.8"] * 2
 
 
 def test_accept_hands_each_connection_to_a_handshake(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -846,3 +847,51 @@ def test_a_process_gone_before_its_answer_is_no_error(
             assert not thread.is_alive()
     finally:
         hub.close()
+
+
+def test_the_log_names_every_host(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    hub = make_hub(hosts=("127.0.0.1", "127.0.0.2"))
+    with caplog.at_level(logging.INFO, logger=hubmod.__name__):
+        hub.start()
+    try:
+        assert [host for host, _ in hub.bound] == ["127.0.0.1", "127.0.0.2"]
+        assert caplog.messages == [
+            "runner port open on 127.0.0.1, 127.0.0.2 (port 0) for runners dialling orch"
+        ]
+    finally:
+        hub.close()
+
+
+class Closing:
+    """A listener whose shutdown and close fail."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def shutdown(self, how: int) -> None:
+        self.calls.append("shutdown")
+        raise OSError("not connected")
+
+    def close(self) -> None:
+        self.calls.append("close")
+        raise OSError("bad descriptor")
+
+
+def test_close_goes_on_past_listeners_that_fail_to_close() -> None:
+    hub = make_hub()
+    one, two = Closing(), Closing()
+    hub._listeners = [one, two]  # type: ignore[list-item]
+    hub.close()
+    assert one.calls == two.calls == ["shutdown", "close"]
+
+
+def test_close_removes_the_relay_socket_only_when_it_made_one(tmp_path: Path) -> None:
+    (tmp_path / "runners.sock").write_text("another process's")
+    make_hub(tmp_path).close()  # never started: no socket of its own
+    assert (tmp_path / "runners.sock").read_text() == "another process's"
+    (tmp_path / "runners.sock").unlink()
+    hub = make_hub(tmp_path)
+    hub.start()
+    (tmp_path / "runners.sock").unlink()  # removed meanwhile: no error
+    hub.close()
+    assert not (tmp_path / "runners.sock").exists()
