@@ -1034,7 +1034,6 @@ def refusing(*args: Any, **kw: Any) -> Any:
     ("method", "what", "call"),
     [
         ("info", "engine info", lambda swarm: swarm.node()),
-        ("info", "engine info", lambda swarm: swarm.engine_facts()),
         ("inspect_network", "inspect network runners", lambda swarm: swarm.network_subnets()),
         (
             "inspect_service",
@@ -1079,3 +1078,14 @@ def test_a_secret_removal_retried_by_the_engine_call_is_named(
         swarm._remove_secrets("proj.fam")
     assert client.api.named("remove_secret") == ["s1", "s1"]
     assert caplog.messages[0].startswith("engine call remove secret s1 failed (away)")
+
+
+def test_the_swarms_engine_info_refused_is_named(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    swarm, client = make(home)
+    monkeypatch.setattr(swarm.local, "engine_facts", lambda: {})
+    monkeypatch.setattr(client, "info", refusing)
+    with pytest.raises(EngineError) as raised:
+        swarm.engine_facts()
+    assert raised.value.message.startswith("engine refused engine info")

@@ -895,3 +895,49 @@ def test_close_removes_the_relay_socket_only_when_it_made_one(tmp_path: Path) ->
     (tmp_path / "runners.sock").unlink()  # removed meanwhile: no error
     hub.close()
     assert not (tmp_path / "runners.sock").exists()
+
+
+def no_runner(group: str, timeout: float) -> Any:
+    raise RunnerUnavailable(f"no runner of group {group!r}")
+
+
+def test_an_answer_past_the_frame_limit_is_dropped_not_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hub = make_hub(tmp_path)
+    monkeypatch.setattr(hub, "take", no_runner)
+    hub.start()
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(10)
+            sock.connect(str(tmp_path / "runners.sock"))
+            # a group name that fills a frame: the answer naming it would not fit one
+            wire.send_frame(sock, {"group": "g" * (wire.MAX_FRAME_BYTES - 20)})
+            assert sock.recv(10) == b""
+        for thread in relay_threads():
+            thread.join(10)
+            assert not thread.is_alive()
+    finally:
+        hub.close()
+
+
+def test_an_answer_a_process_does_not_read_is_given_up_at_the_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(hubmod, "RUNNER_RELAY_REQUEST_SECONDS", 0.5)
+    hub = make_hub(tmp_path)
+    monkeypatch.setattr(hub, "take", no_runner)
+    hub.start()
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.connect(str(tmp_path / "runners.sock"))
+            # an answer larger than the socket's buffers, never read
+            wire.send_frame(sock, {"group": "g" * (wire.MAX_FRAME_BYTES // 2)})
+            deadline = time.monotonic() + 10
+            while not relay_threads() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            for thread in relay_threads():
+                thread.join(10)
+                assert not thread.is_alive()  # while this process still holds it open
+    finally:
+        hub.close()
