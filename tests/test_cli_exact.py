@@ -178,6 +178,25 @@ def test_held_approve_and_deny_together_are_refused_and_nothing_changes(home: Pa
         queue.close()
 
 
+def test_packages_pending_with_approve_or_deny_is_refused_and_nothing_changes(home: Path) -> None:
+    from orchestrator.store.held import HeldRequests
+    from orchestrator.store.messages import open_queue
+
+    GroupStore(Home(home)).add(GroupConfig(name="fam"))
+    request = _hold(home, kind="packages")
+    for option in ("--approve", "--deny"):
+        done = invoke(home, "group", "packages", "fam", "--pending", option, str(request.id))
+        assert done.exit_code == 2
+        assert done.stderr == (
+            f"error: give --pending or {option}, not both: --pending only lists requests\n"
+        )
+    queue = open_queue(Home(home))
+    try:
+        assert [r.id for r in HeldRequests(queue).waiting("fam")] == [request.id]
+    finally:
+        queue.close()
+
+
 def test_held_approve_applies_as_the_operator_in_the_foreground(
     home: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

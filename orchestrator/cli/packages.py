@@ -9,6 +9,7 @@ import click
 from orchestrator.cli import CliContext
 from orchestrator.cli.output import print_json, safe_line
 from orchestrator.config import load_config
+from orchestrator.errors import BadInput
 from orchestrator.groups import GroupStore
 
 pass_cli = click.make_pass_decorator(CliContext)
@@ -105,6 +106,9 @@ def packages(
     store = GroupStore(obj.home)
     group = store.find(name)
     progress = (lambda line: None) if as_json else (lambda line: click.echo(line, err=True))
+    if pending and (approve_id is not None or deny_id is not None):
+        given = "--approve" if approve_id is not None else "--deny"
+        raise BadInput(f"give --pending or {given}, not both: --pending only lists requests")
     if pending or approve_id is not None or deny_id is not None:
         from orchestrator.cli.held import handle_requests
         from orchestrator.relay.approvals import PACKAGES
@@ -114,8 +118,8 @@ def packages(
             group.folder,
             PACKAGES,
             "package request",
-            approve_id=None if pending else approve_id,
-            deny_id=None if pending else deny_id,
+            approve_id=approve_id,
+            deny_id=deny_id,
             as_json=as_json,
             listing="--pending",
         )
