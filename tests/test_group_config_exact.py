@@ -367,6 +367,7 @@ def test_each_bad_value_is_named_with_its_line_and_what_is_valid(
         ("packages: {debian: [jq, jq, curl]}", "packages.debian", ("jq", "curl")),
         ("packages: {python: [rich, rich]}", "packages.python", ("rich",)),
         ("packages: {from_chat: true}", "packages.from_chat", True),
+        ("packages: {debian: [jq]}", "packages.from_chat", False),
         ("members: [bob, 7]", "members", ("bob", "7")),
         ("unknown_senders: allow", "unknown_senders", "allow"),
         ("session_mode: shared", "session_mode", "shared"),
@@ -829,3 +830,8 @@ def check_mcp_server_of(path: Path) -> None:
     from orchestrator.groups.config import check_mcp_server
 
     check_mcp_server(path, "time", {"command": "x", "env": {"PATH": "/x"}})
+
+
+def test_a_group_name_is_at_most_100_characters() -> None:
+    assert parse(f"name: {'n' * 100}\n").name == "n" * 100
+    assert error(f"name: {'n' * 101}\n") == (f"{P}:1: name: is 101 characters; at most 100 allowed")
