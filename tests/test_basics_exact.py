@@ -1047,3 +1047,8 @@ def test_default_concurrency_and_model_request_cap() -> None:
     )
     assert model_request_cap(0) == 4 * 12 * 100_000 + 256 * 1024
     assert model_request_cap(1) - model_request_cap(0) == 4 * 3
+
+
+def test_an_error_about_a_mapping_as_a_whole_names_its_key_and_line() -> None:
+    r = reader("top: 1\nmcp:\n  tools:\n    a: 1\n", "mcp", "tools")
+    assert r.fail_here("too many").message == "/cfg/group.yaml:3: mcp.tools: too many"
