@@ -7,11 +7,26 @@ tests/test_kubernetes.py)."""
 from __future__ import annotations
 
 import hashlib
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from orchestrator.runtime.base import BindMount, ContainerSpec
+from orchestrator.config import load_config
+from orchestrator.groups import GroupStore
+from orchestrator.groups.config import GroupConfig, set_option
+from orchestrator.home import Home
+from orchestrator.image.group import group_repository
+from orchestrator.runtime.base import (
+    LABEL_CONFIG_HASH,
+    LABEL_GROUP,
+    LABEL_HOME,
+    LABEL_PROJECT,
+    BindMount,
+    ContainerSpec,
+)
+from orchestrator.runtime.spec import RUNTIME_DIR, config_hash, run_as
 from orchestrator.service.kubernetes import (
     GroupShape,
     KubernetesOptions,
@@ -25,6 +40,7 @@ from orchestrator.service.kubernetes import (
     network_policies,
     quantity,
     resource_name,
+    shapes_of,
     to_yaml,
 )
 
@@ -112,6 +128,7 @@ def test_quantity_takes_the_largest_exact_unit(n: int, text: str) -> None:
     [
         (1_500_000_000, "1500m"),
         (2_600_000, "3m"),
+        (1_500_000, "2m"),
         (2_400_000, "2m"),
         (1_000_000, "1m"),
         (400_000, "1m"),
@@ -533,3 +550,52 @@ def test_manifests_order_and_namespace() -> None:
 def test_to_yaml_keeps_the_order_in_block_style() -> None:
     text = to_yaml([{"b": 1, "a": [1, 2]}, {"c": {"d": "e"}}])
     assert text == "b: 1\na:\n- 1\n- 2\n---\nc:\n  d: e\n"
+
+
+def test_shapes_of_each_group_as_the_manifests_need_it(tmp_path: Path) -> None:
+    root = tmp_path / "home"
+    root.mkdir()
+    shared = tmp_path / "shared" / "docs"
+    shared.mkdir(parents=True)
+    allow = tmp_path / "config" / "allowlist.yaml"
+    allow.parent.mkdir()
+    allow.write_text(f"roots:\n  - path: {shared.parent}\n    writable: true\n")
+    root.joinpath("orchestrator.yaml").write_text(f"project: kp\nmount_allowlist: {allow}\n")
+    home = Home(root)
+    store = GroupStore(home)
+    plain = store.add(GroupConfig(name="Plain", creators=("alice",)))
+    set_option(plain.config_file, "container.disk", "3g")
+    packed = store.add(GroupConfig(name="Packed", creators=("alice",)))
+    set_option(packed.config_file, "packages.debian", "[jq]")
+    set_option(packed.config_file, "mounts", f"[{{host: {shared}, name: docs}}]")
+    config = load_config(home)
+
+    shapes = shapes_of(home, config, registry="reg.example/", tag="t9", runner_port=7071)
+
+    by_folder = {s.folder: s for s in shapes}
+    assert sorted(by_folder) == ["packed", "plain"]
+    owner = os.stat(plain.path)
+    uid, gid = run_as(
+        owner.st_uid, owner.st_gid, (config.unprivileged_uid, config.unprivileged_gid), False
+    )
+    for folder, shape in by_folder.items():
+        spec = shape.spec
+        assert spec.user == f"{uid}:{gid}"
+        assert spec.environment["ORCHESTRATOR_DIAL"] == "orchestrator:7071"
+        assert spec.labels[LABEL_GROUP] == folder
+        assert spec.labels[LABEL_HOME] == home.identity
+        assert spec.labels[LABEL_PROJECT] == "kp"
+        assert spec.labels[LABEL_CONFIG_HASH] == config_hash(spec)
+        assert RUNTIME_DIR not in {m.target for m in spec.mounts}
+    assert by_folder["plain"].spec.image == "reg.example/orchestrator-agent:t9"
+    assert by_folder["plain"].disk_bytes == 3 * 1024**3
+    assert by_folder["packed"].disk_bytes == GroupConfig(name="x").container.disk_bytes
+    assert by_folder["packed"].spec.image == f"reg.example/{group_repository('kp', 'packed')}:t9"
+    assert [
+        (m.source, m.read_only)
+        for m in by_folder["packed"].spec.mounts
+        if m.target == "/workspace/extra/docs"
+    ] == [(str(shared), True)]
+    assert not [
+        m for m in by_folder["plain"].spec.mounts if m.target.startswith("/workspace/extra")
+    ]
