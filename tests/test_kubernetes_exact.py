@@ -568,6 +568,9 @@ def test_shapes_of_each_group_as_the_manifests_need_it(tmp_path: Path) -> None:
     packed = store.add(GroupConfig(name="Packed", creators=("alice",)))
     set_option(packed.config_file, "packages.debian", "[jq]")
     set_option(packed.config_file, "mounts", f"[{{host: {shared}, name: docs}}]")
+    if os.geteuid() == 0:  # the folder's owner, not root, is whom the pod runs as
+        for group in (plain, packed):
+            os.chown(group.path, 4321, 8765)
     config = load_config(home)
 
     shapes = shapes_of(home, config, registry="reg.example/", tag="t9", runner_port=7071)
@@ -587,6 +590,7 @@ def test_shapes_of_each_group_as_the_manifests_need_it(tmp_path: Path) -> None:
         assert spec.labels[LABEL_PROJECT] == "kp"
         assert spec.labels[LABEL_CONFIG_HASH] == config_hash(spec)
         assert RUNTIME_DIR not in {m.target for m in spec.mounts}
+    assert uid != 0 and (uid, gid) == (owner.st_uid, owner.st_gid)
     assert by_folder["plain"].spec.image == "reg.example/orchestrator-agent:t9"
     assert by_folder["plain"].disk_bytes == 3 * 1024**3
     assert by_folder["packed"].disk_bytes == GroupConfig(name="x").container.disk_bytes
