@@ -27,6 +27,7 @@ def test_when_is_the_events_ts_only_when_a_clock_can_show_it() -> None:
     assert _when({"ts": 12.5}) == 12.5
     assert isinstance(_when({"ts": 7}), float)
     assert _when({"ts": 0}) == 0.0
+    assert _when({"ts": 0.5}) == 0.5
     assert _when({"ts": LATEST_SHOWN_TS - 1}) == float(LATEST_SHOWN_TS - 1)
     assert _when({"ts": LATEST_SHOWN_TS}) == 0.0
     assert _when({"ts": -1}) == 0.0

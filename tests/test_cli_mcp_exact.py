@@ -32,6 +32,8 @@ def test_tools_are_shown_one_a_line_with_their_problem(capsys: pytest.CaptureFix
     assert lines[1] == "  : nameless  (cannot be offered: it has no name)"
     assert lines[2].startswith("  a\\nb: x  (cannot be offered: ")
     assert len(lines) == 3
+    _show_tools([ListedTool("now", "d", {"type": "object"})], "a.b", cut=0)
+    assert capsys.readouterr().err.startswith("  now: d  (cannot be offered: ")
     _show_tools([], "time", cut=3)
     assert capsys.readouterr().err == "  ... and 3 more tools, past the bound; not offered\n"
 
@@ -88,7 +90,9 @@ def _remote_setup(monkeypatch: pytest.MonkeyPatch, servers: dict[str, Any]) -> N
     import orchestrator.mcp.link
 
     config = SimpleNamespace(mcp_servers=servers, secrets_file=Path("/s/secrets"))
-    monkeypatch.setattr(orchestrator.config, "load_config", lambda home: config)
+    monkeypatch.setattr(
+        orchestrator.config, "load_config", lambda home: config if home.root else None
+    )
     FakeLink.made = []
     monkeypatch.setattr(orchestrator.mcp.link, "Link", FakeLink)
 

@@ -61,7 +61,7 @@ def _engine(monkeypatch: pytest.MonkeyPatch, client: Any, built: str | None = "g
 
     calls: list[Any] = []
     config = SimpleNamespace(image="img", project="proj", debian_mirror="mirror")
-    monkeypatch.setattr(cli_packages, "load_config", lambda home: config)
+    monkeypatch.setattr(cli_packages, "load_config", lambda home: config if home.root else None)
 
     def connect(**kwargs: Any) -> Any:
         calls.append(("connect", kwargs))
@@ -71,13 +71,15 @@ def _engine(monkeypatch: pytest.MonkeyPatch, client: Any, built: str | None = "g
 
     monkeypatch.setattr(orchestrator.runtime.engine, "connect", connect)
     monkeypatch.setattr(
-        orchestrator.image.agent, "agent_image_ref", lambda c, image: f"agent-of-{image}"
+        orchestrator.image.agent,
+        "agent_image_ref",
+        lambda c, image: f"agent-of-{image}" if c is client else None,
     )
     monkeypatch.setattr(
         orchestrator.image.group,
         "group_image_tag",
         lambda c, project, group, agent: (
-            calls.append(("tag", project, group.folder, agent)) or built
+            calls.append(("tag", c is client, project, agent)) or built
         ),
     )
     return calls
@@ -88,11 +90,11 @@ def test_the_state_with_the_engine_away_still_shows_what_is_asked(
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
     calls = _engine(monkeypatch, ConnectionError("no engine"))
-    group = _group(tmp_path, ("jq",), ("rich==1", "attrs"), from_chat=True)
+    group = _group(tmp_path, ("jq", "curl"), ("rich==1", "attrs"), from_chat=True)
     _show(obj, group, as_json=True)
     assert json.loads(capsys.readouterr().out) == {
         "group": "fam",
-        "asked": {"debian": ["jq"], "python": ["rich==1", "attrs"]},
+        "asked": {"debian": ["jq", "curl"], "python": ["rich==1", "attrs"]},
         "from_chat": True,
         "locked": [],
         "built": None,
@@ -103,7 +105,7 @@ def test_the_state_with_the_engine_away_still_shows_what_is_asked(
     _show(obj, group, as_json=False)
     assert capsys.readouterr().out.splitlines() == [
         "group fam",
-        "  debian:  jq",
+        "  debian:  jq, curl",
         "  python:  rich==1, attrs",
         "  from chat: yes",
         "  built:   not built (use --build)",
@@ -128,7 +130,9 @@ def test_the_state_with_a_lock_an_image_and_a_container(
 
     wheels = [SimpleNamespace(name="rich", version="1"), SimpleNamespace(name="attrs", version="2")]
     monkeypatch.setattr(
-        orchestrator.groups.packages, "read_lock", lambda path: SimpleNamespace(wheels=wheels)
+        orchestrator.groups.packages,
+        "read_lock",
+        lambda path: SimpleNamespace(wheels=wheels) if path == tmp_path else None,
     )
     client = FakeClient(running="grp:0\n")
     calls = _engine(monkeypatch, client)
@@ -143,7 +147,7 @@ def test_the_state_with_a_lock_an_image_and_a_container(
         "built": "grp:1",
         "running": "grp:0\n",
     }
-    assert calls == [("connect", {"timeout": 10}), ("tag", "proj", "fam", "agent-of-img")]
+    assert calls == [("connect", {"timeout": 10}), ("tag", True, "proj", "agent-of-img")]
     assert client.asked == [container_name("proj", "fam")] and client.closed == 1
     _show(obj, group, as_json=False)
     lines = capsys.readouterr().out.splitlines()
@@ -158,8 +162,14 @@ def test_no_container_is_nothing_running(
     client = FakeClient(running=None)
     _engine(monkeypatch, client, built=None)
     _show(obj, _group(tmp_path, ("jq",)), as_json=True)
-    state = json.loads(capsys.readouterr().out)
-    assert (state["built"], state["running"], "engine" in state) == (None, None, False)
+    assert json.loads(capsys.readouterr().out) == {
+        "group": "fam",
+        "asked": {"debian": ["jq"], "python": []},
+        "from_chat": False,
+        "locked": [],
+        "built": None,
+        "running": None,
+    }
     assert client.closed == 1
     bare = SimpleNamespace(get=lambda n: SimpleNamespace(attrs={}))
     no_config = SimpleNamespace(containers=bare, close=lambda: None)
@@ -178,26 +188,28 @@ def test_a_group_asking_for_nothing_builds_nothing(
     assert calls == []
 
 
-def _builders(monkeypatch: pytest.MonkeyPatch, agent_missing: bool, built: bool) -> list[Any]:
+def _builders(
+    monkeypatch: pytest.MonkeyPatch, client: Any, agent_missing: bool, built: bool
+) -> list[Any]:
     import orchestrator.image.agent
     import orchestrator.image.group
     from orchestrator.errors import ImageMissing
 
     calls: list[Any] = []
 
-    def agent_ref(client: Any, image: str) -> str:
-        calls.append(("ref", image))
+    def agent_ref(c: Any, image: str) -> str:
+        calls.append(("ref", c is client, image))
         if agent_missing:
             raise ImageMissing("gone")
         return "agent:1"
 
-    def build_agent(client: Any, image: str, progress: Any, mirror: str) -> Any:
-        calls.append(("build agent", image, mirror))
+    def build_agent(c: Any, image: str, progress: Any, mirror: str) -> Any:
+        calls.append(("build agent", c is client, image, mirror, progress))
         return SimpleNamespace(tag="agent:2")
 
-    def build_group(client: Any, project: str, group: Any, agent: str, progress: Any,
+    def build_group(c: Any, project: str, group: Any, agent: str, progress: Any,
                     mirror: str) -> Any:  # fmt: skip
-        calls.append(("build group", project, group.folder, agent, mirror))
+        calls.append(("build group", c is client, project, group.folder, agent, mirror, progress))
         return SimpleNamespace(built=built, tag="grp:9")
 
     monkeypatch.setattr(orchestrator.image.agent, "agent_image_ref", agent_ref)
@@ -211,10 +223,13 @@ def test_the_group_image_is_built_on_the_agent_image(
 ) -> None:
     client = FakeClient(None)
     connects = _engine(monkeypatch, client)
-    calls = _builders(monkeypatch, agent_missing=False, built=True)
+    calls = _builders(monkeypatch, client, agent_missing=False, built=True)
     lines: list[str] = []
     _build(obj, _group(tmp_path, ("jq",)), lines.append)
-    assert calls == [("ref", "img"), ("build group", "proj", "fam", "agent:1", "mirror")]
+    assert calls == [
+        ("ref", True, "img"),
+        ("build group", True, "proj", "fam", "agent:1", "mirror", lines.append),
+    ]
     assert lines == ["built: grp:9"]
     assert connects == [("connect", {})] and client.closed == 1
 
@@ -224,13 +239,13 @@ def test_a_missing_agent_image_is_built_first(
 ) -> None:
     client = FakeClient(None)
     _engine(monkeypatch, client)
-    calls = _builders(monkeypatch, agent_missing=True, built=False)
+    calls = _builders(monkeypatch, client, agent_missing=True, built=False)
     lines: list[str] = []
     _build(obj, _group(tmp_path, (), ("rich",)), lines.append)
     assert calls == [
-        ("ref", "img"),
-        ("build agent", "img", "mirror"),
-        ("build group", "proj", "fam", "agent:2", "mirror"),
+        ("ref", True, "img"),
+        ("build agent", True, "img", "mirror", lines.append),
+        ("build group", True, "proj", "fam", "agent:2", "mirror", lines.append),
     ]
     assert lines == ["current: grp:9"]
     assert client.closed == 1
