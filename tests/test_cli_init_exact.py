@@ -347,3 +347,32 @@ def test_main_with_debug_lets_a_crash_through(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("ORCHESTRATOR_DEBUG", "")
     with pytest.raises(ValueError, match="odd"):
         main()
+
+
+def test_positional_arguments_reach_click(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--help"], "orch", standalone_mode=False) == 0
+    assert capsys.readouterr().out.startswith("Usage: orch [OPTIONS] COMMAND [ARGS]...")
+
+
+class PlainStream:
+    def __init__(self) -> None:
+        self.text = ""
+
+    def write(self, text: str) -> int:
+        self.text += text
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_main_runs_with_streams_that_cannot_be_reconfigured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sys, "stdout", PlainStream())
+    monkeypatch.setattr(sys, "stderr", PlainStream())
+    monkeypatch.setattr(sys, "argv", ["orchestrator", "x"])
+    seen: list[dict[str, Any]] = []
+    monkeypatch.setattr(cli, "main", lambda **kwargs: seen.append(kwargs))
+    main()
+    assert seen == [{"prog_name": "orchestrator", "standalone_mode": True}]

@@ -388,3 +388,60 @@ def test_the_environment_project(home: Path, clean_env: pytest.MonkeyPatch) -> N
     )
     clean_env.setenv("ORCHESTRATOR_PROJECT", "")
     assert load(home, "project: good\n").project == "good"
+
+
+def test_a_listen_host_is_kept_whole_but_for_its_brackets() -> None:
+    assert listen_problem("Xy:80", False) == (
+        "Xy is not a loopback address; the API has no TLS of its own: put it behind a TLS "
+        "reverse proxy, and set http.allow_remote: true to listen there"
+    )
+
+
+def test_image_and_listen_lengths_are_checked_before_their_form(
+    home: Path, clean_env: pytest.MonkeyPatch
+) -> None:
+    assert error(home, f"image: a{'b' * 128}\n") == (
+        "HOME/orchestrator.yaml:1: image: is 129 characters; at most 128 allowed"
+    )
+    host = "a" * 95
+    text = f"http:\n  allow_remote: true\n  listen: '{host}:8787'\n"
+    assert load(home, text).http_listen == f"{host}:8787"
+    assert error(home, text.replace(host, host + "b")) == (
+        "HOME/orchestrator.yaml:3: http.listen: is 101 characters; at most 100 allowed"
+    )
+
+
+def test_state_dir_may_be_long(home: Path, clean_env: pytest.MonkeyPatch) -> None:
+    state = home / ("s" * 200)
+    config = load(home, f"state_dir: {state}\nconcurrency: 5\n")
+    assert config.concurrency == 5
+    long_state = "/" + "s" * 4095
+    assert error(home, f"state_dir: {long_state}x\n") == (
+        "HOME/orchestrator.yaml:1: state_dir: is 4097 characters; at most 4096 allowed"
+    )
+
+
+def test_http_tokens_and_channels(home: Path, clean_env: pytest.MonkeyPatch) -> None:
+    config = load(
+        home,
+        "http:\n  tokens:\n    b:\n      token_env: X\n      senders: 'loopchat:'\n"
+        "channels:\n  t:\n    kind: telegram\n    token_env: TG\n",
+    )
+    token = config.http_tokens["b"]
+    assert (token.name, token.senders, token.token_env) == ("b", "loopchat:", "X")
+    assert list(config.http_tokens) == ["b"]
+    account = config.channel_accounts["t"]
+    assert (account.name, account.kind, account.token_env) == ("t", "telegram", "TG")
+    assert list(config.channel_accounts) == ["t"]
+    assert "http.tokens.B: token names" in error(
+        home, "http:\n  tokens:\n    B:\n      token_env: X\n      senders: 'loopchat:'\n"
+    )
+    assert "channels.B: " in error(home, "channels:\n  B:\n    kind: telegram\n    token_env: X\n")
+
+
+def test_an_error_in_text_given_names_the_file(home: Path, clean_env: pytest.MonkeyPatch) -> None:
+    with pytest.raises(InvalidConfig) as caught:
+        load_config(Home(home), "concurrency: 0\n")
+    assert caught.value.message == (
+        f"{home / 'orchestrator.yaml'}:1: concurrency: got 0; expected 1 to 256"
+    )
