@@ -584,3 +584,168 @@ def test_a_state_folder_outside_the_home_is_refused_before_any_container(
     )
     assert caught.value.hint == "unset ORCHESTRATOR_STATE_DIR when the daemon runs in a container"
     assert containers.calls == []
+
+
+# starting a daemon in the background
+
+
+class FakeProcess:
+    def __init__(self, pid: int, exits_at: int | None) -> None:
+        self.pid = pid
+        self.exits_at = exits_at
+        self.polls = 0
+
+    def poll(self) -> int | None:
+        self.polls += 1
+        if self.exits_at is not None and self.polls >= self.exits_at:
+            return 1
+        return None
+
+
+class Starter:
+    """``up`` with a fake process, a fake clock and the daemon's facts as a list of
+    answers, one per look (the last one repeats)."""
+
+    def __init__(
+        self,
+        monkeypatch: pytest.MonkeyPatch,
+        facts: list[dict[str, Any] | None],
+        running: list[bool],
+        exits_at: int | None = None,
+        log_lines: bytes = b"",
+    ) -> None:
+        self.facts = facts
+        self.running = running
+        self.process = FakeProcess(777, exits_at)
+        self.log_lines = log_lines
+        self.popen: list[tuple[list[str], dict[str, Any]]] = []
+        self.clock = Clock()
+        monkeypatch.setattr(service, "daemon_facts", self.daemon_facts)
+        monkeypatch.setattr(service, "daemon_running", self.daemon_running)
+        monkeypatch.setattr(
+            service,
+            "subprocess",
+            SimpleNamespace(Popen=self.Popen, DEVNULL=service.subprocess.DEVNULL),
+        )
+        monkeypatch.setattr(
+            service, "time", SimpleNamespace(monotonic=self.clock.monotonic, sleep=self.clock.sleep)
+        )
+
+    def daemon_facts(self, home: Home) -> dict[str, Any] | None:
+        assert isinstance(home, Home)
+        return self.facts.pop(0) if len(self.facts) > 1 else self.facts[0]
+
+    def daemon_running(self, home: Home) -> bool:
+        assert isinstance(home, Home)
+        return self.running.pop(0) if len(self.running) > 1 else self.running[0]
+
+    def Popen(self, argv: list[str], **kwargs: Any) -> FakeProcess:
+        self.popen.append((argv, kwargs))
+        kwargs["stdout"].write(self.log_lines)
+        return self.process
+
+
+def test_up_with_a_daemon_running_starts_nothing(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    starter = Starter(monkeypatch, [{"pid": "55", "channels": {}}], [True])
+    result = service.up(home)
+    assert (result.pid, result.started, result.facts) == (55, False, {"pid": "55", "channels": {}})
+    assert starter.popen == []
+
+
+def test_up_refuses_while_a_holder_does_not_answer(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    starter = Starter(monkeypatch, [{"pid": 55}], [False])
+    with pytest.raises(OrchestratorError) as caught:
+        service.up(home)
+    assert caught.value.message == (
+        f"daemon 55 holds {home.state_dir / 'orchestrator.lock'} but does not answer "
+        "(it may be stopping)"
+    )
+    assert caught.value.hint == "wait for it, or stop it with: orchestrator down"
+    assert starter.popen == []
+
+
+@pytest.mark.parametrize(("debug", "flags"), [(False, []), (True, ["--debug"])])
+def test_up_starts_serve_in_a_new_session_logging_to_the_log_file(
+    home: Home, monkeypatch: pytest.MonkeyPatch, debug: bool, flags: list[str]
+) -> None:
+    facts = {"pid": 777, "channels": {"http": "x"}}
+    starter = Starter(monkeypatch, [None, facts], [True])
+    result = service.up(home, debug=debug)
+    assert (result.pid, result.started, result.facts) == (777, True, facts)
+    ((argv, kwargs),) = starter.popen
+    assert argv == [
+        sys.executable,
+        "-m",
+        "orchestrator",
+        "--home",
+        str(home.root),
+        *flags,
+        "serve",
+    ]
+    assert kwargs["stdin"] == service.subprocess.DEVNULL
+    assert kwargs["stdout"] is kwargs["stderr"]
+    assert kwargs["stdout"].name == str(home.state_dir / service.LOG_FILE)
+    assert kwargs["stdout"].mode == "ab"
+    assert kwargs["start_new_session"] is True
+    assert starter.clock.sleeps == []
+
+
+def test_up_waits_for_the_facts_of_its_own_process_written_whole(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    facts = {"pid": 777, "channels": {}}
+    starter = Starter(
+        monkeypatch, [None, {"pid": 1, "channels": {}}, {"pid": 777}, None, facts], [False, True]
+    )
+    result = service.up(home)
+    assert (result.pid, result.started, result.facts) == (777, True, facts)
+    assert starter.clock.sleeps == [0.1, 0.1, 0.1, 0.1]
+
+
+def test_up_of_a_daemon_that_exits_says_what_it_logged(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (home.state_dir / service.LOG_FILE).write_bytes(b"an older start\n")
+    Starter(monkeypatch, [None], [False], exits_at=2, log_lines=b"bad config\nexiting\n")
+    with pytest.raises(OrchestratorError) as caught:
+        service.up(home)
+    assert caught.value.message == "the daemon exited while starting: bad config | exiting"
+    assert caught.value.hint == f"see {home.state_dir / service.LOG_FILE}"
+
+
+def test_up_that_lost_the_race_to_another_up_reports_the_winner(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    winner = {"pid": "88", "channels": {}}
+    Starter(monkeypatch, [None, winner], [True], exits_at=1)
+    result = service.up(home)
+    assert (result.pid, result.started, result.facts) == (88, False, winner)
+
+
+def test_up_of_an_exited_daemon_with_facts_but_not_answering_is_an_error(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    Starter(monkeypatch, [None, {"pid": 88}], [False], exits_at=1)
+    with pytest.raises(OrchestratorError) as caught:
+        service.up(home)
+    assert caught.value.message == "the daemon exited while starting: (no log lines)"
+
+
+def test_up_gives_up_after_its_timeout(home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
+    starter = Starter(monkeypatch, [None], [False])
+    with pytest.raises(OrchestratorError) as caught:
+        service.up(home, timeout=2.5)
+    assert caught.value.message == "the daemon did not answer within 2s"
+    assert caught.value.hint == f"see {home.state_dir / service.LOG_FILE}"
+    assert starter.clock.now - 100.0 == pytest.approx(2.5, abs=0.11)
+
+
+def test_up_waits_a_minute_by_default(home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
+    starter = Starter(monkeypatch, [None], [False])
+    with pytest.raises(OrchestratorError, match="within 60s"):
+        service.up(home)
+    assert starter.clock.now - 100.0 == pytest.approx(60.0, abs=0.11)
