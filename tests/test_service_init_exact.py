@@ -749,3 +749,95 @@ def test_up_waits_a_minute_by_default(home: Home, monkeypatch: pytest.MonkeyPatc
     with pytest.raises(OrchestratorError, match="within 60s"):
         service.up(home)
     assert starter.clock.now - 100.0 == pytest.approx(60.0, abs=0.11)
+
+
+# the edges of the waits and the host home check
+
+
+def test_down_with_no_time_to_wait_does_not_poll(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stopper = Stopper(monkeypatch, gone_after=None)
+    with pytest.raises(OrchestratorError):
+        service.down(home, drain_wait=0.0, term_wait=0.0, kill_wait=0.0)
+    assert len(stopper.kills) == 3
+    assert stopper.clock.sleeps == []
+
+
+def test_up_with_no_time_to_wait_does_not_poll(home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
+    starter = Starter(monkeypatch, [None], [False])
+    with pytest.raises(OrchestratorError, match="within 0s"):
+        service.up(home, timeout=0.0)
+    assert starter.process.polls == 0
+
+
+def test_a_reload_names_every_channel_started_again(
+    home: Home, monkeypatch: pytest.MonkeyPatch, channels: list[str], caplog: Any
+) -> None:
+    monkeypatch.setattr(OtherChannel, "settings", classmethod(lambda cls, config: (config.port,)))
+    svc, _ = reloading(home, monkeypatch, SimpleNamespace(port=2, concurrency=3))
+    with caplog.at_level(logging.INFO, logger="orchestrator.service"):
+        assert svc.reload()["channels_restarted"] == ["fake", "other"]
+    assert f"reloaded {home.config_file} (channels started again: fake, other)" in caplog.messages
+
+
+def test_the_channels_are_asked_about_the_daemon(
+    home: Home, monkeypatch: pytest.MonkeyPatch, channels: list[str]
+) -> None:
+    asked: list[object] = []
+    monkeypatch.setattr(
+        FakeChannel, "enabled", classmethod(lambda cls, daemon: asked.append(daemon) or True)
+    )
+    svc, daemon = reloading(home, monkeypatch, SimpleNamespace(port=1, concurrency=3))
+    svc.reload()
+    assert asked == [daemon] * 4  # started, then reloaded: each of the two channels
+
+
+def test_the_service_notes_when_it_started(home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(service, "time", SimpleNamespace(time=lambda: 1234.5))
+    assert service.Service(home, FakeDaemon()).started == 1234.5  # type: ignore[arg-type]
+
+
+class Refused(Exception):
+    message = "the engine words"
+
+    def __str__(self) -> str:
+        return "the exception's text"
+
+
+@pytest.mark.parametrize(
+    ("fault", "said"),
+    [(Refused(), "the engine words"), (RuntimeError("boom"), "boom")],
+)
+def test_a_failed_check_run_says_the_faults_message(
+    home: Home, fault: Exception, said: str
+) -> None:
+    client = SimpleNamespace(containers=FakeContainers(fault))
+    with pytest.raises(InvalidConfig) as caught:
+        service.check_host_home(home, Path("/srv/orch"), client, "agent:1")
+    assert f"read '(nothing: {said})'" in caught.value.message
+
+
+def test_an_answer_that_is_not_utf8_is_read_with_replacements(home: Home) -> None:
+    client = SimpleNamespace(containers=FakeContainers(b"\xff\n"))
+    with pytest.raises(InvalidConfig) as caught:
+        service.check_host_home(home, Path("/srv/orch"), client, "agent:1")
+    assert "read '\ufffd', not" in caught.value.message
+
+
+def test_a_check_file_already_gone_is_no_error_and_the_match_is_logged(
+    home: Home, caplog: Any
+) -> None:
+    check = home.state_dir / "host-home-check"
+
+    def answer(token: str | None) -> bytes:
+        check.unlink()
+        return f"{token}\n".encode()
+
+    containers = FakeContainers(answer)
+    containers.check = check
+    with caplog.at_level(logging.INFO, logger="orchestrator.service"):
+        service.check_host_home(
+            home, Path("/srv/orch"), SimpleNamespace(containers=containers), "a"
+        )
+    assert caplog.messages == ["the home is /srv/orch on the host (checked)"]
