@@ -841,3 +841,21 @@ def test_a_check_file_already_gone_is_no_error_and_the_match_is_logged(
             home, Path("/srv/orch"), SimpleNamespace(containers=containers), "a"
         )
     assert caplog.messages == ["the home is /srv/orch on the host (checked)"]
+
+
+def test_up_runs_serve_without_debug_by_default(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    starter = Starter(monkeypatch, [None, {"pid": 777, "channels": {}}], [True])
+    service.up(home)
+    ((argv, _),) = starter.popen
+    assert argv[-2:] == [str(home.root), "serve"]
+
+
+def test_an_engine_refusing_the_check_run_is_named_in_the_refusal(home: Home) -> None:
+    from docker.errors import APIError
+
+    client = SimpleNamespace(containers=FakeContainers(APIError("no such path")))
+    with pytest.raises(InvalidConfig) as caught:
+        service.check_host_home(home, Path("/srv/orch"), client, "agent:1")
+    assert "(nothing: engine refused check the host path of the home: " in caught.value.message
