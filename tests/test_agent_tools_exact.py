@@ -14,7 +14,6 @@ import sqlite3
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -36,6 +35,7 @@ from orchestrator.limits import (
     SHELL_OUTPUT_TAIL_BYTES,
     TOOL_READ_MAX_CHARS,
 )
+from tests.clocks import local_zone
 
 
 class FakeHost:
@@ -1507,14 +1507,9 @@ def test_disk_use_goes_on_past_an_entry_gone_while_counting(
     assert sh.disk_use(agent) == whole
 
 
-def test_times_are_in_utc_whatever_the_local_zone(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TZ", "Asia/Tokyo")
-    time.tzset()
-    try:
+def test_times_are_in_utc_whatever_the_local_zone() -> None:
+    with local_zone("Asia/Tokyo"):
         assert ses._when(1_700_000_000) == "2023-11-14 22:13 UTC"
-    finally:
-        monkeypatch.undo()
-        time.tzset()
 
 
 def test_an_excerpt_of_300_characters_is_whole_and_starts_at_a_words_first_place() -> None:

@@ -28,6 +28,7 @@ from orchestrator.backup.restore import RestoreFailed
 from orchestrator.errors import BadInput
 from orchestrator.home import Home
 from orchestrator.versions import BACKUP_FORMAT_VERSION, RELEASE
+from tests.clocks import local_zone
 
 LAYOUT = {"layout": supported_versions()["layout"]}
 HEAD = Head(BACKUP_FORMAT_VERSION, RELEASE, 1700000000.5, LAYOUT, {"home": "/old", "project": "p"},
@@ -464,18 +465,13 @@ def test_an_outside_file_already_there_is_kept_and_the_archived_one_goes_beside_
     secrets = tmp_path / "sec.yaml"
     allow.write_text("allowed_roots: []\n")
     secrets.write_text("mine: 1\n")
-    monkeypatch.setenv("TZ", "XXX-14")  # far from UTC: the name's time is UTC
-    time.tzset()
     config = f"version: 1\nmount_allowlist: {allow}\nsecrets_file: {secrets}\n"
     fill = _with_outside(config, {"mount-allowlist.yaml": (b"allowed_roots: []\n", 0o644),
                                   "secrets.yaml": (b"k: v\n", 0o640)})  # fmt: skip
-    before = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    try:
+    with local_zone("XXX-14"):  # far from UTC: the name's time is UTC
+        before = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         report = restore_backup(_archive(tmp_path / "b.tar", fill), Home(tmp_path / "new"))
-    finally:
         after = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        monkeypatch.delenv("TZ")
-        time.tzset()
     assert report.outside[0] == ("mount allowlist", str(allow), "already there, the same")
     (aside,) = tmp_path.glob("sec.yaml.restored-*")
     assert report.outside[1] == (
@@ -812,15 +808,10 @@ def test_the_default_name_is_dated_in_utc_in_the_current_folder(
     out = tmp_path / "out"
     out.mkdir()
     monkeypatch.chdir(out)
-    monkeypatch.setenv("TZ", "XXX-14")
-    time.tzset()
-    try:
+    with local_zone("XXX-14"):
         before = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         report = create_backup(home)
         after = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    finally:
-        monkeypatch.delenv("TZ")
-        time.tzset()
     name = report.path.name
     assert report.path.parent == out
     assert name.startswith("orchestrator-backup-proj-")

@@ -5,12 +5,8 @@ requests listed, approved and denied (cli/held.py), a group's web policy decided
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
-import os
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -23,6 +19,7 @@ from orchestrator.cli import CliContext, cli
 from orchestrator.groups import GroupStore
 from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
+from tests.clocks import local_zone
 
 
 def invoke(home: Path, *args: str) -> Any:
@@ -723,22 +720,6 @@ def test_image_recorded_noop_inspects_directly_and_is_none_on_an_error(
 # memory history (cli/history.py)
 
 
-@contextlib.contextmanager
-def _zone(name: str) -> Iterator[None]:
-    """The process's local time zone set to ``name`` for a while."""
-    before = os.environ.get("TZ")
-    os.environ["TZ"] = name
-    time.tzset()
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["TZ"]
-        else:
-            os.environ["TZ"] = before
-        time.tzset()
-
-
 def _history_home(home: Path) -> None:
     (home / "orchestrator.yaml").write_text("project: proj\nhistory:\n  max_file_bytes: 2k\n")
     GroupStore(Home(home)).add(GroupConfig(name="fam"))
@@ -828,7 +809,7 @@ def test_history_when_and_who() -> None:
     from orchestrator.memory.history import Provenance
 
     assert _when(86_400 * 365 + 3661.5) == "1971-01-01 01:01:01"
-    with _zone("Asia/Kolkata"):  # UTC whatever the local zone
+    with local_zone("Asia/Kolkata"):  # UTC whatever the local zone
         assert _when(86_400 * 365 + 3661.5) == "1971-01-01 01:01:01"
 
     def change(**kwargs: Any) -> Any:
@@ -848,7 +829,7 @@ def test_learned_when_is_utc_or_a_dash() -> None:
     assert _when(None) == "-"
     assert _when(0.0) == "1970-01-01 00:00:00 UTC"
     assert _when(86_400 * 365 + 3661.5) == "1971-01-01 01:01:01 UTC"
-    with _zone("America/Sao_Paulo"):  # UTC whatever the local zone
+    with local_zone("America/Sao_Paulo"):  # UTC whatever the local zone
         assert _when(0.0) == "1970-01-01 00:00:00 UTC"
 
 

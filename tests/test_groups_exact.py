@@ -26,6 +26,7 @@ from orchestrator.groups.disk import (
 )
 from orchestrator.groups.store import GroupListing
 from orchestrator.home import Home
+from tests.clocks import local_zone
 
 RULE = "use 1-63 of a-z, 0-9, '-' and '_', starting with a letter or digit"
 RESERVED_HINT = "reserved names: all, global, shared, skills, state, templates; pick another"
@@ -415,20 +416,13 @@ def test_remove_archives_with_a_stamp_and_a_suffix_when_it_is_taken(
     assert store.removed() == sorted([stamped, *names])
 
 
-def test_the_archive_stamp_is_in_utc_whatever_the_local_zone(
-    store: GroupStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_archive_stamp_is_in_utc_whatever_the_local_zone(store: GroupStore) -> None:
     import time
 
-    monkeypatch.setenv("TZ", "Asia/Kolkata")  # UTC+05:30: never the same clock as UTC
-    time.tzset()
-    try:
+    with local_zone("Asia/Kolkata"):  # UTC+05:30: never the same clock as UTC
         before = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         archived = store.remove(store.add(GroupConfig(name="fam")), purge=False)
         after = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    finally:
-        monkeypatch.undo()
-        time.tzset()
     assert archived is not None
     assert archived.name in (f"fam-{before}", f"fam-{after}")
 

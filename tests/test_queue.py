@@ -15,6 +15,7 @@ from orchestrator.limits import HOST_NOTICE_SEQ, MAX_DELIVERY_ATTEMPTS
 from orchestrator.media.outbox import ReplyFile
 from orchestrator.store.held import HeldRequests
 from orchestrator.store.messages import DEAD, DONE, INFLIGHT, QUEUED, MessageQueue
+from tests.clocks import local_zone
 
 
 @pytest.fixture
@@ -855,23 +856,18 @@ def test_check_queue_names_what_sqlite_found(tmp_path: Path) -> None:
     assert found is not None and found.startswith("*** in database main ***")
 
 
-def test_set_aside_names_the_file_in_utc(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_set_aside_names_the_file_in_utc(tmp_path: Path) -> None:
     import time as clock
 
     from orchestrator.home import Home
     from orchestrator.store.messages import open_queue, set_aside
 
-    monkeypatch.setenv("TZ", "Asia/Tokyo")
-    clock.tzset()
-    try:
+    with local_zone("Asia/Tokyo"):
         home = Home(tmp_path)
         open_queue(home).close()
         before = clock.strftime("%Y%m%dT%H", clock.gmtime())
         aside, _, _ = set_aside(home)
         assert aside.name.startswith(f"queue.db.corrupt-{before}")
-    finally:
-        monkeypatch.delenv("TZ")
-        clock.tzset()
 
 
 def test_defer_puts_an_in_flight_message_back_uncounted_after_its_wait(

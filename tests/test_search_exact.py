@@ -5,7 +5,6 @@ retries on a busy database, and the context report's problems."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
@@ -35,6 +34,7 @@ from orchestrator.memory.search import (
     map_weight,
     remove_index,
 )
+from tests.clocks import local_zone
 from tests.test_search import WordBag
 
 
@@ -61,22 +61,6 @@ def index(tmp_path: Path, memory: Path) -> Iterator[MemoryIndex]:
 
 # files no query here matches: BM25 gives a word that half the files hold no weight
 FILLER = {f"filler/{i}.md": f"# Filler {i}\n\nunrelated text number {i}\n" for i in range(8)}
-
-
-@contextlib.contextmanager
-def host_zone(name: str) -> Iterator[None]:
-    """The process's local time zone set to ``name`` for a while."""
-    before = os.environ.get("TZ")
-    os.environ["TZ"] = name
-    time.tzset()
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["TZ"]
-        else:
-            os.environ["TZ"] = before
-        time.tzset()
 
 
 def paths(index: MemoryIndex, query: str, count: int = 6) -> list[str]:
@@ -339,7 +323,7 @@ def test_an_older_index_is_deleted_and_a_damaged_one_set_aside_with_a_stamp(
     other.close()
     fresh = MemoryIndex(index.dir.parent, memory.parent.parent, "fam")
     # the stamp is in UTC, whatever the local zone (here five and a half hours ahead)
-    with host_zone("IST-05:30"):
+    with local_zone("IST-05:30"):
         before = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         with caplog.at_level(logging.INFO, logger="orchestrator.memory.search"):
             report = fresh.update()
@@ -1380,7 +1364,7 @@ def test_the_recent_notes_are_those_of_the_groups_own_day(tmp_path: Path) -> Non
         given.append(texts)
         return 0, False
 
-    with host_zone("Etc/GMT+12"):
+    with local_zone("Etc/GMT+12"):
         today = datetime.now(ZoneInfo("Etc/GMT-14")).date()
         for day in (today - timedelta(days=1), today):
             (daily / f"{day:%Y-%m-%d}.md").write_text(f"- {day}\n")
