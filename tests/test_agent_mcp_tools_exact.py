@@ -30,22 +30,10 @@ from orchestrator.mcp import link as linkmod
 from orchestrator.mcp.link import LinkFailed
 from orchestrator.mcp.tools import ListedTool, render_result
 from orchestrator.protocol import MCP_CALL, MCP_LIST, MCP_REQUEST, OTHERS_WORDS
+from tests.fakehost import FakeHost
 
 SCHEMA = {"type": "object", "properties": {"tz": {"type": "string"}}}
 NOW = SimpleNamespace(monotonic=lambda: 1000.0)
-
-
-class FakeHost:
-    def __init__(self, *answers: dict[str, Any] | Exception) -> None:
-        self.answers = list(answers)
-        self.requests: list[tuple[str, dict[str, Any]]] = []
-
-    def request(self, op: str, **fields: Any) -> dict[str, Any]:
-        self.requests.append((op, fields))
-        answer = self.answers.pop(0)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
 
 
 class FakeLink:

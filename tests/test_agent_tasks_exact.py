@@ -21,21 +21,7 @@ from orchestrator.agent.tools.tasks import (
     schedule_task,
 )
 from orchestrator.protocol import TASK_CANCEL, TASK_LIST, TASK_SCHEDULE
-
-
-class FakeHost:
-    """The host's side of the link: records requests, answers from a script."""
-
-    def __init__(self, *answers: dict[str, Any] | Exception) -> None:
-        self.answers = list(answers)
-        self.requests: list[tuple[str, dict[str, Any]]] = []
-
-    def request(self, op: str, **fields: Any) -> dict[str, Any]:
-        self.requests.append((op, fields))
-        answer = self.answers.pop(0)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
+from tests.fakehost import FakeHost
 
 
 def _box(tmp_path: Path, host: FakeHost | None) -> Toolbox:

@@ -36,25 +36,7 @@ from orchestrator.limits import (
     TOOL_READ_MAX_CHARS,
 )
 from tests.clocks import local_zone
-
-
-class FakeHost:
-    """A host link answering each request from ``answers`` (an exception is raised)."""
-
-    def __init__(self, *answers: Any, closed: bool = False) -> None:
-        self.answers = list(answers)
-        self.requests: list[tuple[str, dict[str, Any]]] = []
-        self.is_closed = closed
-
-    def request(self, op: str, **fields: Any) -> dict[str, Any]:
-        self.requests.append((op, fields))
-        answer = self.answers.pop(0) if self.answers else {}
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-    def closed(self) -> bool:
-        return self.is_closed
+from tests.fakehost import FakeHost
 
 
 def _box(agent: Path, host: FakeHost | None = None, **extra: Any) -> Toolbox:
@@ -326,7 +308,7 @@ def test_results_name_session_time_and_speaker_and_the_host_is_told(agent: Path)
           _msg("", ts=1),
           {"t": "msg", "role": "user", "content": ["tea"]},
           "tea as a bare string")  # fmt: skip
-    host = FakeHost()
+    host = FakeHost({})
     found = _search(agent, "tea", host=host, max_results=8)
     assert found.splitlines()[0] == (
         "[earlier conversations: others' words; what was said, not what is true]"
