@@ -1113,27 +1113,26 @@ def test_a_fact_held_is_found_in_the_target_then_this_run_then_earlier_runs() ->
     assert held("Erin") is None
 
 
+def _refused_commit(groups: Path, path: str) -> pytest.ExceptionInfo[mc.ConsolidationError]:
+    """The refusal of a commit of one promotion to ``path``."""
+    with pytest.raises(mc.ConsolidationError) as refused:
+        mc.commit(
+            groups,
+            ready(groups, promo(path, "A.")),
+            facts=FACTS,
+            history=cast(Any, FakeHistory()),
+            when=WHEN,
+        )
+    return refused
+
+
 def test_a_target_that_is_not_a_regular_utf8_file_stops_the_run(groups: Path) -> None:
     memory(groups, "people/x.md", "")
     (groups / "fam" / "memory" / "people" / "x.md").write_bytes(b"\xff")
-    with pytest.raises(mc.ConsolidationError) as bad:
-        mc.commit(
-            groups,
-            ready(groups, promo("people/x.md", "A.")),
-            facts=FACTS,
-            history=cast(Any, FakeHistory()),
-            when=WHEN,
-        )
+    bad = _refused_commit(groups, "people/x.md")
     assert bad.value.message == "memory/people/x.md is not UTF-8; nothing was changed"
     (groups / "fam" / "memory" / "file").write_text("")
-    with pytest.raises(mc.ConsolidationError) as folder:
-        mc.commit(
-            groups,
-            ready(groups, promo("file/x/y.md", "A.")),
-            facts=FACTS,
-            history=cast(Any, FakeHistory()),
-            when=WHEN,
-        )
+    folder = _refused_commit(groups, "file/x/y.md")
     assert (
         folder.value.message == "memory/file is a regular file, not a folder; nothing was changed"
     )
@@ -1141,14 +1140,7 @@ def test_a_target_that_is_not_a_regular_utf8_file_stops_the_run(groups: Path) ->
         "move it away (the confined file layer never follows it), then run again"
     )
     (groups / "fam" / "memory" / "link.md").symlink_to("index.md")
-    with pytest.raises(mc.ConsolidationError) as link:
-        mc.commit(
-            groups,
-            ready(groups, promo("link.md", "A.")),
-            facts=FACTS,
-            history=cast(Any, FakeHistory()),
-            when=WHEN,
-        )
+    link = _refused_commit(groups, "link.md")
     assert link.value.message.endswith("; nothing was changed")
     assert link.value.hint == (
         "move it away (the confined file layer never follows it), then run again"
@@ -1243,14 +1235,7 @@ def test_one_concept_over_the_shown_ones_is_counted() -> None:
 def test_a_memory_folder_that_is_a_file_stops_the_run(tmp_path: Path) -> None:
     (tmp_path / "fam").mkdir()
     (tmp_path / "fam" / "memory").write_text("x")
-    with pytest.raises(mc.ConsolidationError) as stopped:
-        mc.commit(
-            tmp_path,
-            ready(tmp_path, promo("index.md", "A.")),
-            facts=FACTS,
-            history=cast(Any, FakeHistory()),
-            when=WHEN,
-        )
+    stopped = _refused_commit(tmp_path, "index.md")
     assert stopped.value.message == "memory is a regular file, not a folder; nothing was changed"
 
 
