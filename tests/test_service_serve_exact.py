@@ -202,7 +202,7 @@ class Daemon:
     def drain(self, timeout: float, stop_now: threading.Event) -> None:
         self.world.steps.append(f"drain {timeout}")
         self.world.on_drain()
-        self.drains.append((timeout, stop_now.wait(0.3)))
+        self.drains.append((timeout, stop_now.wait(0.1)))
 
 
 def config(**changes: Any) -> SimpleNamespace:
