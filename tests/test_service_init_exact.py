@@ -859,3 +859,23 @@ def test_an_engine_refusing_the_check_run_is_named_in_the_refusal(home: Home) ->
     with pytest.raises(InvalidConfig) as caught:
         service.check_host_home(home, Path("/srv/orch"), client, "agent:1")
     assert "(nothing: engine refused check the host path of the home: " in caught.value.message
+
+
+def test_down_with_a_holder_the_kernel_shows_as_pid_0_sends_nothing(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # /proc/locks shows pid 0 for a holder outside this pid namespace: os.kill(0, ...)
+    # would signal this very process group, not the daemon
+    stopper = Stopper(monkeypatch, pid=0)
+    result = service.down(home)
+    assert (result.pid, result.steps, result.forced) == (None, [], False)
+    assert stopper.kills == []
+
+
+def test_down_of_a_daemon_running_as_pid_1_signals_it(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stopper = Stopper(monkeypatch, pid=1, gone_after=1)
+    result = service.down(home)
+    assert (result.pid, result.steps, result.forced) == (1, ["SIGTERM: drain"], False)
+    assert stopper.kills == [(1, signal.SIGTERM, 0.0)]

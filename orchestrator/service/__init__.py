@@ -348,7 +348,9 @@ def down(
     once), SIGKILL. Every step waits for the lock to be released, which happens only
     when the process is gone. Nothing queued is lost either way."""
     pid = lock_holder(home)
-    if pid is None or pid < 0:
+    # 0: a holder outside this pid namespace (/proc/locks shows it so); os.kill(0, ...)
+    # would signal this process's own group
+    if pid is None or pid <= 0:
         return DownResult(None)
     result = DownResult(pid)
     for sig, wait, step in (
