@@ -150,9 +150,10 @@ def test_down_with_no_holder_sends_nothing(home: Home, monkeypatch: pytest.Monke
     assert stopper.kills == []
 
 
-def test_down_with_a_holder_in_another_pid_namespace_sends_nothing(
+def test_down_with_a_holder_whose_pid_is_unknown_sends_nothing(
     home: Home, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # -1: the lock is held, but with no /proc/locks and no pid file, by nobody known
     stopper = Stopper(monkeypatch, pid=-1)
     assert service.down(home).pid is None
     assert stopper.kills == []
