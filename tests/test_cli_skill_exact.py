@@ -433,7 +433,7 @@ def test_add_for_a_group_says_what_it_installed_and_warns_on_stderr(
     assert added.stdout == (
         "name: greet\n"
         "description: Greets a person.\n"
-        "files: 3 (119 bytes)\n"
+        "files: 2 (119 bytes)\n"  # SKILL.md and scripts/greet.sh, not scripts/
         "scripts (run in the group's container): scripts/greet.sh\n"
         f"installed {where} for group fam\n"
         "a running container sees it once it is made again: orchestrator restart fam\n"

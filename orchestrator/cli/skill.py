@@ -115,7 +115,9 @@ def add(obj: CliContext, path: Path, group: str | None, as_json: bool) -> None:
         return
     click.echo(f"name: {checked.manifest.name}")
     click.echo(f"description: {safe_line(checked.manifest.summary)}")
-    click.echo(f"files: {len(checked.files)} ({checked.total_bytes} bytes)")
+    # the checked entries hold its folders too ("scripts/"): count the files only
+    count = sum(not entry.endswith("/") for entry in checked.files)
+    click.echo(f"files: {count} ({checked.total_bytes} bytes)")
     if checked.scripts:
         click.echo("scripts (run in the group's container): " + ", ".join(checked.scripts))
     for warning in checked.warnings:
