@@ -572,3 +572,23 @@ def test_daemon_log_is_read_as_bytes(obj: CliContext, monkeypatch: pytest.Monkey
     monkeypatch.setattr("builtins.open", spy)
     cli_runtime._daemon_log(obj, False, None)
     assert modes == ["rb"]
+
+
+def test_daemon_log_tail_of_zero_shows_only_new_lines(
+    obj: CliContext, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _log(obj, b"a\nb\n")
+    cli_runtime._daemon_log(obj, False, 0)
+    assert capsys.readouterr().out == ""
+    later = [b"c\n"]
+
+    def sleep(seconds: float) -> None:
+        if not later:
+            raise Stop
+        with open(path, "ab") as handle:
+            handle.write(later.pop(0))
+
+    monkeypatch.setattr(cli_runtime.time, "sleep", sleep)
+    with pytest.raises(Stop):
+        cli_runtime._daemon_log(obj, True, 0)
+    assert capsys.readouterr().out == "c\n"
