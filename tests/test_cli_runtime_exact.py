@@ -8,6 +8,7 @@ that are not UTF-8). The engine, the daemon and the stores are fakes."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -231,6 +232,9 @@ def test_recreations_keep_only_whole_counts() -> None:
     )
     assert found == {"fam": 2, "7": 4}
     assert [type(k) for k in found] == [str, str]
+    flagged = cli_runtime._recreations({"runner_recreations": {"fam": True}})
+    assert flagged == {"fam": 1}
+    assert type(flagged["fam"]) is int  # shown as 1 in JSON, not true
 
 
 # -- _costs_today --------------------------------------------------------------------
@@ -592,3 +596,293 @@ def test_daemon_log_tail_of_zero_shows_only_new_lines(
     with pytest.raises(Stop):
         cli_runtime._daemon_log(obj, True, 0)
     assert capsys.readouterr().out == "c\n"
+
+
+# -- the commands, on a fake runtime -------------------------------------------------
+
+
+class FakeRuntime:
+    """The GroupRuntime calls the commands make, answered from fixed values."""
+
+    def __init__(self) -> None:
+        self.calls: list[Any] = []
+        self.store = SimpleNamespace(find=self.find)
+        self.backend = SimpleNamespace(inspect=self.inspect, logs=self.logs)
+        self.exists = True
+        self.lines = ["one", "two \x1b[2J"]
+        self.actions: list[Any] = []
+
+    def find(self, name: str) -> Any:
+        self.calls.append(("find", name))
+        return SimpleNamespace(folder=name)
+
+    def container_name(self, group: Any) -> str:
+        return f"orch-{group.folder}"
+
+    def ensure_running(self, group: Any) -> Any:
+        self.calls.append(("ensure_running", group.folder))
+        return SimpleNamespace(name=f"orch-{group.folder}", id="id1", state="running")
+
+    def restart(self, group: Any) -> Any:
+        self.calls.append(("restart", group.folder))
+        return SimpleNamespace(name=f"orch-{group.folder}", id="id2", state="running")
+
+    def stop(self, group: Any) -> bool:
+        self.calls.append(("stop", group.folder))
+        return group.folder == "fam"
+
+    def inspect(self, name: str) -> Any:
+        return object() if self.exists else None
+
+    def logs(self, name: str, *, follow: bool, tail: int | None) -> Any:
+        self.calls.append(("logs", name, follow, tail))
+        return iter(self.lines)
+
+    def overview(self) -> GroupsOverview:
+        self.calls.append(("overview",))
+        return _overview()
+
+    def plan(self) -> list[Any]:
+        self.calls.append(("plan",))
+        return self.actions
+
+    def reconcile(self) -> list[Any]:
+        self.calls.append(("reconcile",))
+        return self.actions
+
+
+@pytest.fixture
+def fake_runtime(monkeypatch: pytest.MonkeyPatch) -> FakeRuntime:
+    runtime = FakeRuntime()
+    monkeypatch.setattr(cli_runtime, "open_runtime", lambda obj: runtime)
+    return runtime
+
+
+def _cli(obj: CliContext, *args: str) -> Any:
+    from click.testing import CliRunner
+
+    from orchestrator.cli import cli
+
+    return CliRunner().invoke(cli, ["--home", str(obj.home.root), *args])
+
+
+def test_start_stop_and_restart(obj: CliContext, fake_runtime: FakeRuntime) -> None:
+    assert _cli(obj, "start", "fam").output == "orch-fam is running\n"
+    started = _cli(obj, "start", "fam", "--json")
+    assert json.loads(started.output) == {"container": "orch-fam", "id": "id1", "state": "running"}
+    assert _cli(obj, "restart", "fam").output == "orch-fam is running\n"
+    assert json.loads(_cli(obj, "restart", "fam", "--json").output)["id"] == "id2"
+    assert _cli(obj, "stop", "fam").output == "stopped orch-fam\n"
+    assert _cli(obj, "stop", "work").output == "orch-work was not running\n"
+    assert json.loads(_cli(obj, "stop", "work", "--json").output) == {
+        "container": "orch-work",
+        "stopped": False,
+    }
+    assert [c for c in fake_runtime.calls if c[0] != "find"] == [
+        ("ensure_running", "fam"),
+        ("ensure_running", "fam"),
+        ("restart", "fam"),
+        ("restart", "fam"),
+        ("stop", "fam"),
+        ("stop", "work"),
+        ("stop", "work"),
+    ]
+
+
+def test_logs_of_a_container(obj: CliContext, fake_runtime: FakeRuntime) -> None:
+    shown = _cli(obj, "logs", "fam", "--tail", "5")
+    assert (shown.exit_code, shown.output) == (0, "one\ntwo \\e[2J\n")
+    assert fake_runtime.calls[-1] == ("logs", "orch-fam", False, 5)
+    _cli(obj, "logs", "fam", "-f")
+    assert fake_runtime.calls[-1] == ("logs", "orch-fam", True, None)
+    fake_runtime.exists = False
+    missing = _cli(obj, "logs", "fam")
+    assert missing.exit_code == 1
+    assert missing.stderr == "orch-fam does not exist; start it with: orchestrator start fam\n"
+
+
+def test_logs_wants_one_of_a_name_and_daemon(obj: CliContext, fake_runtime: FakeRuntime) -> None:
+    both = _cli(obj, "logs", "fam", "--daemon")
+    assert both.exit_code == 2
+    assert "give NAME or --daemon, not both" in both.stderr
+    neither = _cli(obj, "logs")
+    assert neither.exit_code == 2
+    assert "give a group NAME, or --daemon for the daemon's log" in neither.stderr
+    assert fake_runtime.calls == []
+
+
+def test_reconcile_prints_the_plan(
+    obj: CliContext, fake_runtime: FakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.runtime.reconcile import Action
+
+    assert _cli(obj, "reconcile").output == "no containers to reconcile\n"
+    assert _cli(obj, "reconcile", "--json").output == "[]\n"
+    fake_runtime.actions = [
+        Action("adopt", "orch-fam", "fam", "current"),
+        Action("remove-orphan", "orch-old", None, "no group"),
+    ]
+    table = _cli(obj, "reconcile", "--dry-run")
+    assert table.output == (
+        "ACTION         CONTAINER  REASON\n"
+        "adopt          orch-fam   current\n"
+        "remove-orphan  orch-old   no group\n"
+    )
+    assert fake_runtime.calls == [("reconcile",), ("reconcile",), ("plan",)]
+    naps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        naps.append(seconds)
+        if len(naps) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_runtime.time, "sleep", sleep)
+    monkeypatch.setattr(cli_runtime.time, "strftime", lambda fmt: f"<{fmt}>")
+    watched = _cli(obj, "reconcile", "--watch", "7")
+    assert watched.output == (
+        "<%H:%M:%S> remove-orphan orch-old: no group\n"
+        "<%H:%M:%S> remove-orphan orch-old: no group\n"
+        "\naborted\n"
+    )
+    assert naps == [7, 7]
+
+
+def _no_disk_no_history(monkeypatch: pytest.MonkeyPatch, gaps: dict[str, Any]) -> None:
+    import orchestrator.groups.disk
+    import orchestrator.memory.history
+
+    monkeypatch.setattr(orchestrator.groups.disk, "free_space", lambda path: None)
+
+    class History:
+        def __init__(self, groups_dir: Path, folder: str) -> None:
+            self.folder = folder
+
+        def gap(self) -> Any:
+            return gaps.get(self.folder)
+
+    monkeypatch.setattr(orchestrator.memory.history, "History", History)
+
+
+def test_status_without_a_daemon_computes_the_overview(
+    obj: CliContext, fake_runtime: FakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.versions import RELEASE
+
+    _no_disk_no_history(monkeypatch, {})
+    monkeypatch.setattr(cli_runtime, "_daemon_summary", lambda obj: None)
+    asked: list[str] = []
+    monkeypatch.setattr(cli_runtime, "_groups_from_daemon", lambda obj: asked.append("groups"))
+    monkeypatch.setattr(cli_runtime, "_runner_recreations", lambda obj: asked.append("status"))
+    shown = _cli(obj, "status")
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.splitlines() == [
+        "daemon: not running (messages are not delivered; start it: orchestrator up); "
+        f"release {RELEASE}",
+        "GROUP   CONTAINER  STATE                     UPTIME  MEM"
+        "ORY   DISK          DRIFT  LAST ACTIVITY  COST TODAY",
+        "fam     orch-fam   running                   60s     2.0"
+        " KiB  10 B / 100 B  no     never          -",
+        "work    orch-work  exited                    60s     -  "
+        "      20 B / 200 B  no     never          -",
+        "broken  -          INVALID: group.yaml: bad  -       -  "
+        "      -             -      -              -",
+    ]
+    assert asked == []
+    assert fake_runtime.calls == [("overview",)]
+
+
+def test_status_with_a_daemon_shows_its_overview_queue_channels_and_notes(
+    obj: CliContext, fake_runtime: FakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import orchestrator.groups.disk
+    from orchestrator.groups.disk import FreeSpace
+    from orchestrator.memory.history import Gap
+
+    gap = Gap(0.0, "disk full\nforged", 1.0)
+    _no_disk_no_history(monkeypatch, {"work": gap})
+    spaces = iter([FreeSpace("/g", 1024**3, 4 * 1024**3), FreeSpace("/s", 1024**3, 4 * 1024**3)])
+    monkeypatch.setattr(orchestrator.groups.disk, "free_space", lambda path: next(spaces))
+    monkeypatch.setattr(
+        cli_runtime,
+        "_daemon_summary",
+        lambda obj: {"pid": 42, "started": NOW - 90, "channels": {"cli": "sock"}},
+    )
+    monkeypatch.setattr(cli_runtime, "_groups_from_daemon", lambda obj: (_overview(), {"work": 2}))
+    monkeypatch.setattr(
+        cli_runtime,
+        "_queue_summary",
+        lambda obj: {
+            "counts": {"queued": 3, "dead": 1},
+            "dead": [{"id": "m9", "group": "fam", "error": "boom\x1b[1m"}],
+            "pauses": [{"group": "fam", "holder": "budget", "reason": "cap\nreached"}],
+            "channels": [
+                {"account": "tg", "kind": "telegram", "health": None},
+                {
+                    "account": "sl",
+                    "kind": "slack",
+                    "health": {"state": "failed", "messages_in": 4, "last_error": "x" * 130},
+                },
+            ],
+        },
+    )
+    monkeypatch.setattr(cli_runtime, "_costs_today", lambda obj, zones: {"fam": 0.5})
+    monkeypatch.setattr(cli_runtime, "_currency", lambda obj: "EUR")
+    monkeypatch.setattr(cli_runtime.time, "time", lambda: NOW)
+    shown = _cli(obj, "status")
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    assert lines[:2] == [
+        "daemon: running, release a release before 0.2.0, pid 42, up 90s; cli sock",
+        "  this command is release 0.2.0: restart the daemon to run it (orchestrator down, "
+        "then orchestrator up; it upgrades the home at its start)",
+    ]
+    assert lines[2:7] == [
+        "queue: 3 queued, 0 in flight, 0 done, 1 dead",
+        "",
+        "channel tg (telegram): never started",
+        f"channel sl (slack): failed; 4 in, 0 out; last error: {'x' * 120}",
+        "",
+    ]
+    assert lines[8].split() == [
+        "fam", "orch-fam", "running", "(paused)", "60s", "2.0", "KiB", "10", "B", "/",
+        "100", "B", "no", "never", "0.5000", "EUR",
+    ]  # fmt: skip
+    assert lines[11:] == [
+        "paused fam (budget): cap\\nreached",
+        "runner work: its container was recreated 2 time(s) since the daemon started: "
+        "it ran but nothing answered on its runner socket",
+        "history work: not recording since 1970-01-01 00:00:00 UTC: disk full\\nforged "
+        "(changes found once it records again are unattributed)",
+        "  dead m9 (fam): boom\\e[1m  -> orchestrator retry m9",
+        "disk: 1.0 GiB free of 4.0 GiB (/g)",
+    ]
+    assert fake_runtime.calls == []
+
+
+def test_status_json(
+    obj: CliContext, fake_runtime: FakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.versions import RELEASE
+
+    _no_disk_no_history(monkeypatch, {})
+    monkeypatch.setattr(cli_runtime, "_daemon_summary", lambda obj: {"pid": 7})
+    monkeypatch.setattr(cli_runtime, "_groups_from_daemon", lambda obj: None)
+    monkeypatch.setattr(cli_runtime, "_runner_recreations", lambda obj: {"fam": 1})
+    shown = _cli(obj, "status", "--json")
+    data = json.loads(shown.output)
+    assert data["release"] == RELEASE
+    assert data["daemon"] == {"pid": 7}
+    assert data["groups"][0] == {
+        **_status("fam").to_dict(),
+        "disk_bytes": 10,
+        "disk_limit_bytes": 100,
+        "paused": None,
+        "history_gap": None,
+        "runner_recreations": 1,
+        "cost_today": None,
+        "currency": "USD",
+    }
+    assert data["groups"][1]["runner_recreations"] == 0
+    assert data["invalid_groups"] == [{"folder": "broken", "problem": "group.yaml: bad"}]
+    assert (data["queue"], data["free_space"]) == (None, [])
+    assert fake_runtime.calls == [("overview",)]
