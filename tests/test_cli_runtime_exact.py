@@ -797,6 +797,7 @@ def test_status_with_a_daemon_shows_its_overview_queue_channels_and_notes(
     import orchestrator.groups.disk
     from orchestrator.groups.disk import FreeSpace
     from orchestrator.memory.history import Gap
+    from orchestrator.versions import EARLIEST, RELEASE
 
     gap = Gap(0.0, "disk full\nforged", 1.0)
     _no_disk_no_history(monkeypatch, {"work": gap})
@@ -832,8 +833,8 @@ def test_status_with_a_daemon_shows_its_overview_queue_channels_and_notes(
     assert shown.exit_code == 0, shown.output
     lines = shown.output.splitlines()
     assert lines[:2] == [
-        "daemon: running, release a release before 0.2.0, pid 42, up 90s; cli sock",
-        "  this command is release 0.2.0: restart the daemon to run it (orchestrator down, "
+        f"daemon: running, release {EARLIEST}, pid 42, up 90s; cli sock",
+        f"  this command is release {RELEASE}: restart the daemon to run it (orchestrator down, "
         "then orchestrator up; it upgrades the home at its start)",
     ]
     assert lines[2:7] == [
