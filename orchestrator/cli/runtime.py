@@ -403,7 +403,8 @@ def _daemon_log(obj: CliContext, follow: bool, tail: int | None) -> None:
         ) from None
     with handle:
         lines = handle.read().decode("utf-8", "replace").splitlines()
-        for line in lines[-tail:] if tail is not None else lines:
+        # the last ``tail`` lines: none for 0 (lines[-0:] would be all of them)
+        for line in lines[max(len(lines) - tail, 0) :] if tail is not None else lines:
             click.echo(safe_line(line))
         while follow:
             chunk = handle.readline()
