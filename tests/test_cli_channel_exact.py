@@ -473,3 +473,19 @@ def test_the_chat_store_is_the_homes_queue_in_a_home_made_writable(tmp_path: Pat
         assert [b.chat for b in chats.bindings(account="tg")] == ["1"]
     finally:
         chats.queue.close()
+
+
+def test_the_credential_options_keep_the_credential_words_own_case(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The values reach ``add`` under the kind's credential keys (``appKey_env``), not
+    under the lower-cased names click would make of the flags."""
+    kinds = {"kappa": _kind("kappa", "Kappa", credential="appKey")}
+    monkeypatch.setattr(config_kinds, "account_kinds", lambda: dict(kinds))
+    assert [(opts, name) for opts, name, *_ in _params(_credential_options)] == [
+        (("--token-env",), "token_env"),
+        (("--token-secret",), "token_secret"),
+        (("--appKey-env",), "appKey_env"),
+        (("--appKey-secret",), "appKey_secret"),
+    ]
+    assert kinds["kappa"].credential_keys == ("appKey_env", "appKey_secret")
