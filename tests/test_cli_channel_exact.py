@@ -1,22 +1,26 @@
-"""Exact behaviour of the helpers of ``orchestrator channel``, ``bind`` and ``pair``
-(cli/channel.py): the whole help texts of ``channel`` and ``channel add`` built from the
-account kinds, the options each kind and each kind's secret give ``channel add`` (flag,
-key, metavar, help, order), the ``--activation``/``--trust`` options, the health line of
-``channel list``, what a running daemon says to a reload, an account looked up with the
-ones defined named, the default trust of an account's chats, and the chat store opened
-in a home made writable. Kinds are faked at ``account_kinds`` where the built-in ones
-cannot show a case; the daemon is faked at its client."""
+"""Exact behaviour of ``orchestrator channel``, ``bind``, ``unbind`` and of the helpers
+they share with ``pair`` (cli/channel.py): the whole help texts of ``channel`` and
+``channel add`` built from the account kinds, the options each kind and each kind's
+secret give ``channel add`` (flag, key, metavar, help, order), the ``--activation`` and
+``--trust`` options, the health line of ``channel list``, what a running daemon says to
+a reload, an account looked up with the ones defined named, the default trust of an
+account's chats, the chat store opened in a home made writable; and the whole outputs,
+errors and exit codes of add, list, remove, bind and unbind. Kinds are faked at
+``account_kinds`` where the built-in ones cannot show a case; the daemon is faked at its
+client, or absent."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import click
 import pytest
+from click.testing import CliRunner
 
-from orchestrator.cli import CliContext
+from orchestrator.cli import CliContext, cli
 from orchestrator.cli import channel as cli_channel
 from orchestrator.cli.channel import (
     _add_help,
@@ -37,6 +41,7 @@ from orchestrator.errors import BadInput, OrchestratorError
 from orchestrator.home import Home
 from orchestrator.service import client as service_client
 from orchestrator.store.chats import ChatStore
+from orchestrator.store.messages import open_queue
 
 CONFIG = """\
 channels:
@@ -489,3 +494,140 @@ def test_the_credential_options_keep_the_credential_words_own_case(
         (("--appKey-secret",), "appKey_secret"),
     ]
     assert kinds["kappa"].credential_keys == ("appKey_env", "appKey_secret")
+
+
+# the commands, whole outputs
+
+
+def run(home: Path, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, ["--home", str(home), *args])
+    return result.exit_code, result.output
+
+
+@pytest.fixture
+def fam(obj: CliContext) -> Path:
+    """A home with group fam and telegram account bot; no daemon runs."""
+    root = obj.home.root
+    assert run(root, "group", "add", "fam")[0] == 0
+    assert run(root, "channel", "add", "telegram", "bot", "--token-env", "TG")[0] == 0
+    return root
+
+
+NO_DAEMON = "it takes effect when the daemon starts (orchestrator up)"
+
+
+def test_channel_add_says_where_the_secret_comes_from(obj: CliContext) -> None:
+    root = obj.home.root
+    assert run(root, "channel", "add", "telegram", "bot", "--token-secret", "tg") == (
+        0,
+        f"channel account bot (telegram, token: secret tg); {NO_DAEMON}\n",
+    )
+    assert run(root, "channel", "add", "telegram", "bot", "--token-env", "TG") == (
+        2,
+        "error: a channel account named 'bot' exists\nhint: pass --replace to replace it\n",
+    )
+    assert run(root, "channel", "add", "telegram", "bot", "--token-env", "TG", "--replace") == (
+        0,
+        f"channel account bot (telegram, token: env TG); {NO_DAEMON}\n",
+    )
+    assert run(
+        root, "channel", "add", "slack", "team", "--bot-token-env", "B", "--app-token-env", "A"
+    ) == (
+        0,
+        f"channel account team (slack, bot_token: env B); {NO_DAEMON}\n",
+    )
+
+
+def test_channel_add_refuses_the_secrets_and_settings_of_other_kinds(obj: CliContext) -> None:
+    root = obj.home.root
+    add = ("channel", "add", "telegram", "bot", "--token-env", "TG")
+    assert run(root, *add, "--password-env", "X", "--bot-token-secret", "y") == (
+        2,
+        "error: --password-env, --bot-token-secret: a telegram account's secret is its token\n"
+        "hint: give --token-env VAR or --token-secret NAME\n",
+    )
+    assert run(root, *add, "--homeserver", "h", "--imap-url", "i") == (
+        2,
+        "error: --imap-url, --homeserver are for email and matrix accounts, not telegram\n"
+        "hint: see: orchestrator channel add --help\n",
+    )
+    assert run(root, *add, "--user-id", "@b:s") == (
+        2,
+        "error: --user-id is for matrix accounts, not telegram\n"
+        "hint: see: orchestrator channel add --help\n",
+    )
+    assert run(
+        root, "channel", "add", "telegram", "bot", "--token-env", "T", "--token-secret", "s"
+    ) == (
+        2,
+        "error: give --token-env VAR or --token-secret NAME (one of them)\n"
+        "hint: keep the token in the daemon's environment or the secrets file\n",
+    )
+    assert run(root, "channel", "add", "slack", "team") == (
+        2,
+        "error: give --bot-token-env VAR or --bot-token-secret NAME (one of them)\n"
+        "hint: keep the bot token in the daemon's environment or the secrets file\n",
+    )
+    assert not (root / "orchestrator.yaml").exists()
+
+
+def test_bind_unbind_and_the_listing(fam: Path) -> None:
+    assert run(fam, "bind", "fam", "bot:-100") == (
+        0,
+        "bound bot:-100 to group fam (activation mention, its people are members)\n",
+    )
+    assert run(fam, "bind", "fam", "bot:7", "--activation", "always", "--trust", "guest") == (
+        0,
+        "bound bot:7 to group fam (activation always, its people are guests)\n",
+    )
+    queue = open_queue(Home(fam))
+    ChatStore(queue).set_state(
+        "bot",
+        "health",
+        json.dumps({"state": "connected", "bot": "fambot", "messages_in": 4, "messages_out": 2,
+                    "last_error": "timed out\nagain " + "x" * 80}),
+    )  # fmt: skip
+    queue.close()
+    code, out = run(fam, "channel", "list")
+    assert code == 0
+    assert out == (
+        "ACCOUNT  KIND      SECRET         STATE                 IN  OUT  LAST ERROR\n"
+        "bot      telegram  token: env TG  connected as @fambot  4   2    "
+        + ("timed out\\nagain " + "x" * 80)[:60]
+        + "\n\n"
+        "CHAT      GROUP  ACTIVATION  TRUST   TITLE\n"
+        "bot:-100  fam    mention     member  -\n"
+        "bot:7     fam    always      guest   -\n"
+    )
+    assert run(fam, "unbind", "bot:7") == (0, "unbound bot:7 from group fam\n")
+    assert run(fam, "unbind", "bot:7") == (
+        2,
+        "error: chat bot:7 is not bound\nhint: orchestrator channel list\n",
+    )
+
+
+def test_channel_list_with_no_accounts(obj: CliContext) -> None:
+    assert run(obj.home.root, "channel", "list") == (
+        0,
+        "no channel accounts; add one with: orchestrator channel add KIND NAME --token-env VAR\n",
+    )
+    assert run(obj.home.root, "channel", "list", "--json") == (0, "[]\n")
+
+
+def test_channel_remove(fam: Path) -> None:
+    assert run(fam, "channel", "remove", "nobot") == (
+        2,
+        "error: no channel account named 'nobot'\nhint: see: orchestrator channel list\n",
+    )
+    assert run(fam, "bind", "fam", "bot:1")[0] == 0
+    assert run(fam, "channel", "remove", "bot") == (
+        2,
+        "error: 1 chats of 'bot' are bound to groups\n"
+        "hint: pass --unbind to remove them too (orchestrator channel list shows them)\n",
+    )
+    assert run(fam, "channel", "remove", "bot", "--unbind") == (
+        0,
+        f"removed channel account bot; {NO_DAEMON}\n",
+    )
+    assert "channels" not in (fam / "orchestrator.yaml").read_text()
+    assert run(fam, "unbind", "bot:1")[0] == 2
