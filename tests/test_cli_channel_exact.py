@@ -631,3 +631,14 @@ def test_channel_remove(fam: Path) -> None:
     )
     assert "channels" not in (fam / "orchestrator.yaml").read_text()
     assert run(fam, "unbind", "bot:1")[0] == 2
+
+
+def test_bind_refuses_an_account_that_is_not_defined_even_with_a_trust(fam: Path) -> None:
+    refused = (
+        2,
+        "error: no channel account 'typo' (defined: bot)\n"
+        "hint: orchestrator channel add KIND NAME --token-env VAR (see --help for the kinds)\n",
+    )
+    assert run(fam, "bind", "fam", "typo:123") == refused
+    assert run(fam, "bind", "fam", "typo:123", "--trust", "guest") == refused
+    assert json.loads(run(fam, "group", "show", "fam", "--json")[1])["bindings"] == []

@@ -357,7 +357,8 @@ def bind(obj: CliContext, group: str, chat_ref: str, activation: str, trust: str
     from orchestrator.store.chats import parse_chat_ref
 
     account, chat = parse_chat_ref(chat_ref)
-    trust = trust or _check_account(obj, account).options.default_trust
+    defined = _check_account(obj, account)
+    trust = trust or defined.options.default_trust
     found = GroupStore(obj.home).find(group)
     chats = _chats(obj)
     try:
