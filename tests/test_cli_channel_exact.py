@@ -642,3 +642,15 @@ def test_bind_refuses_an_account_that_is_not_defined_even_with_a_trust(fam: Path
     assert run(fam, "bind", "fam", "typo:123") == refused
     assert run(fam, "bind", "fam", "typo:123", "--trust", "guest") == refused
     assert json.loads(run(fam, "group", "show", "fam", "--json")[1])["bindings"] == []
+
+
+def test_a_missing_setting_is_hinted_with_the_kinds_example_on_one_line(
+    obj: CliContext,
+) -> None:
+    assert run(obj.home.root, "channel", "add", "matrix", "mx", "--token-env", "T") == (
+        2,
+        "error: a matrix account needs --homeserver URL and --user-id ID\n"
+        "hint: such as: orchestrator channel add matrix helper --homeserver "
+        "https://matrix.example.org --user-id @helper:example.org --token-env MATRIX_TOKEN "
+        "--allow-inviter @me:example.org\n",
+    )

@@ -203,7 +203,9 @@ def add(
     if missing:
         raise BadInput(
             f"a {kind} account needs " + " and ".join(f"{o.flag} {o.metavar}" for o in missing),
-            hint=account_kind.example and f"such as: {account_kind.example}",
+            # the example on one line: a hint's newlines would be shown escaped
+            hint=account_kind.example
+            and "such as: " + " ".join(account_kind.example.replace("\\\n", " ").split()),
         )
     if bool(token_env) == bool(token_secret):
         flag = word.replace("_", "-")
