@@ -203,7 +203,9 @@ def add(
     if missing:
         raise BadInput(
             f"a {kind} account needs " + " and ".join(f"{o.flag} {o.metavar}" for o in missing),
-            hint=account_kind.example and f"such as: {account_kind.example}",
+            # the example on one line: a hint's newlines would be shown escaped
+            hint=account_kind.example
+            and "such as: " + " ".join(account_kind.example.replace("\\\n", " ").split()),
         )
     if bool(token_env) == bool(token_secret):
         flag = word.replace("_", "-")
@@ -357,7 +359,8 @@ def bind(obj: CliContext, group: str, chat_ref: str, activation: str, trust: str
     from orchestrator.store.chats import parse_chat_ref
 
     account, chat = parse_chat_ref(chat_ref)
-    trust = trust or _check_account(obj, account).options.default_trust
+    defined = _check_account(obj, account)
+    trust = trust or defined.options.default_trust
     found = GroupStore(obj.home).find(group)
     chats = _chats(obj)
     try:
