@@ -622,7 +622,7 @@ def test_channel_remove(fam: Path) -> None:
     assert run(fam, "bind", "fam", "bot:1")[0] == 0
     assert run(fam, "channel", "remove", "bot") == (
         2,
-        "error: 1 chats of 'bot' are bound to groups\n"
+        "error: 1 chat of 'bot' is bound to a group\n"
         "hint: pass --unbind to remove them too (orchestrator channel list shows them)\n",
     )
     assert run(fam, "channel", "remove", "bot", "--unbind") == (
@@ -653,4 +653,19 @@ def test_a_missing_setting_is_hinted_with_the_kinds_example_on_one_line(
         "hint: such as: orchestrator channel add matrix helper --homeserver "
         "https://matrix.example.org --user-id @helper:example.org --token-env MATRIX_TOKEN "
         "--allow-inviter @me:example.org\n",
+    )
+
+
+def test_an_email_account_is_named_with_an(obj: CliContext) -> None:
+    code, out = run(obj.home.root, "channel", "add", "email", "mail", "--password-env", "P")
+    assert code == 2
+    assert out.startswith(
+        "error: an email account needs --imap-url URL and --smtp-url URL and --user LOGIN\n"
+    )
+    code, out = run(
+        obj.home.root, "channel", "add", "email", "mail", "--token-env", "T", "--user", "u"
+    )
+    assert (code, out.splitlines()[0]) == (
+        2,
+        "error: --token-env: an email account's secret is its password",
     )

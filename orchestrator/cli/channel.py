@@ -172,6 +172,7 @@ def add(
 
     account_kind = _kinds()[kind]
     word = account_kind.credential
+    article = "an" if kind[:1] in "aeiou" else "a"  # an email account, a matrix account
     env_key, secret_key = account_kind.credential_keys
     credentials = {k2.credential for k2 in _kinds().values()} | {"token"}
     secret_keys = {f"{w}_{end}" for w in credentials for end in ("env", "secret")}
@@ -180,7 +181,7 @@ def add(
     stray = [k for k in named if k not in (env_key, secret_key)]
     if stray:
         raise BadInput(
-            f"{', '.join('--' + k.replace('_', '-') for k in stray)}: a {kind} account's "
+            f"{', '.join('--' + k.replace('_', '-') for k in stray)}: {article} {kind} account's "
             f"secret is its {word}",
             hint=f"give --{word.replace('_', '-')}-env VAR or "
             f"--{word.replace('_', '-')}-secret NAME",
@@ -202,7 +203,8 @@ def add(
     missing = [o for o in account_kind.options if o.required and o.key not in given]
     if missing:
         raise BadInput(
-            f"a {kind} account needs " + " and ".join(f"{o.flag} {o.metavar}" for o in missing),
+            f"{article} {kind} account needs "
+            + " and ".join(f"{o.flag} {o.metavar}" for o in missing),
             # the example on one line: a hint's newlines would be shown escaped
             hint=account_kind.example
             and "such as: " + " ".join(account_kind.example.replace("\\\n", " ").split()),
@@ -253,7 +255,9 @@ def remove(obj: CliContext, name: str, unbind: bool) -> None:
     bound = chats.bindings(account=name)
     if bound and not unbind:
         raise BadInput(
-            f"{len(bound)} chats of {name!r} are bound to groups",
+            f"1 chat of {name!r} is bound to a group"
+            if len(bound) == 1
+            else f"{len(bound)} chats of {name!r} are bound to groups",
             hint="pass --unbind to remove them too (orchestrator channel list shows them)",
         )
 
