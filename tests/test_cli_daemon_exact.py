@@ -31,6 +31,7 @@ from orchestrator.cli.daemon import (
 from orchestrator.errors import DaemonNotRunning, EngineUnreachable
 from orchestrator.home import Home
 from orchestrator.service import client
+from orchestrator.versions import RELEASE
 
 
 @pytest.fixture
@@ -601,3 +602,178 @@ def test_line_editing_without_readline_is_plain_input(
     obj: CliContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert line_editing(obj, monkeypatch, None) == []
+
+
+# --- the commands ------------------------------------------------------------------
+
+
+def test_up_says_it_started_the_daemon_and_what_it_upgraded(
+    run: Any, monkeypatch: pytest.MonkeyPatch, fixed_clock: None
+) -> None:
+    import orchestrator.service as service
+
+    asked: list[tuple[Home, bool]] = []
+    facts = {
+        "release": RELEASE,
+        "pid": 41,
+        "started": 10_000,
+        "upgrade": {
+            "previous": "0.8.0",
+            "release": RELEASE,
+            "done": [{"what": "moved\nthe queue"}, {"what": "renamed x"}],
+        },
+    }
+
+    def start(home: Home, debug: bool = False) -> service.UpResult:
+        asked.append((home, debug))
+        return service.UpResult(pid=41, started=True, facts=facts)
+
+    monkeypatch.setattr(service, "up", start)
+    result = run("up")
+    assert result.exit_code == 0
+    assert result.stdout == (
+        f"orchestrator daemon running (release {RELEASE}, pid 41, up 0s)\n"
+        f"upgraded this home from 0.8.0 to {RELEASE}:\n"
+        "  moved\\nthe queue\n"
+        "  renamed x\n"
+        "see CHANGELOG.md for what an operator must know about each release\n"
+    )
+    assert [debug for _, debug in asked] == [False]
+    assert json.loads(run("up", "--json").stdout) == {"pid": 41, "started": True, "daemon": facts}
+
+
+def test_up_with_a_daemon_of_another_release_running_says_to_restart_it(
+    run: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import orchestrator.service as service
+
+    facts = {"pid": 9, "upgrade": {"done": [{"what": "not shown: not started now"}]}}
+    monkeypatch.setattr(service, "up", lambda home, debug=False: service.UpResult(9, False, facts))
+    result = run("up")
+    assert result.exit_code == 0
+    assert result.stdout == (
+        "a daemon already runs for this home (release a release before 0.2.0, pid 9)\n"
+        f"it runs release a release before 0.2.0, this command {RELEASE}: restart it to "
+        "upgrade (orchestrator down, then orchestrator up)\n"
+    )
+    facts["release"] = RELEASE
+    assert run("up").stdout == f"a daemon already runs for this home (release {RELEASE}, pid 9)\n"
+
+
+def test_down_stops_the_daemon_and_names_the_containers_left(
+    run: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import orchestrator.service as service
+
+    outcomes = [
+        service.DownResult(pid=None),
+        service.DownResult(pid=77, steps=["drained", "exited"], forced=False),
+    ]
+    monkeypatch.setattr(service, "down", lambda home: outcomes.pop(0))
+    monkeypatch.setattr(cli_daemon, "_running_containers", lambda obj: ["orc-a", "orc-b"])
+    assert run("down").stdout == (
+        "no daemon was running\n"
+        "left running: orc-a, orc-b (they stop when idle; to stop them now: "
+        "orchestrator down --all)\n"
+    )
+    assert json.loads(run("down", "--json").stdout) == {
+        "pid": 77,
+        "steps": ["drained", "exited"],
+        "forced": False,
+        "stopped_containers": [],
+        "left_running": ["orc-a", "orc-b"],
+    }
+
+
+def test_down_all_stops_the_group_containers(run: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import orchestrator.cli.runtime as cli_runtime
+    import orchestrator.service as service
+
+    stopped: list[str] = []
+
+    class Runtime:
+        class backend:
+            @staticmethod
+            def stop(name: str) -> None:
+                stopped.append(name)
+
+    monkeypatch.setattr(service, "down", lambda home: service.DownResult(77, ["drained"]))
+    monkeypatch.setattr(cli_daemon, "_running_containers", lambda obj: ["orc-a", "orc-b"])
+    monkeypatch.setattr(cli_runtime, "open_runtime", lambda obj: Runtime())
+    assert run("down", "--all").stdout == (
+        "stopped daemon 77 (drained)\nstopped 2 group containers: orc-a, orc-b\n"
+    )
+    assert stopped == ["orc-a", "orc-b"]
+
+
+@pytest.mark.parametrize(("state", "code"), [("done", 0), ("dead", 1), ("queued", 3)])
+def test_send_json_prints_the_message_and_exits_by_its_state(
+    run: Any, monkeypatch: pytest.MonkeyPatch, state: str, code: int
+) -> None:
+    message = {"id": "m1", "state": state, "replies": ["hi"]}
+    stream(monkeypatch, [{"reply": {"text": "hi"}}, {"ok": True, "message": dict(message)}])
+    result = run("send", "fam", "hello", "--json")
+    assert result.exit_code == code
+    assert json.loads(result.stdout) == message
+
+
+def test_send_prints_the_outcome_and_exits_by_it(run: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = stream(
+        monkeypatch,
+        [{"ok": True, "message": {"id": "m1", "state": "running", "replies": []}}],
+    )
+    result = run("send", "fam", "hello", "--thread", "t1", "--timeout", "5")
+    assert result.exit_code == 3 and result.stdout == ""
+    assert fake.calls[0][1]["thread"] == "t1" and fake.calls[0][2] == {"timeout": 35.0}
+
+
+def test_retry_queues_a_dead_letter_again(run: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    answers: list[Any] = [
+        {"ok": True},
+        {"ok": True},
+        {"ok": False, "error": "no dead message m9", "hint": "see status"},
+    ]
+    calls = follow_answers(monkeypatch, answers)
+    assert run("retry", "m9").stdout == "message m9 queued again\n"
+    assert json.loads(run("retry", "m9", "--json").stdout) == {"id": "m9", "state": "queued"}
+    result = run("retry", "m9")
+    assert result.exit_code == 1
+    assert result.stderr == "error: no dead message m9\nhint: see status\n"
+    assert [call[1] for call in calls] == [{"op": "retry", "id": "m9"}] * 3
+
+
+def test_reload_names_the_channels_started_again_and_its_notes(
+    run: Any, monkeypatch: pytest.MonkeyPatch, home: Path
+) -> None:
+    answers: list[Any] = [
+        {"ok": True, "channels_restarted": ["http", "telegram"], "notes": ["a", "b"]},
+        {"ok": True},
+        {"ok": False, "error": "bad yaml", "hint": None},
+    ]
+    calls = follow_answers(monkeypatch, answers)
+    config = Home(home).config_file
+    assert run("reload").stdout == (
+        f"reloaded {config} (channels started again: http, telegram)\nnote: a\nnote: b\n"
+    )
+    assert run("reload").stdout == f"reloaded {config} (channels started again: none)\n"
+    result = run("reload")
+    assert result.exit_code == 1 and result.stderr == "error: bad yaml\n"
+    assert [call[1:] for call in calls] == [({"op": "reload"}, (), {"timeout": 30})] * 3
+
+
+def test_chat_pings_the_daemon_then_talks_line_by_line(
+    run: Any, monkeypatch: pytest.MonkeyPatch, home: Path
+) -> None:
+    from orchestrator.groups import GroupStore
+    from orchestrator.groups.config import GroupConfig
+
+    GroupStore(Home(home)).add(GroupConfig(name="Fam"))
+    monkeypatch.setattr(cli_daemon, "FOLLOW_INTERVAL_SECONDS", 3600.0)  # no task polls
+    daemon = fake_daemon(monkeypatch, [{"ok": True}])
+    result = run("chat", "Fam", "--chat", "kitchen", "--sender", "alice", input="hi\n")
+    assert result.exit_code == 0
+    assert result.stdout == (
+        "chatting with fam as 'alice' (chat 'kitchen'); /exit or Ctrl-D to leave\necho: hi\nlater\n"
+    )
+    assert daemon.asked == [({"op": "ping"}, (), {"timeout": 5})]
+    assert daemon.sent == [sent_request("hi")]
