@@ -437,6 +437,9 @@ class Daemon:
     def stream(self, home: Home, request: dict[str, Any], **kwargs: Any) -> Iterator[Any]:
         self.sent.append((dict(request), kwargs))
         text = request["text"]
+        if text == "refused":
+            yield {"ok": False, "error": "group fam is paused", "hint": "wait", "exit": 4}
+            return
         if text == "quiet":
             yield {"ok": True, "message": {"id": "q", "state": "done", "replies": []}}
             return
@@ -551,6 +554,40 @@ def test_chat_loop_interactive_stops_at_exit(
     _chat_loop(obj, "fam", "kitchen", "alice", True)
     assert script == ["never read"] and daemon.sent == []
     assert capsys.readouterr().out == ""
+
+
+def test_chat_loop_interactive_goes_on_after_a_refused_line(
+    obj: CliContext, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    daemon = fake_daemon(monkeypatch)
+    script: list[Any] = ["refused", "hi", EOFError()]
+
+    def fake_input(prompt: str = "") -> str:
+        step = script.pop(0)
+        if isinstance(step, BaseException):
+            raise step
+        return str(step)
+
+    monkeypatch.setattr("builtins.input", fake_input)
+    _chat_loop(obj, "fam", "kitchen", "alice", True)
+    assert [request["text"] for request, _ in daemon.sent] == ["refused", "hi"]
+    out = capsys.readouterr()
+    assert out.out == "echo: hi\nlater\n\n"
+    assert out.err == "error: group fam is paused\nhint: wait\n"
+
+
+def test_chat_loop_from_a_script_ends_at_a_refused_line_with_its_exit_code(
+    obj: CliContext, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    daemon = fake_daemon(monkeypatch)
+    stdin = io.StringIO("refused\nnot sent\n")
+    monkeypatch.setattr(sys, "stdin", stdin)
+    with pytest.raises(SystemExit) as ended:
+        _chat_loop(obj, "fam", "kitchen", "alice", False)
+    assert ended.value.code == 4
+    assert [request["text"] for request, _ in daemon.sent] == ["refused"]
+    assert stdin.readline() == "not sent\n"
+    assert capsys.readouterr().err == "error: group fam is paused\nhint: wait\n"
 
 
 # --- _line_editing -----------------------------------------------------------------

@@ -395,7 +395,12 @@ def _chat_loop(obj: CliContext, folder: str, chat: str, sender: str, interactive
                 f"flight, {counts.get('done', 0)} done, {counts.get('dead', 0)} dead"
             )
             continue
-        message = _send(obj, folder, text, chat, sender, None, 300.0)
+        try:
+            message = _send(obj, folder, text, chat, sender, None, 300.0)
+        except SystemExit:
+            if not interactive:
+                raise  # a script's line refused: it ends with the refusal's exit code
+            continue  # the daemon refused this line (said on stderr); the chat goes on
         with _OUTPUT:
             _print_outcome(message)
 
