@@ -604,7 +604,7 @@ def test_the_queue_is_closed_whatever_happens(h: Home, monkeypatch: pytest.Monke
     real = messages.open_queue_if_any
 
     def spied(home: Home) -> Any:
-        queue = real(home)
+        queue: Any = real(home)
         opened.append(queue)
         closes = queue.close
 
