@@ -811,6 +811,8 @@ def test_a_queue_that_cannot_be_opened_is_left_to_the_queue_check(h: Home, fixed
     h.state_dir.mkdir(parents=True, exist_ok=True)
     (h.state_dir / "queue.db").write_bytes(b"not a database at all, " * 100)
     assert check_budgets(h) == []
+    (h.state_dir / "queue.db").write_bytes(b"")  # its tables not made: doctor never makes them
+    assert check_budgets(h) == []
 
 
 def test_what_each_capped_group_spent_today_and_this_month_in_its_own_days(
@@ -1089,6 +1091,10 @@ HTTP_WARNING = ("serve it to others only through a TLS reverse proxy (see the RE
             "listen: 'example.org:8080'\n  allow_remote: true\n  token: " + "t" * 20,
             "example.org:8080",
         ),
+        (
+            "listen: 'localhostX:8080'\n  allow_remote: true\n  token: " + "t" * 20,
+            "localhostX:8080",
+        ),
         ("listen: '[::1]:8080'\n  allow_remote: true\n  token: " + "t" * 20, None),
         ("listen: 127.0.0.1:8080\n  allow_remote: true\n  token: " + "t" * 20, None),
         ("listen: localhost:8080\n  allow_remote: true\n  token: " + "t" * 20, None),
@@ -1129,3 +1135,21 @@ def test_swarm_checks_run_on_swarm_with_an_engine(
     stubbed["calls"].clear()
     assert names(run_checks(h)) == EVERY
     assert "check_swarm" not in [name for name, _ in stubbed["calls"]]
+
+
+def test_a_token_without_remote_listening_allowed_is_no_warning(
+    h: Home, stubbed: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.config import load_config
+
+    real = load_config(h)
+    for token, remote in (("t" * 20, False), (None, True), ("", True)):
+        given = SimpleNamespace(
+            http_token=token,
+            http_allow_remote=remote,
+            http_listen="0.0.0.0:8080",
+            image=real.image,
+            runtime=real.runtime,
+        )
+        monkeypatch.setattr(doctor, "load_config", lambda home, given=given: given)
+        assert names(run_checks(h)) == EVERY
