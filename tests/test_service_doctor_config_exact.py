@@ -689,14 +689,17 @@ def test_each_search_backend_is_asked_once_with_its_key(
     from orchestrator.web.search import SearchFailed
 
     monkeypatch.setenv("DOC_SEARCH", "brave-key-" + "b" * 20)
+    secrets = secrets_file(h, "searching: vault-key-value\n")
     config(
         h,
+        f"secrets_file: {secrets}\n"
         "web_search:\n"
         "  zed:\n    kind: searxng\n    url: http://127.0.0.1:9\n"
         "  brave:\n    kind: brave\n    key_env: DOC_SEARCH\n"
         "  down:\n    kind: searxng\n    url: http://127.0.0.1:10\n"
         "  nokey:\n    kind: brave\n    key_env: DOC_MISSING\n"
-        "  plain:\n    kind: searxng\n    url: http://127.0.0.1:11\n",
+        "  plain:\n    kind: searxng\n    url: http://127.0.0.1:11\n"
+        "  vault:\n    kind: brave\n    key_secret: searching\n",
     )
     asked: list[tuple[str, str, str | None, dict[str, Any]]] = []
 
@@ -724,6 +727,11 @@ def test_each_search_backend_is_asked_once_with_its_key(
             "export DOC_MISSING=... for the daemon, or use key_secret",
         ),
         Check("web_search plain", FAIL, "web_search plain: an answer that is not JSON", ""),
+        Check(
+            "web_search vault",
+            OK,
+            "brave at https://api.search.brave.com/res/v1/web/search answers",
+        ),
     ]
     one = {"max_results": 1}
     assert asked == [
@@ -731,6 +739,7 @@ def test_each_search_backend_is_asked_once_with_its_key(
         ("brave", "orchestrator doctor", "brave-key-" + "b" * 20, one),
         ("down", "orchestrator doctor", None, one),
         ("plain", "orchestrator doctor", None, one),
+        ("vault", "orchestrator doctor", "vault-key-value", one),
     ]
 
 
@@ -843,7 +852,7 @@ def test_a_group_paused_by_its_cap_warns_until_when(h: Home, fixed_now: None) ->
     from orchestrator.relay.ops.model import BUDGET_HOLDER
 
     config(h, "currency: USD\n" + PRICED.removeprefix("currency: EUR\n"))
-    capped(h, "fam", "cost_per_day: 5\n")
+    capped(h, "fam", "cost_per_day: 5\n  cost_per_month: 20\n")
     capped(h, "kept", "cost_per_day: 2\n", zone="Asia/Tokyo")
     capped(h, "other", "cost_per_day: 3\n")
     capped(h, "tokyo", "cost_per_day: 1\n", zone="Asia/Tokyo")
@@ -874,7 +883,7 @@ def test_a_group_paused_by_its_cap_warns_until_when(h: Home, fixed_now: None) ->
             "budget fam",
             WARN,
             "paused until 2100-01-01 00:00 UTC: budget: the cap of 5 USD a day is reached; "
-            "spent 5.5000 USD of 5 USD today",
+            "spent 5.5000 USD of 5 USD today, 5.5000 USD of 20 USD this month",
             hint("fam"),
         ),
         Check(
