@@ -499,7 +499,7 @@ def test_an_account_the_daemon_cannot_reach_fails_with_its_last_error(
         Check(
             "channel team",
             FAIL,
-            "cannot reach slack: None",
+            "cannot reach slack: no reason recorded",
             "check the bot_token and the network (the daemon keeps retrying)",
         ),
     ]
@@ -534,8 +534,8 @@ def test_a_connected_account_says_its_bot_chats_and_counts(
     health(h, "zed", {"state": "polling"}, "-5")
     assert check_channels(h) == [
         Check("channel fambot", OK, "telegram @fam_bot connected; 2 chats bound; 7 in, 3 out"),
-        Check("channel team", OK, "slack U1@team connected; 1 chats bound; 0 in, 0 out"),
-        Check("channel zed", OK, "telegram @? polling; 1 chats bound; 0 in, 0 out"),
+        Check("channel team", OK, "slack U1@team connected; 1 chat bound; 0 in, 0 out"),
+        Check("channel zed", OK, "telegram @? polling; 1 chat bound; 0 in, 0 out"),
     ]
 
 
@@ -576,7 +576,7 @@ def test_privacy_mode_with_group_chats_bound_is_a_warning(
             "rest of the conversation",
             hint,
         ),
-        Check("channel private", OK, "telegram @p_bot connected; 1 chats bound; 0 in, 0 out"),
+        Check("channel private", OK, "telegram @p_bot connected; 1 chat bound; 0 in, 0 out"),
     ]
 
 

@@ -426,7 +426,8 @@ def check_channels(home: Home) -> list[Check]:
                     Check(
                         name,
                         FAIL,
-                        f"cannot reach {account.kind}: {health.get('last_error')}",
+                        f"cannot reach {account.kind}: "
+                        f"{health.get('last_error') or 'no reason recorded'}",
                         f"check the {account.credential} and the network (the daemon keeps "
                         "retrying)",
                     )
@@ -442,7 +443,8 @@ def check_channels(home: Home) -> list[Check]:
                     name,
                     OK,
                     f"{account.kind} {_handle(health.get('bot'))} {health.get('state')}; "
-                    f"{len(bound)} chats bound; {health.get('messages_in', 0)} in, "
+                    f"{len(bound)} {'chat' if len(bound) == 1 else 'chats'} bound; "
+                    f"{health.get('messages_in', 0)} in, "
                     f"{health.get('messages_out', 0)} out",
                 )
             )
