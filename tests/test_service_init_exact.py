@@ -150,12 +150,23 @@ def test_down_with_no_holder_sends_nothing(home: Home, monkeypatch: pytest.Monke
     assert stopper.kills == []
 
 
-def test_down_with_a_holder_whose_pid_is_unknown_sends_nothing(
-    home: Home, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("pid", [0, -1])
+def test_down_with_a_holder_whose_pid_is_not_visible_says_so_and_sends_nothing(
+    home: Home, monkeypatch: pytest.MonkeyPatch, pid: int
 ) -> None:
-    # -1: the lock is held, but with no /proc/locks and no pid file, by nobody known
-    stopper = Stopper(monkeypatch, pid=-1)
-    assert service.down(home).pid is None
+    # 0: /proc/locks shows a holder outside this pid namespace so (os.kill(0, ...) would
+    # signal this very process group, not the daemon); -1: the lock is held, but with no
+    # /proc/locks and no pid file, by nobody known
+    stopper = Stopper(monkeypatch, pid=pid)
+    with pytest.raises(OrchestratorError) as refused:
+        service.down(home)
+    assert refused.value.message == (
+        f"a daemon holds the lock of {home.root}, but its pid is not visible here "
+        "(it runs in another pid namespace, such as a container)"
+    )
+    assert refused.value.hint == (
+        "stop it where it runs (docker stop, systemctl stop), or run orchestrator down there"
+    )
     assert stopper.kills == []
 
 
@@ -860,17 +871,6 @@ def test_an_engine_refusing_the_check_run_is_named_in_the_refusal(home: Home) ->
     with pytest.raises(InvalidConfig) as caught:
         service.check_host_home(home, Path("/srv/orch"), client, "agent:1")
     assert "(nothing: engine refused check the host path of the home: " in caught.value.message
-
-
-def test_down_with_a_holder_the_kernel_shows_as_pid_0_sends_nothing(
-    home: Home, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # /proc/locks shows pid 0 for a holder outside this pid namespace: os.kill(0, ...)
-    # would signal this very process group, not the daemon
-    stopper = Stopper(monkeypatch, pid=0)
-    result = service.down(home)
-    assert (result.pid, result.steps, result.forced) == (None, [], False)
-    assert stopper.kills == []
 
 
 def test_down_of_a_daemon_running_as_pid_1_signals_it(

@@ -348,10 +348,18 @@ def down(
     once), SIGKILL. Every step waits for the lock to be released, which happens only
     when the process is gone. Nothing queued is lost either way."""
     pid = lock_holder(home)
-    # 0: a holder outside this pid namespace (/proc/locks shows it so); os.kill(0, ...)
-    # would signal this process's own group
-    if pid is None or pid <= 0:
+    if pid is None:
         return DownResult(None)
+    if pid <= 0:
+        # 0: /proc/locks shows a holder outside this pid namespace so; -1: the lock is
+        # held by a pid nobody recorded. Neither can be signalled from here (os.kill(0,
+        # ...) would signal this process's own group).
+        raise OrchestratorError(
+            f"a daemon holds the lock of {home.root}, but its pid is not visible here "
+            "(it runs in another pid namespace, such as a container)",
+            hint="stop it where it runs (docker stop, systemctl stop), or run "
+            "orchestrator down there",
+        )
     result = DownResult(pid)
     for sig, wait, step in (
         (signal.SIGTERM, drain_wait, "SIGTERM: drain"),
