@@ -9,8 +9,10 @@ the whole exchange's deadline on a stepped clock."""
 from __future__ import annotations
 
 import json
+import socket
+import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -270,12 +272,20 @@ def test_a_redirect_is_not_followed() -> None:
             return reply(302, Location="http://127.0.0.1:8888/elsewhere")
         return reply(200, searxng_body())
 
-    message, hint, fake = fails(SEARXNG, "q", None, answer)
-    assert (message, hint) == (
+    redirect = (
         "web search backend 'local': answered with a redirect (HTTP 302) instead of results",
         "give the backend's url as it answers, without redirects",
     )
-    assert len(fake.requests) == 1
+    message, hint, fake = fails(SEARXNG, "q", None, answer)
+    assert ((message, hint), len(fake.requests)) == (redirect, 1)
+    # nor by a client given that follows them by default
+    fake = Fake(answer)
+    with (
+        httpx.Client(transport=httpx.MockTransport(fake), follow_redirects=True) as client,
+        pytest.raises(SearchFailed) as caught,
+    ):
+        search(SEARXNG, "q", None, client=client)
+    assert ((str(caught.value), caught.value.hint), len(fake.requests)) == (redirect, 1)
 
 
 def raising(exc: Exception) -> Callable[[httpx.Request], httpx.Response]:
@@ -402,3 +412,78 @@ def test_a_broken_compression_is_named() -> None:
         "web search backend 'local': the answer's compression is broken",
         None,
     )
+
+
+# the request as it is written on the wire
+
+
+class Wire:
+    """A backend on loopback that answers one request with one SearXNG result, and
+    keeps the request line and header lines it read, as written."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.read: list[bytes] = []
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self) -> None:
+        conn, _ = self.server.accept()
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            self.read.append(data.split(b"\r\n\r\n")[0])
+            body = searxng_body(1)
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body)
+            )
+
+    def written(self) -> tuple[str, list[str]]:
+        self.thread.join(10)
+        first, *lines = self.read[0].decode("ascii").split("\r\n")
+        return first, lines
+
+
+@pytest.fixture
+def wire(monkeypatch: pytest.MonkeyPatch) -> Iterator[Wire]:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("all_proxy", raising=False)
+    backend = Wire()
+    yield backend
+    backend.server.close()
+
+
+OURS = ("accept", "accept-encoding", "authorization", "x-subscription-token")
+
+
+def test_searxng_headers_are_written_as_named(wire: Wire) -> None:
+    backend = SearchBackendDef("s", "searxng", f"http://127.0.0.1:{wire.port}/searx")
+    assert search(backend, "a b", KEY) == [SearchResult("t1", "https://e.org/1", "c1")]
+    first, lines = wire.written()
+    assert first == "GET /searx/search?q=a+b&format=json HTTP/1.1"
+    assert [line for line in lines if line.split(":")[0].lower() in OURS] == [
+        "Accept: application/json",
+        "Accept-Encoding: gzip",
+        f"Authorization: Bearer {KEY}",
+    ]
+
+
+def test_brave_headers_are_written_as_named(wire: Wire) -> None:
+    backend = SearchBackendDef("b", "brave", f"http://127.0.0.1:{wire.port}/res/v1/web")
+    # the fake answers in SearXNG's shape: what was written is all this test reads
+    with pytest.raises(SearchFailed):
+        search(backend, "q", KEY, max_results=2)
+    first, lines = wire.written()
+    assert first == "GET /res/v1/web?q=q&count=2 HTTP/1.1"
+    assert [line for line in lines if line.split(":")[0].lower() in OURS] == [
+        "Accept: application/json",
+        "Accept-Encoding: gzip",
+        f"X-Subscription-Token: {KEY}",
+    ]
