@@ -562,3 +562,14 @@ def test_a_turn_answers_at_most_200_requests(tmp_path: Path, fake_ops: dict[str,
     assert str(raised.value) == "more than 200 requests in one turn"
     assert turn.ops == 201
     assert len(fake_ops["reply"].calls) == 1
+
+
+def test_the_model_calls_cap_is_the_turns_windows(tmp_path: Path) -> None:
+    turn, _, _ = _turn(tmp_path, window_tokens=1000)
+    assert model_request_cap(1000) == 5074144
+    with pytest.raises(RelayViolation) as raised:
+        turn.handle({"op": "model.complete", "req": 1}, 5074145)
+    assert (
+        str(raised.value)
+        == "model.complete request of 5074145 bytes exceeds its 5074144-byte limit"
+    )
