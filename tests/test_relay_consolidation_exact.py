@@ -475,3 +475,49 @@ def test_a_busy_group_closes_the_queue_opened_for_its_pause(
         ("pause", "fam"),
         ("close", "queue"),
     ]
+
+
+# the background model's client: the one given for its provider, else its own made
+# with the key from orchestrator.yaml's secrets file
+
+
+def test_the_client_given_is_the_one_of_the_background_models_provider(
+    home: Path, group: Group
+) -> None:
+    asked: list[str] = []
+
+    def client(name: str) -> Any:
+        asked.append(name)
+        return SimpleNamespace(name=name)
+
+    model = consolidation.BackgroundModel(
+        load_config(Home(home)),
+        group,
+        None,  # type: ignore[arg-type]
+        adapters=client,
+    )
+    assert asked == ["bgprov"]
+    assert model.adapter == SimpleNamespace(name="bgprov")
+    assert model.label == "bgprov/bg-model"
+
+
+def test_its_own_client_has_the_key_from_the_secrets_file(
+    home: Path, group: Group, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secrets = home / "secrets.yaml"
+    secrets.write_text("bg-key: sk-from-the-secrets-file\n")
+    secrets.chmod(0o600)
+    (home / "orchestrator.yaml").write_text(
+        "secrets_file: secrets.yaml\nproviders:\n"
+        + PROVIDERS.replace("key_env: FAKE_KEY", "key_secret: bg-key")
+    )
+    made: list[tuple[str, str | None]] = []
+
+    def adapter_for(definition: Any, key: str | None) -> Any:
+        made.append((definition.name, key))
+        return SimpleNamespace(close=lambda: made.append(("closed", None)))
+
+    monkeypatch.setattr(consolidation, "adapter_for", adapter_for)
+    model = consolidation.BackgroundModel(load_config(Home(home)), group, None)  # type: ignore[arg-type]
+    model.close()
+    assert made == [("bgprov", "sk-from-the-secrets-file"), ("closed", None)]
