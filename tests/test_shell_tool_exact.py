@@ -9,10 +9,12 @@ and the runner's own line, up to PID 1, never taken for a stray."""
 from __future__ import annotations
 
 import io
+import locale
 import os
 import signal
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -395,3 +397,134 @@ def test_a_command_the_shell_cannot_take_is_said(running: Any) -> None:
         "the shell could not start the command"
     )
     assert (state["closes"], state["waits"]) == (1, [])
+
+
+# what is left of the edges
+
+
+def test_a_cut_output_is_split_at_its_first_nul() -> None:
+    result = sh.ShellResult(0, "a\x00b\x00c", cut_bytes=3)
+    assert result.text() == "exit code 0\na\n[... 3 bytes of output cut ...]\nb\x00c"
+
+
+def test_a_new_shell_has_not_started() -> None:
+    shell = sh.Shell(Path("/w"), Path("/s"))
+    assert (shell.process, shell.status_read, shell.status_fd) == (None, None, -1)
+    assert (shell.started_ticks, shell.calls) == (0, 0)
+
+
+def test_the_status_pipe_is_read_4096_bytes_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shell = sh.Shell(tmp_path / "w", tmp_path / "s")
+    read, write = os.pipe()
+    shell.status_read = read
+    shell.process = FakeProcess()  # type: ignore[assignment]
+    sizes: list[int] = []
+    real = os.read
+
+    def spy(fd: int, n: int) -> bytes:
+        sizes.append(n)
+        return real(fd, n)
+
+    monkeypatch.setattr(sh.os, "read", spy)
+    os.write(write, b"beef 1\n")
+    try:
+        assert shell._wait("beef", 5, lambda: False, lambda: False) == (None, 1)
+    finally:
+        os.close(read)
+        os.close(write)
+    assert sizes == [4096]
+
+
+def test_close_sweeps_orphans_only_when_asked(
+    closing: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shell, _, _ = closing
+    since: list[int | None] = []
+    monkeypatch.setattr(
+        sh, "strays", lambda pid, *, orphans_since=None: since.append(orphans_since) or []
+    )
+    monkeypatch.setattr(sh.os, "killpg", lambda pid, sig: None)
+    shell.started_ticks = 31
+    shell.process = FakeProcess()  # type: ignore[assignment]
+    shell.close()
+    assert since == [None, None]
+
+
+def _grown(monkeypatch: pytest.MonkeyPatch, told: int) -> None:
+    """fstat tells a size of ``told``: the file grew after it was measured."""
+    real = os.fstat
+
+    def fstat(fd: int) -> Any:
+        info = real(fd)
+        return os.stat_result((info.st_mode, *info[1:6], told, *info[7:]))
+
+    monkeypatch.setattr(sh.os, "fstat", fstat)
+
+
+def test_output_that_grows_while_read_is_read_up_to_the_size_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keep = sh.SHELL_OUTPUT_HEAD_BYTES + sh.SHELL_OUTPUT_TAIL_BYTES
+    out = tmp_path / "out"
+    out.write_bytes(b"a" * (keep + 100))
+    _grown(monkeypatch, 10)
+    assert sh._read_capped(out) == ("a" * keep, 0)
+    out.write_bytes(b"h" * sh.SHELL_OUTPUT_HEAD_BYTES + b"m" * 5 + b"t" * (keep + 100))
+    _grown(monkeypatch, keep + 5)
+    text, cut = sh._read_capped(out)
+    assert (len(text), cut) == (keep + 1, 5)
+    assert text == "h" * sh.SHELL_OUTPUT_HEAD_BYTES + "\x00" + "t" * sh.SHELL_OUTPUT_TAIL_BYTES
+
+
+def test_a_shell_source_sweeps_no_orphans_unless_asked(tmp_path: Path) -> None:
+    source = sh.ShellSource(tmp_path / "agent", tmp_path / "shells")
+    assert source.sweep_orphans is False
+    assert source.shell_of("k").sweep_orphans is False
+
+
+def test_the_shell_tool_calls_the_sources_call(tmp_path: Path) -> None:
+    source = sh.ShellSource(tmp_path / "agent", tmp_path / "shells")
+    (tool,) = source.tools(None)  # type: ignore[arg-type]
+    assert (tool.spec, tool.function, tool.modes) == (sh.SPEC, source._call, frozenset({"turn"}))
+
+
+def test_a_turn_without_a_session_ends_the_default_shell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ended: list[sh.Shell] = []
+    monkeypatch.setattr(sh.Shell, "end_turn", lambda self: ended.append(self) or [])
+    source = sh.ShellSource(tmp_path / "agent", tmp_path / "shells")
+    shell = source.shell_of("default")
+    source.end_turn(SimpleNamespace(session_key=None))  # type: ignore[arg-type]
+    source.end_turn(SimpleNamespace(session_key=""))  # type: ignore[arg-type]
+    assert ended == [shell, shell]
+
+
+def test_resetting_a_conversation_without_a_shell_does_nothing(tmp_path: Path) -> None:
+    source = sh.ShellSource(tmp_path / "agent", tmp_path / "shells")
+    source.reset("nobody")
+    assert source.shells == {}
+
+
+def test_a_command_is_written_in_utf8_whatever_the_locale(
+    running: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shell, _, state = running
+    state["ended"], state["code"] = None, 0
+    seen: list[bytes] = []
+    wait = shell._wait
+
+    def peek(*args: Any) -> Any:
+        seen.append((shell.state_dir / "cmd-1").read_bytes())
+        return wait(*args)
+
+    monkeypatch.setattr(shell, "_wait", peek)
+    before = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")  # an ASCII locale
+    try:
+        shell.run("echo é", 1)
+    finally:
+        locale.setlocale(locale.LC_CTYPE, before)
+    assert seen == [b"echo \xc3\xa9\n"]
