@@ -233,3 +233,38 @@ def test_a_transport_opens_its_factorys_context_on_enter_and_passes_its_exit_thr
     assert len(made) == 1 and transport._cm is made[0]
     (exc,) = made[0].exits
     assert exc[0] is ValueError and str(exc[1]) == "x" and exc[2] is None
+
+
+class SlowServer:
+    """A server that takes a moment to answer each call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+
+    async def __aenter__(self) -> SlowServer:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        return None
+
+    async def call_tool(self, tool: str, arguments: dict[str, Any], **kw: Any) -> Any:
+        self.calls.append((tool, arguments, kw))
+        await asyncio.sleep(0.3)
+        return {"called": tool}
+
+
+def test_a_call_gets_an_answer_that_comes_after_its_read_timeout_within_5_s_more(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import orchestrator.mcp.link as link
+
+    server = SlowServer()
+    monkeypatch.setattr(link, "_connect", lambda target, refusals: server)
+    a_link = link.Link("tracker", Stdio("srv"))
+    try:
+        # the SDK's own read timeout is the call's; the host waits 5 s past it
+        assert a_link.call("find", {"q": 1}, timeout=0) == {"called": "find"}
+        assert server.calls == [("find", {"q": 1}, {"read_timeout_seconds": 0})]
+        assert a_link.last_error is None and a_link.state == "running"
+    finally:
+        a_link.close()
