@@ -268,3 +268,44 @@ def test_a_call_gets_an_answer_that_comes_after_its_read_timeout_within_5_s_more
         assert a_link.last_error is None and a_link.state == "running"
     finally:
         a_link.close()
+
+
+class StubbornServer(SlowServer):
+    """A server that does not stop when asked and lets its first cancellation pass."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cancels = 0
+        self.ended = False
+
+    async def __aexit__(self, *exc: Any) -> None:
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                self.cancels += 1
+                if self.cancels > 1:
+                    self.ended = True
+                    raise
+
+    async def call_tool(self, tool: str, arguments: dict[str, Any], **kw: Any) -> Any:
+        raise OSError("broken  pipe")
+
+
+def test_a_server_that_lets_its_first_cancellation_pass_is_cancelled_again_until_it_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import orchestrator.mcp.link as link
+
+    server = StubbornServer()
+    monkeypatch.setattr(link, "_connect", lambda target, refusals: server)
+    a_link = link.Link("tracker", Stdio("srv"))
+    try:
+        with pytest.raises(link.LinkFailed) as failed:
+            a_link.call("find", {})
+        assert str(failed.value) == "MCP server 'tracker': find failed: OSError: broken pipe"
+        # asked to stop, then cancelled, then cancelled again when it still had not ended
+        assert server.cancels == 2 and server.ended is True
+        assert a_link.state == "stopped" and a_link._holder is None
+    finally:
+        a_link.close()
