@@ -309,3 +309,32 @@ def test_a_server_that_lets_its_first_cancellation_pass_is_cancelled_again_until
         assert a_link.state == "stopped" and a_link._holder is None
     finally:
         a_link.close()
+
+
+class DeafServer(StubbornServer):
+    """A server that lets every cancellation pass: it never ends."""
+
+    async def __aexit__(self, *exc: Any) -> None:
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                self.cancels += 1
+
+
+def test_a_server_that_never_ends_is_given_up_after_15_s_and_the_call_still_fails_plainly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import orchestrator.mcp.link as link
+
+    server = DeafServer()
+    monkeypatch.setattr(link, "_connect", lambda target, refusals: server)
+    a_link = link.Link("tracker", Stdio("srv"))
+    try:
+        with pytest.raises(link.LinkFailed) as failed:
+            a_link.call("find", {})
+        assert str(failed.value) == "MCP server 'tracker': find failed: OSError: broken pipe"
+        assert server.cancels == 2 and server.ended is False
+        assert a_link.state == "stopped" and a_link._holder is None
+    finally:
+        a_link.close()
