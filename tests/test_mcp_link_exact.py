@@ -312,7 +312,13 @@ def test_a_server_that_lets_its_first_cancellation_pass_is_cancelled_again_until
 
 
 class DeafServer(StubbornServer):
-    """A server that lets every cancellation pass: it never ends."""
+    """A server that lets every cancellation pass while ``deaf``: it never ends."""
+
+    deaf = True
+
+    async def __aenter__(self) -> DeafServer:
+        self.task = asyncio.current_task()
+        return self
 
     async def __aexit__(self, *exc: Any) -> None:
         while True:
@@ -320,6 +326,8 @@ class DeafServer(StubbornServer):
                 await asyncio.sleep(3600)
             except asyncio.CancelledError:
                 self.cancels += 1
+                if not self.deaf:
+                    raise
 
 
 def test_a_server_that_never_ends_is_given_up_after_15_s_and_the_call_still_fails_plainly(
@@ -336,5 +344,37 @@ def test_a_server_that_never_ends_is_given_up_after_15_s_and_the_call_still_fail
         assert str(failed.value) == "MCP server 'tracker': find failed: OSError: broken pipe"
         assert server.cancels == 2 and server.ended is False
         assert a_link.state == "stopped" and a_link._holder is None
-    finally:
+    finally:  # let it end, so that no task is left pending
+        server.deaf = False
+        loop = a_link._loop
+        assert loop is not None
+        loop.call_soon_threadsafe(server.task.cancel)
+        asyncio.run_coroutine_threadsafe(asyncio.wait([server.task]), loop).result(5)
         a_link.close()
+
+
+def test_closing_a_link_whose_loop_is_stuck_waits_5_s_for_it_and_does_not_fail(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import time
+
+    import orchestrator.mcp.link as link
+
+    monkeypatch.setattr(link, "_connect", lambda target, refusals: SlowServer())
+    a_link = link.Link("tracker", Stdio("srv"))
+    assert a_link.call("find", {}, timeout=9) == {"called": "find"}
+    loop, thread = a_link._loop, a_link._thread
+    assert loop is not None and thread is not None
+    stop_holder = a_link._stop_holder
+
+    def then_stuck() -> None:  # the server stops, then something holds the loop for 8 s
+        stop_holder()
+        loop.call_soon_threadsafe(time.sleep, 8)
+
+    monkeypatch.setattr(a_link, "_stop_holder", then_stuck)
+    a_link.close()  # the stuck loop cannot be closed yet: that is not an error
+    assert a_link._loop is None and a_link._thread is None
+    assert thread.is_alive() and not loop.is_closed()
+    thread.join(30)
+    assert not thread.is_alive()
+    loop.close()
