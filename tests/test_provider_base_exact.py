@@ -371,6 +371,59 @@ def test_closer_survives_a_close_that_raises() -> None:
     assert closer._thread is not None and closer._thread.is_alive()
 
 
+class Stop(BaseException):
+    """Ends the closer's loop (a close's Exception is suppressed; this is not)."""
+
+
+class FakeCondition:
+    """The closer's condition with a fake clock: a wait with a bound moves the clock on
+    by it; a wait without one (nothing queued) runs ``on_idle``, as a new stream would."""
+
+    def __init__(self, clock: Clock, on_idle: Any) -> None:
+        self.clock = clock
+        self.on_idle = on_idle
+        self.waits: list[float | None] = []
+
+    def __enter__(self) -> FakeCondition:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def wait(self, timeout: float | None = None) -> None:
+        self.waits.append(timeout)
+        if timeout is None:
+            self.on_idle()
+        else:
+            self.clock.now += timeout
+
+    def notify(self) -> None:
+        pass
+
+
+def test_closer_waits_until_the_earliest_is_due(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock(100.0)
+    monkeypatch.setattr(base, "time", types.SimpleNamespace(monotonic=clock))
+    closer = _Closer()
+    closer._thread = threading.current_thread()  # served by the test's own thread
+    closed: list[tuple[str, float]] = []
+
+    def late() -> None:
+        closed.append(("late", clock.now))
+        raise Stop
+
+    def queue() -> None:
+        closer.at(103.5, late)
+        closer.at(101.0, lambda: closed.append(("early", clock.now)))
+
+    condition = FakeCondition(clock, queue)
+    closer._cond = condition  # type: ignore[assignment]
+    with pytest.raises(Stop):
+        closer._run()
+    assert condition.waits == [None, 1.0, 2.5]
+    assert closed == [("early", 101.0), ("late", 103.5)]
+
+
 def test_closer_is_one_for_the_daemon() -> None:
     assert isinstance(base.CLOSER, _Closer)
 
