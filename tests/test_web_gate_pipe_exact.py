@@ -6,6 +6,7 @@ refusal and ends quietly when the client has gone before it drains."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -119,3 +120,34 @@ def test_refuse_ends_quietly_when_the_client_is_gone(error: OSError) -> None:
         b"orchestrator egress gate: at most 2 connections\n"
     ]
     assert writer.drains == 1
+
+
+class BrokenReader:
+    """A client's side whose read fails (the client reset its connection)."""
+
+    async def readuntil(self, separator: bytes) -> bytes:
+        raise ConnectionResetError("reset")
+
+
+def test_over_the_bound_a_failed_read_still_gets_the_429(tmp_path: Path) -> None:
+    from orchestrator.web.gate import Gate, _Group
+    from orchestrator.web.guard import Rules
+
+    gate = Gate(tmp_path, max_connections=1)
+    try:
+        group = _Group("g", Rules())
+        group.connections.add(object())  # type: ignore[arg-type]
+        writer = Writer()
+
+        async def run() -> None:
+            await gate._serve_one(group, BrokenReader(), writer)  # type: ignore[arg-type]
+
+        assert asyncio.run(run()) is None
+    finally:
+        gate.close()
+    assert writer.written == [
+        b"HTTP/1.1 429 Refused\r\nContent-Type: text/plain\r\nContent-Length: 48\r\n"
+        b"Connection: close\r\n\r\n"
+        b"orchestrator egress gate: at most 1 connections\n"
+    ]
+    assert group.refused == 0
