@@ -557,7 +557,7 @@ ADD = (
 def test_an_email_account_is_added_with_its_password_and_binds_as_guests(home: Path) -> None:
     assert run(home, "group", "add", "fam")[0] == 0
     code, out = run(home, *ADD, "--token-env", "X")
-    assert code == 2 and "--token-env: a email account's secret is its password" in out
+    assert code == 2 and "--token-env: an email account's secret is its password" in out
     code, out = run(home, *ADD)
     assert code == 2 and "give --password-env VAR or --password-secret NAME" in out
     code, out = run(home, *ADD, "--password-env", "MAIL_PW", "--verify", "none")
