@@ -9,8 +9,10 @@ bot token: their loggers are also kept at WARNING (``quiet_clients``).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
+from collections.abc import Iterable
 
 REDACTED = "[redacted]"
 _MIN_SECRET_CHARS = 8  # shorter strings would redact ordinary words
@@ -27,11 +29,32 @@ def register_secret(value: str | None) -> None:
             _secrets = _secrets | {value}
 
 
-def redact(text: str) -> str:
-    for secret in sorted(_secrets, key=len, reverse=True):
-        if secret in text:
-            text = text.replace(secret, REDACTED)
+def mask(text: str, values: Iterable[str], word: str) -> str:
+    """``text`` with each of ``values`` in it (the longest first) replaced by a marker,
+    ``[word]``, such that none of them is left: a marker's brackets could join the text
+    around it into a value again when the value holds one, and a value could lie inside
+    ``word``, so then the first pair of brackets no value holds is taken (``<word>``,
+    ``{word}``, ``(word)``), or, past those, a character none holds, three times."""
+    found = sorted({value for value in values if value and value in text}, key=len, reverse=True)
+    if not found:
+        return text
+    marker = None
+    for opening, closing in ("[]", "<>", "{}", "()"):
+        candidate = f"{opening}{word}{closing}"
+        if not any(opening in v or closing in v or v in candidate for v in found):
+            marker = candidate
+            break
+    if marker is None:
+        free = next(c for c in map(chr, itertools.count(0x2591)) if all(c not in v for v in found))
+        marker = free * 3
+    for value in found:
+        text = text.replace(value, marker)
     return text
+
+
+def redact(text: str) -> str:
+    """``text`` with every registered secret replaced (``[redacted]``, see ``mask``)."""
+    return mask(text, _secrets, REDACTED[1:-1])
 
 
 class RedactingFilter(logging.Filter):

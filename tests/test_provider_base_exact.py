@@ -595,6 +595,15 @@ def test_scrub_a_key_of_thirteen() -> None:
     assert provider(key).scrub(f"{key} and {key[:12]}!") == "[key] and [key]!"
 
 
+def test_scrub_leaves_no_key_that_its_marker_joins_again() -> None:
+    # "[k" + "[key]" + "abcdefgh" would hold the key again: another marker is taken
+    key = "ey]abcdefgh"
+    assert provider(key).scrub(f"[k{key}abcdefgh") == "[k<key>abcdefgh"
+    # the prefix of a long key too
+    key = "ey]abcdefghijklmnop"
+    assert provider(key).scrub(f"[k{key[:12]}ijk!") == "[k<key>ijk!"
+
+
 def test_scrub_short_keys() -> None:
     assert provider("abcd").scrub("xabcdx abc") == "x[key]x abc"
     assert provider("abc").scrub("xabcx") == "xabcx"

@@ -13,6 +13,7 @@ from orchestrator.redact import (
     CLIENT_LOGGERS,
     REDACTED,
     RedactingFilter,
+    mask,
     quiet_clients,
     redact,
     register_secret,
@@ -41,6 +42,60 @@ def test_the_longest_secret_is_replaced_first() -> None:
     register_secret("bbbbbbbb")
     register_secret("aaaaaaaa-bbbbbbbb")
     assert redact("aaaaaaaa-bbbbbbbb") == REDACTED
+
+
+def test_mask_replaces_each_value_with_the_word_in_square_brackets() -> None:
+    assert mask("a secret-one and secret-two", ["secret-one", "secret-two"], "x") == (
+        "a [x] and [x]"
+    )
+    assert mask("nothing here", ["secret-one"], "x") == "nothing here"
+    assert mask("an empty value", ["", "absent"], "x") == "an empty value"
+
+
+def test_mask_takes_the_longest_value_first() -> None:
+    assert mask("abcdefgh-more", ["abcdefgh", "abcdefgh-more"], "x") == "[x]"
+    # the same value twice, or a value that is not in the text, changes nothing
+    assert mask("k abcdefgh k", ["abcdefgh", "abcdefgh", "zzzzzzzzz"], "x") == "k [x] k"
+
+
+def test_mask_leaves_no_value_that_a_marker_joins_again() -> None:
+    # with "[key]", "[k" + "[key]" + "abcdefgh" would hold "ey]abcdefgh" again
+    value = "ey]abcdefgh"
+    assert mask(f"[k{value}abcdefgh", [value], "key") == "[k<key>abcdefgh"
+    # a value that ends as the marker begins: "[ke" + "[key]" would hold "zzzz[ke"
+    assert mask("zzzz[kezzzz[ke", ["zzzz[ke"], "key") == "<key><key>"
+    # brackets of every pair but the last
+    assert mask("v = a[]<>{}b", ["a[]<>{}b"], "key") == "v = (key)"
+    assert mask("v = a[]<>b", ["a[]<>b"], "key") == "v = {key}"
+    # a closing bracket alone rules its pair out
+    assert mask("v = a)>}]b", ["a)>}]b", "a)>}"], "key") == "v = ░░░"
+
+
+def test_mask_takes_a_character_no_value_holds_past_every_pair() -> None:
+    value = "a[]<>{}()b"
+    assert mask(f"x {value} y", [value], "key") == "x ░░░ y"
+    taken = "a[]<>{}()░▒b"
+    assert mask(f"x {taken} y", [taken], "key") == "x ▓▓▓ y"
+    # a second value that holds the character rules it out too
+    assert mask("p a[]<>{}()b q ░b[]<>{}()", [value, "░b[]<>{}()"], "key") == "p ▒▒▒ q ▒▒▒"
+
+
+def test_mask_never_leaves_a_value_that_lies_inside_the_word() -> None:
+    assert mask("it was redacted", ["redacted"], "redacted") == "it was ░░░"
+    assert mask("it was redact", ["redact"], "redacted") == "it was ░░░"
+    # a value the word does not hold keeps the square brackets
+    assert mask("it was redacts", ["redacts"], "redacted") == "it was [redacted]"
+
+
+def test_redact_never_leaves_a_secret_that_reads_as_the_marker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(redact_module, "_secrets", frozenset())
+    register_secret("redacted")
+    assert redact("the word redacted") == "the word ░░░"
+    monkeypatch.setattr(redact_module, "_secrets", frozenset())
+    register_secret("dacted]-tail")
+    assert redact("[re" + "dacted]-tail") == "[re<redacted>"
 
 
 def _record(msg: object, args: tuple[object, ...] | None) -> logging.LogRecord:

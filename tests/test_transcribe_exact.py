@@ -239,6 +239,8 @@ def test_the_key_is_scrubbed_only_when_long_enough() -> None:
     assert endpoint(Create(), key="abcd")._scrub("xabcdx") == "x[key]x"
     assert endpoint(Create(), key="abc")._scrub("xabcx") == "xabcx"
     assert endpoint(Create(), key=None)._scrub("x") == "x"
+    # a key its marker could join again gets another marker
+    assert endpoint(Create(), key="ey]abcd")._scrub("[key]abcd") == "[k<key>"
 
 
 class Segment:

@@ -142,7 +142,9 @@ class OpenAITranscriber:
         return Transcript(text, length)
 
     def _scrub(self, text: str) -> str:
-        return text.replace(self.key, "[key]") if self.key and len(self.key) >= 4 else text
+        from orchestrator.redact import mask
+
+        return mask(text, (self.key,), "key") if self.key and len(self.key) >= 4 else text
 
     def close(self) -> None:
         self.client.close()

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.config.providers import ProviderDef
+from orchestrator.redact import mask
 
 # Why an answer stopped, in one vocabulary whatever the provider says: its end, its
 # length limit (max_tokens), tool calls, or the turn's deadline (the stream was cut).
@@ -289,9 +290,7 @@ class HostProvider(abc.ABC):
     def scrub(self, text: str) -> str:
         """``text`` with the key (and any long prefix of it) taken out."""
         if self.key and len(self.key) >= 4:
-            text = text.replace(self.key, "[key]")
-            if len(self.key) > 12:
-                text = text.replace(self.key[:12], "[key]")
+            return mask(text, (self.key, self.key[:12]), "key")
         return text
 
 
