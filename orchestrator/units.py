@@ -1,4 +1,5 @@
-"""Sizes and durations: parsed from configuration and flags, printed for people."""
+"""Sizes and durations: parsed from configuration and flags, printed for people; and
+counts of things, printed for people."""
 
 from __future__ import annotations
 
@@ -50,3 +51,8 @@ def human_seconds(seconds: float) -> str:
     if seconds < 172800:
         return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
     return f"{seconds // 86400}d"
+
+
+def plural(count: int, word: str) -> str:
+    """'1 finding', '2 findings'."""
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"

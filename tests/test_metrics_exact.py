@@ -34,6 +34,7 @@ from orchestrator.metrics.listener import (
     Listener,
     _Handler,
 )
+from orchestrator.units import plural
 from orchestrator.versions import (
     BACKUP_FORMAT_VERSION,
     RELEASE,
@@ -127,7 +128,7 @@ def test_print_error_puts_error_and_hint_on_stderr_each_one_line() -> None:
 
 
 def test_plural() -> None:
-    assert [output.plural(n, "finding") for n in (0, 1, 2)] == [
+    assert [plural(n, "finding") for n in (0, 1, 2)] == [
         "0 findings",
         "1 finding",
         "2 findings",

@@ -571,7 +571,7 @@ def test_privacy_mode_with_group_chats_bound_is_a_warning(
         Check(
             "channel other",
             WARN,
-            "@other_bot has Telegram's privacy mode on: in the 1 group chats bound it is sent "
+            "@other_bot has Telegram's privacy mode on: in the 1 group chat bound it is sent "
             "only commands (/...), replies to its own messages and service messages, not the "
             "rest of the conversation",
             hint,

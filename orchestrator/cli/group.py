@@ -7,11 +7,11 @@ from typing import Any
 import click
 
 from orchestrator.cli import CliContext
-from orchestrator.cli.output import plural, print_json, print_table, safe_line
+from orchestrator.cli.output import print_json, print_table, safe_line
 from orchestrator.config import load_config
 from orchestrator.groups import GroupStore, memory_usage
 from orchestrator.groups.config import DEFAULT_MODEL, DEFAULT_PROVIDER, GroupConfig
-from orchestrator.units import human_bytes
+from orchestrator.units import human_bytes, plural
 
 pass_cli = click.make_pass_decorator(CliContext)
 OPERATOR_HOLDER = "operator"  # the holder of pauses taken with `group pause`

@@ -7,12 +7,13 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from orchestrator.cli import CliContext
-from orchestrator.cli.output import plural, print_json, print_table
+from orchestrator.cli.output import print_json, print_table
 from orchestrator.config import load_config
 from orchestrator.errors import EXIT_FAILED
 from orchestrator.groups import GroupStore
 from orchestrator.limits import CONSOLIDATE_DEFAULT_DAYS as DEFAULT_DAYS
 from orchestrator.limits import CONSOLIDATE_MAX_DAYS as MAX_DAYS
+from orchestrator.units import plural
 
 if TYPE_CHECKING:
     from orchestrator.groups import Group

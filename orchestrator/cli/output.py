@@ -49,11 +49,6 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         click.echo(click.style(line, bold=True) if index == 0 else line)
 
 
-def plural(count: int, word: str) -> str:
-    """'1 finding', '2 findings'."""
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
-
-
 def print_error(message: object, hint: object = None) -> None:
     """``error: ...`` and ``hint: ...`` on stderr, each one line whatever they contain."""
     click.echo(f"error: {safe_line(message)}", err=True)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from orchestrator.config import load_config
 from orchestrator.errors import OrchestratorError
 from orchestrator.home import Home
+from orchestrator.units import plural
 from orchestrator.validate import escape_not_utf8
 
 if TYPE_CHECKING:
@@ -443,7 +444,7 @@ def check_channels(home: Home) -> list[Check]:
                     name,
                     OK,
                     f"{account.kind} {_handle(health.get('bot'))} {health.get('state')}; "
-                    f"{len(bound)} {'chat' if len(bound) == 1 else 'chats'} bound; "
+                    f"{plural(len(bound), 'chat')} bound; "
                     f"{health.get('messages_in', 0)} in, "
                     f"{health.get('messages_out', 0)} out",
                 )

@@ -16,6 +16,7 @@ from typing import Any
 
 from orchestrator.config.kinds import AccountKind, Advice, KindOption, KindOptions
 from orchestrator.limits import DEFAULT_ATTACHMENT_MAX_BYTES
+from orchestrator.units import plural
 from orchestrator.validate import MappingReader
 
 URL_PATTERN = r"https?://[^\s/]+(/\S*)?"
@@ -56,7 +57,7 @@ def advice(health: Mapping[str, Any], chats: Sequence[str]) -> Advice | None:
         return None
     return Advice(
         f"{_handle(health.get('bot'))} has Telegram's privacy mode on: in the "
-        f"{len(in_groups)} group chats bound it is sent only commands (/...), replies to "
+        f"{plural(len(in_groups), 'group chat')} bound it is sent only commands (/...), replies to "
         "its own messages and service messages, not the rest of the conversation",
         "to let it see every message: @BotFather, /setprivacy, Disable, then remove the "
         "bot from those groups and add it again (or make it a group admin)",
