@@ -528,3 +528,19 @@ def test_a_command_is_written_in_utf8_whatever_the_locale(
     finally:
         locale.setlocale(locale.LC_CTYPE, before)
     assert seen == [b"echo \xc3\xa9\n"]
+
+
+def test_a_turns_end_reads_the_shells_process_once(
+    closing: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a reset closing the shell meanwhile sets its process to None
+    shell, calls, _read = closing
+    reads = iter([FakeProcess(4242), None])
+    monkeypatch.setattr(
+        sh.Shell,
+        "process",
+        property(lambda self: next(reads), lambda self, value: None),
+        raising=False,
+    )
+    assert shell.end_turn() == [7]
+    assert calls == [("strays", 4242), ("kill", [7])]

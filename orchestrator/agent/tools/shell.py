@@ -346,10 +346,11 @@ class Shell:
 
     def end_turn(self) -> list[int]:
         """Kill what the shell started and left running; the pids killed."""
-        if self.process is None:
+        process = self.process  # once: a reset may close the shell meanwhile
+        if process is None:
             return []
         since = self.started_ticks if self.sweep_orphans else None
-        pids = strays(self.process.pid, orphans_since=since)
+        pids = strays(process.pid, orphans_since=since)
         _kill(pids)
         return pids
 
@@ -490,7 +491,8 @@ class ShellSource:
         return result.text()
 
     def end_turn(self, box: Toolbox) -> None:
-        shell = self.shells.get(box.session_key or "default")
+        with self.guard:
+            shell = self.shells.get(box.session_key or "default")
         if shell is not None and (killed := shell.end_turn()):
             log.info("turn ended: killed %d processes its shell left running", len(killed))
 
