@@ -28,7 +28,6 @@ from orchestrator.cli.channel import (
     _chats,
     _check_account,
     _credential_options,
-    _default_trust,
     _kind_options,
     _kinds,
     _reload_if_running,
@@ -457,11 +456,60 @@ def test_an_unknown_account_when_none_is_defined(obj: CliContext) -> None:
     assert caught.value.message == "no channel account 'tg' (defined: none)"
 
 
-def test_the_default_trust_of_an_accounts_chats(configured: CliContext) -> None:
-    assert _default_trust(configured, "tg") == "member"
-    assert _default_trust(configured, "mail") == "guest"
-    assert _default_trust(configured, "signed") == "member"
-    assert _default_trust(configured, "nobot") == "member"
+def _pairing_code(home: Home, account: str, chat: str) -> str:
+    queue = open_queue(home)
+    try:
+        pairing, _ = ChatStore(queue).request_pairing(account, chat, title=None, requested_by=None)
+    finally:
+        queue.close()
+    assert pairing is not None
+    return pairing.code
+
+
+def test_pair_gives_the_accounts_default_trust_unless_told(configured: CliContext) -> None:
+    root = configured.home.root
+    assert run(root, "group", "add", "fam")[0] == 0
+    expected = {
+        ("tg", ()): "members",
+        ("mail", ()): "guests",
+        ("signed", ()): "members",
+        ("mail", ("--trust", "member")): "members",
+        ("tg", ("--trust", "guest")): "guests",
+    }
+    for number, ((account, flags), trust) in enumerate(expected.items()):
+        code = _pairing_code(configured.home, account, str(number))
+        assert run(root, "pair", code, "fam", *flags) == (
+            0,
+            f"paired {account}:{number} with group fam (activation mention, its people are "
+            f"{trust})\n",
+        )
+
+
+def test_pair_refuses_a_code_whose_account_was_removed_since(configured: CliContext) -> None:
+    root = configured.home.root
+    assert run(root, "group", "add", "fam")[0] == 0
+    code = _pairing_code(configured.home, "gone", "42")
+    for flags in ((), ("--trust", "guest")):
+        assert run(root, "pair", code, "fam", *flags) == (
+            2,
+            "error: no channel account 'gone' (defined: mail, signed, tg)\n"
+            "hint: orchestrator channel add KIND NAME --token-env VAR (see --help for the "
+            "kinds)\n",
+        )
+    exit_code, out = run(root, "pair", "--list", "--json")
+    assert exit_code == 0 and [p["state"] for p in json.loads(out)] == ["pending"]
+    assert run(root, "group", "show", "fam", "--json")[0] == 0
+    assert json.loads(run(root, "group", "show", "fam", "--json")[1])["bindings"] == []
+
+
+def test_pair_of_a_code_not_waiting_says_why(configured: CliContext) -> None:
+    root = configured.home.root
+    assert run(root, "group", "add", "fam")[0] == 0
+    assert run(root, "pair", "ZZZZ-ZZZZ", "fam") == (
+        2,
+        "error: no pairing code ZZZZ-ZZZZ\nhint: orchestrator pair --list shows the codes "
+        "waiting\n",
+    )
 
 
 # the chat store

@@ -390,12 +390,6 @@ def _check_account(obj: CliContext, account: str) -> ChannelAccount:
     return accounts[account]
 
 
-def _default_trust(obj: CliContext, account: str) -> str:
-    """The trust a binding of ``account``'s chats gets unless told otherwise."""
-    found = load_config(obj.home).channel_accounts.get(account)
-    return found.options.default_trust if found is not None else "member"
-
-
 @click.command()
 @click.argument("chat_ref", metavar="ACCOUNT:CHAT_ID")
 @pass_cli
@@ -480,11 +474,13 @@ def pair(
                 hint="such as: orchestrator pair K7QM-2XPR family",
             )
         found = GroupStore(obj.home).find(group)
-        if trust is None:
-            wanted = normalize_code(code)
-            waiting = [p for p in chats.pairings() if p.code == wanted]
-            trust = _default_trust(obj, waiting[0].account) if waiting else "member"
-        binding = chats.approve(code, found.folder, activation=activation, trust=trust)
+        wanted = normalize_code(code)
+        waiting = [p for p in chats.pairings() if p.code == wanted]
+        if waiting:  # its account may have been removed since the code was given
+            defined = _check_account(obj, waiting[0].account)
+            trust = trust or defined.options.default_trust
+        # a code not waiting: approve says why (unknown, used, rejected or expired)
+        binding = chats.approve(code, found.folder, activation=activation, trust=trust or "member")
     finally:
         chats.queue.close()
     if as_json:
