@@ -629,7 +629,7 @@ def test_the_bound_is_said(gate: Any) -> None:
     try:
         with connections(gate, "fam", 2):
             assert ask(gate.socket_path("fam"), b"CONNECT example.org:443 HTTP/1.1\r\n\r\n") == (
-                refusal(429, "at most 2 connections")
+                refusal(429, "too many connections (at most 2 at once)")
             )
     finally:
         end()
@@ -834,14 +834,16 @@ def test_a_connection_past_the_bound_is_answered_429_however_its_head_ends(
     path = gate.socket_path("fam")
     with connections(gate, "fam", 2):
         # a head cut short, then a silent client
-        assert ask(path, b"CONNECT example.org:443") == refusal(429, "at most 2 connections")
+        assert ask(path, b"CONNECT example.org:443") == refusal(
+            429, "too many connections (at most 2 at once)"
+        )
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
             silent.settimeout(10)
             silent.connect(str(path))
             got = b""
             while chunk := silent.recv(65536):
                 got += chunk
-            assert got == refusal(429, "at most 2 connections")
+            assert got == refusal(429, "too many connections (at most 2 at once)")
 
 
 def test_stopping_a_group_whose_socket_is_gone_is_quiet(gate: Any) -> None:
@@ -866,7 +868,9 @@ def test_each_connection_made_is_counted(gate: Any) -> None:
 def test_a_head_past_the_streams_limit_is_answered_past_the_bound_too(gate: Any) -> None:
     gate.serve("fam", Rules())
     with connections(gate, "fam", 2):
-        assert ask(gate.socket_path("fam"), b"X" * 100_000) == refusal(429, "at most 2 connections")
+        assert ask(gate.socket_path("fam"), b"X" * 100_000) == refusal(
+            429, "too many connections (at most 2 at once)"
+        )
 
 
 def test_the_gates_loop_runs_in_a_named_daemon_thread(gate: Any) -> None:

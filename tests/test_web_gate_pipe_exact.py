@@ -146,8 +146,8 @@ def test_over_the_bound_a_failed_read_still_gets_the_429(tmp_path: Path) -> None
     finally:
         gate.close()
     assert writer.written == [
-        b"HTTP/1.1 429 Refused\r\nContent-Type: text/plain\r\nContent-Length: 48\r\n"
+        b"HTTP/1.1 429 Refused\r\nContent-Type: text/plain\r\nContent-Length: 67\r\n"
         b"Connection: close\r\n\r\n"
-        b"orchestrator egress gate: at most 1 connections\n"
+        b"orchestrator egress gate: too many connections (at most 1 at once)\n"
     ]
     assert group.refused == 0

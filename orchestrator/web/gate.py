@@ -185,7 +185,9 @@ class Gate:
                 TimeoutError, asyncio.LimitOverrunError, OSError, asyncio.IncompleteReadError
             ):
                 await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), OVER_BOUND_HEAD_SECONDS)
-            return await _refuse(writer, 429, f"at most {self.max_connections} connections")
+            return await _refuse(
+                writer, 429, f"too many connections (at most {self.max_connections} at once)"
+            )
         group.connections.add(writer)
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_SECONDS)
