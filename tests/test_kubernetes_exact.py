@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from orchestrator.config import load_config
+from orchestrator.errors import BadInput
 from orchestrator.groups import GroupStore
 from orchestrator.groups.config import GroupConfig, set_option
 from orchestrator.home import Home
@@ -281,8 +282,8 @@ def test_group_pod_with_a_runtime_class_and_a_user_without_group() -> None:
     assert pod == expected
 
 
-def test_group_pod_without_a_config_hash_and_with_a_long_extra_name() -> None:
-    extra = "x_" * 40
+def test_group_pod_without_a_config_hash_and_with_the_longest_extra_name() -> None:
+    extra = "x_" * 21 + "y"  # 43 characters: the claim has 62
     spec = spec_of(
         labels={},
         mounts=(BindMount("/h", f"/workspace/extra/{extra}", False),),
@@ -294,8 +295,8 @@ def test_group_pod_without_a_config_hash_and_with_a_long_extra_name() -> None:
         "labels": {PART_OF: "orchestrator", COMPONENT: "group"},
         "annotations": {"org.orchestrator.config-hash": ""},
     }
-    volume = ("extra-" + "x-" * 40)[:63]
-    claim = ("orchestrator-extra-" + "x-" * 40)[:63]
+    volume = "extra-" + "x-" * 21 + "y"
+    claim = "orchestrator-extra-" + "x-" * 21 + "y"
     assert pod["spec"]["volumes"][2:] == [
         {"name": volume, "persistentVolumeClaim": {"claimName": claim, "readOnly": False}}
     ]
@@ -304,6 +305,38 @@ def test_group_pod_without_a_config_hash_and_with_a_long_extra_name() -> None:
         {"name": "credential", "mountPath": "/run/secrets", "readOnly": True},
     ]
     assert pod["spec"]["containers"][0]["env"] == []
+
+
+@pytest.mark.parametrize("extra", ["x" * 44 + "y", "docs-", "docs_"])
+def test_an_extra_mount_whose_claim_name_kubernetes_refuses_is_refused(extra: str) -> None:
+    spec = spec_of(mounts=(BindMount("/h", f"/workspace/extra/{extra}", False),))
+    with pytest.raises(BadInput) as caught:
+        group_pod(GroupShape(FOLDER, spec, 1024), KubernetesOptions())
+    claim = "orchestrator-extra-" + extra.replace("_", "-")
+    assert caught.value.message == (
+        f"group {FOLDER}: extra mount {extra!r} makes the claim name {claim!r}, which "
+        "Kubernetes refuses (at most 63 characters, ending in a letter or digit)"
+    )
+    assert caught.value.hint == (
+        f"rename the mount in groups/{FOLDER}/group.yaml: at most 44 characters, ending in "
+        "a letter or digit"
+    )
+
+
+def test_two_extra_mounts_that_make_one_claim_are_refused() -> None:
+    spec = spec_of(
+        mounts=(
+            BindMount("/h/a", "/workspace/extra/my_docs", False),
+            BindMount("/h/b", "/workspace/extra/my-docs", True),
+        )
+    )
+    with pytest.raises(BadInput) as caught:
+        group_pod(GroupShape(FOLDER, spec, 1024), KubernetesOptions())
+    assert caught.value.message == (
+        f"group {FOLDER}: extra mounts 'my_docs' and 'my-docs' both make the claim "
+        "'orchestrator-extra-my-docs' ('_' becomes '-'), so their files would be one"
+    )
+    assert caught.value.hint == f"rename one of them in groups/{FOLDER}/group.yaml"
 
 
 def group_labels() -> dict[str, str]:

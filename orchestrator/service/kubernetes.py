@@ -132,6 +132,7 @@ def group_pod(shape: GroupShape, options: KubernetesOptions) -> dict[str, Any]:
             },
         },
     ]
+    claims: dict[str, str] = {}  # claim -> the extra mount's name
     for mount in spec.mounts:
         if mount.target in (RUNTIME_DIR, EGRESS_DIR):
             continue  # the runner dials the daemon; the egress gate is a host's socket
@@ -142,14 +143,12 @@ def group_pod(shape: GroupShape, options: KubernetesOptions) -> dict[str, Any]:
             )
         elif mount.target.startswith("/workspace/extra/"):
             extra = mount.target.rsplit("/", 1)[1]
-            volume = f"extra-{extra.replace('_', '-')}"[:NAME_MAX]
+            claim = _extra_claim(shape.folder, extra, claims)
+            volume = claim.removeprefix("orchestrator-")
             volumes.append(
                 {
                     "name": volume,
-                    "persistentVolumeClaim": {
-                        "claimName": f"orchestrator-extra-{extra.replace('_', '-')}"[:NAME_MAX],
-                        "readOnly": mount.read_only,
-                    },
+                    "persistentVolumeClaim": {"claimName": claim, "readOnly": mount.read_only},
                 }
             )
             mounts.append({"name": volume, "mountPath": mount.target, "readOnly": mount.read_only})
@@ -206,6 +205,30 @@ def group_pod(shape: GroupShape, options: KubernetesOptions) -> dict[str, Any]:
         },
         "spec": pod,
     }
+
+
+def _extra_claim(folder: str, extra: str, claims: dict[str, str]) -> str:
+    """The claim ``orchestrator-extra-<name>`` of extra mount ``extra`` ('_' as '-'),
+    recorded in ``claims``; BadInput when it is no DNS label or another mount of the
+    group has it (their files would be one)."""
+    from orchestrator.errors import BadInput
+
+    claim = f"orchestrator-extra-{extra.replace('_', '-')}"
+    if len(claim) > NAME_MAX or not claim[-1].isalnum():
+        raise BadInput(
+            f"group {folder}: extra mount {extra!r} makes the claim name {claim!r}, which "
+            f"Kubernetes refuses (at most {NAME_MAX} characters, ending in a letter or digit)",
+            hint=f"rename the mount in groups/{folder}/group.yaml: at most "
+            f"{NAME_MAX - len('orchestrator-extra-')} characters, ending in a letter or digit",
+        )
+    if claim in claims:
+        raise BadInput(
+            f"group {folder}: extra mounts {claims[claim]!r} and {extra!r} both make the claim "
+            f"{claim!r} ('_' becomes '-'), so their files would be one",
+            hint=f"rename one of them in groups/{folder}/group.yaml",
+        )
+    claims[claim] = extra
+    return claim
 
 
 def _claim(
