@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from orchestrator.config import OrchestratorConfig, load_config
 from orchestrator.config.metrics import MetricsConfig
@@ -1039,3 +1040,58 @@ def test_provider_kind_is_required_and_base_url_and_model_lengths(home: Path, mo
     assert error(home, text.replace(f"[{model}", f"[{model}m"), monkeypatch).startswith(
         "HOME/orchestrator.yaml:5: providers.c.models[0]: must be 1..200 characters, got 'mmm"
     )
+
+
+def test_edit_reads_and_writes_utf8_whatever_the_locale(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import subprocess
+    import sys
+
+    import orchestrator.config.edit
+    from orchestrator.config.edit import edit_config
+
+    monkeypatch.delenv("ORCHESTRATOR_PROJECT", raising=False)
+    monkeypatch.delenv("ORCHESTRATOR_HTTP_TOKEN", raising=False)
+    monkeypatch.delenv("ORCHESTRATOR_STATE_DIR", raising=False)
+    start = "# l'équipe « ops »\nconcurrency: 1  # était 2\n"
+    edited = "# l'équipe « ops »\nconcurrency: 3  # était 2\n"
+    here, child = tmp_path / "here", tmp_path / "child"
+    for root in (here, child):
+        root.mkdir()
+        (root / "orchestrator.yaml").write_bytes(start.encode())
+    assert edit_config(Home(here), set_concurrency(3)).concurrency == 3
+    assert (here / "orchestrator.yaml").read_bytes() == edited.encode()
+    script = (
+        "import codecs, locale, sys; from pathlib import Path; "
+        "from orchestrator.config.edit import edit_config; from orchestrator.home import Home; "
+        "print(codecs.lookup(locale.getpreferredencoding(False)).name); "
+        "edit_config(Home(Path(sys.argv[1])), lambda data: data.update(concurrency=3))"
+    )
+    code = str(Path(orchestrator.config.edit.__file__).parents[2])  # the code this test runs
+    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0",
+           "PYTHONPATH": code}  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(child)], env=env, capture_output=True, text=True
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == "ascii\n"  # the child's locale reads and writes ASCII only
+    assert (child / "orchestrator.yaml").read_bytes() == edited.encode()
+
+
+@pytest.mark.skipif(not hasattr(yaml, "CSafeLoader"), reason="PyYAML without libyaml")
+def test_edit_refuses_a_tab_the_loader_takes_but_the_editor_cannot_read(
+    home: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.config.edit import edit_config
+
+    monkeypatch.delenv("ORCHESTRATOR_PROJECT", raising=False)
+    path = home / "orchestrator.yaml"
+    path.write_text("concurrency: 1\t\n")  # libyaml reads it; ruamel.yaml does not
+    assert load_config(Home(home)).concurrency == 1
+    with pytest.raises(InvalidConfig) as caught:
+        edit_config(Home(home), set_concurrency(3))
+    assert str(caught.value).startswith(
+        f"{path}: cannot be read for editing: while scanning for the next token\n"
+        "found character '\\t' that cannot start any token\n"
+    )
+    assert path.read_text() == "concurrency: 1\t\n"

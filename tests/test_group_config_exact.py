@@ -532,6 +532,21 @@ def test_the_provider_must_be_defined_and_the_model_allowed() -> None:
     assert parse("name: A\nprovider: q\nmodel: m\n").provider == "q"
 
 
+def test_a_purposes_pair_must_be_defined_and_allowed_by_the_group_too() -> None:
+    providers = {"p": ProviderDef(name="p", kind="openai", models=("m", "n"))}
+    head = "name: A\nprovider: p\nmodel: m\n"
+    flush = parse(head + "models:\n  flush: {provider: p, model: n}\n", providers).models.flush
+    assert flush == ModelChoice("p", "n")
+    assert error(head + "models:\n  flush: {provider: q, model: n}\n", providers) == (
+        "/g/group.yaml:5: models.flush.provider: unknown provider 'q'; defined: offline, p "
+        "(see: orchestrator provider list)"
+    )
+    text = head + "limits: {models: [m]}\nmodels:\n  flush: {provider: p, model: n}\n"
+    assert error(text, providers) == (
+        "/g/group.yaml:6: models.flush.model: model 'n' is not allowed for provider 'p'; allowed: m"
+    )
+
+
 def test_a_window_too_small_for_a_fresh_context_is_refused_at_its_boundary() -> None:
     # 80% of 2530 tokens is 2024; less 1024 for the answer, 1000 tokens: 3000 characters
     assert parse("name: A\nprovider: p\nmodel: m\n", {"p": provider("p", 2530)}).model == "m"
@@ -835,3 +850,44 @@ def check_mcp_server_of(path: Path) -> None:
 def test_a_group_name_is_at_most_100_characters() -> None:
     assert parse(f"name: {'n' * 100}\n").name == "n" * 100
     assert error(f"name: {'n' * 101}\n") == (f"{P}:1: name: is 101 characters; at most 100 allowed")
+
+
+def test_the_edits_read_and_write_utf8_whatever_the_locale(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    import orchestrator.groups.config
+
+    start = "# l'équipe\nname: A  # « A »\npackages:\n  debian: []\n"
+    edited = (
+        "# l'équipe\nname: A  # « A »\npackages:\n  debian: [jq]\n  python: []\n"
+        "turn_timeout: 5m\nmcp:\n  servers:\n    heure:\n      command: mcp-heure\n"
+        "      args:\n      - --zone=Europe/Zürich\n"
+    )
+    here, child = tmp_path / "here" / "group.yaml", tmp_path / "child" / "group.yaml"
+    for path in (here, child):
+        path.parent.mkdir()
+        path.write_bytes(start.encode())
+    set_option(here, "turn_timeout", "5m")
+    set_packages(here, ("jq",), ())
+    set_mcp_server(here, "heure", {"command": "mcp-heure", "args": ["--zone=Europe/Zürich"]})
+    assert here.read_bytes() == edited.encode()
+    script = (
+        "import codecs, locale, sys; from pathlib import Path; "
+        "from orchestrator.groups.config import set_mcp_server, set_option, set_packages; "
+        "print(codecs.lookup(locale.getpreferredencoding(False)).name); "
+        "path = Path(sys.argv[1]); set_option(path, 'turn_timeout', '5m'); "
+        "set_packages(path, ('jq',), ()); "
+        "set_mcp_server(path, 'heure', {'command': 'mcp-heure', "
+        "'args': ['--zone=Europe/Z\\xfcrich']})"  # escaped: the child's command line is ASCII
+    )
+    code = str(Path(orchestrator.groups.config.__file__).parents[2])  # the code this test runs
+    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0",
+           "PYTHONPATH": code}  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(child)], env=env, capture_output=True, text=True
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == "ascii\n"  # the child's locale reads and writes ASCII only
+    assert child.read_bytes() == edited.encode()
