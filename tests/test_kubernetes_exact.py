@@ -283,7 +283,7 @@ def test_group_pod_with_a_runtime_class_and_a_user_without_group() -> None:
 
 
 def test_group_pod_without_a_config_hash_and_with_the_longest_extra_name() -> None:
-    extra = "x_" * 21 + "y"  # 43 characters: the claim has 62
+    extra = "x_" * 21 + "yz"  # 44 characters: the claim has 63
     spec = spec_of(
         labels={},
         mounts=(BindMount("/h", f"/workspace/extra/{extra}", False),),
@@ -295,8 +295,9 @@ def test_group_pod_without_a_config_hash_and_with_the_longest_extra_name() -> No
         "labels": {PART_OF: "orchestrator", COMPONENT: "group"},
         "annotations": {"org.orchestrator.config-hash": ""},
     }
-    volume = "extra-" + "x-" * 21 + "y"
-    claim = "orchestrator-extra-" + "x-" * 21 + "y"
+    volume = "extra-" + "x-" * 21 + "yz"
+    claim = "orchestrator-extra-" + "x-" * 21 + "yz"
+    assert len(claim) == 63
     assert pod["spec"]["volumes"][2:] == [
         {"name": volume, "persistentVolumeClaim": {"claimName": claim, "readOnly": False}}
     ]
