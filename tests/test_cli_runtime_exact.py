@@ -35,10 +35,8 @@ NOW = 1_700_000_000.0
 
 
 @pytest.fixture
-def obj(tmp_path: Path) -> CliContext:
-    root = tmp_path / "home"
-    root.mkdir()
-    return CliContext(home=Home(root), debug=False)
+def obj(home: Path) -> CliContext:
+    return CliContext(home=Home(home), debug=False)
 
 
 def _queue_db(obj: CliContext) -> Path:
@@ -525,12 +523,10 @@ class Stop(Exception):
     pass
 
 
-def test_daemon_log_follows_new_lines(
-    obj: CliContext, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    path = _log(obj, b"old\n")
+def appending_naps(monkeypatch: pytest.MonkeyPatch, path: Path, later: list[bytes]) -> list[float]:
+    """time.sleep replaced: each nap appends the next of ``later`` to ``path``, the nap
+    after the last raises Stop; returns the seconds each nap was asked for."""
     naps: list[float] = []
-    later = [b"new X\n", b"tab\t \r\n", b"\xfe\n"]
 
     def sleep(seconds: float) -> None:
         naps.append(seconds)
@@ -540,6 +536,14 @@ def test_daemon_log_follows_new_lines(
             handle.write(later.pop(0))
 
     monkeypatch.setattr(cli_runtime.time, "sleep", sleep)
+    return naps
+
+
+def test_daemon_log_follows_new_lines(
+    obj: CliContext, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _log(obj, b"old\n")
+    naps = appending_naps(monkeypatch, path, [b"new X\n", b"tab\t \r\n", b"\xfe\n"])
     with pytest.raises(Stop):
         cli_runtime._daemon_log(obj, True, None)
     assert capsys.readouterr().out == "old\nnew X\ntab\\t \\r\n\ufffd\n"
@@ -550,15 +554,7 @@ def test_daemon_log_follows_after_its_tail(
     obj: CliContext, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = _log(obj, b"a\nb\nc\n")
-    later = [b"d\ne\n"]
-
-    def sleep(seconds: float) -> None:
-        if not later:
-            raise Stop
-        with open(path, "ab") as handle:
-            handle.write(later.pop(0))
-
-    monkeypatch.setattr(cli_runtime.time, "sleep", sleep)
+    appending_naps(monkeypatch, path, [b"d\ne\n"])
     with pytest.raises(Stop):
         cli_runtime._daemon_log(obj, True, 1)
     assert capsys.readouterr().out == "c\nd\ne\n"
@@ -584,15 +580,7 @@ def test_daemon_log_tail_of_zero_shows_only_new_lines(
     path = _log(obj, b"a\nb\n")
     cli_runtime._daemon_log(obj, False, 0)
     assert capsys.readouterr().out == ""
-    later = [b"c\n"]
-
-    def sleep(seconds: float) -> None:
-        if not later:
-            raise Stop
-        with open(path, "ab") as handle:
-            handle.write(later.pop(0))
-
-    monkeypatch.setattr(cli_runtime.time, "sleep", sleep)
+    appending_naps(monkeypatch, path, [b"c\n"])
     with pytest.raises(Stop):
         cli_runtime._daemon_log(obj, True, 0)
     assert capsys.readouterr().out == "c\n"

@@ -19,10 +19,8 @@ from orchestrator.home import Home
 
 
 @pytest.fixture
-def obj(tmp_path: Path) -> CliContext:
-    root = tmp_path / "home"
-    root.mkdir()
-    return CliContext(home=Home(root), debug=False)
+def obj(home: Path) -> CliContext:
+    return CliContext(home=Home(home), debug=False)
 
 
 def test_the_system_unit_whole(obj: CliContext) -> None:

@@ -17,10 +17,7 @@ from orchestrator.image import inputs, noop
 from orchestrator.image.inputs import InputsCache, Recorded
 from orchestrator.image.recipe import recipe_hash
 from orchestrator.runtime import direct
-
-ARGS = ["image", "build", "--offline"]
-TAG = "orchestrator-agent:0123456789ab"
-IMAGE_ID = "sha256:" + "a" * 64
+from tests.imagebuild import ARGS, IMAGE_ID, TAG, image_home  # noqa: F401  (fixture: home)
 
 
 @pytest.fixture()
@@ -32,16 +29,6 @@ def checkout(tmp_path: Path) -> Path:
     (root / "images/agent/Dockerfile").write_text("FROM scratch\n")
     (root / "orchestrator/__init__.py").write_text("")
     return root
-
-
-@pytest.fixture()
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("ORCHESTRATOR_HOME", str(home))
-    for name in noop._CONFIG_ENV:
-        monkeypatch.delenv(name, raising=False)
-    return home
 
 
 # noop: the checkout, the request, the home

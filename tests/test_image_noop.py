@@ -15,10 +15,7 @@ import pytest
 from orchestrator.image import inputs, noop
 from orchestrator.image.inputs import InputsCache, Recorded
 from orchestrator.image.recipe import recipe_hash
-
-ARGS = ["image", "build", "--offline"]
-TAG = "orchestrator-agent:0123456789ab"
-IMAGE_ID = "sha256:" + "a" * 64
+from tests.imagebuild import ARGS, IMAGE_ID, TAG, image_home  # noqa: F401  (fixture: home)
 
 
 @pytest.fixture()
@@ -33,16 +30,6 @@ def checkout(tmp_path: Path) -> Path:
     (root / "orchestrator/sub/__pycache__/mod.cpython-311.pyc").write_bytes(b"\0")
     (root / "orchestrator/sub/old.pyc").write_bytes(b"\0")
     return root
-
-
-@pytest.fixture()
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("ORCHESTRATOR_HOME", str(home))
-    for name in noop._CONFIG_ENV:
-        monkeypatch.delenv(name, raising=False)
-    return home
 
 
 class Engine:

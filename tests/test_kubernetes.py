@@ -29,6 +29,7 @@ from orchestrator.service.kubernetes import (
     resource_name,
     shapes_of,
 )
+from tests.kubehome import home_with_a_shared_folder
 
 # the Kubernetes versions the README names
 VERSIONS = ("1.33.0", "1.34.0", "1.35.0", "1.36.0", "1.37.0")
@@ -38,15 +39,7 @@ CRD = Path(__file__).parent / "data" / "agent-sandbox" / "agents.x-k8s.io_sandbo
 @pytest.fixture
 def home(tmp_path: Path) -> Home:
     """A home with a group of every shape."""
-    root = tmp_path / "home"
-    root.mkdir()
-    shared = tmp_path / "shared" / "docs"
-    shared.mkdir(parents=True)
-    allow = tmp_path / "config" / "allowlist.yaml"
-    allow.parent.mkdir()
-    allow.write_text(f"roots:\n  - path: {shared.parent}\n    writable: true\n")
-    root.joinpath("orchestrator.yaml").write_text(f"project: k8s\nmount_allowlist: {allow}\n")
-    home = Home(root)
+    home, shared = home_with_a_shared_folder(tmp_path, "k8s")
     store = GroupStore(home)
     shapes: dict[str, dict[str, str]] = {
         "Plain": {},

@@ -17,7 +17,6 @@ from orchestrator.config import load_config
 from orchestrator.errors import BadInput
 from orchestrator.groups import GroupStore
 from orchestrator.groups.config import GroupConfig, set_option
-from orchestrator.home import Home
 from orchestrator.image.group import group_repository
 from orchestrator.runtime.base import (
     LABEL_CONFIG_HASH,
@@ -44,6 +43,7 @@ from orchestrator.service.kubernetes import (
     shapes_of,
     to_yaml,
 )
+from tests.kubehome import home_with_a_shared_folder
 
 PART_OF = "app.kubernetes.io/part-of"
 COMPONENT = "app.kubernetes.io/component"
@@ -587,15 +587,7 @@ def test_to_yaml_keeps_the_order_in_block_style() -> None:
 
 
 def test_shapes_of_each_group_as_the_manifests_need_it(tmp_path: Path) -> None:
-    root = tmp_path / "home"
-    root.mkdir()
-    shared = tmp_path / "shared" / "docs"
-    shared.mkdir(parents=True)
-    allow = tmp_path / "config" / "allowlist.yaml"
-    allow.parent.mkdir()
-    allow.write_text(f"roots:\n  - path: {shared.parent}\n    writable: true\n")
-    root.joinpath("orchestrator.yaml").write_text(f"project: kp\nmount_allowlist: {allow}\n")
-    home = Home(root)
+    home, shared = home_with_a_shared_folder(tmp_path, "kp")
     store = GroupStore(home)
     plain = store.add(GroupConfig(name="Plain", creators=("alice",)))
     set_option(plain.config_file, "container.disk", "3g")

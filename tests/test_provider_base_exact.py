@@ -134,25 +134,25 @@ def test_model_answer_not_cut(reason: str | None) -> None:
     assert ModelAnswer("x", [], 1, 1, stop_reason=reason).cut is False
 
 
-def test_model_answer_negative_counts_become_zero() -> None:
-    answer = ModelAnswer("x", [], -5, -1, cache_read_tokens=-2, cache_write_tokens=-9)
-    assert (
+def token_counts(answer: ModelAnswer) -> tuple[int, int, int, int]:
+    """An answer's input, output, cache read and cache write tokens."""
+    return (
         answer.input_tokens,
         answer.output_tokens,
         answer.cache_read_tokens,
         answer.cache_write_tokens,
-    ) == (0, 0, 0, 0)
+    )
+
+
+def test_model_answer_negative_counts_become_zero() -> None:
+    answer = ModelAnswer("x", [], -5, -1, cache_read_tokens=-2, cache_write_tokens=-9)
+    assert token_counts(answer) == (0, 0, 0, 0)
     assert answer.prompt_tokens == 0
 
 
 def test_model_answer_positive_counts_kept() -> None:
     answer = ModelAnswer("x", [], 1, 2, cache_read_tokens=3, cache_write_tokens=4)
-    assert (
-        answer.input_tokens,
-        answer.output_tokens,
-        answer.cache_read_tokens,
-        answer.cache_write_tokens,
-    ) == (1, 2, 3, 4)
+    assert token_counts(answer) == (1, 2, 3, 4)
 
 
 @pytest.mark.parametrize(
@@ -174,28 +174,21 @@ def test_model_answer_each_negative_count_alone(field: str) -> None:
 # -- failures ------------------------------------------------------------------------------
 
 
+def fields(failure: ProviderFailure) -> tuple[int | None, float | None, bool, bool]:
+    """A failure's status, Retry-After, whether it is retryable, whether it is an overflow."""
+    return (failure.status, failure.retry_after, failure.retryable, failure.overflow)
+
+
 def test_provider_failure_defaults() -> None:
     failure = ProviderFailure("it broke")
     assert str(failure) == "it broke"
     assert failure.args == ("it broke",)
-    assert (
-        failure.message,
-        failure.status,
-        failure.retry_after,
-        failure.retryable,
-        failure.overflow,
-    ) == ("it broke", None, None, False, False)
+    assert (failure.message, *fields(failure)) == ("it broke", None, None, False, False)
 
 
 def test_provider_failure_fields() -> None:
     failure = ProviderFailure("m", status=429, retry_after=2.5, retryable=True, overflow=True)
-    assert (
-        failure.message,
-        failure.status,
-        failure.retry_after,
-        failure.retryable,
-        failure.overflow,
-    ) == ("m", 429, 2.5, True, True)
+    assert (failure.message, *fields(failure)) == ("m", 429, 2.5, True, True)
     failure.message = "changed"
     assert str(failure) == "changed"
 
@@ -457,10 +450,20 @@ def broken_after(items: list[dict[str, Any]], error: Exception) -> Iterator[dict
     raise error
 
 
-def test_until_deadline_all_chunks(closer: FakeCloser) -> None:
-    def close() -> None:
-        pass
+def close() -> None:
+    """A stream's close, scheduled and cancelled but never called here."""
 
+
+def read_until_reset(stream: UntilDeadline) -> list[dict[str, Any]]:
+    """The chunks ``stream`` gave before it raised its OSError("reset")."""
+    got: list[dict[str, Any]] = []
+    with pytest.raises(OSError, match=r"^reset$"):
+        for chunk in stream:
+            got.append(chunk)
+    return got
+
+
+def test_until_deadline_all_chunks(closer: FakeCloser) -> None:
     stream = UntilDeadline([{"a": 1}, {"b": 2}], Deadline(103.0, Clock(101.0)), close)
     assert stream.chunks == [{"a": 1}, {"b": 2}]
     assert stream.close is close
@@ -472,9 +475,6 @@ def test_until_deadline_all_chunks(closer: FakeCloser) -> None:
 
 
 def test_until_deadline_past_deadline_closes_now(closer: FakeCloser) -> None:
-    def close() -> None:
-        pass
-
     list(UntilDeadline([], Deadline(90.0, Clock(101.0)), close))
     assert closer.scheduled == [(100.0, close)]
     assert closer.cancelled == [42]
@@ -497,36 +497,22 @@ def test_until_deadline_no_deadline_no_timer(closer: FakeCloser) -> None:
 
 def test_until_deadline_error_without_deadline_raises(closer: FakeCloser) -> None:
     stream = UntilDeadline(broken_after([{"a": 1}], OSError("reset")), None)
-    got: list[dict[str, Any]] = []
-    with pytest.raises(OSError, match=r"^reset$"):
-        for chunk in stream:
-            got.append(chunk)
-    assert got == [{"a": 1}]
+    assert read_until_reset(stream) == [{"a": 1}]
     assert stream.timed_out is False
 
 
 def test_until_deadline_error_far_from_deadline_raises(closer: FakeCloser) -> None:
-    def close() -> None:
-        pass
-
     # 0.26 seconds left: more than the slack
     stream = UntilDeadline(
         broken_after([{"a": 1}], OSError("reset")), Deadline(100.26, Clock(100.0)), close
     )
-    got: list[dict[str, Any]] = []
-    with pytest.raises(OSError, match=r"^reset$"):
-        for chunk in stream:
-            got.append(chunk)
-    assert got == [{"a": 1}]
+    assert read_until_reset(stream) == [{"a": 1}]
     assert stream.timed_out is False
     assert closer.cancelled == [42]
 
 
 @pytest.mark.parametrize("left", [0.25, 0.1, 0.0, -3.0])
 def test_until_deadline_error_at_deadline_is_a_cut(closer: FakeCloser, left: float) -> None:
-    def close() -> None:
-        pass
-
     stream = UntilDeadline(
         broken_after([{"a": 1}, {"b": 2}], OSError("closed")),
         Deadline(1000.0 + left, Clock(1000.0)),
@@ -685,12 +671,7 @@ def test_status_failure_retry_after_overflow_and_scrub() -> None:
     assert failure.message == (
         "provider 'acme' answered HTTP 400: key [key] is over the maximum context length"
     )
-    assert (failure.status, failure.retry_after, failure.retryable, failure.overflow) == (
-        400,
-        5.0,
-        False,
-        True,
-    )
+    assert fields(failure) == (400, 5.0, False, True)
 
 
 def test_status_failure_overflow_from_the_body() -> None:
@@ -754,24 +735,14 @@ def test_sdk_failure_status_error() -> None:
     exc = APIStatusError(429, {"retry-after": "12"}, {"error": {"type": "context_length_exceeded"}})
     failure = sdk_failure(provider(), SDK, exc, detail)
     assert failure.message == "provider 'acme' answered HTTP 429: detail of status 429 [key]"
-    assert (failure.status, failure.retry_after, failure.retryable, failure.overflow) == (
-        429,
-        12.0,
-        True,
-        False,
-    )
+    assert fields(failure) == (429, 12.0, True, False)
 
 
 def test_sdk_failure_status_error_body_says_overflow() -> None:
     exc = APIStatusError(400, {}, {"error": {"type": "context_length_exceeded"}})
     failure = sdk_failure(provider(), SDK, exc, detail)
     assert failure.message == "provider 'acme' answered HTTP 400: detail of status 400 [key]"
-    assert (failure.status, failure.retry_after, failure.retryable, failure.overflow) == (
-        400,
-        None,
-        False,
-        True,
-    )
+    assert fields(failure) == (400, None, False, True)
 
 
 def test_sdk_failure_status_error_without_a_body() -> None:
@@ -786,34 +757,19 @@ def test_sdk_failure_timeout() -> None:
     assert failure.message == (
         "provider 'acme' did not answer within the turn's time: timed out [key]"
     )
-    assert (failure.status, failure.retry_after, failure.retryable, failure.overflow) == (
-        None,
-        None,
-        True,
-        False,
-    )
+    assert fields(failure) == (None, None, True, False)
 
 
 def test_sdk_failure_connection() -> None:
     failure = sdk_failure(provider(), SDK, APIConnectionError(f"refused {KEY}"), detail)
     assert failure.message == "provider 'acme' unreachable: refused [key]"
-    assert (failure.status, failure.retry_after, failure.retryable, failure.overflow) == (
-        None,
-        None,
-        True,
-        False,
-    )
+    assert fields(failure) == (None, None, True, False)
 
 
 def test_sdk_failure_malformed() -> None:
     failure = sdk_failure(provider(), SDK, KeyError(f"choices {KEY}"), detail)
     assert failure.message == ("provider 'acme' sent a malformed answer: KeyError: 'choices [key]'")
-    assert (failure.status, failure.retry_after, failure.retryable, failure.overflow) == (
-        None,
-        None,
-        True,
-        False,
-    )
+    assert fields(failure) == (None, None, True, False)
 
 
 def test_sdk_failure_malformed_cut_at_500() -> None:

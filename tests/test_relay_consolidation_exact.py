@@ -193,6 +193,51 @@ def check_history(history: Any, group: Group) -> None:
     )
 
 
+def prepare_and_commit(rec: Recorder, group: Group) -> list[tuple[Any, ...]]:
+    """The events of a run that opens nothing and holds no pause: prepare, then commit."""
+    return [
+        ("prepare", group.path.parent, "fam"),
+        ("commit", group.path.parent, rec.prepared),
+    ]
+
+
+def pause(queue: str, progress: Any) -> tuple[Any, ...]:
+    """The event of group fam's pause on ``queue`` while the run writes."""
+    return (
+        "pause",
+        queue,
+        "fam",
+        "memory-consolidate",
+        "memory consolidation in progress",
+        55,
+        progress,
+    )
+
+
+def prepared_with(model: Any, days: int) -> dict[str, Any]:
+    """prepare's keywords but the history, for group fam on 2026-12-08 with ``model``."""
+    return {
+        "facts": FACTS,
+        "today": date(2026, 12, 8),
+        "days": days,
+        "complete": model,
+        "model": "bgprov/bg-model",
+        "max_tokens": 1234,
+    }
+
+
+def committed_with(history: Any, **more: Any) -> dict[str, Any]:
+    """commit's keywords for group fam at NOW, sent by the operator, and ``more``."""
+    return {
+        "facts": FACTS,
+        "history": history,
+        "when": NOW,
+        "zone": "Pacific/Auckland",
+        "sender": "operator",
+        **more,
+    }
+
+
 def test_the_background_model_on_its_own_queue_and_usage_for_a_dry_run(
     home: Path, rec: Recorder, group: Group, config: OrchestratorConfig
 ) -> None:
@@ -221,22 +266,8 @@ def test_the_background_model_on_its_own_queue_and_usage_for_a_dry_run(
     ]
     history = rec.prepare_kwargs.pop("history")
     check_history(history, group)
-    assert rec.prepare_kwargs == {
-        "facts": FACTS,
-        "today": date(2026, 12, 8),
-        "days": 7,
-        "complete": model,
-        "model": "bgprov/bg-model",
-        "max_tokens": 1234,
-    }
-    assert rec.commit_kwargs == {
-        "facts": FACTS,
-        "history": history,
-        "when": NOW,
-        "zone": "Pacific/Auckland",
-        "sender": "operator",
-        "dry_run": True,
-    }
+    assert rec.prepare_kwargs == prepared_with(model, days=7)
+    assert rec.commit_kwargs == committed_with(history, dry_run=True)
     assert rec.prepared is not None
     assert rec.prepared.usage == {"usage_id": "consolidation-1", "calls": 2}
     assert queue.name == "queue"
@@ -265,30 +296,16 @@ def test_a_run_that_writes_holds_the_pause_on_a_queue_it_opens_and_closes(
         ("background", config, group, given, adapters),
         ("prepare", groups_dir, "fam"),
         ("open_queue", Home(home)),
-        ("pause", "queue", "fam", "memory-consolidate", "memory consolidation in progress", 55,
-         progress),
+        pause("queue", progress),
         ("commit", groups_dir, rec.prepared),
         ("resume", "queue", "fam"),
         ("close", "queue"),
         ("close", "background"),
-    ]  # fmt: skip
+    ]
     history = rec.prepare_kwargs.pop("history")
     check_history(history, group)
-    assert rec.prepare_kwargs == {
-        "facts": FACTS,
-        "today": date(2026, 12, 8),
-        "days": 3,
-        "complete": model,
-        "model": "bgprov/bg-model",
-        "max_tokens": 1234,
-    }
-    assert rec.commit_kwargs == {
-        "facts": FACTS,
-        "history": history,
-        "when": NOW,
-        "zone": "Pacific/Auckland",
-        "sender": "operator",
-    }
+    assert rec.prepare_kwargs == prepared_with(model, days=3)
+    assert rec.commit_kwargs == committed_with(history)
 
 
 def test_a_queue_given_holds_the_usage_and_the_pause_and_stays_open(
@@ -311,13 +328,12 @@ def test_a_queue_given_holds_the_usage_and_the_pause_and_stays_open(
         ("usage", QUEUE_PATH),
         ("background", config, group, usage, adapters),
         ("prepare", groups_dir, "fam"),
-        ("pause", "given", "fam", "memory-consolidate", "memory consolidation in progress", 55,
-         progress),
+        pause("given", progress),
         ("commit", groups_dir, rec.prepared),
         ("resume", "given", "fam"),
         ("close", "background"),
         ("close", "usage"),
-    ]  # fmt: skip
+    ]
     assert rec.commit_kwargs["sender"] == ""
     assert rec.prepare_kwargs["days"] == 7
 
@@ -329,11 +345,7 @@ def test_a_model_given_is_asked_and_nothing_is_opened_for_it(
         raise AssertionError("prepare is replaced")
 
     run_consolidation(Home(home), group, dry_run=True, complete=complete, config=config, now=NOW)
-    groups_dir = group.path.parent
-    assert rec.events == [
-        ("prepare", groups_dir, "fam"),
-        ("commit", groups_dir, rec.prepared),
-    ]
+    assert rec.events == prepare_and_commit(rec, group)
     assert rec.prepare_kwargs["complete"] is complete
     assert rec.prepare_kwargs["model"] == "bgprov/bg-model"
     assert rec.prepared is not None and rec.prepared.usage is None
@@ -345,11 +357,7 @@ def test_an_offline_group_asks_no_model_and_names_none(
 ) -> None:
     group = make_group(home, provider="offline")
     run_consolidation(Home(home), group, dry_run=True, config=config, now=NOW)
-    groups_dir = group.path.parent
-    assert rec.events == [
-        ("prepare", groups_dir, "fam"),
-        ("commit", groups_dir, rec.prepared),
-    ]
+    assert rec.events == prepare_and_commit(rec, group)
     assert rec.prepare_kwargs["complete"] is None
     assert rec.prepare_kwargs["model"] == ""
     assert rec.prepared is not None and rec.prepared.usage is None
@@ -361,19 +369,8 @@ def test_nothing_proposed_is_committed_without_a_pause(
     rec.proposals = False
     group = make_group(home, provider="offline")
     run_consolidation(Home(home), group, config=config, sender="operator", now=NOW)
-    groups_dir = group.path.parent
-    assert rec.events == [
-        ("prepare", groups_dir, "fam"),
-        ("commit", groups_dir, rec.prepared),
-    ]
-    assert rec.commit_kwargs == {
-        "facts": FACTS,
-        "history": rec.prepare_kwargs["history"],
-        "when": NOW,
-        "zone": "Pacific/Auckland",
-        "sender": "operator",
-        "dry_run": False,
-    }
+    assert rec.events == prepare_and_commit(rec, group)
+    assert rec.commit_kwargs == committed_with(rec.prepare_kwargs["history"], dry_run=False)
 
 
 def test_an_offline_run_that_writes_pauses_on_the_homes_queue(
@@ -385,12 +382,11 @@ def test_an_offline_run_that_writes_pauses_on_the_homes_queue(
     assert rec.events == [
         ("prepare", groups_dir, "fam"),
         ("open_queue", Home(home)),
-        ("pause", "queue", "fam", "memory-consolidate", "memory consolidation in progress", 55,
-         None),
+        pause("queue", None),
         ("commit", groups_dir, rec.prepared),
         ("resume", "queue", "fam"),
         ("close", "queue"),
-    ]  # fmt: skip
+    ]
 
 
 @pytest.mark.parametrize(

@@ -347,11 +347,8 @@ def test_a_call_sends_one_line_and_leaves_no_files(running: Any) -> None:
     assert shell.calls == 2
 
 
-def test_a_calls_command_file_holds_the_command(
-    running: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    shell, _, state = running
-    state["ended"], state["code"] = None, 0
+def command_files(shell: sh.Shell, monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The bytes of the call's command file, noted as each wait for its status begins."""
     seen: list[bytes] = []
     wait = shell._wait
 
@@ -360,6 +357,15 @@ def test_a_calls_command_file_holds_the_command(
         return wait(*args)
 
     monkeypatch.setattr(shell, "_wait", peek)
+    return seen
+
+
+def test_a_calls_command_file_holds_the_command(
+    running: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shell, _, state = running
+    state["ended"], state["code"] = None, 0
+    seen = command_files(shell, monkeypatch)
     shell.run("echo é \udcff", 1)
     assert seen == [b"echo \xc3\xa9 \xff\n"]
 
@@ -513,14 +519,7 @@ def test_a_command_is_written_in_utf8_whatever_the_locale(
 ) -> None:
     shell, _, state = running
     state["ended"], state["code"] = None, 0
-    seen: list[bytes] = []
-    wait = shell._wait
-
-    def peek(*args: Any) -> Any:
-        seen.append((shell.state_dir / "cmd-1").read_bytes())
-        return wait(*args)
-
-    monkeypatch.setattr(shell, "_wait", peek)
+    seen = command_files(shell, monkeypatch)
     before = locale.setlocale(locale.LC_CTYPE)
     locale.setlocale(locale.LC_CTYPE, "C")  # an ASCII locale
     try:

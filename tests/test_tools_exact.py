@@ -1,11 +1,14 @@
 """The agent's built-in tools word for word: the toolbox's dispatch and paths, the file
 tools (read, write, edit, append, list, grep, the flush's append_daily), send_message and
 send_file, request_packages, web_fetch and web_search, and what they share (schema,
-locks). Each behavior on its own, with exact texts and bounds at their edges."""
+locks, the opening of a regular file). Each behavior on its own, with exact texts and
+bounds at their edges."""
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,7 @@ from orchestrator.agent.tools import (
     ToolSpec,
     schema,
 )
+from orchestrator.agent.tools.base import NotRegular, open_regular
 from orchestrator.limits import (
     FLUSH_MAX_CHARS,
     MESSAGE_MAX_CHARS,
@@ -86,6 +90,34 @@ def test_file_locks_give_one_lock_per_path() -> None:
     assert locks.of(Path("/a/c")) is not first
     with first:
         assert not locks.of(Path("/a/b")).acquire(blocking=False)
+
+
+def test_a_regular_file_is_opened_with_its_size(tmp_path: Path) -> None:
+    (tmp_path / "f").write_bytes(b"abc")
+    handle, size = open_regular(tmp_path / "f")
+    with handle:
+        assert (handle.read(), size) == (b"abc", 3)
+
+
+def test_a_link_a_folder_and_a_fifo_are_not_opened_as_regular_files(tmp_path: Path) -> None:
+    (tmp_path / "f").write_bytes(b"abc")
+    (tmp_path / "link").symlink_to(tmp_path / "f")
+    (tmp_path / "dir").mkdir()
+    os.mkfifo(tmp_path / "fifo")  # no writer: an open that blocked would never end
+    before = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(OSError) as linked:
+        open_regular(tmp_path / "link")
+    assert linked.value.errno == errno.ELOOP
+    for name, is_kind in (("dir", stat.S_ISDIR), ("fifo", stat.S_ISFIFO)):
+        with pytest.raises(NotRegular) as refused:
+            open_regular(tmp_path / name)
+        assert is_kind(refused.value.mode)
+        assert (refused.value.errno, refused.value.strerror, refused.value.filename) == (
+            errno.EINVAL,
+            "not a regular file",
+            str(tmp_path / name),
+        )
+    assert len(os.listdir("/proc/self/fd")) == before
 
 
 # box: dispatch

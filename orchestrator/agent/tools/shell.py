@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.agent.settings import AgentSettings
-from orchestrator.agent.tools.base import TURN, ToolError, ToolSpec
+from orchestrator.agent.tools.base import TURN, ToolError, ToolSpec, open_regular
 from orchestrator.agent.tools.box import FunctionTool, Toolbox
 from orchestrator.limits import (
     EGRESS_PORT,
@@ -384,16 +384,10 @@ def _read_capped(path: Path) -> tuple[str, int]:
     """The output file's head and tail (joined by NUL when cut) and the bytes cut; a
     file the command replaced by something else (a FIFO, a link) reads as nothing."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        f, size = open_regular(path)
     except OSError:
         return "", 0
-    # checked before fdopen, which raises IsADirectoryError on a folder
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        return "", 0
-    with os.fdopen(fd, "rb") as f:
-        size = info.st_size
+    with f:
         keep = SHELL_OUTPUT_HEAD_BYTES + SHELL_OUTPUT_TAIL_BYTES
         if size <= keep:
             return _shown(f.read(keep)), 0

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from orchestrator.agent.settings import DEFAULT_SKILLS_DIR
-from orchestrator.agent.tools.base import TURN, ToolError, ToolSpec
+from orchestrator.agent.tools.base import TURN, NotRegular, ToolError, ToolSpec, open_regular
 from orchestrator.agent.tools.box import FunctionTool, Toolbox, ToolSource
 from orchestrator.limits import TOOL_READ_MAX_CHARS
 from orchestrator.skills.manifest import (
@@ -114,17 +114,14 @@ class SkillSource:
         if lexical.parts[:1] == ("..",) or root not in real.parents:
             raise ToolError(f"{file}: outside the skill's folder {folder}")
         try:
-            fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            handle, _ = open_regular(real)
         except FileNotFoundError:
             raise ToolError(f"{file}: no such file in the skill; see its files") from None
-        # checked before fdopen, which raises IsADirectoryError on a folder
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            os.close(fd)
-            if stat.S_ISDIR(mode):
-                raise ToolError(f"{file}: is a folder; see the skill's files")
-            raise ToolError(f"{file}: not a regular file")
-        with os.fdopen(fd, "rb") as handle:
+        except NotRegular as exc:
+            if stat.S_ISDIR(exc.mode):
+                raise ToolError(f"{file}: is a folder; see the skill's files") from None
+            raise ToolError(f"{file}: not a regular file") from None
+        with handle:
             data = handle.read(TOOL_READ_MAX_CHARS * 4 + 1)
         text = data.decode("utf-8", errors="replace")
         if len(text) > TOOL_READ_MAX_CHARS:
