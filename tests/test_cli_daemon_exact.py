@@ -136,43 +136,69 @@ def test_running_containers_are_none_when_the_engine_is_away(
     assert _running_containers(obj) == []
 
 
-# --- _send -------------------------------------------------------------------------
+# --- the daemon --------------------------------------------------------------------
 
 
-class Stream:
-    """A fake control_stream: records each call, yields the frames given."""
+class Daemon:
+    """Fakes of control_stream and control_request, each call recorded with the home it
+    was for. control_stream yields ``frames`` when they are set, else answers a chat's
+    line: "refused" is refused, "quiet" gets no reply, any other is echoed, then
+    "later"; control_request gives ``answers`` in turn (an exception is raised)."""
 
-    def __init__(self, frames: list[dict[str, Any]]) -> None:
-        self.frames = frames
-        self.calls: list[tuple[Home, dict[str, Any], dict[str, Any]]] = []
+    def __init__(self) -> None:
+        self.frames: list[dict[str, Any]] | None = None
+        self.answers: list[Any] = []
+        self.sent: list[tuple[Home, dict[str, Any], dict[str, Any]]] = []
+        self.asked: list[tuple[Any, ...]] = []
 
-    def __call__(self, home: Home, request: dict[str, Any], **kwargs: Any) -> Iterator[Any]:
-        self.calls.append((home, dict(request), kwargs))
-        yield from self.frames
+    def stream(self, home: Home, request: dict[str, Any], **kwargs: Any) -> Iterator[Any]:
+        self.sent.append((home, dict(request), kwargs))
+        if self.frames is not None:
+            yield from self.frames
+            return
+        text = request["text"]
+        if text == "refused":
+            yield {"ok": False, "error": "group fam is paused", "hint": "wait", "exit": 4}
+            return
+        if text == "quiet":
+            yield {"ok": True, "message": {"id": "q", "state": "done", "replies": []}}
+            return
+        yield {"reply": {"text": f"echo: {text}"}}
+        replies = [f"echo: {text}", "later"]
+        yield {"ok": True, "message": {"id": f"id-{text}", "state": "done", "replies": replies}}
+
+    def request(self, home: Home, message: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        self.asked.append((home, dict(message), args, kwargs))
+        answer = self.answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
 
 
-def stream(monkeypatch: pytest.MonkeyPatch, frames: list[dict[str, Any]]) -> Stream:
-    fake = Stream(frames)
-    monkeypatch.setattr(client, "control_stream", fake)
+@pytest.fixture
+def daemon(monkeypatch: pytest.MonkeyPatch) -> Daemon:
+    fake = Daemon()
+    monkeypatch.setattr(client, "control_stream", fake.stream)
+    monkeypatch.setattr(client, "control_request", fake.request)
     return fake
 
 
+# --- _send -------------------------------------------------------------------------
+
+
 def test_send_streams_the_request_and_prints_replies_and_files(
-    obj: CliContext, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    obj: CliContext, daemon: Daemon, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fake = stream(
-        monkeypatch,
-        [
-            {"reply": {"text": "one \x1b[31mred"}},
-            {"reply": {"text": "two", "file": {"path": "out/\x1b]0;x.png"}}},
-            {"reply": {"file": "not a map"}},
-            {"ok": True, "message": {"id": "m1", "state": "done"}},
-            {"ok": True, "message": {"id": "never"}},
-        ],
-    )
+    daemon.frames = [
+        {"reply": {"text": "one \x1b[31mred"}},
+        {"reply": {"text": "two", "file": {"path": "out/\x1b]0;x.png"}}},
+        {"reply": {"file": "not a map"}},
+        {"ok": True, "message": {"id": "m1", "state": "done"}},
+        {"ok": True, "message": {"id": "never"}},
+    ]
     message = _send(obj, "fam", "hi", "kitchen", "alice", "t9", 12.5)
     assert message == {"id": "m1", "state": "done", "shown": 3}
-    assert fake.calls == [
+    assert daemon.sent == [
         (
             obj.home,
             {
@@ -194,27 +220,22 @@ def test_send_streams_the_request_and_prints_replies_and_files(
 
 
 def test_send_without_showing_replies_still_counts_them(
-    obj: CliContext, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    obj: CliContext, daemon: Daemon, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    stream(
-        monkeypatch,
-        [
-            {"reply": {"text": "one", "file": {"path": "a.png"}}},
-            {"reply": {"text": "two"}},
-            {"ok": True, "message": {"id": "m2"}},
-        ],
-    )
+    daemon.frames = [
+        {"reply": {"text": "one", "file": {"path": "a.png"}}},
+        {"reply": {"text": "two"}},
+        {"ok": True, "message": {"id": "m2"}},
+    ]
     message = _send(obj, "fam", "hi", "cli", "operator", None, 1.0, show_replies=False)
     assert message == {"id": "m2", "shown": 2}
     assert capsys.readouterr().out == ""
 
 
 def test_send_reports_the_daemons_refusal_with_its_exit_code(
-    obj: CliContext, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    obj: CliContext, daemon: Daemon, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    stream(
-        monkeypatch, [{"ok": False, "error": "no group named 'x'", "hint": "see groups", "exit": 2}]
-    )
+    daemon.frames = [{"ok": False, "error": "no group named 'x'", "hint": "see groups", "exit": 2}]
     with pytest.raises(SystemExit) as stopped:
         _send(obj, "x", "hi", "cli", "operator", None, 1.0)
     assert stopped.value.code == 2
@@ -224,9 +245,9 @@ def test_send_reports_the_daemons_refusal_with_its_exit_code(
 
 
 def test_send_reports_a_refusal_without_exit_code_as_a_failure_and_as_json(
-    obj: CliContext, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    obj: CliContext, daemon: Daemon, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    stream(monkeypatch, [{"reply": {"text": "partial"}}, {"ok": False, "error": "gone"}])
+    daemon.frames = [{"reply": {"text": "partial"}}, {"ok": False, "error": "gone"}]
     with pytest.raises(SystemExit) as stopped:
         _send(obj, "fam", "hi", "cli", "operator", None, 1.0, show_replies=False, as_json=True)
     assert stopped.value.code == 1
@@ -236,9 +257,9 @@ def test_send_reports_a_refusal_without_exit_code_as_a_failure_and_as_json(
 
 
 def test_send_with_a_stream_that_ends_without_an_answer_is_a_bug(
-    obj: CliContext, monkeypatch: pytest.MonkeyPatch
+    obj: CliContext, daemon: Daemon
 ) -> None:
-    stream(monkeypatch, [{"reply": {"text": "one"}}])
+    daemon.frames = [{"reply": {"text": "one"}}]
     with pytest.raises(AssertionError, match=r"^unreachable$"):
         _send(obj, "fam", "hi", "cli", "operator", None, 1.0)
 
@@ -337,22 +358,8 @@ class Polls:
         return self.answers.pop(0)
 
 
-def follow_answers(monkeypatch: pytest.MonkeyPatch, answers: list[Any]) -> list[tuple[Any, ...]]:
-    calls: list[tuple[Any, ...]] = []
-
-    def control_request(home: Home, message: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
-        calls.append((home, dict(message), args, kwargs))
-        answer = answers.pop(0)
-        if isinstance(answer, BaseException):
-            raise answer
-        return answer
-
-    monkeypatch.setattr(client, "control_request", control_request)
-    return calls
-
-
 def test_follow_prints_new_replies_of_tasks_until_each_run_finishes(
-    obj: CliContext, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    obj: CliContext, daemon: Daemon, capsys: pytest.CaptureFixture[str]
 ) -> None:
     answers: list[Any] = [
         DaemonNotRunning("restarting"),
@@ -375,13 +382,13 @@ def test_follow_prints_new_replies_of_tasks_until_each_run_finishes(
         },
         {},
     ]
-    calls = follow_answers(monkeypatch, answers)
+    daemon.answers = answers
     stop = Polls(len(answers))
     _follow(obj, "fam", "kitchen", 123.5, stop, "alice> ")  # type: ignore[arg-type]
     assert answers == []
     assert stop.timeouts == [1.0] * 9
     assert (
-        calls
+        daemon.asked
         == [(obj.home, {"op": "follow", "group": "fam", "chat": "kitchen", "since": 123.5}, (), {})]
         * 8
     )
@@ -396,13 +403,15 @@ def test_follow_prints_new_replies_of_tasks_until_each_run_finishes(
 
 
 def test_follow_without_a_prompt_prints_only_the_replies(
-    obj: CliContext, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    obj: CliContext,
+    daemon: Daemon,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    answers: list[Any] = [
+    daemon.answers = [
         {"runs": [{"id": "1", "task": 2, "replies": ["a", "b"], "state": "running"}]},
         {"runs": [{"id": "1", "task": 2, "replies": ["a", "b"], "state": "running"}]},
     ]
-    follow_answers(monkeypatch, answers)
     monkeypatch.setattr(cli_daemon, "FOLLOW_INTERVAL_SECONDS", 0.25)
     stop = Polls(2)
     _follow(obj, "fam", "cli-chat", 0.0, stop, "")  # type: ignore[arg-type]
@@ -410,59 +419,24 @@ def test_follow_without_a_prompt_prints_only_the_replies(
     assert capsys.readouterr().out == "\r[task 2] a\n\r[task 2] b\n"
 
 
-def test_follow_lets_other_errors_through(obj: CliContext, monkeypatch: pytest.MonkeyPatch) -> None:
-    follow_answers(monkeypatch, [ValueError("bug")])
+def test_follow_lets_other_errors_through(obj: CliContext, daemon: Daemon) -> None:
+    daemon.answers = [ValueError("bug")]
     with pytest.raises(ValueError, match=r"^bug$"):
         _follow(obj, "fam", "cli-chat", 0.0, Polls(1), "")  # type: ignore[arg-type]
 
 
-def test_follow_stops_at_once_when_asked(obj: CliContext, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = follow_answers(monkeypatch, [])
+def test_follow_stops_at_once_when_asked(obj: CliContext, daemon: Daemon) -> None:
     stop = Polls(0)
     _follow(obj, "fam", "cli-chat", 0.0, stop, "")  # type: ignore[arg-type]
-    assert calls == [] and stop.timeouts == [1.0]
+    assert daemon.asked == [] and stop.timeouts == [1.0]
 
 
 # --- _chat_loop --------------------------------------------------------------------
 
 
-class Daemon:
-    """Fakes of control_stream (send) and control_request (status)."""
-
-    def __init__(self, statuses: list[dict[str, Any]] | None = None) -> None:
-        self.sent: list[tuple[dict[str, Any], dict[str, Any]]] = []
-        self.asked: list[tuple[Any, ...]] = []
-        self.statuses = statuses or []
-
-    def stream(self, home: Home, request: dict[str, Any], **kwargs: Any) -> Iterator[Any]:
-        self.sent.append((dict(request), kwargs))
-        text = request["text"]
-        if text == "refused":
-            yield {"ok": False, "error": "group fam is paused", "hint": "wait", "exit": 4}
-            return
-        if text == "quiet":
-            yield {"ok": True, "message": {"id": "q", "state": "done", "replies": []}}
-            return
-        yield {"reply": {"text": f"echo: {text}"}}
-        replies = [f"echo: {text}", "later"]
-        yield {"ok": True, "message": {"id": f"id-{text}", "state": "done", "replies": replies}}
-
-    def request(self, home: Home, message: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
-        self.asked.append((dict(message), args, kwargs))
-        return self.statuses.pop(0)
-
-
-def fake_daemon(
-    monkeypatch: pytest.MonkeyPatch, statuses: list[dict[str, Any]] | None = None
-) -> Daemon:
-    daemon = Daemon(statuses)
-    monkeypatch.setattr(client, "control_stream", daemon.stream)
-    monkeypatch.setattr(client, "control_request", daemon.request)
-    return daemon
-
-
-def sent_request(text: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def sent_request(home: Home, text: str) -> tuple[Home, dict[str, Any], dict[str, Any]]:
     return (
+        home,
         {
             "op": "send",
             "group": "fam",
@@ -477,21 +451,56 @@ def sent_request(text: str) -> tuple[dict[str, Any], dict[str, Any]]:
     )
 
 
+class Chat:
+    """The chat loop of group fam, chat kitchen, sender alice, run against the fake
+    daemon on input piped in (a script's) or typed (a terminal's)."""
+
+    def __init__(self, obj: CliContext, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.obj = obj
+        self.monkeypatch = monkeypatch
+        self.stdin = io.StringIO()
+        self.prompts: list[str] = []
+
+    def piped(self, text: str) -> None:
+        """Runs the loop on standard input holding ``text`` (``stdin``: what it left)."""
+        self.stdin = io.StringIO(text)
+        self.monkeypatch.setattr(sys, "stdin", self.stdin)
+        _chat_loop(self.obj, "fam", "kitchen", "alice", False)
+
+    def typed(self, steps: list[Any]) -> None:
+        """Runs the loop at a terminal whose ``input`` answers each of ``steps`` in turn
+        (an exception is raised); ``prompts``: what it was given."""
+
+        def answer(prompt: str = "") -> str:
+            self.prompts.append(prompt)
+            step = steps.pop(0)
+            if isinstance(step, BaseException):
+                raise step
+            return str(step)
+
+        self.monkeypatch.setattr("builtins.input", answer)
+        _chat_loop(self.obj, "fam", "kitchen", "alice", True)
+
+
+@pytest.fixture
+def chat(obj: CliContext, daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> Chat:
+    return Chat(obj, monkeypatch)
+
+
 def test_chat_loop_reads_lines_until_the_input_ends(
-    obj: CliContext, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    obj: CliContext, chat: Chat, daemon: Daemon, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    daemon = fake_daemon(
-        monkeypatch,
-        [
-            {"counts": {"queued": 2, "done": 5, "dead": 1}, "inflight": 3},
-            {"counts": None},
-        ],
-    )
-    lines = "  hello  \n\n   \n/status\nquiet\n/status\nagain\n"
-    monkeypatch.setattr(sys, "stdin", io.StringIO(lines))
-    _chat_loop(obj, "fam", "kitchen", "alice", False)
-    assert daemon.sent == [sent_request("hello"), sent_request("quiet"), sent_request("again")]
-    assert daemon.asked == [({"op": "status"}, (), {}), ({"op": "status"}, (), {})]
+    daemon.answers = [
+        {"counts": {"queued": 2, "done": 5, "dead": 1}, "inflight": 3},
+        {"counts": None},
+    ]
+    chat.piped("  hello  \n\n   \n/status\nquiet\n/status\nagain\n")
+    assert daemon.sent == [
+        sent_request(obj.home, "hello"),
+        sent_request(obj.home, "quiet"),
+        sent_request(obj.home, "again"),
+    ]
+    assert daemon.asked == [(obj.home, {"op": "status"}, (), {})] * 2
     out = capsys.readouterr()
     assert out.out == (
         "echo: hello\nlater\n"
@@ -504,21 +513,17 @@ def test_chat_loop_reads_lines_until_the_input_ends(
 
 
 def test_chat_loop_stops_at_exit(
-    obj: CliContext, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    chat: Chat, daemon: Daemon, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    daemon = fake_daemon(monkeypatch)
-    stdin = io.StringIO("hi\n/exit\nnot sent\n")
-    monkeypatch.setattr(sys, "stdin", stdin)
-    _chat_loop(obj, "fam", "kitchen", "alice", False)
-    assert [request["text"] for request, _ in daemon.sent] == ["hi"]
-    assert stdin.readline() == "not sent\n"
+    chat.piped("hi\n/exit\nnot sent\n")
+    assert [request["text"] for _, request, _ in daemon.sent] == ["hi"]
+    assert chat.stdin.readline() == "not sent\n"
     assert capsys.readouterr().out == "echo: hi\nlater\n"
 
 
 def test_chat_loop_interactive_prompts_and_skips_bad_and_empty_lines(
-    obj: CliContext, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    chat: Chat, daemon: Daemon, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    daemon = fake_daemon(monkeypatch)
     script: list[Any] = [
         "",
         UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"),
@@ -526,67 +531,42 @@ def test_chat_loop_interactive_prompts_and_skips_bad_and_empty_lines(
         EOFError(),
         "never read",
     ]
-    prompts: list[str] = []
-
-    def fake_input(prompt: str = "") -> str:
-        prompts.append(prompt)
-        step = script.pop(0)
-        if isinstance(step, BaseException):
-            raise step
-        return str(step)
-
-    monkeypatch.setattr("builtins.input", fake_input)
-    _chat_loop(obj, "fam", "kitchen", "alice", True)
-    assert prompts == ["alice> "] * 4
+    chat.typed(script)
+    assert chat.prompts == ["alice> "] * 4
     assert script == ["never read"]
-    assert [request["text"] for request, _ in daemon.sent] == ["hi"]
+    assert [request["text"] for _, request, _ in daemon.sent] == ["hi"]
     out = capsys.readouterr()
     assert out.out == "echo: hi\nlater\n\n"
     assert out.err == "error: that line is not valid UTF-8 text; it was not sent\n"
 
 
 def test_chat_loop_interactive_stops_at_exit(
-    obj: CliContext, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    chat: Chat, daemon: Daemon, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    daemon = fake_daemon(monkeypatch)
     script = ["/exit", "never read"]
-    monkeypatch.setattr("builtins.input", lambda prompt="": script.pop(0))
-    _chat_loop(obj, "fam", "kitchen", "alice", True)
+    chat.typed(script)
     assert script == ["never read"] and daemon.sent == []
     assert capsys.readouterr().out == ""
 
 
 def test_chat_loop_interactive_goes_on_after_a_refused_line(
-    obj: CliContext, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    chat: Chat, daemon: Daemon, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    daemon = fake_daemon(monkeypatch)
-    script: list[Any] = ["refused", "hi", EOFError()]
-
-    def fake_input(prompt: str = "") -> str:
-        step = script.pop(0)
-        if isinstance(step, BaseException):
-            raise step
-        return str(step)
-
-    monkeypatch.setattr("builtins.input", fake_input)
-    _chat_loop(obj, "fam", "kitchen", "alice", True)
-    assert [request["text"] for request, _ in daemon.sent] == ["refused", "hi"]
+    chat.typed(["refused", "hi", EOFError()])
+    assert [request["text"] for _, request, _ in daemon.sent] == ["refused", "hi"]
     out = capsys.readouterr()
     assert out.out == "echo: hi\nlater\n\n"
     assert out.err == "error: group fam is paused\nhint: wait\n"
 
 
 def test_chat_loop_from_a_script_ends_at_a_refused_line_with_its_exit_code(
-    obj: CliContext, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    chat: Chat, daemon: Daemon, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    daemon = fake_daemon(monkeypatch)
-    stdin = io.StringIO("refused\nnot sent\n")
-    monkeypatch.setattr(sys, "stdin", stdin)
     with pytest.raises(SystemExit) as ended:
-        _chat_loop(obj, "fam", "kitchen", "alice", False)
+        chat.piped("refused\nnot sent\n")
     assert ended.value.code == 4
-    assert [request["text"] for request, _ in daemon.sent] == ["refused"]
-    assert stdin.readline() == "not sent\n"
+    assert [request["text"] for _, request, _ in daemon.sent] == ["refused"]
+    assert chat.stdin.readline() == "not sent\n"
     assert capsys.readouterr().err == "error: group fam is paused\nhint: wait\n"
 
 
@@ -745,49 +725,44 @@ def test_down_all_stops_the_group_containers(run: Any, monkeypatch: pytest.Monke
 
 @pytest.mark.parametrize(("state", "code"), [("done", 0), ("dead", 1), ("queued", 3)])
 def test_send_json_prints_the_message_and_exits_by_its_state(
-    run: Any, monkeypatch: pytest.MonkeyPatch, state: str, code: int
+    run: Any, daemon: Daemon, state: str, code: int
 ) -> None:
     message = {"id": "m1", "state": state, "replies": ["hi"]}
-    stream(monkeypatch, [{"reply": {"text": "hi"}}, {"ok": True, "message": dict(message)}])
+    daemon.frames = [{"reply": {"text": "hi"}}, {"ok": True, "message": dict(message)}]
     result = run("send", "fam", "hello", "--json")
     assert result.exit_code == code
     assert json.loads(result.stdout) == message
 
 
-def test_send_prints_the_outcome_and_exits_by_it(run: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    fake = stream(
-        monkeypatch,
-        [{"ok": True, "message": {"id": "m1", "state": "running", "replies": []}}],
-    )
+def test_send_prints_the_outcome_and_exits_by_it(run: Any, daemon: Daemon) -> None:
+    daemon.frames = [{"ok": True, "message": {"id": "m1", "state": "running", "replies": []}}]
     result = run("send", "fam", "hello", "--thread", "t1", "--timeout", "5")
     assert result.exit_code == 3 and result.stdout == ""
-    assert fake.calls[0][1]["thread"] == "t1" and fake.calls[0][2] == {"timeout": 35.0}
+    assert daemon.sent[0][1]["thread"] == "t1" and daemon.sent[0][2] == {"timeout": 35.0}
 
 
-def test_retry_queues_a_dead_letter_again(run: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    answers: list[Any] = [
+def test_retry_queues_a_dead_letter_again(run: Any, daemon: Daemon) -> None:
+    daemon.answers = [
         {"ok": True},
         {"ok": True},
         {"ok": False, "error": "no dead message m9", "hint": "see status"},
     ]
-    calls = follow_answers(monkeypatch, answers)
     assert run("retry", "m9").stdout == "message m9 queued again\n"
     assert json.loads(run("retry", "m9", "--json").stdout) == {"id": "m9", "state": "queued"}
     result = run("retry", "m9")
     assert result.exit_code == 1
     assert result.stderr == "error: no dead message m9\nhint: see status\n"
-    assert [call[1] for call in calls] == [{"op": "retry", "id": "m9"}] * 3
+    assert [call[1] for call in daemon.asked] == [{"op": "retry", "id": "m9"}] * 3
 
 
 def test_reload_names_the_channels_started_again_and_its_notes(
-    run: Any, monkeypatch: pytest.MonkeyPatch, home: Path
+    run: Any, daemon: Daemon, home: Path
 ) -> None:
-    answers: list[Any] = [
+    daemon.answers = [
         {"ok": True, "channels_restarted": ["http", "telegram"], "notes": ["a", "b"]},
         {"ok": True},
         {"ok": False, "error": "bad yaml", "hint": None},
     ]
-    calls = follow_answers(monkeypatch, answers)
     config = Home(home).config_file
     assert run("reload").stdout == (
         f"reloaded {config} (channels started again: http, telegram)\nnote: a\nnote: b\n"
@@ -795,22 +770,22 @@ def test_reload_names_the_channels_started_again_and_its_notes(
     assert run("reload").stdout == f"reloaded {config} (channels started again: none)\n"
     result = run("reload")
     assert result.exit_code == 1 and result.stderr == "error: bad yaml\n"
-    assert [call[1:] for call in calls] == [({"op": "reload"}, (), {"timeout": 30})] * 3
+    assert [call[1:] for call in daemon.asked] == [({"op": "reload"}, (), {"timeout": 30})] * 3
 
 
 def test_chat_pings_the_daemon_then_talks_line_by_line(
-    run: Any, monkeypatch: pytest.MonkeyPatch, home: Path
+    run: Any, daemon: Daemon, monkeypatch: pytest.MonkeyPatch, home: Path
 ) -> None:
     from orchestrator.groups import GroupStore
     from orchestrator.groups.config import GroupConfig
 
     GroupStore(Home(home)).add(GroupConfig(name="Fam"))
     monkeypatch.setattr(cli_daemon, "FOLLOW_INTERVAL_SECONDS", 3600.0)  # no task polls
-    daemon = fake_daemon(monkeypatch, [{"ok": True}])
+    daemon.answers = [{"ok": True}]
     result = run("chat", "Fam", "--chat", "kitchen", "--sender", "alice", input="hi\n")
     assert result.exit_code == 0
     assert result.stdout == (
         "chatting with fam as 'alice' (chat 'kitchen'); /exit or Ctrl-D to leave\necho: hi\nlater\n"
     )
-    assert daemon.asked == [({"op": "ping"}, (), {"timeout": 5})]
-    assert daemon.sent == [sent_request("hi")]
+    assert daemon.asked == [(Home(home), {"op": "ping"}, (), {"timeout": 5})]
+    assert daemon.sent == [sent_request(Home(home), "hi")]

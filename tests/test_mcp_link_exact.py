@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+import orchestrator.mcp.link as link
 from orchestrator.limits import MCP_CALL_TIMEOUT_SECONDS
 from orchestrator.mcp.link import Remote, Stdio, _connect, _Transport
 
@@ -40,26 +41,18 @@ def seen(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
     state: dict[str, Any] = {"events": []}
 
-    @contextlib.asynccontextmanager
-    async def stdio_client(params: Any, **kw: Any) -> AsyncIterator[tuple[str, str]]:
-        state["stdio"] = (params, kw)
-        state["events"].append("stdio in")
-        yield ("stdio-read", "stdio-write")
-        state["events"].append("stdio out")
+    def transport(name: str) -> Any:
+        """The SDK's client of one transport: keeps what it was given, notes its enter
+        and exit, and yields the two streams named after it."""
 
-    @contextlib.asynccontextmanager
-    async def sse_client(url: str, **kw: Any) -> AsyncIterator[tuple[str, str]]:
-        state["sse"] = (url, kw)
-        state["events"].append("sse in")
-        yield ("sse-read", "sse-write")
-        state["events"].append("sse out")
+        @contextlib.asynccontextmanager
+        async def client(where: Any, **kw: Any) -> AsyncIterator[tuple[str, str]]:
+            state[name] = (where, kw)
+            state["events"].append(f"{name} in")
+            yield (f"{name}-read", f"{name}-write")
+            state["events"].append(f"{name} out")
 
-    @contextlib.asynccontextmanager
-    async def streamable_http_client(url: str, **kw: Any) -> AsyncIterator[tuple[str, str]]:
-        state["http"] = (url, kw)
-        state["events"].append("http in")
-        yield ("http-read", "http-write")
-        state["events"].append("http out")
+        return client
 
     def create_mcp_http_client(**kw: Any) -> Any:
         state["created"] = kw
@@ -78,11 +71,9 @@ def seen(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
             state["events"].append("httpx out")
 
     monkeypatch.setattr(mcp, "Client", FakeClient)
-    monkeypatch.setattr(mcp.client.stdio, "stdio_client", stdio_client)
-    monkeypatch.setattr(mcp.client.sse, "sse_client", sse_client)
-    monkeypatch.setattr(
-        mcp.client.streamable_http, "streamable_http_client", streamable_http_client
-    )
+    monkeypatch.setattr(mcp.client.stdio, "stdio_client", transport("stdio"))
+    monkeypatch.setattr(mcp.client.sse, "sse_client", transport("sse"))
+    monkeypatch.setattr(mcp.client.streamable_http, "streamable_http_client", transport("http"))
     monkeypatch.setattr(mcp.shared._httpx_utils, "create_mcp_http_client", create_mcp_http_client)
     monkeypatch.setattr(httpx2, "AsyncClient", AsyncClient)
     return state
@@ -98,15 +89,22 @@ def _status(code: int) -> Any:
     return SimpleNamespace(status_code=code)
 
 
+def legacy_client(target: Stdio | Remote, refusals: list[int]) -> FakeClient:
+    """The SDK's client ``_connect`` builds for ``target``: in legacy mode, over a
+    ``_Transport``."""
+    client = _connect(target, refusals)
+    assert isinstance(client, FakeClient)
+    assert client.kw == {"mode": "legacy"}
+    assert isinstance(client.server, _Transport)
+    return client
+
+
 def test_a_stdio_server_is_started_with_its_command_arguments_environment_and_folder(
     seen: dict[str, Any],
 ) -> None:
     refusals: list[int] = []
     target = Stdio("srv", ("--a", "b"), {"KEY": "v"}, "/srv/here")
-    client = _connect(target, refusals)
-    assert isinstance(client, FakeClient)
-    assert client.kw == {"mode": "legacy"}
-    assert isinstance(client.server, _Transport)
+    client = legacy_client(target, refusals)
     assert "stdio" not in seen  # nothing is started before the client is entered
     assert asyncio.run(_through(client.server)) == (("stdio-read", "stdio-write"), False)
     params, kw = seen["stdio"]
@@ -134,10 +132,7 @@ def test_an_sse_server_is_reached_at_its_url_with_its_headers_and_notes_refusals
 ) -> None:
     refusals: list[int] = []
     target = Remote("http://h/sse", {"Authorization": "Bearer t"}, "sse")
-    client = _connect(target, refusals)
-    assert isinstance(client, FakeClient)
-    assert client.kw == {"mode": "legacy"}
-    assert isinstance(client.server, _Transport)
+    client = legacy_client(target, refusals)
     assert "sse" not in seen
     assert asyncio.run(_through(client.server)) == (("sse-read", "sse-write"), False)
     url, kw = seen["sse"]
@@ -168,10 +163,7 @@ def test_an_http_server_is_reached_over_one_http_client_with_the_call_timeout(
 ) -> None:
     refusals: list[int] = []
     target = Remote("http://h/mcp", {"Authorization": "Bearer t"})
-    client = _connect(target, refusals)
-    assert isinstance(client, FakeClient)
-    assert client.kw == {"mode": "legacy"}
-    assert isinstance(client.server, _Transport)
+    client = legacy_client(target, refusals)
     assert "httpx" not in seen
     assert asyncio.run(_through(client.server)) == (("http-read", "http-write"), False)
     assert seen["events"] == ["httpx in", "http in", "http out", "httpx out"]
@@ -253,14 +245,18 @@ class SlowServer:
         return {"called": tool}
 
 
+def link_to(monkeypatch: pytest.MonkeyPatch, server: SlowServer) -> link.Link:
+    """The link to MCP server 'tracker' whose SDK client is ``server`` (nothing is
+    started before its first call)."""
+    monkeypatch.setattr(link, "_connect", lambda target, refusals: server)
+    return link.Link("tracker", Stdio("srv"))
+
+
 def test_a_call_gets_an_answer_that_comes_after_its_read_timeout_within_5_s_more(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import orchestrator.mcp.link as link
-
     server = SlowServer()
-    monkeypatch.setattr(link, "_connect", lambda target, refusals: server)
-    a_link = link.Link("tracker", Stdio("srv"))
+    a_link = link_to(monkeypatch, server)
     try:
         # the SDK's own read timeout is the call's; the host waits 5 s past it
         assert a_link.call("find", {"q": 1}, timeout=0) == {"called": "find"}
@@ -278,13 +274,17 @@ class StubbornServer(SlowServer):
         self.cancels = 0
         self.ended = False
 
+    def gives_in(self) -> bool:
+        """Whether the cancellation just counted ends it."""
+        return self.cancels > 1
+
     async def __aexit__(self, *exc: Any) -> None:
         while True:
             try:
                 await asyncio.sleep(3600)
             except asyncio.CancelledError:
                 self.cancels += 1
-                if self.cancels > 1:
+                if self.gives_in():
                     self.ended = True
                     raise
 
@@ -295,11 +295,8 @@ class StubbornServer(SlowServer):
 def test_a_server_that_lets_its_first_cancellation_pass_is_cancelled_again_until_it_ends(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import orchestrator.mcp.link as link
-
     server = StubbornServer()
-    monkeypatch.setattr(link, "_connect", lambda target, refusals: server)
-    a_link = link.Link("tracker", Stdio("srv"))
+    a_link = link_to(monkeypatch, server)
     try:
         with pytest.raises(link.LinkFailed) as failed:
             a_link.call("find", {})
@@ -320,24 +317,15 @@ class DeafServer(StubbornServer):
         self.task = asyncio.current_task()
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
-        while True:
-            try:
-                await asyncio.sleep(3600)
-            except asyncio.CancelledError:
-                self.cancels += 1
-                if not self.deaf:
-                    raise
+    def gives_in(self) -> bool:
+        return not self.deaf
 
 
 def test_a_server_that_never_ends_is_given_up_after_15_s_and_the_call_still_fails_plainly(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import orchestrator.mcp.link as link
-
     server = DeafServer()
-    monkeypatch.setattr(link, "_connect", lambda target, refusals: server)
-    a_link = link.Link("tracker", Stdio("srv"))
+    a_link = link_to(monkeypatch, server)
     try:
         with pytest.raises(link.LinkFailed) as failed:
             a_link.call("find", {})
@@ -358,10 +346,7 @@ def test_closing_a_link_whose_loop_is_stuck_waits_5_s_for_it_and_does_not_fail(
 ) -> None:
     import time
 
-    import orchestrator.mcp.link as link
-
-    monkeypatch.setattr(link, "_connect", lambda target, refusals: SlowServer())
-    a_link = link.Link("tracker", Stdio("srv"))
+    a_link = link_to(monkeypatch, SlowServer())
     assert a_link.call("find", {}, timeout=9) == {"called": "find"}
     loop, thread = a_link._loop, a_link._thread
     assert loop is not None and thread is not None

@@ -11,7 +11,7 @@ finding's name, status, detail and hint are pinned whole."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -80,11 +80,27 @@ def add_group(h: Home, name: str, *edits: tuple[str, str], extra: str = "") -> P
     return group.config_file
 
 
-def secrets_file(h: Home, text: str, mode: int = 0o600) -> Path:
-    path = h.root / "secrets.yaml"
-    path.write_text(text)
-    path.chmod(mode)
-    return path
+Configure = Callable[..., Path]
+
+
+@pytest.fixture
+def configure(h: Home, monkeypatch: pytest.MonkeyPatch) -> Configure:
+    """Writes orchestrator.yaml holding ``text``, each keyword in capitals set in the
+    environment; with ``secrets``, a secrets file holding them (of ``mode``) is written
+    first and named on the file's first line. Gives the secrets file's path."""
+
+    def write(text: str, secrets: str | None = None, mode: int = 0o600, **env: str) -> Path:
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        path = h.root / "secrets.yaml"
+        if secrets is not None:
+            path.write_text(secrets)
+            path.chmod(mode)
+            text = f"secrets_file: {path}\n" + text
+        config(h, text)
+        return path
+
+    return write
 
 
 # check_groups
@@ -179,19 +195,17 @@ def test_no_provider_no_finding(h: Home) -> None:
 
 
 def test_each_provider_in_name_order_with_where_its_key_comes_from(
-    h: Home, monkeypatch: pytest.MonkeyPatch
+    h: Home, configure: Configure
 ) -> None:
-    monkeypatch.setenv("DOC_KEY", "k" * 24)
-    secrets = secrets_file(h, "vault: s3cret-value-here\n")
-    config(
-        h,
-        f"secrets_file: {secrets}\n"
+    secrets = configure(
         "providers:\n"
         "  zed:\n    kind: openai\n    base_url: http://127.0.0.1:9/v1\n"
         "  claude:\n    kind: anthropic\n    key_env: DOC_KEY\n"
         "  missing:\n    kind: anthropic\n    key_env: DOC_MISSING\n"
         "  gone:\n    kind: openai\n    key_secret: absent\n"
         "  kept:\n    kind: openai\n    key_secret: vault\n",
+        secrets="vault: s3cret-value-here\n",
+        DOC_KEY="k" * 24,
     )
     assert check_providers(h) == [
         Check("provider claude", OK, "anthropic at https://api.anthropic.com; key: env DOC_KEY"),
@@ -207,15 +221,16 @@ def test_each_provider_in_name_order_with_where_its_key_comes_from(
     ]
 
 
-def test_a_secrets_file_others_may_read_fails_each_provider_that_needs_it(h: Home) -> None:
-    secrets = secrets_file(h, "vault: s3cret-value-here\n", mode=0o644)
-    config(
-        h,
-        f"secrets_file: {secrets}\n"
+def test_a_secrets_file_others_may_read_fails_each_provider_that_needs_it(
+    h: Home, configure: Configure
+) -> None:
+    secrets = configure(
         "providers:\n"
         "  b:\n    kind: openai\n    key_secret: vault\n"
         "  a:\n    kind: openai\n    key_secret: vault\n"
         "  c:\n    kind: openai\n",
+        secrets="vault: s3cret-value-here\n",
+        mode=0o644,
     )
     refused = Check(
         "",
@@ -252,20 +267,16 @@ def test_no_transcriber_and_no_group_no_finding(h: Home) -> None:
     assert check_transcription(h) == []
 
 
-def test_endpoints_are_checked_in_name_order_with_their_keys(
-    h: Home, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("DOC_KEY", "k" * 24)
-    secrets = secrets_file(h, "other: value-of-it\n")
-    config(
-        h,
-        f"secrets_file: {secrets}\n"
+def test_endpoints_are_checked_in_name_order_with_their_keys(h: Home, configure: Configure) -> None:
+    secrets = configure(
         "transcription:\n"
         "  zed:\n    kind: openai\n    base_url: http://127.0.0.1:9/v1\n"
         "  cloud:\n    kind: openai\n    key_env: DOC_KEY\n"
         "  missing:\n    kind: openai\n    key_env: DOC_MISSING\n"
         "  gone:\n    kind: openai\n    key_secret: absent\n"
         "  kept:\n    kind: openai\n    key_secret: other\n",
+        secrets="other: value-of-it\n",
+        DOC_KEY="k" * 24,
     )
     assert check_transcription(h) == [
         Check("transcription cloud", OK, "https://api.openai.com/v1; key: env DOC_KEY"),
@@ -411,7 +422,9 @@ def health(h: Home, account: str, data: object, *chats: str) -> None:
         queue.close()
 
 
-TELEGRAM = "  {name}:\n    kind: telegram\n    token_env: {env}\n"
+def telegram(*names: str, env: str = "DOC_TOKEN") -> str:
+    """Telegram accounts of orchestrator.yaml, each with its token in ``env``."""
+    return "".join(f"  {name}:\n    kind: telegram\n    token_env: {env}\n" for name in names)
 
 
 def test_no_channel_account_no_finding_and_no_queue_made(h: Home) -> None:
@@ -421,16 +434,15 @@ def test_no_channel_account_no_finding_and_no_queue_made(h: Home) -> None:
     assert check_channels(h) == []
 
 
-def test_accounts_not_started_yet_in_name_order(h: Home, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("DOC_TOKEN", "1234:" + "t" * 30)
-    monkeypatch.setenv("DOC_APP", "xapp-" + "a" * 30)
-    secrets = secrets_file(h, "bot: xoxb-secret-value\n")
-    config(
-        h,
-        f"secrets_file: {secrets}\nchannels:\n"
-        + TELEGRAM.format(name="zed", env="DOC_TOKEN")
+def test_accounts_not_started_yet_in_name_order(h: Home, configure: Configure) -> None:
+    configure(
+        "channels:\n"
+        + telegram("zed")
         + "  team:\n    kind: slack\n    bot_token_secret: bot\n    app_token_env: DOC_APP\n"
-        + TELEGRAM.format(name="fambot", env="DOC_TOKEN"),
+        + telegram("fambot"),
+        secrets="bot: xoxb-secret-value\n",
+        DOC_TOKEN="1234:" + "t" * 30,
+        DOC_APP="xapp-" + "a" * 30,
     )
     expected = [
         Check("channel fambot", OK, "telegram; token: env DOC_TOKEN; not started yet"),
@@ -444,18 +456,17 @@ def test_accounts_not_started_yet_in_name_order(h: Home, monkeypatch: pytest.Mon
 
 
 def test_secrets_that_cannot_be_found_fail_and_the_next_accounts_are_checked(
-    h: Home, monkeypatch: pytest.MonkeyPatch
+    h: Home, configure: Configure
 ) -> None:
-    monkeypatch.setenv("DOC_TOKEN", "xoxb-" + "t" * 30)
-    secrets = secrets_file(h, "bot: xoxb-secret-value\n")
-    config(
-        h,
-        f"secrets_file: {secrets}\nchannels:\n"
-        + TELEGRAM.format(name="a-missing", env="DOC_MISSING")
+    secrets = configure(
+        "channels:\n"
+        + telegram("a-missing", env="DOC_MISSING")
         + "  b-app:\n    kind: slack\n    bot_token_env: DOC_TOKEN\n"
         + "    app_token_env: DOC_MISSING\n"
         + "  c-gone:\n    kind: slack\n    bot_token_env: DOC_TOKEN\n    app_token_secret: gone\n"
         + "  d-fine:\n    kind: slack\n    bot_token_env: DOC_TOKEN\n    app_token_secret: bot\n",
+        secrets="bot: xoxb-secret-value\n",
+        DOC_TOKEN="xoxb-" + "t" * 30,
     )
     assert check_channels(h) == [
         Check(
@@ -478,14 +489,13 @@ def test_secrets_that_cannot_be_found_fail_and_the_next_accounts_are_checked(
 
 
 def test_an_account_the_daemon_cannot_reach_fails_with_its_last_error(
-    h: Home, monkeypatch: pytest.MonkeyPatch
+    h: Home, configure: Configure
 ) -> None:
-    monkeypatch.setenv("DOC_TOKEN", "xoxb-" + "t" * 30)
-    config(
-        h,
+    configure(
         "channels:\n"
-        + TELEGRAM.format(name="fambot", env="DOC_TOKEN")
+        + telegram("fambot")
         + "  team:\n    kind: slack\n    bot_token_env: DOC_TOKEN\n    app_token_env: DOC_TOKEN\n",
+        DOC_TOKEN="xoxb-" + "t" * 30,
     )
     health(h, "fambot", {"state": "error", "last_error": "401 Unauthorized", "bot": "fam"})
     health(h, "team", {"state": "error"})
@@ -505,16 +515,13 @@ def test_an_account_the_daemon_cannot_reach_fails_with_its_last_error(
     ]
 
 
-def test_a_connected_account_says_its_bot_chats_and_counts(
-    h: Home, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("DOC_TOKEN", "xoxb-" + "t" * 30)
-    config(
-        h,
+def test_a_connected_account_says_its_bot_chats_and_counts(h: Home, configure: Configure) -> None:
+    configure(
         "channels:\n"
-        + TELEGRAM.format(name="fambot", env="DOC_TOKEN")
+        + telegram("fambot")
         + "  team:\n    kind: slack\n    bot_token_env: DOC_TOKEN\n    app_token_env: DOC_TOKEN\n"
-        + TELEGRAM.format(name="zed", env="DOC_TOKEN"),
+        + telegram("zed"),
+        DOC_TOKEN="xoxb-" + "t" * 30,
     )
     add_group(h, "fam")
     health(
@@ -539,17 +546,8 @@ def test_a_connected_account_says_its_bot_chats_and_counts(
     ]
 
 
-def test_privacy_mode_with_group_chats_bound_is_a_warning(
-    h: Home, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("DOC_TOKEN", "1234:" + "t" * 30)
-    config(
-        h,
-        "channels:\n"
-        + TELEGRAM.format(name="fambot", env="DOC_TOKEN")
-        + TELEGRAM.format(name="other", env="DOC_TOKEN")
-        + TELEGRAM.format(name="private", env="DOC_TOKEN"),
-    )
+def test_privacy_mode_with_group_chats_bound_is_a_warning(h: Home, configure: Configure) -> None:
+    configure("channels:\n" + telegram("fambot", "other", "private"), DOC_TOKEN="1234:" + "t" * 30)
     add_group(h, "fam")
     hidden = {"state": "connected", "bot": "fam_bot", "can_read_all_group_messages": False}
     health(h, "fambot", hidden, "-100", "-200", "42")
@@ -581,12 +579,11 @@ def test_privacy_mode_with_group_chats_bound_is_a_warning(
 
 
 def test_an_account_of_a_kind_no_longer_known_has_no_advice(
-    h: Home, monkeypatch: pytest.MonkeyPatch
+    h: Home, configure: Configure, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import orchestrator.config.kinds as kinds
 
-    monkeypatch.setenv("DOC_TOKEN", "1234:" + "t" * 30)
-    config(h, "channels:\n" + TELEGRAM.format(name="fambot", env="DOC_TOKEN"))
+    configure("channels:\n" + telegram("fambot"), DOC_TOKEN="1234:" + "t" * 30)
     health(h, "fambot", {"state": "connected", "bot": "b", "can_read_all_group_messages": False})
     monkeypatch.setattr(kinds, "account_kinds", lambda: {})
     assert check_channels(h) == [
@@ -594,11 +591,12 @@ def test_an_account_of_a_kind_no_longer_known_has_no_advice(
     ]
 
 
-def test_the_queue_is_closed_whatever_happens(h: Home, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_queue_is_closed_whatever_happens(
+    h: Home, configure: Configure, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import orchestrator.store.messages as messages
 
-    monkeypatch.setenv("DOC_TOKEN", "1234:" + "t" * 30)
-    config(h, "channels:\n" + TELEGRAM.format(name="fambot", env="DOC_TOKEN"))
+    configure("channels:\n" + telegram("fambot"), DOC_TOKEN="1234:" + "t" * 30)
     health(h, "fambot", {"state": "connected"})
     opened: list[Any] = []
     real = messages.open_queue_if_any
@@ -683,16 +681,12 @@ def test_bridge_groups_warn_and_web_groups_say_what_they_reach(h: Home) -> None:
 
 
 def test_each_search_backend_is_asked_once_with_its_key(
-    h: Home, monkeypatch: pytest.MonkeyPatch
+    h: Home, configure: Configure, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import orchestrator.web.search as web_search
     from orchestrator.web.search import SearchFailed
 
-    monkeypatch.setenv("DOC_SEARCH", "brave-key-" + "b" * 20)
-    secrets = secrets_file(h, "searching: vault-key-value\n")
-    config(
-        h,
-        f"secrets_file: {secrets}\n"
+    configure(
         "web_search:\n"
         "  zed:\n    kind: searxng\n    url: http://127.0.0.1:9\n"
         "  brave:\n    kind: brave\n    key_env: DOC_SEARCH\n"
@@ -700,6 +694,8 @@ def test_each_search_backend_is_asked_once_with_its_key(
         "  nokey:\n    kind: brave\n    key_env: DOC_MISSING\n"
         "  plain:\n    kind: searxng\n    url: http://127.0.0.1:11\n"
         "  vault:\n    kind: brave\n    key_secret: searching\n",
+        secrets="searching: vault-key-value\n",
+        DOC_SEARCH="brave-key-" + "b" * 20,
     )
     asked: list[tuple[str, str, str | None, dict[str, Any]]] = []
 
