@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from orchestrator.cli import cli
+from orchestrator.cli import CliContext, cli
 from orchestrator.groups import GroupStore
 from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
@@ -25,6 +25,12 @@ def home(tmp_path: Path) -> Path:
     path = tmp_path / "home"
     path.mkdir()
     return path
+
+
+@pytest.fixture
+def obj(home: Path) -> CliContext:
+    """What a command function is given: the context of ``home``, without --debug."""
+    return CliContext(home=Home(home), debug=False)
 
 
 @pytest.fixture

@@ -64,13 +64,6 @@ channels:
 
 
 @pytest.fixture
-def obj(tmp_path: Path) -> CliContext:
-    root = tmp_path / "home"
-    root.mkdir()
-    return CliContext(home=Home(root), debug=False)
-
-
-@pytest.fixture
 def configured(obj: CliContext) -> CliContext:
     (obj.home.root / "orchestrator.yaml").write_text(CONFIG)
     return obj

@@ -35,13 +35,6 @@ from orchestrator.versions import RELEASE
 
 
 @pytest.fixture
-def obj(tmp_path: Path) -> CliContext:
-    root = tmp_path / "home"
-    root.mkdir()
-    return CliContext(home=Home(root), debug=False)
-
-
-@pytest.fixture
 def fixed_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(time, "time", lambda: 10_000.5)
 

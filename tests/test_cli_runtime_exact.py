@@ -28,15 +28,9 @@ from orchestrator import money
 from orchestrator.cli import CliContext
 from orchestrator.cli import runtime as cli_runtime
 from orchestrator.errors import BadInput, DaemonNotRunning, InvalidConfig, OrchestratorError
-from orchestrator.home import Home
 from orchestrator.runtime.lifecycle import GroupsOverview, GroupStatus, InvalidGroup
 
 NOW = 1_700_000_000.0
-
-
-@pytest.fixture
-def obj(home: Path) -> CliContext:
-    return CliContext(home=Home(home), debug=False)
 
 
 def _queue_db(obj: CliContext) -> Path:

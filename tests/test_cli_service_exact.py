@@ -15,12 +15,6 @@ from orchestrator.cli import CliContext
 from orchestrator.cli import service as cli_service
 from orchestrator.cli.service import _systemd_runs, render_unit, unit_name, unit_path
 from orchestrator.config import load_config
-from orchestrator.home import Home
-
-
-@pytest.fixture
-def obj(home: Path) -> CliContext:
-    return CliContext(home=Home(home), debug=False)
 
 
 def test_the_system_unit_whole(obj: CliContext) -> None:
