@@ -151,3 +151,59 @@ def test_over_the_bound_a_failed_read_still_gets_the_429(tmp_path: Path) -> None
         b"orchestrator egress gate: too many connections (at most 1 at once)\n"
     ]
     assert group.refused == 0
+
+
+# the bounds the gate asks for (the values given to the waits, not their seconds)
+
+
+class RecordedFuture:
+    def __init__(self, asked: list[object], value: object) -> None:
+        self.asked, self.value = asked, value
+
+    def result(self, timeout: object = "none given") -> object:
+        self.asked.append(timeout)
+        return self.value
+
+
+def test_a_call_onto_the_gates_loop_waits_ten_seconds_at_most(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.web import gate as gate_module
+
+    gate = gate_module.Gate(tmp_path / "egress")
+    asked: list[object] = []
+    try:
+        with monkeypatch.context() as patch:
+
+            def run_coroutine_threadsafe(coroutine: object, loop: object) -> RecordedFuture:
+                assert loop is gate.loop
+                coroutine.close()  # type: ignore[attr-defined]
+                return RecordedFuture(asked, "answer")
+
+            patch.setattr(gate_module.asyncio, "run_coroutine_threadsafe", run_coroutine_threadsafe)
+            assert gate._call(lambda: None) == "answer"
+            assert gate._call(lambda: None, timeout=3) == "answer"
+    finally:
+        gate.close()
+    assert asked == [10, 3]
+
+
+def test_closing_waits_five_seconds_at_most_for_the_loops_thread(tmp_path: Path) -> None:
+    from orchestrator.web.gate import Gate
+
+    gate = Gate(tmp_path / "egress")
+    thread = gate.thread
+    asked: list[object] = []
+
+    class Thread:
+        def join(self, timeout: object = "none given") -> None:
+            asked.append(timeout)
+            thread.join()
+
+        def is_alive(self) -> bool:
+            return thread.is_alive()
+
+    gate.thread = Thread()  # type: ignore[assignment]
+    gate.close()
+    assert asked == [5]
+    assert gate.loop.is_closed()
