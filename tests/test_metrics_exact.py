@@ -276,6 +276,23 @@ def _registry_with_one_counter() -> Any:
     return registry
 
 
+def test_closing_the_listener_waits_for_its_thread_as_long_as_asked() -> None:
+    listener = Listener(_registry_with_one_counter(), "127.0.0.1:0")
+    thread = listener.thread
+    asked: list[object] = []
+
+    class Thread:
+        def join(self, timeout: object = "none given") -> None:
+            asked.append(timeout)
+            thread.join()
+
+    listener.thread = Thread()  # type: ignore[assignment]
+    listener.close()
+    listener.close(timeout=0.5)
+    assert asked == [5.0, 0.5]
+    assert not thread.is_alive()
+
+
 def test_the_listener_serves_the_registry_on_ipv4_from_a_daemon_thread(
     capfd: pytest.CaptureFixture[str],
 ) -> None:

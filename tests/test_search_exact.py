@@ -1443,3 +1443,18 @@ def test_the_problems_of_both_recent_notes_are_joined(tmp_path: Path) -> None:
     assert first.startswith(f"daily/{days[0]}.md refused: ")
     assert second.startswith(f"daily/{days[1]}.md refused: ")
     assert (entry.raw_chars, entry.injected_chars, entry.truncated) == (0, 0, False)
+
+
+def test_a_connection_waits_five_seconds_at_most_for_anothers_lock(
+    index: MemoryIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[object] = []
+    connect = sqlite3.connect
+
+    def recorded(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        asked.append(kwargs.get("timeout", 5.0))  # sqlite3's own default is 5.0
+        return connect(*args, **kwargs)
+
+    monkeypatch.setattr(search.sqlite3, "connect", recorded)
+    index.update()
+    assert asked == [5]
