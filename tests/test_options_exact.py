@@ -301,7 +301,7 @@ def test_telegram_advice_on_privacy_mode_with_group_chats() -> None:
     )
     nameless = advice({"can_read_all_group_messages": False}, ["-1"])
     assert nameless is not None and nameless.text.startswith("the bot has Telegram's")
-    assert "in the 1 group chats" in nameless.text
+    assert "in the 1 group chat bound" in nameless.text
     assert advice(health, ["42"]) is None  # no group chat
     assert advice({"can_read_all_group_messages": True}, ["-1"]) is None
     assert advice({}, ["-1"]) is None  # not known
