@@ -408,6 +408,23 @@ def test_start_binds_every_host_and_the_relay_socket_private(
     assert not (relay_dir / "runners.sock").exists()
 
 
+def test_the_runner_port_queues_128_connections_and_the_relay_socket_16(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backlogs: list[tuple[int, int]] = []
+
+    class Listening(socket.socket):
+        def listen(self, backlog: int = 0) -> None:
+            backlogs.append((self.family, backlog))
+            super().listen(backlog)
+
+    monkeypatch.setattr(hubmod.socket, "socket", Listening)
+    hub = make_hub(tmp_path)
+    hub.start()
+    hub.close()
+    assert backlogs == [(socket.AF_INET, 128), (socket.AF_UNIX, 16)]
+
+
 def test_a_new_relay_folder_is_private(tmp_path: Path) -> None:
     hub = make_hub(tmp_path / "a" / "swarm")
     sock = hub._bind_relay(tmp_path / "a" / "swarm")
