@@ -924,9 +924,12 @@ def test_close_removes_the_relay_socket_only_when_it_made_one(tmp_path: Path) ->
     (tmp_path / "runners.sock").unlink()
     hub = make_hub(tmp_path)
     hub.start()
+    relay = hub._relay
+    assert relay is not None
     (tmp_path / "runners.sock").unlink()  # removed meanwhile: no error
     hub.close()
     assert not (tmp_path / "runners.sock").exists()
+    assert relay.fileno() == -1  # the relay socket itself is closed
 
 
 def no_runner(group: str, timeout: float) -> Any:
