@@ -13,6 +13,7 @@ import stat
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from orchestrator.limits import (
     RUNNER_HANDSHAKE_TIMEOUT_SECONDS,
     RUNNER_HANDSHAKES_AT_ONCE,
     RUNNER_IDLE_PER_GROUP,
+    RUNNER_RELAY_REQUEST_SECONDS,
     RUNNER_RELAYS_AT_ONCE,
 )
 from orchestrator.runtime.channel import RunnerUnavailable
@@ -404,6 +406,23 @@ def test_start_binds_every_host_and_the_relay_socket_private(
     finally:
         hub.close()
     assert not (relay_dir / "runners.sock").exists()
+
+
+def test_the_runner_port_queues_128_connections_and_the_relay_socket_16(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backlogs: list[tuple[int, int]] = []
+
+    class Listening(socket.socket):
+        def listen(self, backlog: int = 0) -> None:
+            backlogs.append((self.family, backlog))
+            super().listen(backlog)
+
+    monkeypatch.setattr(hubmod.socket, "socket", Listening)
+    hub = make_hub(tmp_path)
+    hub.start()
+    hub.close()
+    assert backlogs == [(socket.AF_INET, 128), (socket.AF_UNIX, 16)]
 
 
 def test_a_new_relay_folder_is_private(tmp_path: Path) -> None:
@@ -803,6 +822,19 @@ def test_readable_says_whether_a_connection_has_something_to_read() -> None:
         assert hubmod._readable(one) is True
 
 
+def test_readable_looks_without_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[tuple[Any, ...]] = []
+
+    def select(read: list[Any], write: list[Any], error: list[Any], timeout: float) -> Any:
+        asked.append((read, write, error, timeout))
+        return read, [], []
+
+    monkeypatch.setattr(hubmod, "select", SimpleNamespace(select=select))
+    conn = Conn()
+    assert hubmod._readable(conn) is True  # type: ignore[arg-type]
+    assert asked == [([conn], [], [], 0)]
+
+
 def relay_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.endswith("(_relay_one)")]
 
@@ -892,9 +924,12 @@ def test_close_removes_the_relay_socket_only_when_it_made_one(tmp_path: Path) ->
     (tmp_path / "runners.sock").unlink()
     hub = make_hub(tmp_path)
     hub.start()
+    relay = hub._relay
+    assert relay is not None
     (tmp_path / "runners.sock").unlink()  # removed meanwhile: no error
     hub.close()
     assert not (tmp_path / "runners.sock").exists()
+    assert relay.fileno() == -1  # the relay socket itself is closed
 
 
 def no_runner(group: str, timeout: float) -> Any:
@@ -941,3 +976,81 @@ def test_an_answer_a_process_does_not_read_is_given_up_at_the_deadline(
                 assert not thread.is_alive()  # while this process still holds it open
     finally:
         hub.close()
+
+
+class Frames:
+    """wire's frames as the hub's relay or a relay endpoint uses them, recorded with the
+    deadline each is given; ``answers``: what each frame read returns, in turn."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, answers: list[Any]) -> None:
+        self.answers = answers
+        self.done: list[tuple[Any, ...]] = []
+        monkeypatch.setattr(hubmod, "time", SimpleNamespace(monotonic=lambda: 1000.0))
+        monkeypatch.setattr(hubmod.wire, "connect_no_follow", self.connect)
+        monkeypatch.setattr(hubmod.wire, "send_frame", self.send)
+        monkeypatch.setattr(hubmod.wire, "recv_frame", self.recv)
+
+    def connect(self, sock: socket.socket, path: Path) -> None:
+        self.done.append(("connect", path, sock.gettimeout()))
+
+    def send(self, sock: Any, message: dict[str, Any], deadline: float | None = None) -> None:
+        self.done.append(("send", message, deadline))
+
+    def recv(self, sock: Any, deadline: float | None = None) -> Any:
+        self.done.append(("recv", deadline))
+        return self.answers.pop(0)
+
+
+def test_the_relay_gives_each_frame_and_the_take_the_request_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    hub = make_hub()
+    frames = Frames(monkeypatch, [{"group": "fam"}, {"group": "fam"}])
+    runner, runner_peer = socket.socketpair()
+    taken: list[tuple[str, float]] = []
+    outcomes: list[Any] = [RunnerUnavailable("none of fam"), runner]
+
+    def take(group: str, timeout: float) -> Any:
+        taken.append((group, timeout))
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    monkeypatch.setattr(hub, "take", take)
+    monkeypatch.setattr(hubmod, "splice", lambda local, conn: frames.done.append(("splice",)))
+    deadline = 1000.0 + RUNNER_RELAY_REQUEST_SECONDS
+    try:
+        for _ in range(2):
+            local, local_peer = socket.socketpair()
+            hub._relays.acquire()
+            hub._relay_one(local)
+            local_peer.close()
+            assert local.fileno() == -1
+        assert RUNNER_RELAY_REQUEST_SECONDS == 5.0
+        assert taken == [("fam", 5.0), ("fam", 5.0)]
+        assert frames.done == [
+            ("recv", deadline),
+            ("send", {"ok": False, "error": "none of fam"}, deadline),
+            ("recv", deadline),
+            ("send", {"ok": True}, deadline),
+            ("splice",),
+        ]
+        assert runner.fileno() == -1  # closed once spliced
+    finally:
+        runner.close()
+        runner_peer.close()
+
+
+def test_the_relay_endpoint_connects_within_its_timeout_and_bounds_each_frame_by_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    frames = Frames(monkeypatch, [{"ok": True}])
+    path = tmp_path / "runners.sock"
+    sock = RelayEndpoint(path, "fam").connect(4.0)
+    sock.close()
+    assert frames.done == [
+        ("connect", path, 4.0),
+        ("send", {"op": "runner", "group": "fam"}, 1004.0),
+        ("recv", 1004.0),
+    ]
