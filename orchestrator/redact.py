@@ -1,10 +1,12 @@
 """Secrets never reach a log line or a stored error.
 
 Every token the daemon loads (chat-app bot tokens, HTTP tokens, provider keys) is
-registered here; ``redact`` replaces each with ``[redacted]``, and ``RedactingFilter``
-does that to every log record (its message, its arguments and its traceback) before a
-handler writes it. HTTP client libraries log request URLs, and Telegram's URLs hold the
-bot token: their loggers are also kept at WARNING (``quiet_clients``).
+registered here; ``redact`` replaces each with ``[redacted]`` (or another marker when a
+secret could be made again from that one and the text beside it, see ``mask``), and
+``RedactingFilter`` does that to every log record (its message, its arguments and its
+traceback) before a handler writes it. HTTP client libraries log request URLs, and
+Telegram's URLs hold the bot token: their loggers are also kept at WARNING
+(``quiet_clients``).
 """
 
 from __future__ import annotations
@@ -35,17 +37,20 @@ def mask(text: str, values: Iterable[str], word: str) -> str:
     around it into a value again when the value holds one, and a value could lie inside
     ``word``, so then the first pair of brackets no value holds is taken (``<word>``,
     ``{word}``, ``(word)``), or, past those, a character none holds, three times."""
-    found = sorted({value for value in values if value and value in text}, key=len, reverse=True)
+    given = {value for value in values if value}
+    found = sorted((value for value in given if value in text), key=len, reverse=True)
     if not found:
         return text
+    # the marker is chosen against every value given, not only those found: one that is
+    # not in the text could be made by the marker and its neighbours
     marker = None
     for opening, closing in ("[]", "<>", "{}", "()"):
         candidate = f"{opening}{word}{closing}"
-        if not any(opening in v or closing in v or v in candidate for v in found):
+        if not any(opening in v or closing in v or v in candidate for v in given):
             marker = candidate
             break
     if marker is None:
-        free = next(c for c in map(chr, itertools.count(0x2591)) if all(c not in v for v in found))
+        free = next(c for c in map(chr, itertools.count(0x2591)) if all(c not in v for v in given))
         marker = free * 3
     for value in found:
         text = text.replace(value, marker)

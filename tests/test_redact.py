@@ -87,6 +87,15 @@ def test_mask_never_leaves_a_value_that_lies_inside_the_word() -> None:
     assert mask("it was redacts", ["redacts"], "redacted") == "it was [redacted]"
 
 
+def test_mask_chooses_the_marker_against_values_not_in_the_text_too() -> None:
+    # a value the text does not hold could be made by the marker, or by it and its
+    # neighbours
+    assert mask("SECRET", ["SECRET", "key"], "key") == "░░░"
+    assert mask("SECRETx", ["SECRET", "[key]x"], "key") == "<key>x"
+    assert mask("x", ["x", "░░░"], "[]<>{}()x") == "▒▒▒"
+    assert mask("no value here", ["[key]x"], "key") == "no value here"
+
+
 def test_redact_never_leaves_a_secret_that_reads_as_the_marker(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -96,6 +105,15 @@ def test_redact_never_leaves_a_secret_that_reads_as_the_marker(
     monkeypatch.setattr(redact_module, "_secrets", frozenset())
     register_secret("dacted]-tail")
     assert redact("[re" + "dacted]-tail") == "[re<redacted>"
+    # a secret the text does not hold still rules a marker out
+    monkeypatch.setattr(redact_module, "_secrets", frozenset())
+    register_secret("password1")
+    register_secret("redacted")
+    assert redact("pw=password1") == "pw=░░░"
+    monkeypatch.setattr(redact_module, "_secrets", frozenset())
+    register_secret("SECRET-TOKEN")
+    register_secret("ed]-suffix")
+    assert redact("[redactSECRET-TOKEN-suffix") == "[redact<redacted>-suffix"
 
 
 def _record(msg: object, args: tuple[object, ...] | None) -> logging.LogRecord:
