@@ -283,7 +283,7 @@ def test_group_pod_with_a_runtime_class_and_a_user_without_group() -> None:
 
 
 def test_group_pod_without_a_config_hash_and_with_the_longest_extra_name() -> None:
-    extra = "x_" * 21 + "yz"  # 44 characters: the claim has 63
+    extra = "x_" * 28 + "y"  # 57 characters: the volume's name has 63
     spec = spec_of(
         labels={},
         mounts=(BindMount("/h", f"/workspace/extra/{extra}", False),),
@@ -295,9 +295,9 @@ def test_group_pod_without_a_config_hash_and_with_the_longest_extra_name() -> No
         "labels": {PART_OF: "orchestrator", COMPONENT: "group"},
         "annotations": {"org.orchestrator.config-hash": ""},
     }
-    volume = "extra-" + "x-" * 21 + "yz"
-    claim = "orchestrator-extra-" + "x-" * 21 + "yz"
-    assert len(claim) == 63
+    volume = "extra-" + "x-" * 28 + "y"
+    claim = "orchestrator-" + volume
+    assert len(volume) == 63
     assert pod["spec"]["volumes"][2:] == [
         {"name": volume, "persistentVolumeClaim": {"claimName": claim, "readOnly": False}}
     ]
@@ -308,18 +308,18 @@ def test_group_pod_without_a_config_hash_and_with_the_longest_extra_name() -> No
     assert pod["spec"]["containers"][0]["env"] == []
 
 
-@pytest.mark.parametrize("extra", ["x" * 44 + "y", "docs-", "docs_"])
-def test_an_extra_mount_whose_claim_name_kubernetes_refuses_is_refused(extra: str) -> None:
+@pytest.mark.parametrize("extra", ["x" * 57 + "y", "docs-", "docs_"])
+def test_an_extra_mount_whose_volume_name_kubernetes_refuses_is_refused(extra: str) -> None:
     spec = spec_of(mounts=(BindMount("/h", f"/workspace/extra/{extra}", False),))
     with pytest.raises(BadInput) as caught:
         group_pod(GroupShape(FOLDER, spec, 1024), KubernetesOptions())
-    claim = "orchestrator-extra-" + extra.replace("_", "-")
+    volume = "extra-" + extra.replace("_", "-")
     assert caught.value.message == (
-        f"group {FOLDER}: extra mount {extra!r} makes the claim name {claim!r}, which "
+        f"group {FOLDER}: extra mount {extra!r} makes the volume name {volume!r}, which "
         "Kubernetes refuses (at most 63 characters, ending in a letter or digit)"
     )
     assert caught.value.hint == (
-        f"rename the mount in groups/{FOLDER}/group.yaml: at most 44 characters, ending in "
+        f"rename the mount in groups/{FOLDER}/group.yaml: at most 57 characters, ending in "
         "a letter or digit"
     )
 

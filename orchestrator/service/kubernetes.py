@@ -208,19 +208,21 @@ def group_pod(shape: GroupShape, options: KubernetesOptions) -> dict[str, Any]:
 
 
 def _extra_claim(folder: str, extra: str, claims: dict[str, str]) -> str:
-    """The claim ``orchestrator-extra-<name>`` of extra mount ``extra`` ('_' as '-'),
-    recorded in ``claims``; BadInput when it is no DNS label or another mount of the
-    group has it (their files would be one)."""
+    """The claim ``orchestrator-extra-<name>`` of extra mount ``extra`` ('_' as '-'; the
+    pod's volume is ``extra-<name>``), recorded in ``claims``; BadInput when the volume's
+    name is no DNS label or another mount of the group makes the same claim (their files
+    would be one)."""
     from orchestrator.errors import BadInput
 
-    claim = f"orchestrator-extra-{extra.replace('_', '-')}"
-    if len(claim) > NAME_MAX or not claim[-1].isalnum():
+    volume = f"extra-{extra.replace('_', '-')}"
+    if len(volume) > NAME_MAX or not volume[-1].isalnum():
         raise BadInput(
-            f"group {folder}: extra mount {extra!r} makes the claim name {claim!r}, which "
+            f"group {folder}: extra mount {extra!r} makes the volume name {volume!r}, which "
             f"Kubernetes refuses (at most {NAME_MAX} characters, ending in a letter or digit)",
             hint=f"rename the mount in groups/{folder}/group.yaml: at most "
-            f"{NAME_MAX - len('orchestrator-extra-')} characters, ending in a letter or digit",
+            f"{NAME_MAX - len('extra-')} characters, ending in a letter or digit",
         )
+    claim = f"orchestrator-{volume}"
     if claim in claims:
         raise BadInput(
             f"group {folder}: extra mounts {claims[claim]!r} and {extra!r} both make the claim "
