@@ -12,6 +12,7 @@ from orchestrator.config.metrics import MetricsConfig
 from orchestrator.config.runtime import RuntimeSettings, SwarmSettings
 from orchestrator.errors import InvalidConfig
 from orchestrator.home import Home
+from tests.asciilocale import run_in_ascii_locale
 
 
 def load(home: Path, text: str, monkeypatch) -> OrchestratorConfig:  # type: ignore[no-untyped-def]
@@ -1043,11 +1044,7 @@ def test_provider_kind_is_required_and_base_url_and_model_lengths(home: Path, mo
 
 
 def test_edit_reads_and_writes_utf8_whatever_the_locale(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    import os
-    import subprocess
-    import sys
 
-    import orchestrator.config.edit
     from orchestrator.config.edit import edit_config
 
     monkeypatch.delenv("ORCHESTRATOR_PROJECT", raising=False)
@@ -1061,20 +1058,12 @@ def test_edit_reads_and_writes_utf8_whatever_the_locale(tmp_path: Path, monkeypa
         (root / "orchestrator.yaml").write_bytes(start.encode())
     assert edit_config(Home(here), set_concurrency(3)).concurrency == 3
     assert (here / "orchestrator.yaml").read_bytes() == edited.encode()
-    script = (
-        "import codecs, locale, sys; from pathlib import Path; "
+    run_in_ascii_locale(
+        "import sys; from pathlib import Path; "
         "from orchestrator.config.edit import edit_config; from orchestrator.home import Home; "
-        "print(codecs.lookup(locale.getpreferredencoding(False)).name); "
-        "edit_config(Home(Path(sys.argv[1])), lambda data: data.update(concurrency=3))"
+        "edit_config(Home(Path(sys.argv[1])), lambda data: data.update(concurrency=3))",
+        str(child),
     )
-    code = str(Path(orchestrator.config.edit.__file__).parents[2])  # the code this test runs
-    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0",
-           "PYTHONPATH": code}  # fmt: skip
-    done = subprocess.run(
-        [sys.executable, "-c", script, str(child)], env=env, capture_output=True, text=True
-    )
-    assert (done.returncode, done.stderr) == (0, "")
-    assert done.stdout == "ascii\n"  # the child's locale reads and writes ASCII only
     assert (child / "orchestrator.yaml").read_bytes() == edited.encode()
 
 

@@ -23,6 +23,7 @@ from orchestrator.groups.config import (
 )
 from orchestrator.groups.modelsconfig import ModelChoice, PurposeModels
 from orchestrator.money import Prices
+from tests.asciilocale import run_in_ascii_locale
 
 P = Path("/g/group.yaml")
 BUDGET = (
@@ -853,11 +854,6 @@ def test_a_group_name_is_at_most_100_characters() -> None:
 
 
 def test_the_edits_read_and_write_utf8_whatever_the_locale(tmp_path: Path) -> None:
-    import os
-    import subprocess
-    import sys
-
-    import orchestrator.groups.config
 
     start = "# l'équipe\nname: A  # « A »\npackages:\n  debian: []\n"
     edited = (
@@ -873,21 +869,13 @@ def test_the_edits_read_and_write_utf8_whatever_the_locale(tmp_path: Path) -> No
     set_packages(here, ("jq",), ())
     set_mcp_server(here, "heure", {"command": "mcp-heure", "args": ["--zone=Europe/Zürich"]})
     assert here.read_bytes() == edited.encode()
-    script = (
-        "import codecs, locale, sys; from pathlib import Path; "
+    run_in_ascii_locale(
+        "import sys; from pathlib import Path; "
         "from orchestrator.groups.config import set_mcp_server, set_option, set_packages; "
-        "print(codecs.lookup(locale.getpreferredencoding(False)).name); "
         "path = Path(sys.argv[1]); set_option(path, 'turn_timeout', '5m'); "
         "set_packages(path, ('jq',), ()); "
         "set_mcp_server(path, 'heure', {'command': 'mcp-heure', "
-        "'args': ['--zone=Europe/Z\\xfcrich']})"  # escaped: the child's command line is ASCII
+        "'args': ['--zone=Europe/Z\\xfcrich']})",  # escaped: the child's command line is ASCII
+        str(child),
     )
-    code = str(Path(orchestrator.groups.config.__file__).parents[2])  # the code this test runs
-    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0",
-           "PYTHONPATH": code}  # fmt: skip
-    done = subprocess.run(
-        [sys.executable, "-c", script, str(child)], env=env, capture_output=True, text=True
-    )
-    assert (done.returncode, done.stderr) == (0, "")
-    assert done.stdout == "ascii\n"  # the child's locale reads and writes ASCII only
     assert child.read_bytes() == edited.encode()

@@ -113,11 +113,11 @@ def test_refuse_writes_the_whole_refusal() -> None:
 @pytest.mark.parametrize("error", [BrokenPipeError("gone"), ConnectionResetError("reset")])
 def test_refuse_ends_quietly_when_the_client_is_gone(error: OSError) -> None:
     writer = Writer(drain_error=error)
-    refuse(writer, 429, "at most 2 connections")
+    refuse(writer, 429, "too many connections (at most 2 at once)")
     assert writer.written == [
-        b"HTTP/1.1 429 Refused\r\nContent-Type: text/plain\r\nContent-Length: 48\r\n"
+        b"HTTP/1.1 429 Refused\r\nContent-Type: text/plain\r\nContent-Length: 67\r\n"
         b"Connection: close\r\n\r\n"
-        b"orchestrator egress gate: at most 2 connections\n"
+        b"orchestrator egress gate: too many connections (at most 2 at once)\n"
     ]
     assert writer.drains == 1
 
