@@ -396,6 +396,16 @@ def test_a_cancelled_turn_fails_as_cancelled_and_is_not_released() -> None:
     assert endpoint.released == [] and endpoint.host[0].fileno() == -1
 
 
+def test_a_turn_cancelled_before_it_starts_fails_as_cancelled() -> None:
+    cancel = Cancel()
+    cancel.cancel()  # the socket is shut as soon as the turn attaches it
+    endpoint = Scripted(lambda runner: None)
+    with pytest.raises(TurnFailed) as caught:
+        RunnerClient(endpoint).turn({}, timeout=5, cancel=cancel)
+    assert caught.value.message == "the turn was cancelled"
+    assert endpoint.released == [] and endpoint.host[0].fileno() == -1
+
+
 def test_the_handle_is_detached_when_the_turn_ends() -> None:
     cancel = Cancel()
     endpoint = Scripted(answering({"ok": True}))

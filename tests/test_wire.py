@@ -107,6 +107,18 @@ def test_the_wire_format_is_a_length_and_compact_utf8_json() -> None:
         assert b.recv(1000) == struct.pack(">I", len(body)) + body
 
 
+def test_a_message_with_a_lone_surrogate_is_sent_with_its_non_ascii_escaped() -> None:
+    # it has no UTF-8 form; escaped, it reads back the same
+    message = {"text": "\ud800 é ✓", "n": [1, 2]}
+    body = b'{"text":"\\ud800 \\u00e9 \\u2713","n":[1,2]}'
+    assert wire.encode(message) == body
+    assert wire.encode({"text": "é ✓"}) == '{"text":"é ✓"}'.encode()
+    a, b = socket.socketpair()
+    with a, b:
+        wire.send_frame(a, message)
+        assert wire.recv_frame(b) == message
+
+
 def test_a_frame_larger_than_one_read_arrives_whole() -> None:
     a, b = socket.socketpair()
     with a, b:
