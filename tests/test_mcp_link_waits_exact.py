@@ -14,6 +14,7 @@ import pytest
 import orchestrator.mcp.link as link
 from orchestrator.limits import MCP_CALL_TIMEOUT_SECONDS, MCP_LIST_TIMEOUT_SECONDS
 from orchestrator.mcp.link import Link, LinkFailed, Stdio
+from tests.waits import record_joins
 
 
 class Server:
@@ -150,13 +151,6 @@ def test_closing_waits_5_s_for_the_loops_thread(monkeypatch: pytest.MonkeyPatch)
     assert linked.call("find", {}) == {"called": "find"}
     thread = linked._thread
     assert thread is not None
-    joins: list[float | None] = []
-    real = thread.join
-
-    def join(timeout: float | None = None) -> None:
-        joins.append(timeout)
-        real(timeout)
-
-    monkeypatch.setattr(thread, "join", join)
+    joins = record_joins(monkeypatch, thread)
     linked.close()
     assert joins == [5] and not thread.is_alive()

@@ -43,6 +43,7 @@ from orchestrator.versions import (
     file_version,
     too_new,
 )
+from tests.waits import record_joins
 
 # --- the CLI's printing ---------------------------------------------------------------
 
@@ -276,17 +277,12 @@ def _registry_with_one_counter() -> Any:
     return registry
 
 
-def test_closing_the_listener_waits_for_its_thread_as_long_as_asked() -> None:
+def test_closing_the_listener_waits_for_its_thread_as_long_as_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     listener = Listener(_registry_with_one_counter(), "127.0.0.1:0")
     thread = listener.thread
-    asked: list[object] = []
-
-    class Thread:
-        def join(self, timeout: object = "none given") -> None:
-            asked.append(timeout)
-            thread.join()
-
-    listener.thread = Thread()  # type: ignore[assignment]
+    asked = record_joins(monkeypatch, thread)
     listener.close()
     listener.close(timeout=0.5)
     assert asked == [5.0, 0.5]

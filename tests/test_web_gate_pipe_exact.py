@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.web.gate import _pipe, _refuse
+from tests.waits import record_joins
 
 
 class Writer:
@@ -188,22 +189,14 @@ def test_a_call_onto_the_gates_loop_waits_ten_seconds_at_most(
     assert asked == [10, 3]
 
 
-def test_closing_waits_five_seconds_at_most_for_the_loops_thread(tmp_path: Path) -> None:
+def test_closing_waits_five_seconds_at_most_for_the_loops_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from orchestrator.web.gate import Gate
 
     gate = Gate(tmp_path / "egress")
     thread = gate.thread
-    asked: list[object] = []
-
-    class Thread:
-        def join(self, timeout: object = "none given") -> None:
-            asked.append(timeout)
-            thread.join()
-
-        def is_alive(self) -> bool:
-            return thread.is_alive()
-
-    gate.thread = Thread()  # type: ignore[assignment]
+    asked = record_joins(monkeypatch, thread)
     gate.close()
     assert asked == [5]
-    assert gate.loop.is_closed()
+    assert gate.loop.is_closed() and not thread.is_alive()
