@@ -4,6 +4,7 @@ when it is absent, except under CI=true, where an absent engine fails the run.""
 from __future__ import annotations
 
 import os
+import sqlite3
 import uuid
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
 from orchestrator.memory.history import History
 from tests.engineclean import remove_containers
+from tests.sqlstyle import Watch
 
 TEST_LABEL = "org.orchestrator.test"
 
@@ -78,6 +80,20 @@ def docker_client(test_project: str):  # type: ignore[no-untyped-def]
     for label in (f"{TEST_LABEL}={test_project}", f"org.orchestrator.project={test_project}"):
         remove_containers(client, label)
     client.close()
+
+
+@pytest.fixture(autouse=True)
+def _sql_style():  # type: ignore[no-untyped-def]
+    """Every SQL statement the package runs in a test is in the house style (keywords in
+    upper case, names in lower case: tests/sqlstyle.py); one out of style fails the test.
+    Its own patch (not the monkeypatch fixture's): undone after the test's fixtures."""
+    watch = Watch()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sqlite3, "connect", watch.connect(sqlite3.connect))
+        yield
+    seen = watch.take()
+    if seen:
+        pytest.fail("SQL out of style (tests/sqlstyle.py):\n" + "\n".join(seen[:5]))
 
 
 @pytest.fixture(autouse=True)

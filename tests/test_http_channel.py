@@ -596,7 +596,7 @@ def test_a_body_that_stops_arriving_is_a_408(served, monkeypatch) -> None:  # ty
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408 ")
     assert json.loads(body) == {"error": "the body did not arrive within 0.5s"}
-    assert daemon.queue.read("SELECT count(*) FROM messages") == [(0,)]
+    assert daemon.queue.read("SELECT COUNT(*) FROM messages") == [(0,)]
 
 
 def test_a_long_poll_under_a_second_still_waits_for_a_change(daemon) -> None:  # type: ignore[no-untyped-def]

@@ -298,7 +298,7 @@ def _summary(db: sqlite3.Connection) -> Snapshot:
 
     def count(table: str) -> int:
         return (
-            int(db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]) if table in tables else 0
+            int(db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]) if table in tables else 0
         )
 
     layout = 1
@@ -308,7 +308,7 @@ def _summary(db: sqlite3.Connection) -> Snapshot:
     messages = (
         {
             str(s): int(n)
-            for s, n in db.execute("SELECT state, count(*) FROM messages GROUP BY state")
+            for s, n in db.execute("SELECT state, COUNT(*) FROM messages GROUP BY state")
         }
         if "messages" in tables
         else {}

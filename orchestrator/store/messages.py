@@ -595,7 +595,7 @@ class MessageQueue(StateDB):
             seq, group, session = row
             clear = self._db.execute(
                 "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE group_folder=? AND session=?"
-                " AND seq<? AND state=? AND trim(text)=?",
+                " AND seq<? AND state=? AND TRIM(text)=?",
                 (group, session, seq, DONE, CLEAR_COMMAND),
             ).fetchone()[0]
             return int(
@@ -614,7 +614,7 @@ class MessageQueue(StateDB):
             for session in sessions:
                 clear = self._db.execute(
                     "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE group_folder=? AND "
-                    "session=? AND state=? AND trim(text)=?",
+                    "session=? AND state=? AND TRIM(text)=?",
                     (group, session, DONE, CLEAR_COMMAND),
                 ).fetchone()[0]
                 found.update(
@@ -719,7 +719,7 @@ class MessageQueue(StateDB):
         """Messages whose session key starts with ``prefix``, oldest first (an upgrade
         looks for keys of an older scheme)."""
         rows = self.read(
-            f"SELECT {_COLUMNS} FROM messages WHERE substr(session, 1, ?)=? ORDER BY seq",
+            f"SELECT {_COLUMNS} FROM messages WHERE SUBSTR(session, 1, ?)=? ORDER BY seq",
             (len(prefix), prefix),
         )
         return [_row(r) for r in rows]
