@@ -17,6 +17,7 @@ from orchestrator.groups.config import GroupConfig
 from orchestrator.home import Home
 from orchestrator.memory.history import History
 from tests.engineclean import remove_containers
+from tests.headerstyle import HeaderWatch
 from tests.sqlstyle import Watch
 
 TEST_LABEL = "org.orchestrator.test"
@@ -94,6 +95,21 @@ def _sql_style():  # type: ignore[no-untyped-def]
     seen = watch.take()
     if seen:
         pytest.fail("SQL out of style (tests/sqlstyle.py):\n" + "\n".join(seen[:5]))
+
+
+@pytest.fixture(autouse=True)
+def _header_spelling():  # type: ignore[no-untyped-def]
+    """Every mail header name the package looks up is spelled as the RFCs spell it
+    (tests/headerstyle.py); one in a single case fails the test."""
+    from orchestrator.channels.email.reading import Mail
+
+    watch = HeaderWatch()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Mail, "header", watch.wrap(Mail.header))
+        yield
+    seen = watch.take()
+    if seen:
+        pytest.fail(f"mail header names not spelled as the RFCs spell them: {seen[:5]}")
 
 
 @pytest.fixture(autouse=True)
