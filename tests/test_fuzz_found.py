@@ -248,6 +248,11 @@ def test_a_skill_whose_frontmatter_is_nested_too_deeply_is_refused() -> None:
         ("---\n{a: 1}\n---\nbody\n", "---\ntype: people\na: 1\n---\nbody\n"),
         ("---\n  a: 1\n  b: [x]\n---\nbody\n", "---\ntype: people\na: 1\nb:\n- x\n---\nbody\n"),
         ("---\n# kept\ntitle: x\n---\nb\n", "---\ntype: people\n# kept\ntitle: x\n---\nb\n"),
+        # written anew: the keys in their order, and text in any script as it was written
+        (
+            "---\n{zeta: Café, alpha: 東京}\n---\nb\n",
+            "---\ntype: people\nzeta: Café\nalpha: 東京\n---\nb\n",
+        ),
     ],
 )
 def test_memory_lint_fix_sets_a_type_in_any_mapping(tmp_path: Path, text: str, fixed: str) -> None:

@@ -305,3 +305,23 @@ def test_the_runner_gives_hooks_the_event_in_their_environment(tmp_path: Path) -
     hooks = [CommandHook("startup|clear", (sys.executable, "-c", script))]
     [said] = run_session_start(hooks, source="clear", session_id="s1", agent_dir=tmp_path)
     assert said == f"clear {tmp_path} s1"
+
+
+def test_the_event_in_the_environment_is_read_before_stdin_in_this_process(
+    agent_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same as the child-process test above, in this process: with the event's fields
+    in the environment, the hook prints the memory of the environment's agent directory
+    and never reads stdin (here an event that would print nothing)."""
+    import io
+
+    from orchestrator.agent.memory_hook import main, session_start_memory
+
+    monkeypatch.setenv("ORCHESTRATOR_HOOK_SOURCE", "startup")
+    monkeypatch.setenv("ORCHESTRATOR_AGENT_DIR", str(agent_dir))
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps({"source": "resume"})))
+    assert main([]) == 0
+    printed = capsys.readouterr().out
+    assert printed == session_start_memory("startup", str(agent_dir))
+    assert "## Core Memory" in printed
+    assert sys.stdin.read() == '{"source": "resume"}'  # left unread

@@ -301,3 +301,34 @@ def test_a_folder_that_cannot_be_opened_is_reported_with_the_reason(
     report = scaffold_memory(group_dir)
     assert report.problems == ["memory: cannot open (Input/output error)"]
     assert not report.complete
+
+
+def test_each_file_is_written_without_a_folder_sync_and_each_folder_synced_once_after(
+    group_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Durability at the least cost: the files' own writes are synced, their folders once
+    for all they gained (system, memory, then the group), not once per file."""
+    from orchestrator.confined import ConfinedDir
+
+    calls: list[tuple[str, ...]] = []
+    create, sync = ConfinedDir.create_exclusive, ConfinedDir.sync
+
+    def creating(self, relative, data, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(("create", relative, repr(kwargs.get("sync_folder", "default"))))
+        return create(self, relative, data, **kwargs)
+
+    def syncing(self) -> None:  # type: ignore[no-untyped-def]
+        calls.append(("sync", self.shown.rsplit("/", 1)[-1]))
+        sync(self)
+
+    monkeypatch.setattr(ConfinedDir, "create_exclusive", creating)
+    monkeypatch.setattr(ConfinedDir, "sync", syncing)
+    scaffold_memory(group_dir)
+    assert calls == [
+        ("create", "index.md", "False"),
+        ("create", "index.md", "False"),
+        ("create", "definition.md", "False"),
+        ("sync", "system"),
+        ("sync", "memory"),
+        ("sync", group_dir.name),
+    ]
