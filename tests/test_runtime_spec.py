@@ -451,3 +451,44 @@ def test_plan_start_takes_the_first_step_from_what_was_found() -> None:
     assert plan_start(found("created"), "h1", settled=False) == "start"
     assert plan_start(found("running"), "h1", settled=True) == "probe"
     assert plan_start(found("running"), "h1", settled=False) == "wait"
+
+
+def test_a_group_with_web_mcp_a_character_cap_and_its_skills_given_is_exact() -> None:
+    """The parts of the spec a plain group does not have: the skills the caller resolved,
+    each mounted read-only; the egress gate's folder (read-only, only with the web on)
+    and its socket; the MCP servers' setting; the character cap."""
+    from orchestrator.groups.config import ContextBudget
+    from orchestrator.groups.mcpconfig import McpServer, McpSettings
+    from orchestrator.groups.webconfig import WebSettings
+
+    servers = (
+        McpServer("zeta", command="zeta-mcp", args=("--a", "b"), env=(("K", "v"),)),
+        McpServer("alpha", remote="docs", tools=(("find", "h1"),)),
+    )
+    config = replace(
+        GROUP.config,
+        web=WebSettings(enabled=True),
+        mcp=McpSettings(servers),
+        context_budget=ContextBudget(max_chars=5000),
+    )
+    group = replace(GROUP, config=config)
+    s = spec(group, skills=[("pdf", Path("/s/pdf"))], egress_dir=Path("/e/fam"))
+    assert [(m.source, m.target, m.read_only) for m in s.mounts][-2:] == [
+        ("/s/pdf", "/workspace/skills/pdf", True),
+        ("/e/fam", "/run/orchestrator-egress", True),
+    ]
+    assert s.environment["ORCHESTRATOR_EGRESS_SOCKET"] == "/run/orchestrator-egress/proxy.sock"
+    assert s.environment["ORCHESTRATOR_CONTEXT_BUDGET"] == "5000"
+    assert s.environment["ORCHESTRATOR_MCP"] == (
+        '{"servers":{"alpha":{"kind":"remote","tools":{"find":"h1"}},'
+        '"zeta":{"args":["--a","b"],"command":"zeta-mcp","env":{"K":"v"},"kind":"stdio",'
+        '"tools":{}}}}'
+    )
+    # the web off: neither the folder nor the socket, though the folder is given
+    off = spec(replace(GROUP, config=replace(config, web=WebSettings())), egress_dir=Path("/e"))
+    assert "/run/orchestrator-egress" not in [m.target for m in off.mounts]
+    assert "ORCHESTRATOR_EGRESS_SOCKET" not in off.environment
+    # the web on but no folder given: neither
+    none = spec(group)
+    assert "/run/orchestrator-egress" not in [m.target for m in none.mounts]
+    assert "ORCHESTRATOR_EGRESS_SOCKET" not in none.environment
