@@ -1,0 +1,177 @@
+"""The queue's smaller reads and writes, exactly: a message's dictionary with what was
+said and its files, the files column read back (and a damaged one taken as none), a
+message's files prepared, the counts per group and state, and a chat's channel."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from orchestrator.media.inbox import StoredFile
+from orchestrator.media.outbox import ReplyFile
+from orchestrator.store.messages import (
+    DEAD,
+    DONE,
+    INFLIGHT,
+    PREPARING,
+    QUEUED,
+    Message,
+    MessageQueue,
+    _media,
+    new_message,
+)
+
+
+@pytest.fixture
+def queue(tmp_path: Path) -> MessageQueue:
+    return MessageQueue(tmp_path / "queue.db")
+
+
+def message(**changes: object) -> Message:
+    made = new_message(
+        group="g", session="s", chat="c", thread=None, sender="a", trust="member", text="hi",
+        channel="cli",
+    )  # fmt: skip
+    return dataclasses.replace(made, **changes)  # type: ignore[arg-type]
+
+
+PHOTO = StoredFile(
+    "20261201-101010-0a1b2c3d.jpg", "image/jpeg", 2048, "image", original="Café.jpg", label="photo"
+)
+VOICE = StoredFile("20261201-101011-0c3d4e5f.ogg", None, 10, "voice", duration=3.5)
+
+
+def test_a_message_dictionary_names_what_was_said_and_its_files_only_when_it_has_them() -> None:
+    reply_file = ReplyFile(7, "report.pdf", "application/pdf", 99, "document", "/x/y", reply=1)
+    full = message(
+        id="m1", thread="t", said="@bot hi", media=(PHOTO, VOICE), files=(reply_file,),
+        replies=("one", "two"), attempts=2, last_error="boom", created=12.5, state=INFLIGHT,
+    )  # fmt: skip
+    assert full.to_dict() == {
+        "id": "m1", "group": "g", "session": "s", "chat": "c", "thread": "t", "sender": "a",
+        "trust": "member", "state": INFLIGHT, "attempts": 2, "error": "boom", "created": 12.5,
+        "replies": ["one", "two"], "said": "@bot hi",
+        "media": [
+            {"name": "20261201-101010-0a1b2c3d.jpg", "mime": "image/jpeg", "size": 2048,
+             "kind": "image", "original": "Café.jpg", "label": "photo"},
+            {"name": "20261201-101011-0c3d4e5f.ogg", "size": 10, "kind": "voice", "duration": 3.5},
+        ],
+        "files": [
+            {"reply": 1, "seq": 7, "name": "report.pdf", "mime": "application/pdf",
+             "size": 99, "kind": "document"},
+        ],
+    }  # fmt: skip
+    assert list(full.to_dict()) == [
+        "id", "group", "session", "chat", "thread", "sender", "trust", "state", "attempts",
+        "error", "created", "replies", "said", "media", "files",
+    ]  # fmt: skip
+    assert full.images == ("files/inbox/20261201-101010-0a1b2c3d.jpg",)
+    # an empty said is still what was said; no files, no keys for them
+    assert message(id="m2", said="", created=1.0).to_dict() == {
+        "id": "m2", "group": "g", "session": "s", "chat": "c", "thread": None, "sender": "a",
+        "trust": "member", "state": QUEUED, "attempts": 0, "error": None, "created": 1.0,
+        "replies": [], "said": "",
+    }  # fmt: skip
+    assert "said" not in message(said=None).to_dict()
+
+
+def test_a_messages_files_are_stored_and_read_back(queue: MessageQueue) -> None:
+    stored = queue.put(message(media=(PHOTO, VOICE)))
+    assert queue.get(stored.id).media == (PHOTO, VOICE)  # type: ignore[union-attr]
+    # kept as JSON with the sender's names as written, not escaped
+    raw = queue._db.execute("SELECT media FROM messages WHERE id=?", (stored.id,)).fetchone()[0]
+    assert json.loads(raw) == [PHOTO.to_dict(), VOICE.to_dict()]
+    assert "Café.jpg" in raw
+    plain = queue.put(message())
+    row = queue._db.execute("SELECT media FROM messages WHERE id=?", (plain.id,)).fetchone()
+    assert row == (None,)
+    assert queue.get(plain.id).media == ()  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        ("not json", "Expecting value"),  # ValueError
+        ('[{"mime": "image/png"}]', "'name'"),  # KeyError
+        ("[3]", "not subscriptable"),  # TypeError
+        ('[{"name": "../x", "size": 1, "kind": "image"}]', "is not a name"),  # ValueError
+    ],
+)
+def test_a_damaged_files_column_is_taken_as_none_and_said_so(
+    raw: str, why: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="orchestrator.queue"):
+        assert _media(raw) == ()
+    [record] = caplog.records
+    assert record.name == "orchestrator.queue" and record.levelno == logging.WARNING
+    assert record.getMessage().startswith("a message's files could not be read (")
+    assert why in record.getMessage()
+    assert record.getMessage().endswith("); taken as none")
+
+
+def test_an_empty_or_missing_files_column_is_no_files(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG):
+        assert _media(None) == () and _media("") == () and _media(b"[]") == ()
+        assert _media("[]") == ()
+    assert caplog.records == []  # nothing to warn of
+    assert _media(json.dumps([PHOTO.to_dict()])) == (PHOTO,)
+
+
+def test_prepared_queues_a_waiting_message_with_its_new_text(queue: MessageQueue) -> None:
+    waiting = queue.put(message(state=PREPARING, text="[voice note]"))
+    other = queue.put(message(state=PREPARING, text="[audio]"))
+    before = queue._db.execute("SELECT updated FROM messages WHERE id=?", (waiting.id,))
+    (updated_before,) = before.fetchone()
+    assert queue.prepared(waiting.id, "the transcript", "what they said") is True
+    got = queue.get(waiting.id)
+    assert got is not None
+    assert (got.state, got.text, got.said) == (QUEUED, "the transcript", "what they said")
+    (updated,) = queue._db.execute(
+        "SELECT updated FROM messages WHERE id=?", (waiting.id,)
+    ).fetchone()
+    assert updated >= updated_before and updated > 0
+    # once queued it is not waiting: nothing changes
+    assert queue.prepared(waiting.id, "again", None) is False
+    assert queue.get(waiting.id) == got
+    assert queue.prepared("no-such-id", "x", None) is False
+    # what was said, when it is the text, is not kept twice
+    assert queue.prepared(other.id, "same", "same") is True
+    again = queue.get(other.id)
+    assert again is not None and (again.state, again.text, again.said) == (QUEUED, "same", None)
+    assert [m.id for m in queue.preparing()] == []
+
+
+def test_counts_by_group_counts_the_states_asked_for(queue: MessageQueue) -> None:
+    for group, state in [
+        ("a", QUEUED), ("a", QUEUED), ("a", INFLIGHT), ("a", DONE), ("a", PREPARING),
+        ("b", DEAD), ("b", DONE), ("c", DONE),
+    ]:  # fmt: skip
+        queue.put(message(group=group, state=state))
+    # by default what is waiting, running and dead: not what is done or being prepared
+    assert queue.counts_by_group() == {"a": {QUEUED: 2, INFLIGHT: 1}, "b": {DEAD: 1}}
+    assert queue.counts_by_group((DONE,)) == {"a": {DONE: 1}, "b": {DONE: 1}, "c": {DONE: 1}}
+    assert queue.counts_by_group((DONE, PREPARING)) == {
+        "a": {DONE: 1, PREPARING: 1}, "b": {DONE: 1}, "c": {DONE: 1},
+    }  # fmt: skip
+    assert queue.counts_by_group(("nothing",)) == {}
+
+
+def test_a_chats_channel_is_its_latest_messages_or_the_one_asked_for(
+    queue: MessageQueue,
+) -> None:
+    queue.put(message(chat="c", channel="telegram", created=10.0))
+    queue.put(message(chat="c", channel="matrix", created=30.0))
+    queue.put(message(chat="c", channel="slack", created=20.0))
+    queue.put(message(chat="c", group="other", channel="discord", created=40.0))
+    queue.put(message(chat="d", channel="email", created=50.0))
+    assert queue.channel_of_chat("g", "c") == "matrix"  # the latest, by creation
+    assert queue.channel_of_chat("g", "c", "telegram") == "telegram"
+    assert queue.channel_of_chat("g", "c", "discord") is None  # another group's
+    assert queue.channel_of_chat("g", "nobody") is None
+    assert queue.channel_of_chat("other", "c") == "discord"
+    assert queue.channels_of_chat("g", "c") == ["matrix", "slack", "telegram"]
+    assert queue.channels_of_chat("g", "nobody") == []
