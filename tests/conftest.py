@@ -83,18 +83,23 @@ def docker_client(test_project: str):  # type: ignore[no-untyped-def]
     client.close()
 
 
-@pytest.fixture(autouse=True)
-def _sql_style():  # type: ignore[no-untyped-def]
-    """Every SQL statement the package runs in a test is in the house style (keywords in
-    upper case, names in lower case: tests/sqlstyle.py); one out of style fails the test.
-    Its own patch (not the monkeypatch fixture's): undone after the test's fixtures."""
-    watch = Watch()
+def _style_check(target: object, name: str, watch: Watch | HeaderWatch):  # type: ignore[no-untyped-def]
+    """Watch ``target.name`` through ``watch`` for one test and fail the test at its end
+    on what the watch saw. Its own patch (not the monkeypatch fixture's): undone after
+    the test's fixtures."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(sqlite3, "connect", watch.connect(sqlite3.connect))
+        patch.setattr(target, name, watch.wrap(getattr(target, name)))
         yield
     seen = watch.take()
     if seen:
-        pytest.fail("SQL out of style (tests/sqlstyle.py):\n" + "\n".join(seen[:5]))
+        pytest.fail(f"{watch.problem}:\n" + "\n".join(seen[:5]))
+
+
+@pytest.fixture(autouse=True)
+def _sql_style():  # type: ignore[no-untyped-def]
+    """Every SQL statement the package runs in a test is in the house style (keywords in
+    upper case, names in lower case: tests/sqlstyle.py); one out of style fails the test."""
+    yield from _style_check(sqlite3, "connect", Watch())
 
 
 @pytest.fixture(autouse=True)
@@ -103,13 +108,7 @@ def _header_spelling():  # type: ignore[no-untyped-def]
     (tests/headerstyle.py); one in a single case fails the test."""
     from orchestrator.channels.email.reading import Mail
 
-    watch = HeaderWatch()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Mail, "header", watch.wrap(Mail.header))
-        yield
-    seen = watch.take()
-    if seen:
-        pytest.fail(f"mail header names not spelled as the RFCs spell them: {seen[:5]}")
+    yield from _style_check(Mail, "header", HeaderWatch())
 
 
 @pytest.fixture(autouse=True)

@@ -18,6 +18,8 @@ def misspelled(name: str) -> bool:
 class HeaderWatch:
     """The header names looked up misspelled since the last ``take``."""
 
+    problem = "mail header names not spelled as the RFCs spell them (tests/headerstyle.py)"
+
     def __init__(self) -> None:
         self.seen: list[str] = []
 

@@ -88,14 +88,19 @@ def out_of_style(statement: str) -> list[str]:
 
 
 def _package_caller() -> bool:
-    """Whether the statement being traced was run by the package's code (the trace
-    callback runs inside the ``execute`` call: the first Python frame up is its caller)."""
-    frame = sys._getframe(2)
-    return frame.f_globals.get("__name__", "").startswith("orchestrator.")
+    """Whether the statement being traced was run by the package's code: the trace
+    callback runs inside the ``execute`` call, so the first frame up that is not this
+    module's is the caller's."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__") == __name__:
+        frame = frame.f_back  # type: ignore[assignment]
+    return frame is not None and frame.f_globals.get("__name__", "").startswith("orchestrator.")
 
 
 class Watch:
     """The statements out of style seen since the last ``take``."""
+
+    problem = "SQL out of style (tests/sqlstyle.py)"
 
     def __init__(self) -> None:
         self.seen: list[str] = []
@@ -110,7 +115,7 @@ class Watch:
         seen, self.seen = self.seen, []
         return seen
 
-    def connect(self, real: Callable[..., sqlite3.Connection]) -> Callable[..., Any]:
+    def wrap(self, real: Callable[..., sqlite3.Connection]) -> Callable[..., Any]:
         """``sqlite3.connect`` with every connection's statements watched."""
 
         def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:

@@ -59,7 +59,7 @@ def test_a_fragment_and_a_mixed_case_name_are_read() -> None:
 def test_the_watch_records_the_packages_statements_not_the_tests(tmp_path: Path) -> None:
     watch = Watch()
     real = sqlite3.connect
-    sqlite3.connect = watch.connect(real)  # type: ignore[assignment]
+    sqlite3.connect = watch.wrap(real)  # type: ignore[assignment]
     try:
         db = StateDB(tmp_path / "state.db")
         try:
