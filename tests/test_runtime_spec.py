@@ -397,12 +397,12 @@ def test_an_upgrade_makes_containers_of_the_older_image_again_at_their_next_turn
         idle_timeouts={f: 600 for f in "abcde"},
         now=2000.0,
     )
-    assert [(a.kind, a.container, a.reason) for a in plan] == [
-        ("adopt", "p-a", OLDER_IMAGE),
-        ("recreate", "p-b", "config changed"),
-        ("adopt", "p-c", OLDER_IMAGE),
-        ("stop-idle", "p-d", "idle for 1000s"),
-        ("adopt", "p-e", "running and current"),
+    assert [(a.kind, a.container, a.folder, a.reason) for a in plan] == [
+        ("adopt", "p-a", "a", OLDER_IMAGE),
+        ("recreate", "p-b", "b", "config changed"),
+        ("adopt", "p-c", "c", OLDER_IMAGE),
+        ("stop-idle", "p-d", "d", "idle for 1000s"),
+        ("adopt", "p-e", "e", "running and current"),
     ]
     # at the group's next turn the older container is made again before the turn runs
     assert plan_start(containers[0], "h1", settled=True) == "recreate"
