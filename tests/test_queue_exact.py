@@ -175,3 +175,44 @@ def test_a_chats_channel_is_its_latest_messages_or_the_one_asked_for(
     assert queue.channel_of_chat("other", "c") == "discord"
     assert queue.channels_of_chat("g", "c") == ["matrix", "slack", "telegram"]
     assert queue.channels_of_chat("g", "nobody") == []
+
+
+def test_a_file_reply_is_stored_once(queue: MessageQueue) -> None:
+    stored = queue.put(message())
+    report = ReplyFile(3, "report.txt", "text/plain", 5, "document", "/outbox/report.txt")
+    assert queue.add_file_reply(stored.id, "the report", report) is True
+    again = ReplyFile(3, "other.txt", "text/plain", 9, "document", "/outbox/other.txt")
+    assert queue.add_file_reply(stored.id, "another", again) is False
+    assert queue.files_of(stored.id) == {3: report}
+    assert queue.replies_of(stored.id) == [(3, "the report")]
+
+
+def test_setting_a_queue_aside_keeps_what_waits_to_be_prepared_and_its_files(
+    tmp_path: Path,
+) -> None:
+    from orchestrator.home import Home
+    from orchestrator.store.messages import open_queue, set_aside
+
+    home = Home(tmp_path)
+    old = open_queue(home)
+    waiting = old.put(message(state=PREPARING, media=(VOICE,)))
+    queued = old.put(message(media=(PHOTO,)))
+    old.close()
+    _aside, copied, problem = set_aside(home)
+    assert (copied, problem) == (2, None)
+    fresh = open_queue(home)
+    try:
+        got = [fresh.get(waiting.id), fresh.get(queued.id)]
+        assert [(m.state, m.media) for m in got if m is not None] == [
+            (PREPARING, (VOICE,)),
+            (QUEUED, (PHOTO,)),
+        ]
+    finally:
+        fresh.close()
+
+
+def test_recent_is_the_newest_first(queue: MessageQueue) -> None:
+    ids = [queue.put(message(text=f"m{n}")).id for n in range(5)]
+    assert [m.id for m in queue.recent(3)] == ids[:-4:-1]
+    assert [m.id for m in queue.recent()] == ids[::-1]
+    assert [m.text for m in queue.recent(1)] == ["m4"]
