@@ -356,7 +356,10 @@ def test_message_ids_are_the_same_for_the_same_key_and_piece() -> None:
 def test_a_reply_target_travels_as_the_platform_id() -> None:
     mail = read_mail(mail_bytes("x", headers={"References": "<r@x>"}))
     target = ReplyTarget.of(mail)
+    assert target == ReplyTarget("<m1@example.org>", "Plans", ("<r@x>",))
     assert ReplyTarget.decode(target.encode()) == target
+    long = read_mail(mail_bytes("x").replace(b"Subject: Plans", b"Subject: " + b"s" * 300))
+    assert ReplyTarget.of(long).subject == "s" * 200  # the first SUBJECT_MAX_CHARS
     assert ReplyTarget.decode("<bare@x>") == ReplyTarget("<bare@x>", "", ())
     assert ReplyTarget.decode(None) is None and ReplyTarget.decode("[1]") is None
 
