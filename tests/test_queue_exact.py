@@ -216,3 +216,14 @@ def test_recent_is_the_newest_first(queue: MessageQueue) -> None:
     assert [m.id for m in queue.recent(3)] == ids[:-4:-1]
     assert [m.id for m in queue.recent()] == ids[::-1]
     assert [m.text for m in queue.recent(1)] == ["m4"]
+
+
+def test_the_outbox_files_sent_before_a_time(queue: MessageQueue) -> None:
+    stored = queue.put(message())
+    for seq, created in [(1, 100.0), (2, 200.0), (3, 300.0)]:
+        file = ReplyFile(seq, f"f{seq}.txt", "text/plain", 1, "document", f"/outbox/f{seq}.txt")
+        assert queue.add_file_reply(stored.id, f"file {seq}", file)
+        queue._db.execute("UPDATE reply_files SET created=? WHERE seq=?", (created, seq))
+    assert queue.outbox_files_before(200.0) == ["/outbox/f1.txt"]  # sent before, not at
+    assert sorted(queue.outbox_files_before(301.0)) == [f"/outbox/f{n}.txt" for n in (1, 2, 3)]
+    assert queue.outbox_files_before(100.0) == []
