@@ -1014,3 +1014,164 @@ def test_a_wait_for_the_answer_reads_the_message_again_only_when_its_turn_has_an
     assert all(body["state"] == "done" and body["replies"] == ["hello"] for _, body in results)
     assert len(reads) == 5
     del daemon.active[message.id]
+
+
+def test_a_file_is_served_to_those_who_may_read_its_message_with_its_own_headers(
+    daemon, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """A bridge fetches the files of its own senders' messages only (another's answers
+    as an unknown message does); the file goes out with the type the agent gave it, not
+    one guessed from the outbox copy's name, as an attachment, never sniffed."""
+    from dataclasses import replace
+
+    from orchestrator.config.accounts import HttpToken, http_tokens
+    from orchestrator.media.outbox import ReplyFile
+    from orchestrator.store.messages import new_message
+
+    monkeypatch.setenv("SLACK_BRIDGE", "s" * 24)
+    daemon.config = replace(
+        daemon.config,
+        http_tokens={"slack": HttpToken("slack", "slack:", token_env="SLACK_BRIDGE")},
+    )
+    channel = HttpChannel(daemon)
+    channel.api.named, _ = http_tokens(daemon.config.http_tokens, None)
+    bridge = {"Authorization": "Bearer " + "s" * 24}
+    outbox = daemon.home.state_dir / "outbox" / "fam"
+    outbox.mkdir(parents=True)
+    ids = {}
+    for sender, chan in (("alice", "http"), ("slack:U1", "http:slack")):
+        message = daemon.queue.put(
+            new_message(group="fam", session=sender, chat="c", thread=None, sender=sender,
+                        trust="creator", text="send it", channel=chan)
+        )  # fmt: skip
+        copy = outbox / f"{message.id}.0.bin"
+        copy.write_bytes(b"%PDF-1.4 " + sender.encode())
+        daemon.queue.add_file_reply(message.id, "here it is", ReplyFile(
+            0, "Café plan.pdf", "application/pdf", 9, "document", str(copy)))  # fmt: skip
+        ids[sender] = message.id
+
+    async def go() -> list[tuple[int, bytes, list[tuple[bytes, bytes]]]]:
+        out = []
+        async with TestClient(TestServer(channel.app())) as client:
+            for path, headers in (
+                (f"/v1/messages/{ids['slack:U1']}/files/0", bridge),
+                (f"/v1/messages/{ids['alice']}/files/0", bridge),  # not its sender's
+                (f"/v1/messages/{ids['alice']}/files/0", AUTH),
+                ("/v1/messages/nosuch/files/0", AUTH),
+                (f"/v1/messages/{ids['alice']}/files/3", AUTH),
+            ):
+                response = await client.get(path, headers=headers)
+                raw = [(k, v) for k, v in response.raw_headers]
+                out.append((response.status, await response.read(), raw))
+        return out
+
+    own, other, operator, unknown, no_file = asyncio.run(go())
+    assert own[:2] == (200, b"%PDF-1.4 slack:U1")
+    assert operator[:2] == (200, b"%PDF-1.4 alice")
+    for _status, _body, raw in (own, operator):
+        assert (b"Content-Type", b"application/pdf") in raw
+        assert (b"Content-Disposition", b"attachment; filename*=UTF-8''Caf%C3%A9%20plan.pdf") in raw
+        assert (b"X-Content-Type-Options", b"nosniff") in raw
+    assert (other[0], json.loads(other[1])) == (404, {"error": f"no message {ids['alice']!r}"})
+    assert (unknown[0], json.loads(unknown[1])) == (404, {"error": "no message 'nosuch'"})
+    assert (no_file[0], json.loads(no_file[1])) == (
+        404,
+        {"error": f"message {ids['alice']!r} has no file '3'"},
+    )
+    (outbox / f"{ids['alice']}.0.bin").unlink()
+    status, body = call(daemon, "GET", f"/v1/messages/{ids['alice']}/files/0", headers=AUTH)
+    assert (status, body) == (
+        410,
+        {"error": "Café plan.pdf is no longer kept (files are kept a week)"},
+    )
+
+
+def test_a_chats_messages_are_read_in_the_channel_asked_for_before_the_newest_are_cut(
+    daemon, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """A bridge's listing is of its own channel's messages and task runs, the newest of
+    them, not the newest of every channel with the others' taken out afterwards (which
+    would leave it with none); the operator's is of the channel it names, or of all."""
+    from dataclasses import replace
+
+    from orchestrator.config.accounts import HttpToken, http_tokens
+
+    monkeypatch.setattr(http_module, "HTTP_CHAT_MESSAGES_MAX", 3)
+    GroupStore(daemon.home).add(
+        GroupConfig(name="shop", creators=("alice",), members=("slack:U1",))
+    )
+    monkeypatch.setenv("SLACK_BRIDGE", "s" * 24)
+    daemon.config = replace(
+        daemon.config,
+        http_tokens={"slack": HttpToken("slack", "slack:", token_env="SLACK_BRIDGE")},
+    )
+    channel = HttpChannel(daemon)
+    channel.api.named, _ = http_tokens(daemon.config.http_tokens, None)
+    bridge = {"Authorization": "Bearer " + "s" * 24}
+    settings = daemon.runtime.store.load("shop").config.tasks
+
+    def run(chan: str, author: str, trust: str) -> tuple[int, str]:
+        task = daemon.tasks.add(
+            group="shop", chat="k", thread=None, channel=chan, text="stretch", kind="at",
+            spec="1m", tz=None, author=author, author_trust=trust, settings=settings,
+        )  # fmt: skip
+        [ran] = daemon.scheduler.tick(float(task.next_run or 0))
+        return task.id, str(ran.message_id)
+
+    bridge_task, bridge_run = run("http:slack", "slack:U1", "member")
+    posted = daemon.submit("shop", "hi", chat="k", sender="slack:U1", channel="http:slack")
+    others = [run("http", "alice", "creator") for _ in range(3)]  # newer, another channel's
+    path = "/v1/groups/shop/chats/k/messages"
+
+    def listing(headers: dict[str, str], query: str = "") -> list[tuple[str, int | None]]:
+        async def go() -> tuple[int, Any]:
+            async with TestClient(TestServer(channel.app())) as client:
+                response = await client.get(path + query, headers=headers)
+                return response.status, await response.json()
+
+        code, answer = asyncio.run(go())
+        assert code == 200, answer
+        return [(m["id"], m["task"]) for m in answer["messages"]]
+
+    own = [(bridge_run, bridge_task), (posted.id, None)]
+    assert listing(bridge) == own
+    assert listing(bridge, "?channel=http") == own  # a bridge cannot name another channel
+    assert listing(AUTH, "?channel=http:slack") == own
+    assert listing(AUTH) == [(mid, tid) for tid, mid in others]  # every channel's newest
+    assert listing(AUTH, "?channel=") == listing(AUTH)
+
+
+def test_who_may_name_a_sender_and_read_a_message(daemon, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    from aiohttp.test_utils import make_mocked_request
+
+    from orchestrator.config.accounts import HttpToken, http_tokens
+    from orchestrator.store.messages import new_message
+
+    monkeypatch.setenv("SLACK_BRIDGE", "s" * 24)
+    daemon.config = replace(
+        daemon.config,
+        http_tokens={"slack": HttpToken("slack", "slack:", token_env="SLACK_BRIDGE")},
+    )
+    api = HttpChannel(daemon).api
+    api.named, _ = http_tokens(daemon.config.http_tokens, None)
+
+    def request(token: str) -> Any:
+        return make_mocked_request("GET", "/", headers={"Authorization": f"Bearer {token}"})
+
+    operator, bridge, stranger = request(TOKEN), request("s" * 24), request("x" * 24)
+
+    def message(sender: str, channel: str) -> Any:
+        return new_message(group="fam", session="s", chat="c", thread=None, sender=sender,
+                           trust="member", text="hi", channel=channel)  # fmt: skip
+
+    assert api.may_name(operator, "telegram:1") is True
+    assert api.may_name(bridge, "slack:U1") is True
+    assert api.may_name(bridge, "telegram:1") is False
+    assert api.may_name(stranger, "slack:U1") is False
+    assert api.may_read(operator, message("telegram:1", "telegram:fam")) is True
+    assert api.may_read(bridge, message("slack:U1", "http:slack")) is True
+    assert api.may_read(bridge, message("slack:U1", "http")) is False  # not its channel
+    assert api.may_read(bridge, message("alice", "http:slack")) is False  # nor its sender
+    assert api.may_read(stranger, message("slack:U1", "http:slack")) is False

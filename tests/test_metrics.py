@@ -312,15 +312,20 @@ def test_containers_the_daemon_makes_are_counted_by_why(home: Path) -> None:
         daemon.queue.close()
 
 
-def _get(daemon: Daemon, path: str, headers: dict[str, str]) -> tuple[int, str, str]:
+def _get(
+    daemon: Daemon, path: str, headers: dict[str, str], *, skip: tuple[str, ...] = ()
+) -> tuple[int, str, str]:
+    """Status, Content-Type (the header's name as sent, checked) and body of a GET;
+    ``skip``: headers the client would add that are left out."""
     server = WebServer(daemon)
     server.api.named, problems = http_tokens(daemon.config.http_tokens, None)
     assert problems == []
 
     async def go() -> tuple[int, str, str]:
         async with TestClient(TestServer(server.app())) as client:
-            response = await client.get(path, headers=headers)
-            return response.status, response.headers["Content-Type"], await response.text()
+            response = await client.get(path, headers=headers, skip_auto_headers=skip)
+            [content_type] = [v for k, v in response.raw_headers if k == b"Content-Type"]
+            return response.status, content_type.decode(), await response.text()
 
     return asyncio.run(go())
 
@@ -342,6 +347,15 @@ def test_slash_metrics_needs_the_operators_token(home: Path, monkeypatch) -> Non
             '{"error": "only the operator\'s token (http.token) may read /metrics"}',
         )
         status, content_type, body = _get(daemon, "/metrics", {"Authorization": f"Bearer {TOKEN}"})
+        assert (status, content_type) == (200, "text/plain; version=0.0.4; charset=utf-8")
+        assert 'orchestrator_turns_total{group="a",outcome="delivered"} 1.0' in body
+        # the format the Accept header asks for; none at all is the text format
+        operator = {"Authorization": f"Bearer {TOKEN}"}
+        asked = {**operator, "Accept": "application/openmetrics-text; version=1.0.0"}
+        status, content_type, body = _get(daemon, "/metrics", asked)
+        assert status == 200 and body.endswith("# EOF\n")
+        assert content_type.startswith("application/openmetrics-text; version=1.0.0")
+        status, content_type, body = _get(daemon, "/metrics", operator, skip=("Accept",))
         assert (status, content_type) == (200, "text/plain; version=0.0.4; charset=utf-8")
         assert 'orchestrator_turns_total{group="a",outcome="delivered"} 1.0' in body
         daemon.metrics.enabled = False
