@@ -227,3 +227,53 @@ def test_the_outbox_files_sent_before_a_time(queue: MessageQueue) -> None:
     assert queue.outbox_files_before(200.0) == ["/outbox/f1.txt"]  # sent before, not at
     assert sorted(queue.outbox_files_before(301.0)) == [f"/outbox/f{n}.txt" for n in (1, 2, 3)]
     assert queue.outbox_files_before(100.0) == []
+
+
+def test_the_messages_waiting_to_be_prepared_oldest_first(queue: MessageQueue) -> None:
+    first = queue.put(message(state=PREPARING, text="one"))
+    queue.put(message(text="queued"))
+    second = queue.put(message(state=PREPARING, text="two"))
+    assert [(m.id, m.text, m.state) for m in queue.preparing()] == [
+        (first.id, "one", PREPARING),
+        (second.id, "two", PREPARING),
+    ]
+
+
+def test_the_next_reply_seq_follows_the_turns_replies_not_the_hosts_notices(
+    queue: MessageQueue,
+) -> None:
+    stored = queue.put(message())
+    assert queue.next_reply_seq(stored.id) == 0
+    queue.add_host_notices(stored.id, ["a notice"])
+    assert queue.next_reply_seq(stored.id) == 0  # the host's notices are not counted
+    assert queue.add_reply(stored.id, 0, "first")
+    assert queue.add_reply(stored.id, 4, "after a gap")
+    assert queue.next_reply_seq(stored.id) == 5
+
+
+def test_a_pause_is_taken_once_while_it_holds(
+    queue: MessageQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.store import messages
+
+    monkeypatch.setattr(messages.time, "time", lambda: 100.0)
+    assert queue.pause_once("g", "disk", "full") is True
+    assert queue.pause_once("g", "disk", "full") is False  # held, with no end
+    assert queue.pause_once("g", "budget", "cap", expires=100.0) is True  # another holder
+    assert queue.pause_once("g", "budget", "cap", expires=200.0) is True  # expired at 100
+    assert queue.pause_once("g", "budget", "cap") is False  # in force until 200
+    assert sorted((p.holder, p.expires or 0) for p in queue.pauses("g", now=100.0)) == [
+        ("budget", 200.0),
+        ("disk", 0),
+    ]
+
+
+def test_a_budget_lift_holds_until_its_end(queue: MessageQueue) -> None:
+    import time
+
+    until = time.time() + 3600
+    queue.lift_budget("g", until)
+    assert queue.budget_lifted("g") == until  # now, by the clock
+    assert queue.budget_lifted("g", now=until - 1) == until
+    assert queue.budget_lifted("g", now=until) is None
+    assert queue.budget_lifted("other") is None
