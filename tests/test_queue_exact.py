@@ -277,3 +277,47 @@ def test_a_budget_lift_holds_until_its_end(queue: MessageQueue) -> None:
     assert queue.budget_lifted("g", now=until - 1) == until
     assert queue.budget_lifted("g", now=until) is None
     assert queue.budget_lifted("other") is None
+
+
+def test_a_new_message_keeps_what_was_said_only_when_it_differs(queue: MessageQueue) -> None:
+    def made(**extra: object) -> Message:
+        return new_message(
+            group="g", session="s", chat="c", thread="t", sender="a", trust="member",
+            text="hi", channel="cli", **extra,  # type: ignore[arg-type]
+        )  # fmt: skip
+
+    plain = made()
+    assert (plain.state, plain.said, plain.media, plain.thread) == (QUEUED, None, (), "t")
+    assert made(said="@bot hi").said == "@bot hi"
+    assert made(said="hi").said is None  # the same as the text: not kept twice
+    waiting = made(media=(VOICE,), preparing=True)
+    assert (waiting.state, waiting.media) == (PREPARING, (VOICE,))
+    assert made(media=(PHOTO,)).state == QUEUED
+    assert made().id != plain.id and len(plain.id) == 32
+
+
+def test_a_queue_behind_this_release_held_by_an_older_daemon_is_refused_with_the_way_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sqlite3
+
+    from orchestrator.home import Home
+    from orchestrator.store import messages
+    from orchestrator.store.schema import SchemaBehind
+
+    home = Home(tmp_path)
+    messages.open_queue(home).close()
+    path = home.state_dir / messages.QUEUE_FILE
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA user_version = 3")
+    db.close()
+    monkeypatch.setattr(messages, "lock_holder", lambda _home: 4242)
+    with pytest.raises(SchemaBehind) as refused:
+        messages.open_queue(home)
+    assert refused.value.hint == (
+        "the daemon (pid 4242) runs an older release: restart it with this one (orchestrator "
+        "down, then orchestrator up); it upgrades the file at its start"
+    )
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone() == (3,)  # nothing was changed
+    db.close()
