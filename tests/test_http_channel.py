@@ -1175,3 +1175,16 @@ def test_who_may_name_a_sender_and_read_a_message(daemon, monkeypatch) -> None: 
     assert api.may_read(bridge, message("slack:U1", "http")) is False  # not its channel
     assert api.may_read(bridge, message("alice", "http:slack")) is False  # nor its sender
     assert api.may_read(stranger, message("slack:U1", "http:slack")) is False
+
+
+def test_the_api_follows_the_daemons_changes_from_start_to_stop(daemon) -> None:  # type: ignore[no-untyped-def]
+    api = HttpChannel(daemon).api
+    before = list(daemon.listeners)
+    loop = asyncio.new_event_loop()
+    try:
+        api.start(loop)
+        assert api.loop is loop and daemon.listeners == [*before, api._wake_soon]
+        api.stop()
+        assert daemon.listeners == before
+    finally:
+        loop.close()
