@@ -216,6 +216,8 @@ def test_recent_is_the_newest_first(queue: MessageQueue) -> None:
     assert [m.id for m in queue.recent(3)] == ids[:-4:-1]
     assert [m.id for m in queue.recent()] == ids[::-1]
     assert [m.text for m in queue.recent(1)] == ["m4"]
+    more = ids + [queue.put(message()).id for _ in range(96)]
+    assert [m.id for m in queue.recent()] == more[:-101:-1]  # 100 by default
 
 
 def test_the_outbox_files_sent_before_a_time(queue: MessageQueue) -> None:
