@@ -1188,3 +1188,23 @@ def test_the_api_follows_the_daemons_changes_from_start_to_stop(daemon) -> None:
         assert daemon.listeners == before
     finally:
         loop.close()
+
+
+def test_only_a_wait_for_replies_wakes_at_every_change(daemon) -> None:  # type: ignore[no-untyped-def]
+    """_wait tells the wait for the next change which kind of wait it is: one for
+    replies (``after``) wakes at every change, one for the answer only at answers."""
+    api = HttpChannel(daemon).api
+    woken: list[tuple[str, bool]] = []
+
+    async def next_change(message_id, event, deadline, waits_for_replies) -> None:  # type: ignore[no-untyped-def]
+        woken.append((message_id, waits_for_replies))
+        assert daemon.queue.claim(message_id)
+        daemon.queue.complete(message_id, ["done"])
+
+    api._next_change = next_change  # type: ignore[method-assign]
+    for after in (0, None):
+        message = daemon.submit("fam", "hi", chat="c", sender="alice", channel="http")
+        found = asyncio.run(api._wait(message.id, 60, after))
+        assert found is not None and found.state == "done"
+        assert woken[-1] == (message.id, after is not None)
+    assert len(woken) == 2 and api.waiters == {}
