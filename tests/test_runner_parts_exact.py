@@ -144,3 +144,99 @@ def test_messages_as_plain_text() -> None:
     ]
     assert _plain(messages) == "user: hi there\nassistant: yes"
     assert _plain([]) == ""
+
+
+def _summarizing(tmp_path: Path, *answers: object) -> tuple[Any, Any, Any]:
+    """A runner whose provider answers ``answers`` in turn, its script, and a session."""
+    from orchestrator.agent.runner import Runner
+    from orchestrator.agent.session import Session
+    from orchestrator.agent.settings import AgentSettings
+    from tests.test_runner import Scripted
+
+    agent = tmp_path / "agent"
+    (agent / "sessions").mkdir(parents=True)
+    settings = AgentSettings(agent_dir=agent, runtime_dir=tmp_path / "run")
+    script = Scripted(*answers)
+    made = Runner(settings, provider=script.provider, hooks=[], tool_sources=())
+    return made, script, Session(settings.sessions_dir, "cli.chat-c1")
+
+
+OLDER = [
+    {"role": "user", "content": "Tea or coffee?"},
+    {"role": "assistant", "content": "Tea, please."},
+]
+
+
+def test_a_summary_builds_on_the_last_and_is_kept_from_twenty_characters(
+    tmp_path: Path,
+) -> None:
+    from orchestrator.agent.providers.base import SUMMARY, Completion
+    from orchestrator.agent.runner import SUMMARY_PREVIOUS, SUMMARY_PROMPT
+    from orchestrator.limits import SUMMARY_MAX_TOKENS
+
+    made, script, session = _summarizing(tmp_path, Completion(" " + "s" * 20 + " "))
+    before = context()
+    before.system = "MEMORY" + SUMMARY_HEADER + "they met on Monday" + "\n"
+    before.summary = "they met on Monday"
+    assert made._summary(session, before, OLDER, None) == "s" * 20  # twenty: kept
+    [request] = script.requests
+    assert request.system == "MEMORY"  # the memory, not the summary it replaces
+    assert request.messages == [
+        *OLDER,
+        {
+            "role": "user",
+            "content": SUMMARY_PROMPT + SUMMARY_PREVIOUS.format(summary="they met on Monday"),
+        },
+    ]
+    assert (request.purpose, request.max_tokens) == (SUMMARY, SUMMARY_MAX_TOKENS)
+
+
+def test_a_summary_empty_or_runaway_twice_keeps_the_older_messages_cut_short(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from orchestrator.agent.providers.base import STOP_LENGTH, Completion
+
+    made, script, session = _summarizing(
+        tmp_path, Completion("s" * 19), Completion("x" * 50, stop_reason=STOP_LENGTH)
+    )
+    before = context()
+    before.summary = "they met on Monday"
+    with caplog.at_level("WARNING", logger="orchestrator.agent.runner"):
+        kept = made._summary(session, before, OLDER, None)
+    assert kept == "they met on Monday\n\nuser: Tea or coffee?\nassistant: Tea, please."
+    assert len(script.requests) == 2
+    assert [r.getMessage() for r in caplog.records] == [
+        "compaction summary 1 was 19 characters; asking again",
+        "compaction summary 2 was cut at its length cap; keeping the older messages cut short",
+    ]
+    assert [e for e in session.events() if e["t"] == "note"][-1]["text"] == (
+        "no summary (it came back empty or runaway twice, or the older messages are over "
+        "the model's window): they are kept cut to their last 4000 characters instead"
+    )
+    # with no summary before it, what is kept is the older messages' last characters
+    # alone, as cut (a space the cut begins with stays)
+    caplog.clear()
+    made, script, session = _summarizing(tmp_path / "2", Completion(None), Completion(""))
+    long = [{"role": "user", "content": "a" * 10 + " " + "b" * 3999}]
+    with caplog.at_level("WARNING", logger="orchestrator.agent.runner"):
+        assert made._summary(session, context(), long, None) == " " + "b" * 3999
+    assert script.requests[0].messages[-1]["content"] == runner.SUMMARY_PROMPT
+    assert [r.getMessage() for r in caplog.records] == [
+        "compaction summary 1 was 0 characters; asking again",
+        "compaction summary 2 was 0 characters; keeping the older messages cut short",
+    ]
+
+
+def test_older_messages_over_the_window_are_not_asked_about_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from orchestrator.agent.providers.base import ContextOverflow
+
+    made, script, session = _summarizing(tmp_path, ContextOverflow("too long"))
+    with caplog.at_level("WARNING", logger="orchestrator.agent.runner"):
+        kept = made._summary(session, context(), OLDER, None)
+    assert kept == "user: Tea or coffee?\nassistant: Tea, please."
+    assert len(script.requests) == 1
+    assert [r.getMessage() for r in caplog.records] == [
+        "compaction summary: the older messages are over the model's window"
+    ]
