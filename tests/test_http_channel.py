@@ -73,6 +73,24 @@ def _wait_until(predicate: Any, what: str) -> None:
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
+def _with_bridge(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, dict[str, str]]:
+    """The daemon with a bridge's token ("slack", for senders "slack:"), a server that
+    knows it, and the bridge's Authorization header."""
+    from dataclasses import replace
+
+    from orchestrator.config.accounts import HttpToken, http_tokens
+
+    monkeypatch.setenv("SLACK_BRIDGE", "s" * 24)
+    daemon.config = replace(
+        daemon.config,
+        http_tokens={"slack": HttpToken("slack", "slack:", token_env="SLACK_BRIDGE")},
+    )
+    channel = HttpChannel(daemon)
+    channel.api.named, problems = http_tokens(daemon.config.http_tokens, None)
+    assert problems == []
+    return channel, {"Authorization": "Bearer " + "s" * 24}
+
+
 def test_a_long_poll_waits_at_most_60_seconds() -> None:
     from orchestrator.channels.http import long_poll_seconds
 
@@ -378,22 +396,10 @@ def test_a_chats_messages_are_the_newest_hundred(daemon) -> None:  # type: ignor
 
 
 def test_a_named_token_speaks_only_for_its_own_senders(daemon, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
-    from dataclasses import replace
-
-    from orchestrator.config.accounts import HttpToken, http_tokens
-
     GroupStore(daemon.home).add(
         GroupConfig(name="shop", creators=("telegram:1",), members=("slack:U1", "slack:U2"))
     )
-    monkeypatch.setenv("SLACK_BRIDGE", "s" * 24)
-    daemon.config = replace(
-        daemon.config,
-        http_tokens={"slack": HttpToken("slack", "slack:", token_env="SLACK_BRIDGE")},
-    )
-    channel = HttpChannel(daemon)
-    channel.api.named, problems = http_tokens(daemon.config.http_tokens, None)
-    assert problems == []
-    bridge = {"Authorization": "Bearer " + "s" * 24}
+    channel, bridge = _with_bridge(daemon, monkeypatch)
 
     async def go() -> list[tuple[int, Any]]:
         out = []
@@ -1022,20 +1028,11 @@ def test_a_file_is_served_to_those_who_may_read_its_message_with_its_own_headers
     """A bridge fetches the files of its own senders' messages only (another's answers
     as an unknown message does); the file goes out with the type the agent gave it, not
     one guessed from the outbox copy's name, as an attachment, never sniffed."""
-    from dataclasses import replace
 
-    from orchestrator.config.accounts import HttpToken, http_tokens
     from orchestrator.media.outbox import ReplyFile
     from orchestrator.store.messages import new_message
 
-    monkeypatch.setenv("SLACK_BRIDGE", "s" * 24)
-    daemon.config = replace(
-        daemon.config,
-        http_tokens={"slack": HttpToken("slack", "slack:", token_env="SLACK_BRIDGE")},
-    )
-    channel = HttpChannel(daemon)
-    channel.api.named, _ = http_tokens(daemon.config.http_tokens, None)
-    bridge = {"Authorization": "Bearer " + "s" * 24}
+    channel, bridge = _with_bridge(daemon, monkeypatch)
     outbox = daemon.home.state_dir / "outbox" / "fam"
     outbox.mkdir(parents=True)
     ids = {}
@@ -1092,22 +1089,12 @@ def test_a_chats_messages_are_read_in_the_channel_asked_for_before_the_newest_ar
     """A bridge's listing is of its own channel's messages and task runs, the newest of
     them, not the newest of every channel with the others' taken out afterwards (which
     would leave it with none); the operator's is of the channel it names, or of all."""
-    from dataclasses import replace
-
-    from orchestrator.config.accounts import HttpToken, http_tokens
 
     monkeypatch.setattr(http_module, "HTTP_CHAT_MESSAGES_MAX", 3)
     GroupStore(daemon.home).add(
         GroupConfig(name="shop", creators=("alice",), members=("slack:U1",))
     )
-    monkeypatch.setenv("SLACK_BRIDGE", "s" * 24)
-    daemon.config = replace(
-        daemon.config,
-        http_tokens={"slack": HttpToken("slack", "slack:", token_env="SLACK_BRIDGE")},
-    )
-    channel = HttpChannel(daemon)
-    channel.api.named, _ = http_tokens(daemon.config.http_tokens, None)
-    bridge = {"Authorization": "Bearer " + "s" * 24}
+    channel, bridge = _with_bridge(daemon, monkeypatch)
     settings = daemon.runtime.store.load("shop").config.tasks
 
     def run(chan: str, author: str, trust: str) -> tuple[int, str]:
@@ -1142,20 +1129,12 @@ def test_a_chats_messages_are_read_in_the_channel_asked_for_before_the_newest_ar
 
 
 def test_who_may_name_a_sender_and_read_a_message(daemon, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from dataclasses import replace
 
     from aiohttp.test_utils import make_mocked_request
 
-    from orchestrator.config.accounts import HttpToken, http_tokens
     from orchestrator.store.messages import new_message
 
-    monkeypatch.setenv("SLACK_BRIDGE", "s" * 24)
-    daemon.config = replace(
-        daemon.config,
-        http_tokens={"slack": HttpToken("slack", "slack:", token_env="SLACK_BRIDGE")},
-    )
-    api = HttpChannel(daemon).api
-    api.named, _ = http_tokens(daemon.config.http_tokens, None)
+    api = _with_bridge(daemon, monkeypatch)[0].api
 
     def request(token: str) -> Any:
         return make_mocked_request("GET", "/", headers={"Authorization": f"Bearer {token}"})
