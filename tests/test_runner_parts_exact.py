@@ -240,3 +240,60 @@ def test_older_messages_over_the_window_are_not_asked_about_again(
     assert [r.getMessage() for r in caplog.records] == [
         "compaction summary: the older messages are over the model's window"
     ]
+
+
+def test_a_compaction_keeps_the_newest_messages_with_their_turns_and_cuts_the_summary(
+    tmp_path: Path,
+) -> None:
+    from orchestrator.agent.providers.base import Completion
+
+    made, script, session = _summarizing(tmp_path, Completion(None), Completion("S" * 1000))
+    live = made.new_context(session, "startup", None)
+    for n in (1, 2, 3):
+        made._record(session, live, f"t{n}", {"role": "user", "content": f"question {n}"})
+        made._record(session, live, f"t{n}", {"role": "assistant", "content": f"answer {n}"})
+    fresh = made.compact(session, live, None, ContextBudget(1000))  # 3,000 characters
+    assert [m["content"] for m in fresh.messages] == [
+        "question 2", "answer 2", "question 3", "answer 3",
+    ]  # fmt: skip
+    assert fresh.turn_ids == ["t2", "t2", "t3", "t3"]
+    assert fresh.summary == "S" * 450  # FRESH_EXTRA_SHARE of the budget
+    assert (fresh.source, fresh.flushed, fresh.kept) == ("compact", 4, 4)
+    summarized = script.requests[-1].messages[:-1]
+    assert [m["content"] for m in summarized] == ["question 1", "answer 1"]
+
+
+def _kept(tmp_path: Path, messages: list[dict[str, Any]]) -> tuple[list[Any], int]:
+    """What a compaction at a 3,000-character budget (750 to keep) keeps of
+    ``messages`` verbatim, and how many summaries it asked for."""
+    from orchestrator.agent.providers.base import SUMMARY, Completion
+
+    made, script, session = _summarizing(
+        tmp_path, Completion(None), Completion("a summary of the older ones")
+    )
+    live = made.new_context(session, "startup", None)
+    for n, message in enumerate(messages):
+        made._record(session, live, f"t{n}", message)
+    fresh = made.compact(session, live, None, ContextBudget(1000))
+    summaries = sum(1 for r in script.requests if r.purpose == SUMMARY)
+    return [m["content"] for m in fresh.messages], summaries
+
+
+def test_a_compaction_keeps_at_most_four_messages_within_a_quarter_of_the_budget(
+    tmp_path: Path,
+) -> None:
+    said = [{"role": "user", "content": f"m{n}"} for n in range(6)]
+    assert _kept(tmp_path / "a", said) == (["m2", "m3", "m4", "m5"], 1)  # four at most
+    assert _kept(tmp_path / "b", said[:3]) == (["m0", "m1", "m2"], 0)  # all: no summary
+    # the last two fill the 750 characters exactly: both kept, not the one before them
+    size = len(json.dumps({"role": "user", "content": ""}, ensure_ascii=False))
+    exact = [
+        {"role": "user", "content": "older"},
+        {"role": "user", "content": "b" * (400 - size)},
+        {"role": "user", "content": "c" * (350 - size)},
+    ]
+    kept, _ = _kept(tmp_path / "c", exact)
+    assert kept == [exact[1]["content"], exact[2]["content"]]
+    # nothing said by a person: nothing can start what is kept
+    replies = [{"role": "assistant", "content": f"r{n}"} for n in range(3)]
+    assert _kept(tmp_path / "d", replies) == ([], 1)
