@@ -54,9 +54,13 @@ def daemon(home: Path) -> Iterator[Daemon]:
     d.queue.close()
 
 
-def call(daemon: Daemon, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
+def call(
+    daemon: Daemon, method: str, path: str, *, server: HttpChannel | None = None, **kwargs: Any
+) -> tuple[int, Any]:
+    """Status and JSON body of one request, to ``server`` (a new one when not given)."""
+
     async def go() -> tuple[int, Any]:
-        async with TestClient(TestServer(HttpChannel(daemon).app())) as client:
+        async with TestClient(TestServer((server or HttpChannel(daemon)).app())) as client:
             response = await client.request(method, path, **kwargs)
             return response.status, await response.json()
 
@@ -1028,7 +1032,6 @@ def test_a_file_is_served_to_those_who_may_read_its_message_with_its_own_headers
     """A bridge fetches the files of its own senders' messages only (another's answers
     as an unknown message does); the file goes out with the type the agent gave it, not
     one guessed from the outbox copy's name, as an attachment, never sniffed."""
-
     from orchestrator.media.outbox import ReplyFile
     from orchestrator.store.messages import new_message
 
@@ -1058,7 +1061,7 @@ def test_a_file_is_served_to_those_who_may_read_its_message_with_its_own_headers
                 (f"/v1/messages/{ids['alice']}/files/3", AUTH),
             ):
                 response = await client.get(path, headers=headers)
-                raw = [(k, v) for k, v in response.raw_headers]
+                raw = list(response.raw_headers)
                 out.append((response.status, await response.read(), raw))
         return out
 
@@ -1089,7 +1092,6 @@ def test_a_chats_messages_are_read_in_the_channel_asked_for_before_the_newest_ar
     """A bridge's listing is of its own channel's messages and task runs, the newest of
     them, not the newest of every channel with the others' taken out afterwards (which
     would leave it with none); the operator's is of the channel it names, or of all."""
-
     monkeypatch.setattr(http_module, "HTTP_CHAT_MESSAGES_MAX", 3)
     GroupStore(daemon.home).add(
         GroupConfig(name="shop", creators=("alice",), members=("slack:U1",))
@@ -1111,12 +1113,7 @@ def test_a_chats_messages_are_read_in_the_channel_asked_for_before_the_newest_ar
     path = "/v1/groups/shop/chats/k/messages"
 
     def listing(headers: dict[str, str], query: str = "") -> list[tuple[str, int | None]]:
-        async def go() -> tuple[int, Any]:
-            async with TestClient(TestServer(channel.app())) as client:
-                response = await client.get(path + query, headers=headers)
-                return response.status, await response.json()
-
-        code, answer = asyncio.run(go())
+        code, answer = call(daemon, "GET", path + query, server=channel, headers=headers)
         assert code == 200, answer
         return [(m["id"], m["task"]) for m in answer["messages"]]
 
@@ -1129,7 +1126,6 @@ def test_a_chats_messages_are_read_in_the_channel_asked_for_before_the_newest_ar
 
 
 def test_who_may_name_a_sender_and_read_a_message(daemon, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-
     from aiohttp.test_utils import make_mocked_request
 
     from orchestrator.store.messages import new_message

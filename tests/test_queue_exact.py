@@ -281,7 +281,7 @@ def test_a_budget_lift_holds_until_its_end(queue: MessageQueue) -> None:
     assert queue.budget_lifted("other") is None
 
 
-def test_a_new_message_keeps_what_was_said_only_when_it_differs(queue: MessageQueue) -> None:
+def test_a_new_message_keeps_what_was_said_only_when_it_differs() -> None:
     def made(**extra: object) -> Message:
         return new_message(
             group="g", session="s", chat="c", thread="t", sender="a", trust="member",

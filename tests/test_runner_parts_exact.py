@@ -1,6 +1,7 @@
-"""The runner's small pure parts, exactly at their edges: the context budget's checks,
-the turn's own deadline, the system text without its summary, a message cut to its
-room, images turned into lines at compaction, and messages as plain text."""
+"""The runner's parts, exactly at their edges: the context budget's checks, the turn's
+own deadline, the system text without its summary, a message cut to its room, images
+turned into lines at compaction, messages as plain text; and, with a scripted provider,
+the compaction summary and what a compaction keeps."""
 
 from __future__ import annotations
 
@@ -146,7 +147,7 @@ def test_messages_as_plain_text() -> None:
     assert _plain([]) == ""
 
 
-def _summarizing(tmp_path: Path, *answers: object) -> tuple[Any, Any, Any]:
+def _scripted(tmp_path: Path, *answers: object) -> tuple[Any, Any, Any]:
     """A runner whose provider answers ``answers`` in turn, its script, and a session."""
     from orchestrator.agent.runner import Runner
     from orchestrator.agent.session import Session
@@ -174,7 +175,7 @@ def test_a_summary_builds_on_the_last_and_is_kept_from_twenty_characters(
     from orchestrator.agent.runner import SUMMARY_PREVIOUS, SUMMARY_PROMPT
     from orchestrator.limits import SUMMARY_MAX_TOKENS
 
-    made, script, session = _summarizing(tmp_path, Completion(" " + "s" * 20 + " "))
+    made, script, session = _scripted(tmp_path, Completion(" " + "s" * 20 + " "))
     before = context()
     before.system = "MEMORY" + SUMMARY_HEADER + "they met on Monday" + "\n"
     before.summary = "they met on Monday"
@@ -196,7 +197,7 @@ def test_a_summary_empty_or_runaway_twice_keeps_the_older_messages_cut_short(
 ) -> None:
     from orchestrator.agent.providers.base import STOP_LENGTH, Completion
 
-    made, script, session = _summarizing(
+    made, script, session = _scripted(
         tmp_path, Completion("s" * 19), Completion("x" * 50, stop_reason=STOP_LENGTH)
     )
     before = context()
@@ -216,7 +217,7 @@ def test_a_summary_empty_or_runaway_twice_keeps_the_older_messages_cut_short(
     # with no summary before it, what is kept is the older messages' last characters
     # alone, as cut (a space the cut begins with stays)
     caplog.clear()
-    made, script, session = _summarizing(tmp_path / "2", Completion(None), Completion(""))
+    made, script, session = _scripted(tmp_path / "2", Completion(None), Completion(""))
     long = [{"role": "user", "content": "a" * 10 + " " + "b" * 3999}]
     with caplog.at_level("WARNING", logger="orchestrator.agent.runner"):
         assert made._summary(session, context(), long, None) == " " + "b" * 3999
@@ -232,7 +233,7 @@ def test_older_messages_over_the_window_are_not_asked_about_again(
 ) -> None:
     from orchestrator.agent.providers.base import ContextOverflow
 
-    made, script, session = _summarizing(tmp_path, ContextOverflow("too long"))
+    made, script, session = _scripted(tmp_path, ContextOverflow("too long"))
     with caplog.at_level("WARNING", logger="orchestrator.agent.runner"):
         kept = made._summary(session, context(), OLDER, None)
     assert kept == "user: Tea or coffee?\nassistant: Tea, please."
@@ -242,17 +243,30 @@ def test_older_messages_over_the_window_are_not_asked_about_again(
     ]
 
 
+def _compacted(
+    tmp_path: Path, turns: list[tuple[str, dict[str, Any]]], summary: str
+) -> tuple[Context, Any]:
+    """A context of ``turns`` (turn id, message) compacted at a 3,000-character budget
+    (750 to keep), the provider flushing nothing and answering ``summary``; the fresh
+    context and the provider's script."""
+    from orchestrator.agent.providers.base import Completion
+
+    made, script, session = _scripted(tmp_path, Completion(None), Completion(summary))
+    live = made.new_context(session, "startup", None)
+    for turn_id, message in turns:
+        made._record(session, live, turn_id, message)
+    return made.compact(session, live, None, ContextBudget(1000)), script
+
+
 def test_a_compaction_keeps_the_newest_messages_with_their_turns_and_cuts_the_summary(
     tmp_path: Path,
 ) -> None:
-    from orchestrator.agent.providers.base import Completion
-
-    made, script, session = _summarizing(tmp_path, Completion(None), Completion("S" * 1000))
-    live = made.new_context(session, "startup", None)
-    for n in (1, 2, 3):
-        made._record(session, live, f"t{n}", {"role": "user", "content": f"question {n}"})
-        made._record(session, live, f"t{n}", {"role": "assistant", "content": f"answer {n}"})
-    fresh = made.compact(session, live, None, ContextBudget(1000))  # 3,000 characters
+    turns = [
+        (f"t{n}", {"role": role, "content": f"{word} {n}"})
+        for n in (1, 2, 3)
+        for role, word in (("user", "question"), ("assistant", "answer"))
+    ]
+    fresh, script = _compacted(tmp_path, turns, "S" * 1000)
     assert [m["content"] for m in fresh.messages] == [
         "question 2", "answer 2", "question 3", "answer 3",
     ]  # fmt: skip
@@ -264,17 +278,12 @@ def test_a_compaction_keeps_the_newest_messages_with_their_turns_and_cuts_the_su
 
 
 def _kept(tmp_path: Path, messages: list[dict[str, Any]]) -> tuple[list[Any], int]:
-    """What a compaction at a 3,000-character budget (750 to keep) keeps of
-    ``messages`` verbatim, and how many summaries it asked for."""
-    from orchestrator.agent.providers.base import SUMMARY, Completion
+    """What a compaction keeps of ``messages`` verbatim, and how many summaries it
+    asked for."""
+    from orchestrator.agent.providers.base import SUMMARY
 
-    made, script, session = _summarizing(
-        tmp_path, Completion(None), Completion("a summary of the older ones")
-    )
-    live = made.new_context(session, "startup", None)
-    for n, message in enumerate(messages):
-        made._record(session, live, f"t{n}", message)
-    fresh = made.compact(session, live, None, ContextBudget(1000))
+    turns = [(f"t{n}", message) for n, message in enumerate(messages)]
+    fresh, script = _compacted(tmp_path, turns, "a summary of the older ones")
     summaries = sum(1 for r in script.requests if r.purpose == SUMMARY)
     return [m["content"] for m in fresh.messages], summaries
 
